@@ -1,0 +1,68 @@
+/* rs_hash.c -- see rs_hash.h. */
+#include "rs_hash.h"
+
+#include <limits.h>
+#include <zlib.h>
+
+int32_t rs_java_hash_update(int32_t h0, const char *utf8, size_t len)
+{
+    /* unsigned arithmetic: Java int overflow wraps, C signed overflow is undefined */
+    uint32_t h = (uint32_t)h0;
+    const unsigned char *s = (const unsigned char *)utf8;
+    size_t i = 0;
+    while (i < len) {
+        uint32_t c = s[i];
+        if (c < 0x80) {                         /* ASCII: the common case */
+            h = 31u * h + c;
+            i += 1;
+            continue;
+        }
+        uint32_t cp;
+        size_t need;
+        if ((c & 0xE0) == 0xC0) { cp = c & 0x1F; need = 1; }
+        else if ((c & 0xF0) == 0xE0) { cp = c & 0x0F; need = 2; }
+        else if ((c & 0xF8) == 0xF0) { cp = c & 0x07; need = 3; }
+        else { h = 31u * h + 0xFFFDu; i += 1; continue; }
+        if (i + need >= len) {                  /* truncated sequence */
+            h = 31u * h + 0xFFFDu; i += 1; continue;
+        }
+        int bad = 0;
+        for (size_t k = 1; k <= need; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) { bad = 1; break; }
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (bad) { h = 31u * h + 0xFFFDu; i += 1; continue; }
+        i += need + 1;
+        if (cp >= 0x10000) {                    /* surrogate pair, high unit first */
+            cp -= 0x10000;
+            h = 31u * h + (0xD800u + (cp >> 10));
+            h = 31u * h + (0xDC00u + (cp & 0x3FF));
+        } else {
+            h = 31u * h + cp;
+        }
+    }
+    return (int32_t)h;
+}
+
+int32_t rs_java_hash(const char *utf8, size_t len)
+{
+    return rs_java_hash_update(0, utf8, len);
+}
+
+uint32_t rs_crc32(uint32_t crc, const unsigned char *buf, size_t len)
+{
+    /* zlib takes uInt lengths: feed in chunks so bodies over 4 GiB stay correct */
+    uLong c = (uLong)crc;
+    while (len > 0) {
+        uInt n = len > (size_t)UINT_MAX ? UINT_MAX : (uInt)len;
+        c = crc32(c, buf, n);
+        buf += n;
+        len -= n;
+    }
+    return (uint32_t)c;
+}
+
+int32_t rs_body_crc(const unsigned char *buf, size_t len)
+{
+    return (int32_t)(rs_crc32(0, buf, len) & 0x7FFFFFFFu);
+}

@@ -1,0 +1,136 @@
+cimport cython
+from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t, uint8_t
+
+
+# Every field of one commit-log record, as C values and borrowed pointers (FORMAT.md 1.1).
+# Pointers borrow from Python objects the caller keeps alive for the call.
+cdef struct RecordFields:
+    uint32_t magic
+    int32_t body_crc
+    int32_t queue_id
+    int32_t flag
+    int64_t queue_offset
+    int64_t phy_offset
+    int32_t sys_flag
+    int64_t born_ts
+    const char *born_host           # 8 (IPv4) or 20 (IPv6) bytes: address + int port
+    int born_host_len
+    int64_t store_ts
+    const char *store_host
+    int store_host_len
+    int32_t reconsume_times
+    int64_t prepared_tx_offset
+    const char *body
+    Py_ssize_t body_len
+    const char *topic
+    Py_ssize_t topic_len
+    const char *props               # encoded properties, each "name\x01value\x02"
+    Py_ssize_t props_len
+    const char *uniq                # 32 hex chars appended as UNIQ_KEY, or NULL
+
+
+# What a scan learns of a record without building Python objects.
+cdef struct RecordInfo:
+    int32_t total_size
+    uint32_t magic
+    int32_t body_crc
+    int32_t queue_id
+    int32_t flag
+    int64_t queue_offset
+    int64_t phy_offset
+    int32_t sys_flag
+    int64_t born_ts
+    const char *born_host
+    int born_host_len
+    int64_t store_ts
+    const char *store_host
+    int store_host_len
+    int32_t reconsume_times
+    int64_t prepared_tx_offset
+    const char *body
+    int32_t body_len
+    const char *topic
+    int32_t topic_len
+    const char *props
+    int32_t props_len
+
+
+cdef enum:
+    UNIQ_HEX_LEN = 32               # UNIQ_KEY value: 16 bytes as uppercase hex
+    UNIQ_PROP_LEN = 42              # "UNIQ_KEY" \x01 <32 hex> \x02
+
+
+# record sizes and writing
+cdef Py_ssize_t record_size(const RecordFields *f) noexcept nogil
+cdef void write_record(char *dst, const RecordFields *f, Py_ssize_t total) noexcept nogil
+cdef void write_blank(char *dst, int32_t max_blank) noexcept nogil
+
+# reading: >0 message size, 0 blank (info.total_size = blank length), -1 not a record
+# (zeros, bad magic, truncated, bad CRC when check_crc), -2 TOTALSIZE disagrees with the fields
+cdef Py_ssize_t parse_record(const char *p, Py_ssize_t avail, bint check_crc,
+                             RecordInfo *info) noexcept nogil
+
+cdef int64_t now_ms() noexcept nogil
+
+
+@cython.final
+cdef class UniqIdGenerator:
+    cdef char prefix[20]            # hex of ip 4 + pid 2 + instance hash 4
+    cdef int64_t month_start_ms
+    cdef int64_t next_month_ms
+    cdef uint32_t counter
+    cdef void next_into(self, char *dst, int64_t now) noexcept
+
+
+@cython.final
+cdef class Message:
+    cdef readonly str topic
+    cdef object _body               # bytes-like, kept as given
+    cdef dict _props                # every property incl. TAGS/KEYS (insertion order kept)
+    cdef readonly int flag
+    cdef readonly int sys_flag
+    cdef readonly int reconsume_times
+    cdef readonly int64_t prepared_transaction_offset
+    cdef readonly object born_timestamp # int ms, or None for "now at put"
+    cdef readonly object born_host      # "ip:port" str, or None for 127.0.0.1:0
+    # encoded forms (built once at construction: a Message is immutable)
+    cdef bytes _topic_b
+    cdef bytes _props_b
+    cdef bytes _born_host_b
+    cdef bint _has_uniq
+    cdef bint _crc_cached           # body is bytes: its CRC is computed once
+    cdef int32_t _crc
+    cdef Py_ssize_t _body_len
+    cdef int _fill(self, RecordFields *f, const char **body_buf) except -1
+
+
+@cython.final
+@cython.freelist(64)
+cdef class MessageExt:
+    cdef readonly str topic
+    cdef readonly object body           # decompressed (when stored compressed) body
+    cdef readonly object stored_body    # zero-copy view of the body as stored
+    cdef readonly dict properties
+    cdef readonly int flag
+    cdef readonly int queue_id
+    cdef readonly int64_t queue_offset
+    cdef readonly int64_t commitlog_offset
+    cdef readonly int store_size
+    cdef readonly int body_crc
+    cdef readonly int sys_flag
+    cdef readonly int64_t born_timestamp
+    cdef readonly str born_host
+    cdef readonly int64_t store_timestamp
+    cdef readonly str store_host
+    cdef readonly int reconsume_times
+    cdef readonly int64_t prepared_transaction_offset
+    cdef readonly int magic
+    cdef bytes _store_host_b
+    cdef bint _props_trailing           # properties ended with \x02 (5.2+) or not (4.9.x)
+
+    @staticmethod
+    cdef MessageExt from_info(const RecordInfo *info, object owner, Py_ssize_t pos, bint raw)
+
+
+cpdef str format_msg_id(bytes host_bytes, int64_t phy_offset)
+cpdef bytes encode_host(str host)

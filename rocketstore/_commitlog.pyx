@@ -1,0 +1,560 @@
+# cython: language_level=3
+"""CommitLog: every topic's messages appended to one log of mapped files (FORMAT.md 1, 4).
+
+A put validates (the ``Message`` was validated at construction; sizes against this log's
+limits here), takes the put lock, assigns the queue offset of its topic-queue, encodes the
+record straight into the last mapped file at its write position and returns a
+``PutMessageResult``. A record never straddles files: when fewer than ``size + 8`` bytes
+remain, an 8-byte blank record fills the file and the record goes to the next one, which is
+obtained *before* the blank is written so that a failed allocation leaves the log unchanged.
+
+Thread-safety: puts are serialised by the put lock (a C lock; waiting for it releases the
+GIL). Reads (``get_message``, ``iter_messages``) take no lock: they only read bytes below the
+published read position of a file.
+"""
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.pythread cimport (
+    PyThread_type_lock, PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock,
+    PyThread_release_lock, WAIT_LOCK, NOWAIT_LOCK,
+)
+from libc.stdint cimport int32_t, uint32_t, int64_t
+from libc.stdlib cimport realloc, free
+from libc.string cimport memset
+
+from rocketstore._csrc cimport (
+    RS_END_FILE_MIN_BLANK, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED, RS_SYSFLAG_TX_ROLLBACK,
+    RS_SYSFLAG_STOREHOST_V6, RS_HOST_V6_LEN, RS_MAX_RECORD_SLACK, RS_MSGID_V4_BYTES,
+)
+from rocketstore._codec cimport (
+    RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,
+    write_blank, parse_record, now_ms, encode_host, format_msg_id, UNIQ_HEX_LEN,
+)
+from rocketstore._mapped cimport MappedFile
+
+import logging
+import numpy as np
+
+from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError, StoreClosedError
+from rocketstore.status import PutMessageStatus
+
+log = logging.getLogger("rocketstore.commitlog")
+
+cdef object PUT_OK = PutMessageStatus.PUT_OK
+cdef object CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+
+cdef enum:
+    MAX_QUEUE_ID = 0x7FFFFFFF
+
+
+# -- queue offsets ---------------------------------------------------------------------------
+
+@cython.final
+cdef class _QueueOffsets:
+    """Next queue offset of every queue of one topic (RocketMQ's topicQueueTable row)."""
+    cdef int64_t *offs
+    cdef Py_ssize_t n
+
+    def __dealloc__(self):
+        free(self.offs)
+
+    cdef inline int64_t get(self, Py_ssize_t qid) noexcept:
+        return self.offs[qid] if qid < self.n else 0
+
+    cdef int grow(self, Py_ssize_t qid) except -1:
+        cdef Py_ssize_t n = max(qid + 1, self.n * 2, 8)
+        cdef int64_t *p = <int64_t *>realloc(self.offs, n * sizeof(int64_t))
+        if p == NULL:
+            raise MemoryError()
+        memset(p + self.n, 0, (n - self.n) * sizeof(int64_t))
+        self.offs = p
+        self.n = n
+        return 0
+
+    cdef inline int set(self, Py_ssize_t qid, int64_t v) except -1:
+        if qid >= self.n:
+            self.grow(qid)
+        self.offs[qid] = v
+        return 0
+
+
+# -- results ---------------------------------------------------------------------------------
+
+@cython.final
+@cython.freelist(64)
+cdef class PutMessageResult:
+    """Outcome of a put: ``status`` and, when stored, where.
+
+    ``msg_id`` is the offset message id (FORMAT.md 7); for a batch, the ids of all its
+    messages joined with ``,`` as RocketMQ does. It is built on first access.
+    """
+    cdef readonly object status
+    cdef readonly int queue_id
+    cdef readonly int64_t queue_offset
+    cdef readonly int64_t commitlog_offset
+    cdef readonly Py_ssize_t wrote_bytes
+    cdef readonly int64_t store_timestamp
+    cdef readonly Py_ssize_t msg_count
+    cdef readonly object error          # the exception behind a failed status, or None
+    cdef bytes _host_b
+    cdef object _offsets                # int64 array of each batch message's offset, or None
+
+    @property
+    def ok(self):
+        return self.status is PUT_OK
+
+    @property
+    def msg_id(self):
+        if self.status is not PUT_OK:
+            return None
+        if self._offsets is None:
+            return format_msg_id(self._host_b, self.commitlog_offset)
+        return ",".join([format_msg_id(self._host_b, o) for o in self._offsets.tolist()])
+
+    @property
+    def commitlog_offsets(self):
+        """Commit-log offset of every message of the put (one for a single put)."""
+        if self._offsets is None:
+            return [self.commitlog_offset] if self.status is PUT_OK else []
+        return self._offsets.tolist()
+
+    def __repr__(self):
+        return (f"PutMessageResult(status={self.status.name}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
+                f"wrote_bytes={self.wrote_bytes}, msg_count={self.msg_count})")
+
+
+cdef PutMessageResult _failed(object status, object error, int queue_id):
+    cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
+    r.status = status
+    r.error = error
+    r.queue_id = queue_id
+    r.queue_offset = -1
+    r.commitlog_offset = -1
+    return r
+
+
+# -- the log ---------------------------------------------------------------------------------
+
+@cython.final
+cdef class CommitLog:
+    """The commit log over a ``MappedFileQueue`` of fixed-size files.
+
+    Parameters
+    ----------
+    mapped_file_queue : MappedFileQueue
+        Its files (loaded, not yet recovered).
+    store_host : str
+        ``ip:port`` written as STOREHOSTADDRESS and used in offset message ids.
+    max_message_size : int
+        Largest body accepted (``StoreConfig.max_message_size``).
+    """
+    cdef readonly object mapped_file_queue
+    cdef MappedFile cur                 # last file, or None before the first put
+    cdef PyThread_type_lock put_lock
+    cdef dict queue_table               # topic str -> _QueueOffsets
+    cdef bytes store_host_b
+    cdef readonly str store_host
+    cdef UniqIdGenerator uniq
+    cdef readonly Py_ssize_t file_size
+    cdef readonly Py_ssize_t max_message_size
+    cdef readonly bint closed
+    cdef readonly object on_append      # called (no args) after each put, outside the lock
+
+    def __cinit__(self):
+        self.put_lock = PyThread_allocate_lock()
+        if self.put_lock == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        if self.put_lock != NULL:
+            PyThread_free_lock(self.put_lock)
+
+    def __init__(self, mapped_file_queue, str store_host="127.0.0.1:10911",
+                 Py_ssize_t max_message_size=4 * 1024 * 1024, UniqIdGenerator uniq=None):
+        self.mapped_file_queue = mapped_file_queue
+        self.file_size = mapped_file_queue.file_size
+        self.store_host = store_host
+        self.store_host_b = encode_host(store_host)
+        self.max_message_size = max_message_size
+        self.queue_table = {}
+        self.uniq = uniq if uniq is not None else UniqIdGenerator()
+        self.cur = mapped_file_queue.last_file()
+
+    def set_on_append(self, callback):
+        self.on_append = callback
+
+    # -- locking ------------------------------------------------------------------------------
+
+    cdef inline void _lock(self) noexcept:
+        if not PyThread_acquire_lock(self.put_lock, NOWAIT_LOCK):
+            with nogil:
+                PyThread_acquire_lock(self.put_lock, WAIT_LOCK)
+
+    cdef inline void _unlock(self) noexcept:
+        PyThread_release_lock(self.put_lock)
+
+    # -- queue offsets ---------------------------------------------------------------------
+
+    cdef _QueueOffsets _queues(self, str topic):
+        cdef object q = self.queue_table.get(topic)
+        if q is None:
+            q = _QueueOffsets()
+            self.queue_table[topic] = q
+        return <_QueueOffsets>q
+
+    def get_queue_offset(self, str topic, int queue_id):
+        """Next queue offset the topic-queue will assign (0 for an unknown queue)."""
+        q = self.queue_table.get(topic)
+        return (<_QueueOffsets>q).get(queue_id) if q is not None else 0
+
+    def set_queue_offset(self, str topic, int queue_id, int64_t offset):
+        self._queues(topic).set(queue_id, offset)
+
+    def queue_offsets(self):
+        """{(topic, queue_id): next offset} of every queue that has one."""
+        cdef _QueueOffsets q
+        out = {}
+        for topic, q in self.queue_table.items():
+            for i in range(q.n):
+                if q.offs[i]:
+                    out[(topic, i)] = q.offs[i]
+        return out
+
+    # -- writing -----------------------------------------------------------------------------
+
+    cdef int _check_open(self) except -1:
+        if self.closed:
+            raise StoreClosedError("commit log")
+        return 0
+
+    cdef int _check_size(self, Message msg, Py_ssize_t total) except -1:
+        if msg._body_len > self.max_message_size:
+            raise InvalidMessageError(
+                "body", f"{msg._body_len} bytes",
+                f"longer than max_message_size={self.max_message_size} "
+                "(StoreConfig.max_message_size)", limit=self.max_message_size)
+        if total > self.max_message_size + RS_MAX_RECORD_SLACK:
+            raise InvalidMessageError(
+                "record", f"{total} bytes",
+                f"longer than max_message_size + 64 KiB = {self.max_message_size + RS_MAX_RECORD_SLACK}",
+                limit=self.max_message_size + RS_MAX_RECORD_SLACK)
+        if total + RS_END_FILE_MIN_BLANK > self.file_size:
+            raise InvalidMessageError(
+                "record", f"{total} bytes",
+                f"does not fit a commit-log file of {self.file_size} bytes with its 8-byte "
+                "end-of-file reserve (StoreConfig.mapped_file_size_commit_log)",
+                limit=self.file_size - RS_END_FILE_MIN_BLANK)
+        return 0
+
+    cdef MappedFile _file_for(self, Py_ssize_t need):
+        """The file to append ``need`` bytes to: the last one, or the next one after writing a
+        blank record into the last. The next file is obtained first, so an allocation
+        failure (raised here) leaves the log untouched."""
+        cdef MappedFile cur = self.cur
+        cdef MappedFile nxt
+        cdef Py_ssize_t left
+        if cur is None:
+            nxt = self.mapped_file_queue.create_next(self.mapped_file_queue.next_start_offset())
+            self.cur = nxt
+            return nxt
+        if cur.wrote_pos == cur.file_size:
+            nxt = self.mapped_file_queue.create_next(cur.file_from_offset + cur.file_size)
+            self.cur = nxt
+            return nxt
+        left = cur.file_size - cur.wrote_pos
+        if need + RS_END_FILE_MIN_BLANK <= left:
+            return cur
+        nxt = self.mapped_file_queue.create_next(cur.file_from_offset + cur.file_size)
+        write_blank(cur.base + cur.wrote_pos, <int32_t>left)
+        cur.wrote_pos = cur.file_size
+        cur.committed_pos = cur.file_size
+        self.cur = nxt
+        return nxt
+
+    cdef inline void _fill_store(self, RecordFields *f) noexcept:
+        f.store_host = PyBytes_AS_STRING(self.store_host_b)
+        f.store_host_len = <int>len(self.store_host_b)
+        if f.store_host_len == RS_HOST_V6_LEN:
+            f.sys_flag |= RS_SYSFLAG_STOREHOST_V6
+
+    cpdef PutMessageResult put_message(self, Message msg, int queue_id=0):
+        """Append one message to ``queue_id`` of its topic; see the module doc."""
+        cdef RecordFields f
+        cdef const char *body = NULL
+        cdef char uniq[UNIQ_HEX_LEN]
+        cdef MappedFile mf
+        cdef _QueueOffsets qs
+        cdef int64_t qoff, ts
+        cdef Py_ssize_t total, pos
+        cdef int tx
+        self._check_open()
+        if msg is None:
+            raise InvalidMessageTypeError("msg", "Message", "None")
+        if queue_id < 0:
+            raise InvalidMessageError("queue_id", queue_id, "must be >= 0", limit=0)
+        msg._fill(&f, &body)
+        self._fill_store(&f)
+        f.queue_id = queue_id
+        f.uniq = uniq if not msg._has_uniq else NULL
+        total = record_size(&f)
+        self._check_size(msg, total)
+        tx = f.sys_flag & RS_SYSFLAG_TX_MASK
+        self._lock()
+        try:
+            try:
+                mf = self._file_for(total)
+            except OSError as e:
+                log.error("commit log: cannot create the next file: %s", e)
+                return _failed(CREATE_MAPPED_FILE_FAILED, e, queue_id)
+            ts = now_ms()
+            f.store_ts = ts
+            f.born_ts = ts if msg.born_timestamp is None else <int64_t>msg.born_timestamp
+            qs = self._queues(msg.topic)
+            if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
+                qoff = 0        # half/rollback messages take no queue offset
+            else:
+                qoff = qs.get(queue_id)
+                qs.set(queue_id, qoff + 1)
+            f.queue_offset = qoff
+            pos = mf.wrote_pos
+            f.phy_offset = mf.file_from_offset + pos
+            if f.uniq != NULL:
+                self.uniq.next_into(uniq, ts)
+            write_record(mf.base + pos, &f, total)
+            mf.wrote_pos = pos + total
+            mf.committed_pos = mf.wrote_pos
+            mf.store_timestamp = ts
+        finally:
+            self._unlock()
+        cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
+        r.status = PUT_OK
+        r.queue_id = queue_id
+        r.queue_offset = qoff
+        r.commitlog_offset = f.phy_offset
+        r.wrote_bytes = total
+        r.store_timestamp = ts
+        r.msg_count = 1
+        r._host_b = self.store_host_b
+        if self.on_append is not None:
+            self.on_append()
+        return r
+
+    cpdef PutMessageResult put_messages(self, list msgs, int queue_id=0):
+        """Append a batch of one topic to one queue: consecutive queue offsets, one store
+        timestamp, all in one file (the whole batch moves to the next file if needed)."""
+        cdef Py_ssize_t n = len(msgs), i, total = 0, pos
+        cdef RecordFields f
+        cdef const char *body = NULL
+        cdef char uniq[UNIQ_HEX_LEN]
+        cdef Message m
+        cdef MappedFile mf
+        cdef _QueueOffsets qs
+        cdef int64_t qoff, ts, start_phy
+        cdef int tx
+        cdef Py_ssize_t size
+        self._check_open()
+        if queue_id < 0:
+            raise InvalidMessageError("queue_id", queue_id, "must be >= 0", limit=0)
+        if n == 0:
+            raise InvalidMessageError("msgs", msgs, "a batch needs at least one message")
+        sizes = np.empty(n, dtype=np.int64)
+        cdef int64_t[::1] sz = sizes
+        cdef object first = msgs[0]
+        if not isinstance(first, Message):
+            raise InvalidMessageTypeError("msgs[0]", "Message", type(first).__name__)
+        cdef str topic = (<Message>first).topic
+        # validate and size everything before taking the lock: a bad message writes nothing
+        for i in range(n):
+            o = msgs[i]
+            if not isinstance(o, Message):
+                raise InvalidMessageTypeError(f"msgs[{i}]", "Message", type(o).__name__)
+            m = <Message>o
+            if m.topic != topic:
+                raise InvalidMessageError(f"msgs[{i}].topic", m.topic,
+                                          f"differs from the batch's topic {topic!r}")
+            tx = m.sys_flag & RS_SYSFLAG_TX_MASK
+            if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
+                raise InvalidMessageError(f"msgs[{i}].sys_flag", hex(m.sys_flag),
+                                          "a batch cannot hold transactional half messages")
+            if "DELAY" in m._props:
+                raise InvalidMessageError(f"msgs[{i}].properties['DELAY']", m._props["DELAY"],
+                                          "a batch cannot hold delayed messages")
+            m._fill(&f, &body)
+            self._fill_store(&f)
+            f.uniq = uniq if not m._has_uniq else NULL
+            size = record_size(&f)
+            self._check_size(m, size)
+            sz[i] = size
+            total += size
+        if total + RS_END_FILE_MIN_BLANK > self.file_size:
+            raise InvalidMessageError(
+                "msgs", f"{n} messages, {total} bytes",
+                f"a batch must fit one commit-log file of {self.file_size} bytes with its "
+                "8-byte reserve (StoreConfig.mapped_file_size_commit_log); split it",
+                limit=self.file_size - RS_END_FILE_MIN_BLANK)
+        offsets = np.empty(n, dtype=np.int64)
+        cdef int64_t[::1] offs = offsets
+        self._lock()
+        try:
+            try:
+                mf = self._file_for(total)
+            except OSError as e:
+                log.error("commit log: cannot create the next file: %s", e)
+                return _failed(CREATE_MAPPED_FILE_FAILED, e, queue_id)
+            ts = now_ms()
+            qs = self._queues(topic)
+            qoff = qs.get(queue_id)
+            pos = mf.wrote_pos
+            start_phy = mf.file_from_offset + pos
+            for i in range(n):
+                m = <Message>msgs[i]
+                m._fill(&f, &body)
+                self._fill_store(&f)
+                f.queue_id = queue_id
+                f.store_ts = ts
+                f.born_ts = ts if m.born_timestamp is None else <int64_t>m.born_timestamp
+                f.queue_offset = qoff + i
+                f.phy_offset = mf.file_from_offset + pos
+                if m._has_uniq:
+                    f.uniq = NULL
+                else:
+                    f.uniq = uniq
+                    self.uniq.next_into(uniq, ts)
+                write_record(mf.base + pos, &f, sz[i])
+                offs[i] = f.phy_offset
+                pos += sz[i]
+            qs.set(queue_id, qoff + n)
+            mf.wrote_pos = pos
+            mf.committed_pos = pos
+            mf.store_timestamp = ts
+        finally:
+            self._unlock()
+        cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
+        r.status = PUT_OK
+        r.queue_id = queue_id
+        r.queue_offset = qoff
+        r.commitlog_offset = start_phy
+        r.wrote_bytes = total
+        r.store_timestamp = ts
+        r.msg_count = n
+        r._host_b = self.store_host_b
+        r._offsets = offsets
+        if self.on_append is not None:
+            self.on_append()
+        return r
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get_min_offset(self):
+        """Commit-log offset of the first byte still stored (-1 when there is no file)."""
+        return self.mapped_file_queue.get_min_offset()
+
+    def get_max_offset(self):
+        """Commit-log offset one past the last readable byte."""
+        return self.mapped_file_queue.get_max_offset()
+
+    def get_message(self, int64_t offset, bint raw=False):
+        """The message whose record starts at commit-log ``offset``, or None.
+
+        None when the offset is outside the stored range or is not the start of a valid
+        record (its PHYSICALOFFSET field must equal ``offset``).
+        """
+        cdef RecordInfo info
+        cdef Py_ssize_t pos, rc, end
+        cdef MappedFile mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None or mf.base == NULL:
+            return None
+        pos = offset - mf.file_from_offset
+        end = mf.committed_pos
+        if pos < 0 or pos >= end:
+            return None
+        rc = parse_record(mf.base + pos, end - pos, False, &info)
+        if rc <= 0 or info.phy_offset != offset:
+            return None
+        return MessageExt.from_info(&info, mf.whole_view(), info.body - mf.base, raw)
+
+    def next_record(self, int64_t offset):
+        """(MessageExt or None, next offset) for the record at ``offset``.
+
+        A blank record gives (None, start of the next file); the end of data gives
+        (None, -1).
+        """
+        cdef RecordInfo info
+        cdef Py_ssize_t pos, rc, end
+        cdef MappedFile mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None or mf.base == NULL:
+            return None, -1
+        pos = offset - mf.file_from_offset
+        end = mf.committed_pos
+        if pos >= end:
+            if end == mf.file_size:
+                return None, mf.file_from_offset + mf.file_size
+            return None, -1
+        rc = parse_record(mf.base + pos, end - pos, False, &info)
+        if rc == 0:
+            return None, mf.file_from_offset + mf.file_size
+        if rc < 0:
+            return None, -1
+        return (MessageExt.from_info(&info, mf.whole_view(), info.body - mf.base, False),
+                offset + rc)
+
+    def iter_messages(self, int64_t from_offset=0):
+        """Every message from ``from_offset`` (a record start) to the end, across files."""
+        cdef int64_t off = max(from_offset, self.get_min_offset())
+        while off >= 0:
+            msg, nxt = self.next_record(off)
+            if msg is not None:
+                yield msg
+            off = nxt
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def scan_file(self, MappedFile mf, bint check_crc, bint rebuild_queues=True):
+        """Walk the records of one file from position 0 to the end of valid data.
+
+        Returns (end_pos, messages, blank): the position after the last valid record (the file
+        size after a blank), how many messages were read, and whether a blank closed the file.
+        With ``rebuild_queues`` every NOT/COMMIT record advances its queue's next offset.
+        """
+        cdef RecordInfo info
+        cdef Py_ssize_t pos = 0, rc, count = 0
+        cdef Py_ssize_t size = mf.file_size
+        cdef int64_t from_off = mf.file_from_offset
+        cdef int tx
+        cdef _QueueOffsets qs
+        cdef dict topics = {}
+        while pos < size:
+            rc = parse_record(mf.base + pos, size - pos, check_crc, &info)
+            if rc == 0:
+                # a blank must fill the rest of the file exactly
+                if info.total_size != size - pos:
+                    break
+                return size, count, True
+            if rc < 0 or info.phy_offset != from_off + pos:
+                break
+            count += 1
+            if rebuild_queues:
+                tx = info.sys_flag & RS_SYSFLAG_TX_MASK
+                if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
+                    tb = info.topic[:info.topic_len]
+                    topic = topics.get(tb)
+                    if topic is None:
+                        topic = tb.decode("utf-8", "replace")
+                        topics[tb] = topic
+                    qs = self._queues(topic)
+                    if info.queue_offset + 1 > qs.get(info.queue_id) and info.queue_id >= 0:
+                        qs.set(info.queue_id, info.queue_offset + 1)
+            pos += rc
+        return pos, count, False
+
+    def reset_write_file(self):
+        """Point the writer at the queue's last file (after load, recovery or truncation)."""
+        self.cur = self.mapped_file_queue.last_file()
+
+    def close(self):
+        self._lock()
+        try:
+            self.closed = True
+        finally:
+            self._unlock()

@@ -1,0 +1,91 @@
+# Every `cdef extern` of csrc/, and nothing else (uvloop's includes/ rule).
+# Extern functions are noexcept: callers test the returned 0 / -errno themselves.
+from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
+
+
+cdef extern from "rs_layout.h" nogil:
+    enum:
+        RS_MAGIC_V1
+        RS_MAGIC_V2
+        RS_BLANK_MAGIC
+        RS_END_FILE_MIN_BLANK
+        RS_TOTALSIZE_POS
+        RS_MAGIC_POS
+        RS_BODYCRC_POS
+        RS_QUEUEID_POS
+        RS_FLAG_POS
+        RS_QUEUEOFFSET_POS
+        RS_PHYOFFSET_POS
+        RS_SYSFLAG_POS
+        RS_BORNTIMESTAMP_POS
+        RS_BORNHOST_POS
+        RS_HOST_V4_LEN
+        RS_HOST_V6_LEN
+        RS_HOST_V6_EXTRA
+        RS_STORETIMESTAMP_LEN
+        RS_RECONSUME_LEN
+        RS_PREPARED_TX_LEN
+        RS_BODYLEN_LEN
+        RS_TOPICLEN_V1_LEN
+        RS_TOPICLEN_V2_LEN
+        RS_PROPLEN_LEN
+        RS_RECORD_FIXED_V1
+        RS_SYSFLAG_COMPRESSED
+        RS_SYSFLAG_MULTI_TAGS
+        RS_SYSFLAG_TX_MASK
+        RS_SYSFLAG_TX_NOT
+        RS_SYSFLAG_TX_PREPARED
+        RS_SYSFLAG_TX_COMMIT
+        RS_SYSFLAG_TX_ROLLBACK
+        RS_SYSFLAG_BORNHOST_V6
+        RS_SYSFLAG_STOREHOST_V6
+        RS_SYSFLAG_NEED_UNWRAP
+        RS_SYSFLAG_INNER_BATCH
+        RS_SYSFLAG_COMPRESS_TYPE
+        RS_SYSFLAG_COMPRESS_LZ4
+        RS_SYSFLAG_COMPRESS_ZSTD
+        RS_SYSFLAG_COMPRESS_ZLIB
+        RS_MAX_TOPIC_LEN_V1
+        RS_MAX_TOPIC_LEN
+        RS_MAX_PROPERTIES_LEN
+        RS_MAX_RECORD_SLACK
+        RS_NAME_VALUE_SEPARATOR
+        RS_PROPERTY_SEPARATOR
+        RS_MSGID_V4_BYTES
+        RS_MSGID_V6_BYTES
+        RS_UNIQ_ID_BYTES
+        RS_OS_PAGE_SIZE
+        RS_FILE_NAME_DIGITS
+        RS_CQ_UNIT_SIZE
+        RS_CQ_TAGS_POS
+        RS_CQ_FILLER_SIZE
+        RS_INDEX_HEADER_SIZE
+        RS_INDEX_SLOT_SIZE
+        RS_INDEX_ENTRY_SIZE
+        RS_CHECKPOINT_SIZE
+
+
+cdef extern from "rs_io.h" nogil:
+    int rs_open(const char *path, int create, int readonly, int *fd_out)
+    int rs_close(int fd)
+    int rs_file_size(int fd, int64_t *size_out)
+    int rs_allocate(int fd, int64_t size)
+    int rs_truncate(int fd, int64_t size)
+    int rs_mmap(int fd, size_t size, int readonly, char **addr_out)
+    int rs_munmap(char *addr, size_t size)
+    int rs_madvise(char *addr, size_t size, int advice)
+    int rs_mlock(char *addr, size_t size)
+    int rs_munlock(char *addr, size_t size)
+    int rs_msync(char *addr, size_t size)
+    int rs_fsync(int fd)
+    int rs_fdatasync(int fd)
+    int rs_fsync_dir(const char *dir_path)
+    int rs_pwrite_all(int fd, const char *buf, size_t size, int64_t offset)
+    uint64_t rs_touch_pages(char *addr, size_t size, size_t page_size, int write)
+
+
+cdef extern from "rs_hash.h" nogil:
+    int32_t rs_java_hash(const char *utf8, size_t len)
+    int32_t rs_java_hash_update(int32_t h, const char *utf8, size_t len)
+    uint32_t rs_crc32(uint32_t crc, const unsigned char *buf, size_t len)
+    int32_t rs_body_crc(const unsigned char *buf, size_t len)

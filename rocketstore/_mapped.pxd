@@ -1,0 +1,37 @@
+cimport cython
+from libc.stdint cimport int64_t
+
+
+cdef int check_io(int rc, object path) except -1
+
+
+@cython.final
+cdef class MappedFile:
+    # identity
+    cdef readonly str path              # absolute path of the file
+    cdef readonly str file_name         # 20-digit start offset (commit log, consume queue)
+    cdef readonly int64_t file_from_offset
+    cdef readonly Py_ssize_t file_size
+    # mapping
+    cdef int fd
+    cdef char *base                     # NULL once unmapped
+    cdef readonly bint read_only
+    cdef readonly bint mlocked
+    cdef bint created                   # allocated by this process: all zeros, safe to touch-write
+    cdef bint released                  # release() called: unmap when the last view goes
+    cdef Py_ssize_t view_count          # buffer exports alive (pgproto _view_count)
+    cdef object _mv                     # memoryview over the whole mapping, sliced for views
+    cdef Py_ssize_t _shape[1]
+    cdef Py_ssize_t _strides[1]
+    # positions: bytes within this file (Kafka's "position"), see FORMAT.md 4.2
+    cdef public Py_ssize_t wrote_pos
+    cdef public Py_ssize_t committed_pos
+    cdef public Py_ssize_t flushed_pos
+    cdef public int64_t store_timestamp # store time of the last record appended
+
+    cdef inline char *ptr(self) noexcept:
+        return self.base
+    cdef int _ensure_mapped(self) except -1
+    cdef object _slice(self, Py_ssize_t pos, Py_ssize_t size)
+    cdef object whole_view(self)
+    cdef void _unmap_now(self) noexcept

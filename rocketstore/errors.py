@@ -1,0 +1,136 @@
+"""Exceptions raised by rocketstore.
+
+Bad input raises a class that also inherits the matching built-in (``ValueError``,
+``TypeError``), so callers may catch either. Expected outcomes of a put or a get
+(``FLUSH_DISK_TIMEOUT``, ``OFFSET_OVERFLOW_ONE``) are statuses, not exceptions. OS failures are
+the built-in ``OSError`` subclasses chosen by errno, never wrapped.
+
+Every exception passes all its constructor arguments to ``super().__init__`` so it pickles:
+they cross process boundaries (readers in other processes, Spark tasks).
+"""
+from __future__ import annotations
+
+__all__ = [
+    "RocketStoreError",
+    "InvalidMessageError",
+    "InvalidMessageTypeError",
+    "InvalidConfigError",
+    "InvalidMessageIdError",
+    "StoreClosedError",
+    "StoreLockedError",
+    "StoreReadOnlyError",
+    "CorruptionError",
+]
+
+
+class RocketStoreError(Exception):
+    """Base of every rocketstore exception."""
+
+
+class InvalidMessageError(RocketStoreError, ValueError):
+    """A message field is outside what a RocketMQ store accepts; nothing was written.
+
+    ``field`` names the field, ``value`` the offending value (shortened), ``limit`` the bound
+    it broke (or None), ``status`` the RocketMQ ``PutMessageStatus`` name a broker would have
+    answered (``MESSAGE_ILLEGAL`` or ``PROPERTIES_SIZE_EXCEEDED``).
+    """
+
+    def __init__(self, field: str, value: object, reason: str, limit: object = None,
+                 status: str = "MESSAGE_ILLEGAL") -> None:
+        super().__init__(field, value, reason, limit, status)
+        self.field = field
+        self.value = value
+        self.reason = reason
+        self.limit = limit
+        self.status = status
+
+    def __str__(self) -> str:
+        shown = repr(self.value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        return f"message {self.field}={shown}: {self.reason} ({self.status})"
+
+
+class InvalidMessageTypeError(RocketStoreError, TypeError):
+    """A message field has the wrong Python type; nothing was written."""
+
+    def __init__(self, field: str, expected: str, got: str) -> None:
+        super().__init__(field, expected, got)
+        self.field = field
+        self.expected = expected
+        self.got = got
+
+    def __str__(self) -> str:
+        return f"message {self.field}: expected {self.expected}, got {self.got}"
+
+
+class InvalidConfigError(RocketStoreError, ValueError):
+    """A ``StoreConfig`` setting is out of range; ``setting`` names it."""
+
+    def __init__(self, setting: str, value: object, reason: str) -> None:
+        super().__init__(setting, value, reason)
+        self.setting = setting
+        self.value = value
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"StoreConfig.{self.setting}={self.value!r}: {self.reason}"
+
+
+class InvalidMessageIdError(RocketStoreError, ValueError):
+    """A message id string is not an offset message id (32 or 56 hex characters)."""
+
+    def __init__(self, msg_id: object, reason: str) -> None:
+        super().__init__(msg_id, reason)
+        self.msg_id = msg_id
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"message id {self.msg_id!r}: {self.reason}"
+
+
+class StoreClosedError(RocketStoreError):
+    """The store (or the structure) was closed; open it again to use it."""
+
+    def __init__(self, what: str = "store") -> None:
+        super().__init__(what)
+        self.what = what
+
+    def __str__(self) -> str:
+        return f"{self.what} is closed"
+
+
+class StoreLockedError(RocketStoreError):
+    """Another process (or another open in this one) holds the store's ``lock`` file."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+    def __str__(self) -> str:
+        return (f"{self.path}: store is locked by another writer "
+                "(open it with read_only=True to read alongside it)")
+
+
+class StoreReadOnlyError(RocketStoreError):
+    """A write was attempted on a store opened read-only."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"{self.path}: store is open read-only"
+
+
+class CorruptionError(RocketStoreError):
+    """Stored bytes disagree with the format in a way recovery cannot decide."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(path, offset, reason)
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path} pos {self.offset}: {self.reason}"

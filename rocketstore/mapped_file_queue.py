@@ -1,0 +1,172 @@
+"""MappedFileQueue: an ordered run of fixed-size mapped files (FORMAT.md 4.1, 4.3).
+
+Files are named by the 20-digit offset of their first byte; file k of a queue starts at
+``first.file_from_offset + k * file_size``. The queue finds the file holding an offset,
+creates the next file on a roll (through ``AllocateMappedFileService`` when given one), loads
+the files of a directory and truncates the files past a recovered end.
+
+Thread-safety: ``files`` is replaced, never mutated in place, so readers in other threads
+iterate a consistent list without a lock; mutations happen under the owner's lock (the
+commit log's put lock, or single-threaded open/close).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from rocketstore._mapped import MappedFile
+from rocketstore.allocate import AllocateMappedFileService, create_mapped_file
+from rocketstore.errors import CorruptionError
+from rocketstore.paths import is_segment_name, offset_to_file_name
+
+log = logging.getLogger("rocketstore.mapped_file_queue")
+
+
+class MappedFileQueue:
+    """The files of one directory, each ``file_size`` bytes.
+
+    Parameters
+    ----------
+    store_path : str
+        Directory of the files (created when missing, unless read-only).
+    file_size : int
+        Size of every file.
+    allocator : AllocateMappedFileService, optional
+        Creates files and pre-allocates the next one; without it files are created inline.
+    read_only : bool
+        Map files read-only and never create any.
+    """
+
+    def __init__(self, store_path: str, file_size: int,
+                 allocator: AllocateMappedFileService | None = None,
+                 read_only: bool = False, warm: bool = False) -> None:
+        self.store_path = store_path
+        self.file_size = file_size
+        self.allocator = allocator
+        self.read_only = read_only
+        self.warm = warm
+        self.files: list[MappedFile] = []
+        if not read_only:
+            os.makedirs(store_path, exist_ok=True)
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map every segment file of the directory, in name order.
+
+        Loaded files start with all positions at ``file_size``; recovery truncates them. A
+        last file of length 0 (a crash during creation) is deleted. Any other file whose
+        size is not ``file_size`` raises ``CorruptionError``; so do gaps between files.
+        """
+        if not os.path.isdir(self.store_path):
+            return
+        names = sorted(n for n in os.listdir(self.store_path)
+                       if is_segment_name(n) and os.path.isfile(os.path.join(self.store_path, n)))
+        files: list[MappedFile] = []
+        try:
+            for i, name in enumerate(names):
+                path = os.path.join(self.store_path, name)
+                size = os.path.getsize(path)
+                if size == 0 and i == len(names) - 1 and not self.read_only:
+                    log.warning("%s: deleting empty last file (crash during its creation)", path)
+                    os.unlink(path)
+                    continue
+                mf = MappedFile(path, self.file_size, read_only=self.read_only)
+                if files and mf.file_from_offset != files[-1].file_from_offset + self.file_size:
+                    expected = files[-1].file_from_offset + self.file_size
+                    mf.release()
+                    raise CorruptionError(path, 0, f"file starts at offset {int(name)}, expected "
+                                          f"{expected}: files are missing between them")
+                mf.set_positions(self.file_size)
+                files.append(mf)
+        except BaseException:
+            for mf in files:
+                mf.release()
+            raise
+        self.files = files
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def first_file(self) -> MappedFile | None:
+        files = self.files
+        return files[0] if files else None
+
+    def last_file(self) -> MappedFile | None:
+        files = self.files
+        return files[-1] if files else None
+
+    def get_min_offset(self) -> int:
+        files = self.files
+        return files[0].file_from_offset if files else -1
+
+    def get_max_offset(self) -> int:
+        files = self.files
+        if not files:
+            return 0
+        return files[-1].file_from_offset + files[-1].read_pos
+
+    def next_start_offset(self) -> int:
+        """Where the next file starts: after the last one, or 0 for an empty queue."""
+        last = self.last_file()
+        return 0 if last is None else last.file_from_offset + self.file_size
+
+    def find_mapped_file_by_offset(self, offset: int,
+                                   return_first_on_not_found: bool = False) -> MappedFile | None:
+        """The file holding ``offset``: computed by index, as the files are contiguous."""
+        files = self.files
+        if files:
+            first = files[0].file_from_offset
+            idx = (offset - first) // self.file_size if offset >= first else -1
+            if 0 <= idx < len(files):
+                mf = files[idx]
+                if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                    return mf
+            if return_first_on_not_found:
+                return files[0]
+        return None
+
+    # -- growth --------------------------------------------------------------------------------
+
+    def create_next(self, start_offset: int) -> MappedFile:
+        """Create the file starting at ``start_offset`` and append it to the queue."""
+        if self.read_only:
+            raise OSError(30, "mapped file queue is read-only", self.store_path)
+        if start_offset % self.file_size:
+            raise ValueError(f"{self.store_path}: start offset {start_offset} is not a multiple "
+                             f"of the file size {self.file_size}")
+        path = os.path.join(self.store_path, offset_to_file_name(start_offset))
+        if self.allocator is not None:
+            nxt = os.path.join(self.store_path, offset_to_file_name(start_offset + self.file_size))
+            mf = self.allocator.get(path, self.file_size, nxt)
+        else:
+            mf = create_mapped_file(path, self.file_size, warm=self.warm)
+        mf.set_positions(0)
+        self.files = self.files + [mf]
+        return mf
+
+    # -- truncation ----------------------------------------------------------------------------
+
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Drop everything at and after commit-log ``offset``.
+
+        The file holding ``offset`` keeps its positions at ``offset``; files starting after
+        it are deleted (FORMAT.md 4.3 ``truncateDirtyFiles``).
+        """
+        keep: list[MappedFile] = []
+        for mf in self.files:
+            tail = mf.file_from_offset + self.file_size
+            if tail <= offset:
+                keep.append(mf)
+            elif offset >= mf.file_from_offset:
+                mf.set_positions(offset - mf.file_from_offset)
+                keep.append(mf)
+            else:
+                log.info("%s: deleting dirty file past offset %d", mf.path, offset)
+                mf.destroy()
+        self.files = keep
+
+    def close(self) -> None:
+        """Release every mapping (views already handed out stay valid)."""
+        for mf in self.files:
+            mf.release()
+        self.files = []

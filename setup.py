@@ -1,0 +1,62 @@
+"""Build of rocketstore's compiled modules (modelled on asyncpg's setup.py).
+
+Environment switches:
+  ROCKETSTORE_DEBUG=1     -O0 -g, RS_DEBUG, Cython line tracing and annotate HTML (cython -a)
+  ROCKETSTORE_SANITIZE=1  ASan + UBSan
+"""
+import os
+import sys
+
+from setuptools import Extension, setup
+
+try:
+    import numpy
+    from Cython.Build import cythonize
+except ImportError as e:  # pragma: no cover - pip installs both from pyproject first
+    sys.exit(f"building rocketstore needs Cython>=3 and numpy: {e}")
+
+DEBUG = os.environ.get("ROCKETSTORE_DEBUG") == "1"
+SANITIZE = os.environ.get("ROCKETSTORE_SANITIZE") == "1"
+
+CFLAGS = ["-O0", "-g", "-UNDEBUG", "-DRS_DEBUG=1"] if DEBUG else ["-O2", "-DRS_DEBUG=0"]
+CFLAGS += ["-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]
+LDFLAGS = []
+if SANITIZE:
+    CFLAGS += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+    LDFLAGS += ["-fsanitize=address,undefined"]
+
+C_SOURCES = ["csrc/rs_io.c", "csrc/rs_hash.c"]
+MODULES = ["_mapped", "_codec", "_commitlog"]
+
+
+def ext(name):
+    return Extension(
+        f"rocketstore.{name}",
+        [f"rocketstore/{name}.pyx"] + C_SOURCES,
+        include_dirs=["csrc", numpy.get_include()],
+        libraries=["z"],
+        extra_compile_args=CFLAGS,
+        extra_link_args=LDFLAGS,
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    )
+
+
+directives = {
+    "language_level": 3,
+    "embedsignature": True,
+    "boundscheck": False,
+    "wraparound": False,
+    "cdivision": True,
+    "initializedcheck": False,
+}
+if DEBUG:
+    directives.update(linetrace=True, boundscheck=True, wraparound=True)
+
+setup(
+    ext_modules=cythonize(
+        [ext(m) for m in MODULES],
+        compiler_directives=directives,
+        annotate=DEBUG,
+        include_path=["rocketstore"],
+    ),
+)
