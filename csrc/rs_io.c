@@ -140,9 +140,16 @@ int rs_pwrite_all(int fd, const char *buf, size_t size, int64_t offset)
     return 0;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
 uint64_t rs_touch_pages(char *addr, size_t size, size_t page_size, int write)
 {
     uint64_t sum = 0;
+    /* Linux 5.14+: fault every page in writable with one call (no per-page trap) */
+    if (write && madvise(addr, size, MADV_POPULATE_WRITE) == 0)
+        return 0;
     volatile char *p = addr;
     for (size_t i = 0; i < size; i += page_size) {
         if (write)

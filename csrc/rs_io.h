@@ -38,7 +38,7 @@ int rs_fsync_dir(const char *dir_path);
 /* Write all of buf at offset (retrying short writes and EINTR). */
 int rs_pwrite_all(int fd, const char *buf, size_t size, int64_t offset);
 
-/* Fault every page of [addr, addr+size) in: by writing a zero byte per page when `write`
+/* Fault every page of [addr, addr+size) in: MADV_POPULATE_WRITE, or a zero byte per page when `write`
  * (a new, all-zero file: RocketMQ's warmMappedFile), else by reading one byte per page.
  * Returns a checksum of the bytes read so the loop is not optimised away. */
 uint64_t rs_touch_pages(char *addr, size_t size, size_t page_size, int write);

@@ -22,6 +22,7 @@ from rocketstore._csrc cimport (
     RS_SYSFLAG_COMPRESSED, RS_SYSFLAG_COMPRESS_TYPE, RS_SYSFLAG_COMPRESS_LZ4,
     RS_SYSFLAG_COMPRESS_ZSTD, RS_SYSFLAG_TX_MASK, RS_MAX_TOPIC_LEN_V1, RS_MAX_TOPIC_LEN,
     RS_MAX_PROPERTIES_LEN, RS_MSGID_V4_BYTES, RS_MSGID_V6_BYTES,
+    timespec, clock_gettime, CLOCK_REALTIME,
 )
 
 import ipaddress
@@ -32,15 +33,6 @@ import zlib
 from rocketstore.errors import (
     InvalidMessageError, InvalidMessageTypeError, InvalidMessageIdError,
 )
-
-cdef extern from "<time.h>" nogil:
-    # libc, not csrc: a clock read is not I/O (kept beside its only user)
-    ctypedef long time_t
-    struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int clock_gettime(int clk, timespec *ts)
-    enum: CLOCK_REALTIME
 
 cdef enum:
     MIN_RECORD_SIZE = 91        # TOTALSIZE of an empty v1 record with IPv4 hosts (0 body/topic/props)
@@ -330,7 +322,7 @@ def crc32(const unsigned char[::1] data not None, uint32_t value=0):
 
 # -- UNIQ_KEY ----------------------------------------------------------------------------------
 
-cdef void _hex(char *dst, uint64_t v, int digits) noexcept:
+cdef void _hex(char *dst, uint64_t v, int digits) noexcept nogil:
     cdef int i
     for i in range(digits - 1, -1, -1):
         dst[i] = HEX[v & 0xF]
@@ -375,8 +367,8 @@ cdef class UniqIdGenerator:
         if diff < 0:
             diff = 0
         memcpy(dst, self.prefix, 20)
-        _hex(dst + 20, <uint64_t>diff & 0xFFFFFFFF, 8)
-        _hex(dst + 28, self.counter & 0xFFFF, 4)
+        _hex(dst + 20, <uint32_t>diff, 8)
+        _hex(dst + 28, <uint16_t>self.counter, 4)
         self.counter += 1
 
     def next(self):
@@ -504,6 +496,7 @@ cdef class Message:
                 raise InvalidMessageTypeError("keys", "str or list of str", type(keys).__name__)
         self._props = props
         self._has_uniq = PROPERTY_UNIQ_KEY in props
+        self._delayed = "DELAY" in props
         self._props_b = _encode_properties(props)
         cdef Py_ssize_t plen = PyBytes_GET_SIZE(self._props_b) + (0 if self._has_uniq else UNIQ_PROP_LEN)
         if plen > RS_MAX_PROPERTIES_LEN:

@@ -14,17 +14,17 @@ published read position of a file.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING
-from cpython.pythread cimport (
-    PyThread_type_lock, PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock,
-    PyThread_release_lock, WAIT_LOCK, NOWAIT_LOCK,
-)
 from libc.stdint cimport int32_t, uint32_t, int64_t
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.stdlib cimport realloc, free
+cimport numpy as cnp
 from libc.string cimport memset
 
 from rocketstore._csrc cimport (
     RS_END_FILE_MIN_BLANK, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED, RS_SYSFLAG_TX_ROLLBACK,
     RS_SYSFLAG_STOREHOST_V6, RS_HOST_V6_LEN, RS_MAX_RECORD_SLACK, RS_MSGID_V4_BYTES,
+    pthread_mutex_t, pthread_mutex_init, pthread_mutex_destroy, pthread_mutex_lock,
+    pthread_mutex_trylock, pthread_mutex_unlock,
 )
 from rocketstore._codec cimport (
     RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,
@@ -34,6 +34,8 @@ from rocketstore._mapped cimport MappedFile
 
 import logging
 import numpy as np
+
+cnp.import_array()
 
 from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError, StoreClosedError
 from rocketstore.status import PutMessageStatus
@@ -151,8 +153,10 @@ cdef class CommitLog:
     """
     cdef readonly object mapped_file_queue
     cdef MappedFile cur                 # last file, or None before the first put
-    cdef PyThread_type_lock put_lock
+    cdef pthread_mutex_t put_lock       # a C mutex: no clock read per uncontended acquire
     cdef dict queue_table               # topic str -> _QueueOffsets
+    cdef str _last_topic                # one-entry cache in front of queue_table
+    cdef _QueueOffsets _last_queues
     cdef bytes store_host_b
     cdef readonly str store_host
     cdef UniqIdGenerator uniq
@@ -162,13 +166,10 @@ cdef class CommitLog:
     cdef readonly object on_append      # called (no args) after each put, outside the lock
 
     def __cinit__(self):
-        self.put_lock = PyThread_allocate_lock()
-        if self.put_lock == NULL:
-            raise MemoryError()
+        pthread_mutex_init(&self.put_lock, NULL)
 
     def __dealloc__(self):
-        if self.put_lock != NULL:
-            PyThread_free_lock(self.put_lock)
+        pthread_mutex_destroy(&self.put_lock)
 
     def __init__(self, mapped_file_queue, str store_host="127.0.0.1:10911",
                  Py_ssize_t max_message_size=4 * 1024 * 1024, UniqIdGenerator uniq=None):
@@ -187,20 +188,25 @@ cdef class CommitLog:
     # -- locking ------------------------------------------------------------------------------
 
     cdef inline void _lock(self) noexcept:
-        if not PyThread_acquire_lock(self.put_lock, NOWAIT_LOCK):
+        # never block holding the GIL: the holder may need it (a roll waits on the allocator)
+        if pthread_mutex_trylock(&self.put_lock) != 0:
             with nogil:
-                PyThread_acquire_lock(self.put_lock, WAIT_LOCK)
+                pthread_mutex_lock(&self.put_lock)
 
     cdef inline void _unlock(self) noexcept:
-        PyThread_release_lock(self.put_lock)
+        pthread_mutex_unlock(&self.put_lock)
 
     # -- queue offsets ---------------------------------------------------------------------
 
     cdef _QueueOffsets _queues(self, str topic):
+        if topic is self._last_topic:
+            return self._last_queues
         cdef object q = self.queue_table.get(topic)
         if q is None:
             q = _QueueOffsets()
             self.queue_table[topic] = q
+        self._last_topic = topic
+        self._last_queues = <_QueueOffsets>q
         return <_QueueOffsets>q
 
     def get_queue_offset(self, str topic, int queue_id):
@@ -343,8 +349,8 @@ cdef class CommitLog:
     cpdef PutMessageResult put_messages(self, list msgs, int queue_id=0):
         """Append a batch of one topic to one queue: consecutive queue offsets, one store
         timestamp, all in one file (the whole batch moves to the next file if needed)."""
-        cdef Py_ssize_t n = len(msgs), i, total = 0, pos
-        cdef RecordFields f
+        cdef tuple batch = tuple(msgs)      # the pointers below borrow from these objects
+        cdef Py_ssize_t n = len(batch), i, total = 0, pos
         cdef const char *body = NULL
         cdef char uniq[UNIQ_HEX_LEN]
         cdef Message m
@@ -352,84 +358,95 @@ cdef class CommitLog:
         cdef _QueueOffsets qs
         cdef int64_t qoff, ts, start_phy
         cdef int tx
-        cdef Py_ssize_t size
+        cdef RecordFields *f
         self._check_open()
         if queue_id < 0:
             raise InvalidMessageError("queue_id", queue_id, "must be >= 0", limit=0)
         if n == 0:
             raise InvalidMessageError("msgs", msgs, "a batch needs at least one message")
-        sizes = np.empty(n, dtype=np.int64)
-        cdef int64_t[::1] sz = sizes
-        cdef object first = msgs[0]
-        if not isinstance(first, Message):
-            raise InvalidMessageTypeError("msgs[0]", "Message", type(first).__name__)
-        cdef str topic = (<Message>first).topic
-        # validate and size everything before taking the lock: a bad message writes nothing
-        for i in range(n):
-            o = msgs[i]
-            if not isinstance(o, Message):
-                raise InvalidMessageTypeError(f"msgs[{i}]", "Message", type(o).__name__)
-            m = <Message>o
-            if m.topic != topic:
-                raise InvalidMessageError(f"msgs[{i}].topic", m.topic,
-                                          f"differs from the batch's topic {topic!r}")
-            tx = m.sys_flag & RS_SYSFLAG_TX_MASK
-            if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
-                raise InvalidMessageError(f"msgs[{i}].sys_flag", hex(m.sys_flag),
-                                          "a batch cannot hold transactional half messages")
-            if "DELAY" in m._props:
-                raise InvalidMessageError(f"msgs[{i}].properties['DELAY']", m._props["DELAY"],
-                                          "a batch cannot hold delayed messages")
-            m._fill(&f, &body)
-            self._fill_store(&f)
-            f.uniq = uniq if not m._has_uniq else NULL
-            size = record_size(&f)
-            self._check_size(m, size)
-            sz[i] = size
-            total += size
-        if total + RS_END_FILE_MIN_BLANK > self.file_size:
-            raise InvalidMessageError(
-                "msgs", f"{n} messages, {total} bytes",
-                f"a batch must fit one commit-log file of {self.file_size} bytes with its "
-                "8-byte reserve (StoreConfig.mapped_file_size_commit_log); split it",
-                limit=self.file_size - RS_END_FILE_MIN_BLANK)
-        offsets = np.empty(n, dtype=np.int64)
-        cdef int64_t[::1] offs = offsets
-        self._lock()
+        if not isinstance(batch[0], Message):
+            raise InvalidMessageTypeError("msgs[0]", "Message", type(batch[0]).__name__)
+        cdef str topic = (<Message>batch[0]).topic
+        cdef RecordFields *fields = <RecordFields *>PyMem_Malloc(n * sizeof(RecordFields))
+        cdef Py_ssize_t *sizes = <Py_ssize_t *>PyMem_Malloc(n * sizeof(Py_ssize_t))
+        cdef char *need_uniq = <char *>PyMem_Malloc(n)
+        cdef char *born_now = <char *>PyMem_Malloc(n)
+        if fields == NULL or sizes == NULL or need_uniq == NULL or born_now == NULL:
+            PyMem_Free(fields); PyMem_Free(sizes); PyMem_Free(need_uniq); PyMem_Free(born_now)
+            raise MemoryError()
         try:
-            try:
-                mf = self._file_for(total)
-            except OSError as e:
-                log.error("commit log: cannot create the next file: %s", e)
-                return _failed(CREATE_MAPPED_FILE_FAILED, e, queue_id)
-            ts = now_ms()
-            qs = self._queues(topic)
-            qoff = qs.get(queue_id)
-            pos = mf.wrote_pos
-            start_phy = mf.file_from_offset + pos
+            # validate, fill and size everything before the lock: a bad message writes nothing
             for i in range(n):
-                m = <Message>msgs[i]
-                m._fill(&f, &body)
-                self._fill_store(&f)
+                o = batch[i]
+                if not isinstance(o, Message):
+                    raise InvalidMessageTypeError(f"msgs[{i}]", "Message", type(o).__name__)
+                m = <Message>o
+                if m.topic is not topic and m.topic != topic:
+                    raise InvalidMessageError(f"msgs[{i}].topic", m.topic,
+                                              f"differs from the batch's topic {topic!r}")
+                tx = m.sys_flag & RS_SYSFLAG_TX_MASK
+                if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
+                    raise InvalidMessageError(f"msgs[{i}].sys_flag", hex(m.sys_flag),
+                                              "a batch cannot hold transactional half messages")
+                if m._delayed:
+                    raise InvalidMessageError(f"msgs[{i}].properties['DELAY']",
+                                              m._props["DELAY"],
+                                              "a batch cannot hold delayed messages")
+                f = &fields[i]
+                m._fill(f, &body)
+                self._fill_store(f)
                 f.queue_id = queue_id
-                f.store_ts = ts
-                f.born_ts = ts if m.born_timestamp is None else <int64_t>m.born_timestamp
-                f.queue_offset = qoff + i
-                f.phy_offset = mf.file_from_offset + pos
-                if m._has_uniq:
-                    f.uniq = NULL
-                else:
-                    f.uniq = uniq
-                    self.uniq.next_into(uniq, ts)
-                write_record(mf.base + pos, &f, sz[i])
-                offs[i] = f.phy_offset
-                pos += sz[i]
-            qs.set(queue_id, qoff + n)
-            mf.wrote_pos = pos
-            mf.committed_pos = pos
-            mf.store_timestamp = ts
+                need_uniq[i] = not m._has_uniq
+                f.uniq = uniq if need_uniq[i] else NULL
+                born_now[i] = m.born_timestamp is None
+                if not born_now[i]:
+                    f.born_ts = <int64_t>m.born_timestamp
+                sizes[i] = record_size(f)
+                self._check_size(m, sizes[i])
+                total += sizes[i]
+            if total + RS_END_FILE_MIN_BLANK > self.file_size:
+                raise InvalidMessageError(
+                    "msgs", f"{n} messages, {total} bytes",
+                    f"a batch must fit one commit-log file of {self.file_size} bytes with its "
+                    "8-byte reserve (StoreConfig.mapped_file_size_commit_log); split it",
+                    limit=self.file_size - RS_END_FILE_MIN_BLANK)
+            offsets = np.empty(n, dtype=np.int64)
+            offs = <int64_t *>cnp.PyArray_DATA(offsets)
+            self._lock()
+            try:
+                try:
+                    mf = self._file_for(total)
+                except OSError as e:
+                    log.error("commit log: cannot create the next file: %s", e)
+                    return _failed(CREATE_MAPPED_FILE_FAILED, e, queue_id)
+                ts = now_ms()
+                qs = self._queues(topic)
+                qoff = qs.get(queue_id)
+                pos = mf.wrote_pos
+                start_phy = mf.file_from_offset + pos
+                for i in range(n):
+                    f = &fields[i]
+                    f.store_ts = ts
+                    if born_now[i]:
+                        f.born_ts = ts
+                    f.queue_offset = qoff + i
+                    f.phy_offset = mf.file_from_offset + pos
+                    if need_uniq[i]:
+                        self.uniq.next_into(uniq, ts)
+                    write_record(mf.base + pos, f, sizes[i])
+                    offs[i] = f.phy_offset
+                    pos += sizes[i]
+                qs.set(queue_id, qoff + n)
+                mf.wrote_pos = pos
+                mf.committed_pos = pos
+                mf.store_timestamp = ts
+            finally:
+                self._unlock()
         finally:
-            self._unlock()
+            PyMem_Free(fields)
+            PyMem_Free(sizes)
+            PyMem_Free(need_uniq)
+            PyMem_Free(born_now)
         cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
         r.status = PUT_OK
         r.queue_id = queue_id

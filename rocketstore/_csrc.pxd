@@ -89,3 +89,23 @@ cdef extern from "rs_hash.h" nogil:
     int32_t rs_java_hash_update(int32_t h, const char *utf8, size_t len)
     uint32_t rs_crc32(uint32_t crc, const unsigned char *buf, size_t len)
     int32_t rs_body_crc(const unsigned char *buf, size_t len)
+
+
+# libc pieces the hot paths use directly (kept here with the rest of the externs)
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk, timespec *ts)
+    enum: CLOCK_REALTIME
+
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+    int pthread_mutex_init(pthread_mutex_t *m, const void *attr)
+    int pthread_mutex_destroy(pthread_mutex_t *m)
+    int pthread_mutex_lock(pthread_mutex_t *m)
+    int pthread_mutex_trylock(pthread_mutex_t *m)
+    int pthread_mutex_unlock(pthread_mutex_t *m)

@@ -1,0 +1,91 @@
+"""Shared fixtures: store directories, seeded randomness, small-file configs, the fixture copy."""
+from __future__ import annotations
+
+import mmap
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+FIXTURE_ROOT = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "rocketmq-4.9.8"
+if not FIXTURE_ROOT.exists():  # CI checks out main beside shared/ as well
+    FIXTURE_ROOT = Path(os.environ.get("ROCKETSTORE_FIXTURES", "/work/shared/fixtures")) / "rocketmq-4.9.8"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-stress", action="store_true", default=False,
+                     help="run the long stress variants (marker 'stress')")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-stress"):
+        return
+    skip = pytest.mark.skip(reason="stress variant: opt in with --run-stress")
+    for item in items:
+        if "stress" in item.keywords:
+            item.add_marker(skip)
+
+
+class SeededRandom(random.Random):
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.seed_value = seed
+
+    def __repr__(self) -> str:
+        return f"SeededRandom(seed={self.seed_value})"
+
+
+@pytest.fixture
+def rand(request) -> SeededRandom:
+    """A seeded Random; the seed shows in failure output (set ROCKETSTORE_SEED to replay)."""
+    seed = int(os.environ.get("ROCKETSTORE_SEED", "0")) or (hash(request.node.nodeid) & 0xFFFFFFFF)
+    return SeededRandom(seed)
+
+
+@pytest.fixture
+def page_size() -> int:
+    return mmap.PAGESIZE
+
+
+@pytest.fixture
+def store_dir(tmp_path) -> str:
+    return str(tmp_path / "store")
+
+
+@pytest.fixture
+def small_config():
+    """Commit-log files of 4 KiB: every test rolls files and writes blank records."""
+    from rocketstore import StoreConfig
+    return StoreConfig(mapped_file_size_commit_log=4096)
+
+
+@pytest.fixture(scope="session")
+def fixture_root() -> Path:
+    assert FIXTURE_ROOT.exists(), f"RocketMQ fixture missing at {FIXTURE_ROOT}"
+    return FIXTURE_ROOT
+
+
+@pytest.fixture
+def rocketmq_store(tmp_path, fixture_root) -> str:
+    """A writable copy of the store written by RocketMQ 4.9.8 (opening may write)."""
+    dst = tmp_path / "rmq-store"
+    shutil.copytree(fixture_root / "store", dst)
+    for p in dst.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return str(dst)
+
+
+@pytest.fixture(scope="session")
+def expected_lines(fixture_root) -> list[dict]:
+    import json
+    with open(fixture_root / "expected.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+def corrupt(path: str, pos: int, data: bytes) -> None:
+    """Overwrite bytes of a file in place (leveldb's corruption helper)."""
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(data)
