@@ -83,10 +83,13 @@ cdef class UniqIdGenerator:
 
 
 @cython.final
+@cython.no_gc
 cdef class Message:
     cdef readonly str topic
     cdef object _body               # bytes-like, kept as given
-    cdef dict _props                # every property incl. TAGS/KEYS (insertion order kept)
+    cdef dict _user                 # user properties (copy), or None
+    cdef str _tags                  # TAGS, or None
+    cdef str _keys                  # KEYS as stored (space-separated), or None
     cdef readonly int flag
     cdef readonly int sys_flag
     cdef readonly int reconsume_times
@@ -107,6 +110,7 @@ cdef class Message:
 
 @cython.final
 @cython.freelist(64)
+@cython.no_gc
 cdef class MessageExt:
     cdef readonly str topic
     cdef readonly object body           # decompressed (when stored compressed) body

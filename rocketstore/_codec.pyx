@@ -12,8 +12,9 @@ from any thread.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_AsUTF8String
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t, uint8_t, uint16_t
-from libc.string cimport memcpy, memcmp
+from libc.string cimport memcpy, memcmp, memchr
 
 from rocketstore._csrc cimport (
     rs_java_hash, rs_body_crc, rs_crc32,
@@ -386,10 +387,16 @@ cdef bint _valid_topic_char(uint8_t c) noexcept:
         or c == 0x25 or c == 0x7C or c == 0x5F or c == 0x2D
 
 
+cdef dict _topic_cache = {}         # validated topic str -> its bytes (applications use few)
+
+
 cdef bytes _check_topic(object topic):
+    cdef object hit = _topic_cache.get(topic) if type(topic) is str else None
+    if hit is not None:
+        return <bytes>hit
     if not isinstance(topic, str):
         raise InvalidMessageTypeError("topic", "str", type(topic).__name__)
-    cdef bytes b = (<str>topic).encode("utf-8")
+    cdef bytes b = PyUnicode_AsUTF8String(topic)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(b), i
     cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(b)
     if n == 0:
@@ -403,20 +410,43 @@ cdef bytes _check_topic(object topic):
     if n > limit:
         raise InvalidMessageError("topic", topic, f"is {n} characters long, longer than {limit}",
                                   limit=limit)
+    if len(_topic_cache) < 65536:
+        _topic_cache[topic] = b
     return b
 
 
-cdef int _check_text(str field, object value, bint allow_space) except -1:
-    if not isinstance(value, str):
-        raise InvalidMessageTypeError(field, "str", type(value).__name__)
-    if "\x01" in value or "\x02" in value:
-        raise InvalidMessageError(field, value,
+cdef bytes _text_utf8(str field, object value, bint allow_space, object key=None):
+    """``value`` as UTF-8 after checking it is a non-empty str free of the separators.
+
+    ``key`` (a property name) is only formatted into the field name when raising.
+    """
+    if type(value) is not str and not isinstance(value, str):
+        raise InvalidMessageTypeError(_field(field, key), "str", type(value).__name__)
+    cdef bytes b = PyUnicode_AsUTF8String(value)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
+    cdef const char *p = PyBytes_AS_STRING(b)
+    if n == 0:
+        raise InvalidMessageError(_field(field, key), value,
+                                  "must not be empty (use None to leave it out)")
+    if memchr(p, 1, <size_t>n) != NULL or memchr(p, 2, <size_t>n) != NULL:
+        raise InvalidMessageError(_field(field, key), value,
                                   "contains \\x01 or \\x02, the properties separators")
-    if not value:
-        raise InvalidMessageError(field, value, "must not be empty (use None to leave it out)")
-    if not allow_space and " " in value:
-        raise InvalidMessageError(field, value, "contains a space, the KEYS separator")
-    return 0
+    if not allow_space and memchr(p, 32, <size_t>n) != NULL:
+        raise InvalidMessageError(_field(field, key), value, "contains a space, the KEYS separator")
+    return b
+
+
+cdef str _field(str field, object key):
+    return field if key is None else f"{field}[{key!r}]"
+
+
+cdef inline Py_ssize_t _put_prop(char *dst, const char *name, Py_ssize_t nlen, bytes value) noexcept:
+    cdef Py_ssize_t vlen = PyBytes_GET_SIZE(value)
+    memcpy(dst, name, <size_t>nlen)
+    dst[nlen] = 1
+    memcpy(dst + nlen + 1, PyBytes_AS_STRING(value), <size_t>vlen)
+    dst[nlen + 1 + vlen] = 2
+    return nlen + vlen + 2
 
 
 def _rebuild_message(topic, body, props, flag, sys_flag, reconsume_times, prepared, born_ts,
@@ -427,6 +457,7 @@ def _rebuild_message(topic, body, props, flag, sys_flag, reconsume_times, prepar
 
 
 @cython.final
+@cython.no_gc       # holds only str/bytes/dict-of-str: no cycles, so no GC traversal cost
 cdef class Message:
     """A message to put: what a RocketMQ producer sends.
 
@@ -446,6 +477,7 @@ cdef class Message:
         The ``KEYS`` property (space-separated), indexed for ``query_message``.
     properties : dict of str to str, optional
         User properties; names and values must not contain ``\\x01`` or ``\\x02``.
+        ``tags`` and ``keys`` override ``TAGS`` and ``KEYS`` given here.
     flag : int
         RocketMQ's user flag.
     sys_flag, reconsume_times, prepared_transaction_offset, born_timestamp, born_host
@@ -462,57 +494,92 @@ cdef class Message:
     def __init__(self, topic, body, tags=None, keys=None, properties=None, flag=0, *,
                  sys_flag=0, reconsume_times=0, prepared_transaction_offset=0,
                  born_timestamp=None, born_host=None):
+        cdef bytes tags_b = None, keys_b = None, user_b = b"", kb, vb
+        cdef dict user = None
+        cdef list parts
+        cdef Py_ssize_t plen, pos, i
         self._topic_b = _check_topic(topic)
         self.topic = topic
-        if isinstance(body, bytes):
+        if type(body) is bytes:
             self._body = body
-        elif isinstance(body, (bytearray, memoryview)) or hasattr(body, "__buffer__"):
+        elif isinstance(body, (bytes, bytearray, memoryview)) or hasattr(body, "__buffer__"):
             self._body = bytes(body)
         else:
             raise InvalidMessageTypeError("body", "bytes-like", type(body).__name__)
         self._body_len = PyBytes_GET_SIZE(self._body)
-        cdef dict props = {}
         if properties is not None:
             if not isinstance(properties, dict):
                 raise InvalidMessageTypeError("properties", "dict of str to str",
                                               type(properties).__name__)
-            for k, v in (<dict>properties).items():
-                _check_text("properties name", k, True)
-                _check_text(f"properties[{k!r}]", v, True)
-                props[k] = v
+            user = dict(<dict>properties)
+            if tags is not None:
+                user.pop(PROPERTY_TAGS, None)       # the explicit argument wins
+            if keys is not None:
+                user.pop(PROPERTY_KEYS, None)
+            if user:
+                parts = []
+                plen = 0
+                for k, v in user.items():
+                    kb = _text_utf8("properties name", k, True)
+                    vb = _text_utf8("properties", v, True, k)
+                    parts.append(kb)
+                    parts.append(vb)
+                    plen += PyBytes_GET_SIZE(kb) + PyBytes_GET_SIZE(vb) + 2
+                user_b = PyBytes_FromStringAndSize(NULL, plen)
+                pos = 0
+                for i in range(0, len(parts), 2):
+                    kb = parts[i]
+                    pos += _put_prop(PyBytes_AS_STRING(user_b) + pos, PyBytes_AS_STRING(kb),
+                                     PyBytes_GET_SIZE(kb), parts[i + 1])
         if tags is not None:
-            _check_text("tags", tags, True)
-            props[PROPERTY_TAGS] = tags
+            tags_b = _text_utf8("tags", tags, True)
         if keys is not None:
-            if isinstance(keys, str):
-                _check_text("keys", keys, True)
-                props[PROPERTY_KEYS] = keys
+            if type(keys) is str:
+                keys_b = _text_utf8("keys", keys, True)
             elif isinstance(keys, (list, tuple)):
                 for k in keys:
-                    _check_text("keys", k, False)
+                    _text_utf8("keys", k, False)
                 if keys:
-                    props[PROPERTY_KEYS] = " ".join(keys)
+                    keys_b = _text_utf8("keys", " ".join(keys), True)
             else:
                 raise InvalidMessageTypeError("keys", "str or list of str", type(keys).__name__)
-        self._props = props
-        self._has_uniq = PROPERTY_UNIQ_KEY in props
-        self._delayed = "DELAY" in props
-        self._props_b = _encode_properties(props)
-        cdef Py_ssize_t plen = PyBytes_GET_SIZE(self._props_b) + (0 if self._has_uniq else UNIQ_PROP_LEN)
+        self._user = user
+        self._tags = tags
+        self._keys = None if keys_b is None else (keys if type(keys) is str else " ".join(keys))
+        self._has_uniq = bool(user) and PROPERTY_UNIQ_KEY in user
+        self._delayed = bool(user) and "DELAY" in user
+        # properties bytes: user properties, then TAGS and KEYS (order is free: FORMAT.md 1.4)
+        plen = PyBytes_GET_SIZE(user_b)
+        if tags_b is not None:
+            plen += 6 + PyBytes_GET_SIZE(tags_b)
+        if keys_b is not None:
+            plen += 6 + PyBytes_GET_SIZE(keys_b)
+        if plen == PyBytes_GET_SIZE(user_b):
+            self._props_b = user_b
+        else:
+            self._props_b = PyBytes_FromStringAndSize(NULL, plen)
+            pos = PyBytes_GET_SIZE(user_b)
+            memcpy(PyBytes_AS_STRING(self._props_b), PyBytes_AS_STRING(user_b), <size_t>pos)
+            if tags_b is not None:
+                pos += _put_prop(PyBytes_AS_STRING(self._props_b) + pos, "TAGS", 4, tags_b)
+            if keys_b is not None:
+                pos += _put_prop(PyBytes_AS_STRING(self._props_b) + pos, "KEYS", 4, keys_b)
+        plen += 0 if self._has_uniq else UNIQ_PROP_LEN
         if plen > RS_MAX_PROPERTIES_LEN:
             raise InvalidMessageError("properties", f"{plen} bytes encoded",
                                       f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
                                       limit=RS_MAX_PROPERTIES_LEN, status="PROPERTIES_SIZE_EXCEEDED")
-        self.flag = _int32("flag", flag)
-        self.sys_flag = _int32("sys_flag", sys_flag)
+        self.flag = 0 if flag is 0 else _int32("flag", flag)
+        self.sys_flag = 0 if sys_flag is 0 else _int32("sys_flag", sys_flag)
         if self.sys_flag & (RS_SYSFLAG_BORNHOST_V6 | RS_SYSFLAG_STOREHOST_V6):
             raise InvalidMessageError("sys_flag", hex(self.sys_flag),
                                       "host bits 0x10/0x20 are set by the store from the addresses")
-        self.reconsume_times = _int32("reconsume_times", reconsume_times)
-        if not isinstance(prepared_transaction_offset, int):
-            raise InvalidMessageTypeError("prepared_transaction_offset", "int",
-                                          type(prepared_transaction_offset).__name__)
-        self.prepared_transaction_offset = prepared_transaction_offset
+        self.reconsume_times = 0 if reconsume_times is 0 else _int32("reconsume_times", reconsume_times)
+        if prepared_transaction_offset is not 0:
+            if not isinstance(prepared_transaction_offset, int):
+                raise InvalidMessageTypeError("prepared_transaction_offset", "int",
+                                              type(prepared_transaction_offset).__name__)
+            self.prepared_transaction_offset = prepared_transaction_offset
         if born_timestamp is not None and not isinstance(born_timestamp, int):
             raise InvalidMessageTypeError("born_timestamp", "int (ms) or None",
                                           type(born_timestamp).__name__)
@@ -533,18 +600,25 @@ cdef class Message:
     @property
     def tags(self):
         """The ``TAGS`` property, or None."""
-        return self._props.get(PROPERTY_TAGS)
+        return self._tags if self._tags is not None else \
+            (self._user.get(PROPERTY_TAGS) if self._user else None)
 
     @property
     def keys(self):
         """The ``KEYS`` property split on spaces (empty list when absent)."""
-        k = self._props.get(PROPERTY_KEYS)
+        k = self._keys if self._keys is not None else \
+            (self._user.get(PROPERTY_KEYS) if self._user else None)
         return [x for x in k.split(" ") if x] if k else []
 
     @property
     def properties(self):
-        """A copy of every property, TAGS and KEYS included."""
-        return dict(self._props)
+        """A copy of every property, TAGS and KEYS included (UNIQ_KEY only when given)."""
+        cdef dict out = dict(self._user) if self._user else {}
+        if self._tags is not None:
+            out[PROPERTY_TAGS] = self._tags
+        if self._keys is not None:
+            out[PROPERTY_KEYS] = self._keys
+        return out
 
     cdef int _fill(self, RecordFields *f, const char **body_buf) except -1:
         """Fill the message's own fields of ``f`` (not offsets, times or store host)."""
@@ -575,13 +649,14 @@ cdef class Message:
         return not self._has_uniq
 
     def __reduce__(self):
-        return (_rebuild_message, (self.topic, self._body, self._props, self.flag, self.sys_flag,
-                                   self.reconsume_times, self.prepared_transaction_offset,
-                                   self.born_timestamp, self.born_host))
+        return (_rebuild_message, (self.topic, self._body, self.properties, self.flag,
+                                   self.sys_flag, self.reconsume_times,
+                                   self.prepared_transaction_offset, self.born_timestamp,
+                                   self.born_host))
 
     def __repr__(self):
         return (f"Message(topic={self.topic!r}, body=<{self._body_len} bytes>, "
-                f"properties={self._props!r}, flag={self.flag})")
+                f"properties={self.properties!r}, flag={self.flag})")
 
 
 cdef bytes LOCAL_BORN_HOST = encode_host("127.0.0.1:0")
@@ -620,6 +695,7 @@ cdef object _decompress(object stored, int sys_flag, int64_t offset):
 
 @cython.final
 @cython.freelist(64)
+@cython.no_gc       # fields cannot reference back to a MessageExt
 cdef class MessageExt:
     """A stored message with every field of its record (FORMAT.md 1.1).
 

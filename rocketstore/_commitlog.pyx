@@ -84,6 +84,7 @@ cdef class _QueueOffsets:
 
 @cython.final
 @cython.freelist(64)
+@cython.no_gc       # status enum, offsets array, host bytes, an exception: no cycles back
 cdef class PutMessageResult:
     """Outcome of a put: ``status`` and, when stored, where.
 
@@ -390,7 +391,7 @@ cdef class CommitLog:
                                               "a batch cannot hold transactional half messages")
                 if m._delayed:
                     raise InvalidMessageError(f"msgs[{i}].properties['DELAY']",
-                                              m._props["DELAY"],
+                                              m._user["DELAY"],
                                               "a batch cannot hold delayed messages")
                 f = &fields[i]
                 m._fill(f, &body)

@@ -99,6 +99,11 @@ class AllocateMappedFileService:
                         self._ready[path] = mf
                 self._cond.notify_all()
 
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no pre-allocation is queued or running; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and self._busy is None, timeout)
+
     def shutdown(self) -> None:
         """Stop the thread (waiting for an allocation in progress) and unmap unused files."""
         with self._cond:

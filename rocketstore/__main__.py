@@ -1,0 +1,5 @@
+import sys
+
+from rocketstore.cli import main
+
+sys.exit(main())

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""rocketstore benchmarks, in the style of leveldb's db_bench.
+
+Each named workload prints msgs/s and MB/s and its ratio against baselines measured in the
+same run on the same data:
+  file_write   a Python loop of f.write(body) on a buffered file (the bare-append floor)
+  mmap_struct  Python mmap + struct.pack_into of a RocketMQ-like header + body slice copy
+
+Messages are built before timing (1,024 distinct Message objects cycled, as db_bench
+builds its values first); a Message caches its encoded properties and body CRC, so
+``put_fresh`` also measures the realistic path of building a Message per put.
+
+Usage: python tools/bench.py [--benchmarks=put,put_batch,...] [--num=N] [--dir=DIR]
+"""
+from __future__ import annotations
+
+import os
+
+# numpy's OpenBLAS threads spin on start-up and steal a core on small machines
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse
+import mmap
+import shutil
+import struct
+import sys
+import tempfile
+import time
+import zlib
+from typing import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from rocketstore import Message, MessageStore, StoreConfig  # noqa: E402
+from rocketstore._codec import body_crc  # noqa: E402
+
+GiB = 1 << 30
+POOL = 1024          # distinct messages cycled through
+BATCH = 256          # messages per put_messages call
+TOPIC = "BenchTopic"
+
+
+class Result:
+    def __init__(self, name: str, count: int, nbytes: int, seconds: float) -> None:
+        self.name, self.count, self.nbytes, self.seconds = name, count, nbytes, seconds
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds
+
+    @property
+    def mbps(self) -> float:
+        return self.nbytes / self.seconds / 1e6
+
+
+def timed(fn: Callable[[], tuple[int, int]]) -> tuple[int, int, float]:
+    t0 = time.perf_counter()
+    count, nbytes = fn()
+    return count, nbytes, time.perf_counter() - t0
+
+
+# -- baselines ------------------------------------------------------------------------------
+
+def baseline_file_write(workdir: str, bodies: list[bytes], num: int) -> Result:
+    path = os.path.join(workdir, "baseline.append")
+    with open(path, "wb") as f:
+        w = f.write
+        mask = POOL - 1
+
+        def run():
+            for i in range(num):
+                w(bodies[i & mask])
+            return num, num * len(bodies[0])
+        count, nbytes, dt = timed(run)
+    os.unlink(path)
+    return Result("file_write", count, nbytes, dt)
+
+
+def baseline_mmap_struct(workdir: str, bodies: list[bytes], num: int, record_size: int) -> Result:
+    """What a pure-Python store would do: pack a header with struct, copy the body in."""
+    path = os.path.join(workdir, "baseline.mmap")
+    size = record_size * num + 4096
+    with open(path, "w+b") as f:
+        f.truncate(size)
+        mm = mmap.mmap(f.fileno(), size)
+        hdr = struct.Struct(">iiiiiqqiq")
+        crcs = [zlib.crc32(b) & 0x7FFFFFFF for b in bodies]
+        mask = POOL - 1
+
+        def run():
+            pos = 0
+            pack = hdr.pack_into
+            blen = len(bodies[0])
+            for i in range(num):
+                j = i & mask
+                pack(mm, pos, record_size, -626843481, crcs[j], 0, 0, i, pos, 0, 0)
+                mm[pos + 52:pos + 52 + blen] = bodies[j]
+                pos += record_size
+            return num, num * blen
+        count, nbytes, dt = timed(run)
+        mm.close()
+    os.unlink(path)
+    return Result("mmap_struct", count, nbytes, dt)
+
+
+# -- rocketstore workloads ---------------------------------------------------------------------
+
+def open_store(workdir: str, warm: bool) -> MessageStore:
+    root = tempfile.mkdtemp(prefix="store-", dir=workdir)
+    cfg = StoreConfig(mapped_file_size_commit_log=GiB, warm_maped_file_enable=warm)
+    store = MessageStore.open(root, cfg)
+    # create (and warm) the first file and let the next one's pre-allocation finish, so
+    # the timed part measures puts, not a one-off 1 GiB allocation
+    store.put_message(Message(TOPIC, b"warm-up"))
+    store.allocator.wait_idle(120)
+    return store
+
+
+def close_store(store: MessageStore) -> None:
+    root = store.root
+    store.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def bench_put(store: MessageStore, msgs: list[Message], num: int) -> tuple[int, int]:
+    put = store.put_message
+    mask = POOL - 1
+    for i in range(num):
+        put(msgs[i & mask])
+    return num, num * len(msgs[0].body)
+
+
+def bench_put_batch(store: MessageStore, msgs: list[Message], num: int) -> tuple[int, int]:
+    put = store.put_messages
+    batches = [msgs[i:i + BATCH] for i in range(0, POOL, BATCH)]
+    nb = len(batches)
+    calls = num // BATCH
+    for i in range(calls):
+        put(batches[i % nb])
+    return calls * BATCH, calls * BATCH * len(msgs[0].body)
+
+
+def bench_put_fresh(store: MessageStore, bodies: list[bytes], num: int) -> tuple[int, int]:
+    put = store.put_message
+    mask = POOL - 1
+    for i in range(num):
+        put(Message(TOPIC, bodies[i & mask], tags="TagA"))
+    return num, num * len(bodies[0])
+
+
+def bench_get_seq(store: MessageStore, offsets: list[int]) -> tuple[int, int]:
+    look = store.look_message_by_offset
+    n = 0
+    for off in offsets:
+        n += len(look(off).body)
+    return len(offsets), n
+
+
+def bench_crc32(bodies: list[bytes], num: int) -> tuple[int, int]:
+    mask = POOL - 1
+    for i in range(num):
+        body_crc(bodies[i & mask])
+    return num, num * len(bodies[0])
+
+
+WORKLOADS = {
+    "put": "one put_message call per message, 100 B bodies",
+    "put_batch": f"put_messages in batches of {BATCH}, 100 B bodies",
+    "put_1k": "one put_message call per message, 1 KiB bodies",
+    "put_batch_1k": f"put_messages in batches of {BATCH}, 1 KiB bodies, warmed files",
+    "put_fresh": "a new Message built per put (tags set), 100 B bodies",
+    "get_seq": "look_message_by_offset over every stored message, in order, 100 B",
+    "crc32": "body CRC (zlib CRC-32) of 1 KiB bodies",
+}
+
+
+def fmt(r: Result, baselines: list[Result]) -> str:
+    ratios = "  ".join(f"{r.rate / b.rate:5.2f}x {b.name}" for b in baselines)
+    return f"{r.name:14s} {r.rate / 1e6:8.2f} M msgs/s {r.mbps:9.1f} MB/s   {ratios}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--benchmarks", default=",".join(WORKLOADS),
+                    help="comma-separated workloads: " + ", ".join(WORKLOADS))
+    ap.add_argument("--num", type=int, default=3_000_000, help="messages per 100 B workload")
+    ap.add_argument("--num_1k", type=int, default=600_000, help="messages per 1 KiB workload")
+    ap.add_argument("--dir", default=None, help="work directory (default: a temp dir in /tmp)")
+    ap.add_argument("--no-warm", action="store_true", help="do not warm mapped files")
+    args = ap.parse_args(argv)
+    names = [n for n in args.benchmarks.split(",") if n]
+    for n in names:
+        if n not in WORKLOADS:
+            ap.error(f"unknown workload {n!r}; known: {', '.join(WORKLOADS)}")
+    workdir = tempfile.mkdtemp(prefix="rocketstore-bench-", dir=args.dir)
+    warm = not args.no_warm
+    print(f"rocketstore bench: {os.cpu_count()} cpus, work dir {workdir}, warm={warm}")
+    for n in names:
+        print(f"  {n:14s} {WORKLOADS[n]}")
+    print()
+    try:
+        for size in (100, 1024):
+            sized = [n for n in names if (n.endswith("_1k") or n == "crc32") == (size == 1024)]
+            if not sized:
+                continue
+            num = args.num if size == 100 else args.num_1k
+            bodies = [os.urandom(size) for _ in range(POOL)]
+            msgs = [Message(TOPIC, b) for b in bodies]
+            record = 91 + size + len(TOPIC) + 42
+            baselines = [baseline_file_write(workdir, bodies, num),
+                         baseline_mmap_struct(workdir, bodies, num, record)]
+            print(f"-- {size} B bodies, {num:,} messages")
+            for b in baselines:
+                print(f"{b.name:14s} {b.rate / 1e6:8.2f} M msgs/s {b.mbps:9.1f} MB/s   (baseline)")
+            for name in sized:
+                if name == "crc32":
+                    r = Result(name, *timed(lambda: bench_crc32(bodies, num)))
+                    print(fmt(r, baselines))
+                    continue
+                store = open_store(workdir, warm)
+                try:
+                    if name in ("put", "put_1k"):
+                        r = Result(name, *timed(lambda: bench_put(store, msgs, num)))
+                    elif name in ("put_batch", "put_batch_1k"):
+                        r = Result(name, *timed(lambda: bench_put_batch(store, msgs, num)))
+                    elif name == "put_fresh":
+                        r = Result(name, *timed(lambda: bench_put_fresh(store, bodies, num)))
+                    elif name == "get_seq":
+                        res = store.put_messages(msgs[:BATCH])
+                        offsets = []
+                        for _ in range(num // BATCH):
+                            res = store.put_messages(msgs[:BATCH])
+                            offsets.extend(res.commitlog_offsets)
+                        r = Result(name, *timed(lambda: bench_get_seq(store, offsets)))
+                    else:
+                        raise AssertionError(name)
+                    print(fmt(r, baselines))
+                finally:
+                    close_store(store)
+            print()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
