@@ -115,7 +115,6 @@ cdef class MessageExt:
     cdef readonly str topic
     cdef readonly object body           # decompressed (when stored compressed) body
     cdef readonly object stored_body    # zero-copy view of the body as stored
-    cdef readonly dict properties
     cdef readonly int flag
     cdef readonly int queue_id
     cdef readonly int64_t queue_offset
@@ -124,13 +123,17 @@ cdef class MessageExt:
     cdef readonly int body_crc
     cdef readonly int sys_flag
     cdef readonly int64_t born_timestamp
-    cdef readonly str born_host
     cdef readonly int64_t store_timestamp
-    cdef readonly str store_host
     cdef readonly int reconsume_times
     cdef readonly int64_t prepared_transaction_offset
     cdef readonly int magic
-    cdef bytes _store_host_b
+    # decoded on first access: most readers never look at hosts, many not at properties
+    cdef bytes _props_raw
+    cdef dict _props                    # parsed _props_raw, or None until asked for
+    cdef char _born_host_raw[20]
+    cdef int _born_host_len
+    cdef char _store_host_raw[20]
+    cdef int _store_host_len
     cdef bint _props_trailing           # properties ended with \x02 (5.2+) or not (4.9.x)
 
     @staticmethod

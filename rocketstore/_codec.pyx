@@ -12,7 +12,7 @@ from any thread.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
-from cpython.unicode cimport PyUnicode_AsUTF8String
+from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t, uint8_t, uint16_t
 from libc.string cimport memcpy, memcmp, memchr
 
@@ -249,17 +249,20 @@ cpdef str format_msg_id(bytes host_bytes, int64_t phy_offset):
     return (host_bytes + buf[:8]).hex().upper()
 
 
-def decode_msg_id(str msg_id):
+_HEX_DIGITS = "0123456789abcdefABCDEF"
+
+
+def decode_msg_id(msg_id):
     """Inverse of the offset message id: (store host 'ip:port', commit-log offset)."""
     if not isinstance(msg_id, str):
         raise InvalidMessageIdError(msg_id, "expected a str")
     n = len(msg_id)
     if n != 2 * RS_MSGID_V4_BYTES and n != 2 * RS_MSGID_V6_BYTES:
         raise InvalidMessageIdError(msg_id, f"expected 32 (IPv4) or 56 (IPv6) hex characters, got {n}")
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError:
+    # bytes.fromhex skips whitespace: check every character, so the length is the byte count
+    if not msg_id.isascii() or msg_id.strip(_HEX_DIGITS):
         raise InvalidMessageIdError(msg_id, "not hexadecimal")
+    raw = bytes.fromhex(msg_id)
     hl = len(raw) - 8
     cdef bytes hb = raw[:hl]
     return decode_host(hb, hl), int.from_bytes(raw[hl:], "big", signed=True)
@@ -707,8 +710,8 @@ cdef class MessageExt:
     @staticmethod
     cdef MessageExt from_info(const RecordInfo *info, object owner, Py_ssize_t pos, bint raw):
         cdef MessageExt m = MessageExt.__new__(MessageExt)
-        m.topic = info.topic[:info.topic_len].decode("utf-8", "replace")
-        m.properties = parse_properties(info.props[:info.props_len])
+        m.topic = PyUnicode_DecodeUTF8(info.topic, info.topic_len, "replace")
+        m._props_raw = PyBytes_FromStringAndSize(info.props, info.props_len)
         m.flag = info.flag
         m.queue_id = info.queue_id
         m.queue_offset = info.queue_offset
@@ -717,10 +720,11 @@ cdef class MessageExt:
         m.body_crc = info.body_crc
         m.sys_flag = info.sys_flag
         m.born_timestamp = info.born_ts
-        m.born_host = decode_host(info.born_host, info.born_host_len)
+        memcpy(m._born_host_raw, info.born_host, <size_t>info.born_host_len)
+        m._born_host_len = info.born_host_len
         m.store_timestamp = info.store_ts
-        m._store_host_b = info.store_host[:info.store_host_len]
-        m.store_host = decode_host(info.store_host, info.store_host_len)
+        memcpy(m._store_host_raw, info.store_host, <size_t>info.store_host_len)
+        m._store_host_len = info.store_host_len
         m.reconsume_times = info.reconsume_times
         m.prepared_transaction_offset = info.prepared_tx_offset
         m.magic = <int32_t>info.magic
@@ -733,6 +737,21 @@ cdef class MessageExt:
         else:
             m.body = m.stored_body
         return m
+
+    @property
+    def properties(self):
+        """Every property of the record (parsed on first access; FORMAT.md 1.4)."""
+        if self._props is None:
+            self._props = parse_properties(self._props_raw)
+        return self._props
+
+    @property
+    def born_host(self):
+        return decode_host(self._born_host_raw, self._born_host_len)
+
+    @property
+    def store_host(self):
+        return decode_host(self._store_host_raw, self._store_host_len)
 
     @property
     def tags(self):
@@ -750,7 +769,7 @@ cdef class MessageExt:
     @property
     def msg_id(self):
         """Offset message id: store host + commit-log offset as uppercase hex (FORMAT.md 7)."""
-        return format_msg_id(self._store_host_b, self.commitlog_offset)
+        return format_msg_id(self._store_host_raw[:self._store_host_len], self.commitlog_offset)
 
     @property
     def transaction_type(self):
@@ -760,7 +779,8 @@ cdef class MessageExt:
         """The same message with bodies copied out of the mapping."""
         cdef MessageExt m = MessageExt.__new__(MessageExt)
         m.topic = self.topic
-        m.properties = dict(self.properties)
+        m._props_raw = self._props_raw
+        m._props = None if self._props is None else dict(self._props)
         m.flag = self.flag
         m.queue_id = self.queue_id
         m.queue_offset = self.queue_offset
@@ -769,10 +789,11 @@ cdef class MessageExt:
         m.body_crc = self.body_crc
         m.sys_flag = self.sys_flag
         m.born_timestamp = self.born_timestamp
-        m.born_host = self.born_host
+        m._born_host_raw = self._born_host_raw
+        m._born_host_len = self._born_host_len
         m.store_timestamp = self.store_timestamp
-        m._store_host_b = self._store_host_b
-        m.store_host = self.store_host
+        m._store_host_raw = self._store_host_raw
+        m._store_host_len = self._store_host_len
         m.reconsume_times = self.reconsume_times
         m.prepared_transaction_offset = self.prepared_transaction_offset
         m.magic = self.magic
@@ -793,7 +814,11 @@ cdef class MessageExt:
         return (_rebuild_ext, (self.encode(),))
 
     def encode(self):
-        """This record's bytes, re-encoded field by field."""
+        """This record's bytes, re-encoded field by field from the decoded values.
+
+        Properties are re-serialised from the parsed dict, keeping the trailing-separator
+        convention of the writer (4.9.x drops the last \\x02; 5.2+ and rocketstore keep it).
+        """
         cdef bytes props = _encode_properties(self.properties)
         if not self._props_trailing and props:
             props = props[:len(props) - 1]

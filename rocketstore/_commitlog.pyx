@@ -46,25 +46,35 @@ cdef object PUT_OK = PutMessageStatus.PUT_OK
 cdef object CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
 
 cdef enum:
-    MAX_QUEUE_ID = 0x7FFFFFFF
+    DENSE_QUEUES = 4096     # queue ids held in a C array per topic; larger ones in a dict
 
 
 # -- queue offsets ---------------------------------------------------------------------------
 
 @cython.final
 cdef class _QueueOffsets:
-    """Next queue offset of every queue of one topic (RocketMQ's topicQueueTable row)."""
+    """Next queue offset of every queue of one topic (RocketMQ's topicQueueTable row).
+
+    Queue ids below DENSE_QUEUES live in a C array (the put path reads it without a dict
+    lookup); larger ids, which a topic rarely has, in a dict, so memory never grows with the
+    size of an id. Negative ids are never stored.
+    """
     cdef int64_t *offs
     cdef Py_ssize_t n
+    cdef dict sparse                    # queue id -> next offset, for ids >= DENSE_QUEUES
 
     def __dealloc__(self):
         free(self.offs)
 
     cdef inline int64_t get(self, Py_ssize_t qid) noexcept:
-        return self.offs[qid] if qid < self.n else 0
+        if 0 <= qid < self.n:
+            return self.offs[qid]
+        if qid < DENSE_QUEUES or self.sparse is None:
+            return 0
+        return self.sparse.get(qid, 0)
 
     cdef int grow(self, Py_ssize_t qid) except -1:
-        cdef Py_ssize_t n = max(qid + 1, self.n * 2, 8)
+        cdef Py_ssize_t n = min(max(qid + 1, self.n * 2, 8), DENSE_QUEUES)
         cdef int64_t *p = <int64_t *>realloc(self.offs, n * sizeof(int64_t))
         if p == NULL:
             raise MemoryError()
@@ -74,10 +84,28 @@ cdef class _QueueOffsets:
         return 0
 
     cdef inline int set(self, Py_ssize_t qid, int64_t v) except -1:
-        if qid >= self.n:
+        if qid < 0:
+            raise ValueError(f"queue id {qid} is negative")
+        if qid < self.n:
+            self.offs[qid] = v
+        elif qid < DENSE_QUEUES:
             self.grow(qid)
-        self.offs[qid] = v
+            self.offs[qid] = v
+        else:
+            if self.sparse is None:
+                self.sparse = {}
+            self.sparse[qid] = v
         return 0
+
+    cdef dict items(self):
+        cdef dict out = {}
+        cdef Py_ssize_t i
+        for i in range(self.n):
+            if self.offs[i]:
+                out[i] = self.offs[i]
+        if self.sparse:
+            out.update({k: v for k, v in self.sparse.items() if v})
+        return out
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -135,6 +163,16 @@ cdef PutMessageResult _failed(object status, object error, int queue_id):
     r.queue_offset = -1
     r.commitlog_offset = -1
     return r
+
+
+cdef int32_t _queue_id(object queue_id) except -1:
+    if type(queue_id) is not int:
+        if not isinstance(queue_id, int) or isinstance(queue_id, bool):
+            raise InvalidMessageTypeError("queue_id", "int", type(queue_id).__name__)
+    if not 0 <= queue_id <= 0x7FFFFFFF:
+        raise InvalidMessageError("queue_id", queue_id, "outside [0, 2147483647]",
+                                  limit=0x7FFFFFFF)
+    return <int32_t>queue_id
 
 
 # -- the log ---------------------------------------------------------------------------------
@@ -210,12 +248,15 @@ cdef class CommitLog:
         self._last_queues = <_QueueOffsets>q
         return <_QueueOffsets>q
 
-    def get_queue_offset(self, str topic, int queue_id):
+    def get_queue_offset(self, str topic, int64_t queue_id):
         """Next queue offset the topic-queue will assign (0 for an unknown queue)."""
         q = self.queue_table.get(topic)
         return (<_QueueOffsets>q).get(queue_id) if q is not None else 0
 
-    def set_queue_offset(self, str topic, int queue_id, int64_t offset):
+    def set_queue_offset(self, str topic, int64_t queue_id, int64_t offset):
+        if not 0 <= queue_id <= 0x7FFFFFFF:
+            raise InvalidMessageError("queue_id", queue_id, "outside [0, 2147483647]",
+                                      limit=0x7FFFFFFF)
         self._queues(topic).set(queue_id, offset)
 
     def queue_offsets(self):
@@ -223,9 +264,8 @@ cdef class CommitLog:
         cdef _QueueOffsets q
         out = {}
         for topic, q in self.queue_table.items():
-            for i in range(q.n):
-                if q.offs[i]:
-                    out[(topic, i)] = q.offs[i]
+            for qid, off in q.items().items():
+                out[(topic, qid)] = off
         return out
 
     # -- writing -----------------------------------------------------------------------------
@@ -285,7 +325,7 @@ cdef class CommitLog:
         if f.store_host_len == RS_HOST_V6_LEN:
             f.sys_flag |= RS_SYSFLAG_STOREHOST_V6
 
-    cpdef PutMessageResult put_message(self, Message msg, int queue_id=0):
+    cpdef PutMessageResult put_message(self, object message, object queue_id=0):
         """Append one message to ``queue_id`` of its topic; see the module doc."""
         cdef RecordFields f
         cdef const char *body = NULL
@@ -296,13 +336,13 @@ cdef class CommitLog:
         cdef Py_ssize_t total, pos
         cdef int tx
         self._check_open()
-        if msg is None:
-            raise InvalidMessageTypeError("msg", "Message", "None")
-        if queue_id < 0:
-            raise InvalidMessageError("queue_id", queue_id, "must be >= 0", limit=0)
+        if type(message) is not Message:
+            raise InvalidMessageTypeError("msg", "Message", type(message).__name__)
+        cdef Message msg = <Message>message
+        cdef int32_t qid = _queue_id(queue_id)
         msg._fill(&f, &body)
         self._fill_store(&f)
-        f.queue_id = queue_id
+        f.queue_id = qid
         f.uniq = uniq if not msg._has_uniq else NULL
         total = record_size(&f)
         self._check_size(msg, total)
@@ -313,7 +353,7 @@ cdef class CommitLog:
                 mf = self._file_for(total)
             except OSError as e:
                 log.error("commit log: cannot create the next file: %s", e)
-                return _failed(CREATE_MAPPED_FILE_FAILED, e, queue_id)
+                return _failed(CREATE_MAPPED_FILE_FAILED, e, qid)
             ts = now_ms()
             f.store_ts = ts
             f.born_ts = ts if msg.born_timestamp is None else <int64_t>msg.born_timestamp
@@ -321,8 +361,8 @@ cdef class CommitLog:
             if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
                 qoff = 0        # half/rollback messages take no queue offset
             else:
-                qoff = qs.get(queue_id)
-                qs.set(queue_id, qoff + 1)
+                qoff = qs.get(qid)
+                qs.set(qid, qoff + 1)
             f.queue_offset = qoff
             pos = mf.wrote_pos
             f.phy_offset = mf.file_from_offset + pos
@@ -336,7 +376,7 @@ cdef class CommitLog:
             self._unlock()
         cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
         r.status = PUT_OK
-        r.queue_id = queue_id
+        r.queue_id = qid
         r.queue_offset = qoff
         r.commitlog_offset = f.phy_offset
         r.wrote_bytes = total
@@ -347,11 +387,14 @@ cdef class CommitLog:
             self.on_append()
         return r
 
-    cpdef PutMessageResult put_messages(self, list msgs, int queue_id=0):
+    cpdef PutMessageResult put_messages(self, object msgs, object queue_id=0):
         """Append a batch of one topic to one queue: consecutive queue offsets, one store
         timestamp, all in one file (the whole batch moves to the next file if needed)."""
+        if not isinstance(msgs, (list, tuple)):
+            raise InvalidMessageTypeError("msgs", "list of Message", type(msgs).__name__)
         cdef tuple batch = tuple(msgs)      # the pointers below borrow from these objects
         cdef Py_ssize_t n = len(batch), i, total = 0, pos
+        cdef int32_t qid
         cdef const char *body = NULL
         cdef char uniq[UNIQ_HEX_LEN]
         cdef Message m
@@ -361,8 +404,7 @@ cdef class CommitLog:
         cdef int tx
         cdef RecordFields *f
         self._check_open()
-        if queue_id < 0:
-            raise InvalidMessageError("queue_id", queue_id, "must be >= 0", limit=0)
+        qid = _queue_id(queue_id)
         if n == 0:
             raise InvalidMessageError("msgs", msgs, "a batch needs at least one message")
         if not isinstance(batch[0], Message):
@@ -396,7 +438,7 @@ cdef class CommitLog:
                 f = &fields[i]
                 m._fill(f, &body)
                 self._fill_store(f)
-                f.queue_id = queue_id
+                f.queue_id = qid
                 need_uniq[i] = not m._has_uniq
                 f.uniq = uniq if need_uniq[i] else NULL
                 born_now[i] = m.born_timestamp is None
@@ -419,10 +461,10 @@ cdef class CommitLog:
                     mf = self._file_for(total)
                 except OSError as e:
                     log.error("commit log: cannot create the next file: %s", e)
-                    return _failed(CREATE_MAPPED_FILE_FAILED, e, queue_id)
+                    return _failed(CREATE_MAPPED_FILE_FAILED, e, qid)
                 ts = now_ms()
                 qs = self._queues(topic)
-                qoff = qs.get(queue_id)
+                qoff = qs.get(qid)
                 pos = mf.wrote_pos
                 start_phy = mf.file_from_offset + pos
                 for i in range(n):
@@ -437,7 +479,7 @@ cdef class CommitLog:
                     write_record(mf.base + pos, f, sizes[i])
                     offs[i] = f.phy_offset
                     pos += sizes[i]
-                qs.set(queue_id, qoff + n)
+                qs.set(qid, qoff + n)
                 mf.wrote_pos = pos
                 mf.committed_pos = pos
                 mf.store_timestamp = ts
@@ -450,7 +492,7 @@ cdef class CommitLog:
             PyMem_Free(born_now)
         cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
         r.status = PUT_OK
-        r.queue_id = queue_id
+        r.queue_id = qid
         r.queue_offset = qoff
         r.commitlog_offset = start_phy
         r.wrote_bytes = total
@@ -560,9 +602,10 @@ cdef class CommitLog:
                     if topic is None:
                         topic = tb.decode("utf-8", "replace")
                         topics[tb] = topic
-                    qs = self._queues(topic)
-                    if info.queue_offset + 1 > qs.get(info.queue_id) and info.queue_id >= 0:
-                        qs.set(info.queue_id, info.queue_offset + 1)
+                    if info.queue_id >= 0:      # QUEUEID has no CRC: never trust it blindly
+                        qs = self._queues(topic)
+                        if info.queue_offset + 1 > qs.get(info.queue_id):
+                            qs.set(info.queue_id, info.queue_offset + 1)
             pos += rc
         return pos, count, False
 

@@ -102,6 +102,10 @@ class MessageStore:
                                     max_message_size=config.max_message_size)
         self._recover()
         self._create_abort()
+        # the hot calls go straight to the compiled commit log (no Python frame per put);
+        # it checks types and the closed state itself
+        self.put_message = self.commit_log.put_message  # type: ignore[method-assign]
+        self.put_messages = self.commit_log.put_messages  # type: ignore[method-assign]
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -210,10 +214,6 @@ class MessageStore:
 
     def put_messages(self, msgs: Sequence[Message], queue_id: int = 0) -> PutMessageResult:
         """Append a batch of one topic to one queue with consecutive queue offsets."""
-        if not isinstance(msgs, list):
-            if not isinstance(msgs, (tuple, Sequence)):
-                raise InvalidMessageTypeError("msgs", "list of Message", type(msgs).__name__)
-            msgs = list(msgs)
         return self.commit_log.put_messages(msgs, queue_id)
 
     # -- lookups -------------------------------------------------------------------------------
@@ -245,13 +245,17 @@ class MessageStore:
         return self.commit_log.iter_messages(from_offset)
 
     def get_min_phy_offset(self) -> int:
+        """Commit-log offset of the oldest byte still stored."""
+        self._check_open()
         return max(0, self.commit_log.get_min_offset())
 
     def get_max_phy_offset(self) -> int:
+        """Commit-log offset one past the last stored record."""
+        self._check_open()
         return self.commit_log.get_max_offset()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"max_phy_offset={self.get_max_phy_offset()}"
+        state = "closed" if self._closed else f"max_phy_offset={self.commit_log.get_max_offset()}"
         return f"MessageStore({self.root!r}, {state})"
 
 
