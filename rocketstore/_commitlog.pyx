@@ -325,7 +325,7 @@ cdef class CommitLog:
         if f.store_host_len == RS_HOST_V6_LEN:
             f.sys_flag |= RS_SYSFLAG_STOREHOST_V6
 
-    cpdef PutMessageResult put_message(self, object message, object queue_id=0):
+    cpdef PutMessageResult put_message(self, object msg, object queue_id=0):
         """Append one message to ``queue_id`` of its topic; see the module doc."""
         cdef RecordFields f
         cdef const char *body = NULL
@@ -336,16 +336,16 @@ cdef class CommitLog:
         cdef Py_ssize_t total, pos
         cdef int tx
         self._check_open()
-        if type(message) is not Message:
-            raise InvalidMessageTypeError("msg", "Message", type(message).__name__)
-        cdef Message msg = <Message>message
+        if type(msg) is not Message:
+            raise InvalidMessageTypeError("msg", "Message", type(msg).__name__)
+        cdef Message m = <Message>msg
         cdef int32_t qid = _queue_id(queue_id)
-        msg._fill(&f, &body)
+        m._fill(&f, &body)
         self._fill_store(&f)
         f.queue_id = qid
-        f.uniq = uniq if not msg._has_uniq else NULL
+        f.uniq = uniq if not m._has_uniq else NULL
         total = record_size(&f)
-        self._check_size(msg, total)
+        self._check_size(m, total)
         tx = f.sys_flag & RS_SYSFLAG_TX_MASK
         self._lock()
         try:
@@ -356,8 +356,8 @@ cdef class CommitLog:
                 return _failed(CREATE_MAPPED_FILE_FAILED, e, qid)
             ts = now_ms()
             f.store_ts = ts
-            f.born_ts = ts if msg.born_timestamp is None else <int64_t>msg.born_timestamp
-            qs = self._queues(msg.topic)
+            f.born_ts = ts if m.born_timestamp is None else <int64_t>m.born_timestamp
+            qs = self._queues(m.topic)
             if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
                 qoff = 0        # half/rollback messages take no queue offset
             else:

@@ -589,6 +589,12 @@ def test_decode_msg_id_rejects_whitespace_padded_ids(bad):
         codec.decode_msg_id(bad)
 
 
+@pytest.mark.parametrize("bad", [None, 123, b"7F00000100002A9F0000000000000000"])
+def test_decode_msg_id_of_a_non_str_is_invalid_message_id(bad):
+    with pytest.raises((InvalidMessageIdError, TypeError)):
+        codec.decode_msg_id(bad)
+
+
 def test_invalid_message_id_error_is_value_error_subclass():
     assert issubclass(InvalidMessageIdError, ValueError)
 

@@ -650,7 +650,9 @@ def test_put_result_status_fields(cl):
 
 def run_child(code, tmp_path):
     script = textwrap.dedent("""
-        import os, struct, sys
+        import os, resource, struct, sys
+        # a regression that sizes a table by the queue id must fail here, not swap the host
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
         from rocketstore._codec import Message
         from rocketstore._commitlog import CommitLog
         from rocketstore.mapped_file_queue import MappedFileQueue
@@ -712,3 +714,44 @@ def test_set_queue_offset_of_a_negative_queue_id_is_refused(tmp_path):
     """, tmp_path)
     assert p.returncode == 0 and "OK" in p.stdout, \
         f"child exited {p.returncode}: {p.stderr[-2000:]}"
+
+
+def test_largest_queue_id_is_accepted_and_one_more_is_rejected(tmp_path):
+    """QUEUEID is a Java int: 2**31-1 is valid and must not size any table by its value."""
+    p = run_child("""
+        from rocketstore.errors import InvalidMessageError
+        q = MappedFileQueue(os.path.join(d, "cl"), 4096)
+        log = CommitLog(q)
+        top = 2**31 - 1
+        assert log.put_message(Message("X", b"a"), top).queue_offset == 0
+        assert log.put_message(Message("X", b"b"), top).queue_offset == 1
+        assert log.put_messages([Message("X", b"c")] * 2, top).queue_offset == 2
+        assert log.get_queue_offset("X", top) == 4
+        assert log.queue_offsets() == {("X", top): 4}
+        before = log.get_max_offset()
+        for bad in (2**31, -1, -2**31):
+            try:
+                log.put_message(Message("X", b"z"), bad)
+            except InvalidMessageError as e:
+                assert "queue_id" in str(e), e
+            else:
+                raise AssertionError(f"queue id {bad} accepted")
+        assert log.get_max_offset() == before
+        # recovery sees the same offsets
+        q.close()
+        q2 = MappedFileQueue(os.path.join(d, "cl"), 4096)
+        q2.load()
+        log2 = CommitLog(q2)
+        assert log2.scan_file(q2.files[0], True)[1] == 4
+        assert log2.queue_offsets() == {("X", top): 4}
+        print("OK")
+    """, tmp_path)
+    assert p.returncode == 0 and "OK" in p.stdout, \
+        f"child exited {p.returncode}: {p.stderr[-2000:]}"
+
+
+def test_queue_id_of_the_wrong_type_is_a_type_error(cl):
+    for bad in ("1", 1.0, None, True):
+        with pytest.raises(InvalidMessageTypeError):
+            cl.log.put_message(Message("T", b"x"), bad)
+    assert cl.log.get_max_offset() == 0

@@ -7,6 +7,7 @@ import ctypes
 import errno
 import gc
 import os
+import struct
 import subprocess
 import sys
 
@@ -439,19 +440,26 @@ def test_creating_a_file_just_over_free_space_is_enospc(small_fs, page_size):
 @pytest.mark.parametrize("use_allocator", [False, True], ids=["inline", "allocator"])
 def test_put_needing_a_new_file_on_a_full_disk_is_create_mapped_file_failed(small_fs,
                                                                             use_allocator):
-    file_size = 640 * 1024           # one fits in 1 MiB, a second does not
+    file_size = 400 * 1024
+    # a 300 KiB filler + the first 400 KiB file leave 324 KiB: the second file cannot be made
+    filler = os.path.join(small_fs, "filler")
+    fd = os.open(filler, os.O_CREAT | os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, 300 * 1024)
+    finally:
+        os.close(fd)
     allocator = AllocateMappedFileService() if use_allocator else None
     queue = MappedFileQueue(os.path.join(small_fs, "commitlog"), file_size, allocator=allocator)
     log = CommitLog(queue, max_message_size=file_size)
     try:
-        body1 = bytes(range(256)) * 1500                    # 384000 bytes
+        body1 = bytes(range(256)) * 1000                    # 256000 bytes
         r1 = log.put_message(Message("TopicA", body1))
         assert r1.status is PutMessageStatus.PUT_OK
         r2 = log.put_message(Message("TopicA", b"small"))
         assert r2.ok
+        assert free_bytes(small_fs) < file_size
         max_before = log.get_max_offset()
         wrote_before = queue.last_file().wrote_pos
-        tail_before = queue.last_file().read_bytes(wrote_before, 8)
         files_before = sorted(os.listdir(queue.store_path))
 
         big = Message("TopicA", b"\x7f" * (file_size - wrote_before))   # needs a roll
@@ -464,7 +472,7 @@ def test_put_needing_a_new_file_on_a_full_disk_is_create_mapped_file_failed(smal
         assert log.get_max_offset() == max_before
         assert len(queue.files) == 1
         assert queue.last_file().wrote_pos == wrote_before
-        assert queue.last_file().read_bytes(wrote_before, 8) == tail_before == bytes(8)
+        assert queue.last_file().read_bytes(wrote_before, 8) == bytes(8)
         assert sorted(os.listdir(queue.store_path)) == files_before
         assert log.get_queue_offset("TopicA", 0) == 2
 
@@ -473,6 +481,7 @@ def test_put_needing_a_new_file_on_a_full_disk_is_create_mapped_file_failed(smal
         assert bytes(m1.body) == body1 and m1.queue_offset == 0
         m2 = log.get_message(r2.commitlog_offset)
         assert bytes(m2.body) == b"small" and m2.queue_offset == 1
+        del m1, m2
         recs = [rec for _, _, _, rec in rr.iter_commitlog(queue.store_path)]
         assert [r["kind"] for r in recs] == ["msg", "msg", "end"]
         assert recs[0]["body"] == body1 and recs[1]["body"] == b"small"
@@ -480,6 +489,16 @@ def test_put_needing_a_new_file_on_a_full_disk_is_create_mapped_file_failed(smal
         # a small message still fits in the current file
         r4 = log.put_message(Message("TopicA", b"fits"))
         assert r4.ok and r4.commitlog_offset == max_before and r4.queue_offset == 2
+
+        # space comes back: the same put now rolls, with a blank closing the first file
+        os.unlink(filler)
+        end0 = queue.last_file().wrote_pos
+        r5 = log.put_message(big)
+        assert r5.ok and r5.commitlog_offset == file_size and r5.queue_offset == 3
+        assert queue.files[0].read_bytes(end0, 8) == struct.pack(">iI", file_size - end0,
+                                                                 rr.BLANK_MAGIC)
+        assert [r["kind"] for _, _, _, r in rr.iter_commitlog(queue.store_path)] == \
+            ["msg", "msg", "msg", "blank", "msg", "end"]
     finally:
         log.close()
         if allocator is not None:
