@@ -32,7 +32,7 @@ import time
 import zlib
 
 from rocketstore.errors import (
-    InvalidMessageError, InvalidMessageTypeError, InvalidMessageIdError,
+    CorruptionError, InvalidMessageError, InvalidMessageTypeError, InvalidMessageIdError,
 )
 
 cdef enum:
@@ -154,6 +154,10 @@ cdef Py_ssize_t parse_record(const char *p, Py_ssize_t avail, bint check_crc,
     info.total_size = total
     info.magic = get_u32(p + 4)                     # MAGICCODE
     if info.magic == RS_BLANK_MAGIC:
+        # a blank fills the rest of its file: it can be neither shorter than itself nor longer
+        # than what is left
+        if total < 8 or total > avail:
+            return -1
         return 0
     if info.magic != RS_MAGIC_V1 and info.magic != RS_MAGIC_V2:
         return -1
@@ -693,7 +697,12 @@ cdef object _decompress(object stored, int sys_flag, int64_t offset):
                 f"message at commit-log offset {offset} is ZSTD-compressed (sysflag {sys_flag:#x}): "
                 "install zstandard to read it, or read it with raw=True") from e
         return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(stored))
-    return zlib.decompress(stored)      # 0x300 ZLIB, or legacy 0 = zlib
+    try:
+        return zlib.decompress(stored)  # 0x300 ZLIB, or legacy 0 = zlib
+    except zlib.error as e:
+        raise CorruptionError("commitlog", offset,
+                              f"body flagged zlib-compressed (sysflag {sys_flag:#x}) does not "
+                              f"decompress: {e}") from e
 
 
 @cython.final

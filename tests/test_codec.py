@@ -349,9 +349,15 @@ def sample_records():
 
 def test_blank_record_is_reported_with_its_size():
     blank = struct.pack(">iI", 4000, rr.BLANK_MAGIC)
-    assert codec.check_record(blank) == ("blank", 4000)
+    assert codec.check_record(blank + bytes(3992)) == ("blank", 4000)
     assert codec.check_record(struct.pack(">iI", 8, rr.BLANK_MAGIC)) == ("blank", 8)
     assert codec.decode(blank + bytes(3992)) is None
+
+
+def test_blank_record_longer_than_the_rest_of_the_buffer_is_invalid():
+    # a blank fills the rest of its file exactly; one claiming more is not a blank
+    assert codec.check_record(struct.pack(">iI", 4000, rr.BLANK_MAGIC)) == ("invalid", -1)
+    assert codec.check_record(struct.pack(">iI", 7, rr.BLANK_MAGIC) + bytes(8)) == ("invalid", -1)
 
 
 def test_zero_bytes_are_not_a_record():
