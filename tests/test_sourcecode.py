@@ -53,12 +53,13 @@ def test_c_layer_makes_no_python_calls():
 
 
 def test_import_without_a_build_says_how_to_build(tmp_path):
-    # a copy of the package without its compiled modules, as a fresh checkout is
+    # a copy of the package without its compiled modules, as a fresh checkout is; -S keeps
+    # an editable install of the real package (a site-packages finder) out of the way
     pkg = tmp_path / "rocketstore"
     pkg.mkdir()
     for f in PKG.glob("*.py"):
         (pkg / f.name).write_text(f.read_text())
-    proc = subprocess.run([sys.executable, "-c", "import rocketstore"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-S", "-c", "import rocketstore"], cwd=tmp_path,
                           capture_output=True, text=True)
     assert proc.returncode != 0
     assert "pip install -e ." in proc.stderr
