@@ -26,7 +26,8 @@ if SANITIZE:
     LDFLAGS += ["-fsanitize=address,undefined"]
 
 C_SOURCES = ["csrc/rs_io.c", "csrc/rs_hash.c"]
-MODULES = ["_mapped", "_codec", "_commitlog"]
+MODULES = [m for m in ("_mapped", "_codec", "_commitlog", "_scan", "_consumequeue", "_dispatch")
+           if os.path.exists(f"rocketstore/{m}.pyx")]
 
 
 def ext(name):
