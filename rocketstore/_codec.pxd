@@ -1,5 +1,6 @@
 cimport cython
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t, uint8_t
+from rocketstore._mapped cimport MappedFile
 
 
 # Every field of one commit-log record, as C values and borrowed pointers (FORMAT.md 1.1).
@@ -109,12 +110,9 @@ cdef class Message:
 
 
 @cython.final
-@cython.freelist(64)
+@cython.freelist(256)
 @cython.no_gc
 cdef class MessageExt:
-    cdef readonly str topic
-    cdef readonly object body           # decompressed (when stored compressed) body
-    cdef readonly object stored_body    # zero-copy view of the body as stored
     cdef readonly int flag
     cdef readonly int queue_id
     cdef readonly int64_t queue_offset
@@ -127,17 +125,25 @@ cdef class MessageExt:
     cdef readonly int reconsume_times
     cdef readonly int64_t prepared_transaction_offset
     cdef readonly int magic
-    # decoded on first access: most readers never look at hosts, many not at properties
-    cdef bytes _props_raw
-    cdef dict _props                    # parsed _props_raw, or None until asked for
-    cdef char _born_host_raw[20]
-    cdef int _born_host_len
-    cdef char _store_host_raw[20]
-    cdef int _store_host_len
-    cdef bint _props_trailing           # properties ended with \x02 (5.2+) or not (4.9.x)
+    # where the record lives: a pinned MappedFile, or a bytes / memoryview kept alive here
+    cdef MappedFile _mf
+    cdef object _owner
+    cdef const void *_owner_ptr         # start of _owner's buffer (memoryview owners)
+    cdef const char *_rec               # first byte of the record
+    cdef bint _raw                      # body as stored, even when compressed
+    cdef bint _copied
+    # field positions within the record, decoded on first access
+    cdef int32_t _born_host_off, _born_host_len, _store_host_off, _store_host_len
+    cdef int32_t _body_off, _body_len, _topic_off, _topic_len, _props_off, _props_len
+    cdef str _topic
+    cdef dict _props
+    cdef object _body
+    cdef object _stored_body
 
     @staticmethod
-    cdef MessageExt from_info(const RecordInfo *info, object owner, Py_ssize_t pos, bint raw)
+    cdef MessageExt new(const RecordInfo *info, object owner, MappedFile mf, const char *rec,
+                        bint raw, str topic)
+    cdef object _slice(self, int32_t off, int32_t n)
 
 
 cpdef str format_msg_id(bytes host_bytes, int64_t phy_offset)

@@ -16,6 +16,7 @@ from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t, uint8_t, uint16_t
 from libc.string cimport memcpy, memcmp, memchr
 
+from rocketstore._mapped cimport MappedFile
 from rocketstore._csrc cimport (
     rs_java_hash, rs_body_crc, rs_crc32,
     RS_MAGIC_V1, RS_MAGIC_V2, RS_BLANK_MAGIC, RS_RECORD_FIXED_V1, RS_BORNHOST_POS,
@@ -706,61 +707,114 @@ cdef object _decompress(object stored, int sys_flag, int64_t offset):
 
 
 @cython.final
-@cython.freelist(64)
-@cython.no_gc       # fields cannot reference back to a MessageExt
+@cython.freelist(256)
+@cython.no_gc       # owner is a MappedFile, bytes or memoryview: none refers back to a MessageExt
 cdef class MessageExt:
     """A stored message with every field of its record (FORMAT.md 1.1).
 
-    ``body`` is a zero-copy ``memoryview`` of the mapped file (decompressed ``bytes`` when the
-    record is stored compressed and was read without ``raw``); it pins the mapping, so it stays
-    valid after the store closes. ``copy()`` detaches the body.
+    Numbers are decoded when the record is read; topic, properties, hosts and the body are
+    decoded from the record bytes on first access. A ``MessageExt`` read from a store pins its
+    mapped file (``MappedFile.pin``), so its bytes stay valid after the store closes, and the
+    file cannot be unmapped under it. ``body`` is a zero-copy ``memoryview`` of the mapping
+    (decompressed ``bytes`` when the record is stored compressed and was read without
+    ``raw``); ``copy()`` detaches the message from the mapping.
     """
 
+    def __dealloc__(self):
+        if self._mf is not None:
+            self._mf.unpin()
+
     @staticmethod
-    cdef MessageExt from_info(const RecordInfo *info, object owner, Py_ssize_t pos, bint raw):
+    cdef MessageExt new(const RecordInfo *info, object owner, MappedFile mf, const char *rec,
+                        bint raw, str topic):
         cdef MessageExt m = MessageExt.__new__(MessageExt)
-        m.topic = PyUnicode_DecodeUTF8(info.topic, info.topic_len, "replace")
-        m._props_raw = PyBytes_FromStringAndSize(info.props, info.props_len)
-        m.flag = info.flag
+        if mf is not None:
+            mf.pin()
+            m._mf = mf
+        m._owner = owner
+        m._rec = rec
+        m.store_size = info.total_size
+        m.magic = <int32_t>info.magic
+        m.body_crc = info.body_crc
         m.queue_id = info.queue_id
+        m.flag = info.flag
         m.queue_offset = info.queue_offset
         m.commitlog_offset = info.phy_offset
-        m.store_size = info.total_size
-        m.body_crc = info.body_crc
         m.sys_flag = info.sys_flag
         m.born_timestamp = info.born_ts
-        memcpy(m._born_host_raw, info.born_host, <size_t>info.born_host_len)
-        m._born_host_len = info.born_host_len
         m.store_timestamp = info.store_ts
-        memcpy(m._store_host_raw, info.store_host, <size_t>info.store_host_len)
-        m._store_host_len = info.store_host_len
         m.reconsume_times = info.reconsume_times
         m.prepared_transaction_offset = info.prepared_tx_offset
-        m.magic = <int32_t>info.magic
-        # 4.9.1-5.1 drop the last \x02 of the properties, 5.2+ keep it: remember which
-        m._props_trailing = info.props_len == 0 or info.props[info.props_len - 1] == 2
-        m.stored_body = owner[pos:pos + info.body_len] if owner is not None else \
-            info.body[:info.body_len]
-        if (info.sys_flag & RS_SYSFLAG_COMPRESSED) and not raw:
-            m.body = _decompress(m.stored_body, info.sys_flag, info.phy_offset)
-        else:
-            m.body = m.stored_body
+        m._born_host_off = <int32_t>(info.born_host - rec)
+        m._born_host_len = info.born_host_len
+        m._store_host_off = <int32_t>(info.store_host - rec)
+        m._store_host_len = info.store_host_len
+        m._body_off = <int32_t>(info.body - rec)
+        m._body_len = info.body_len
+        m._topic_off = <int32_t>(info.topic - rec)
+        m._topic_len = info.topic_len
+        m._props_off = <int32_t>(info.props - rec)
+        m._props_len = info.props_len
+        m._raw = raw
+        m._topic = topic
         return m
+
+    cdef object _slice(self, int32_t off, int32_t n):
+        """A zero-copy view of n record bytes at off (pins what the owner pins)."""
+        cdef Py_ssize_t base
+        if self._mf is not None:
+            base = self._rec - self._mf.base
+            return self._mf.whole_view()[base + off:base + off + n]
+        base = self._rec - <const char *>self._owner_ptr
+        if type(self._owner) is bytes:
+            if self._copied:        # a detached copy hands out bytes, not views of itself
+                return (<bytes>self._owner)[base + off:base + off + n]
+            return memoryview(<bytes>self._owner)[base + off:base + off + n]
+        return self._owner[base + off:base + off + n]
+
+    @property
+    def topic(self):
+        if self._topic is None:
+            self._topic = PyUnicode_DecodeUTF8(self._rec + self._topic_off, self._topic_len,
+                                               "replace")
+        return self._topic
+
+    @property
+    def stored_body(self):
+        """The body exactly as stored (compressed when the record is): a zero-copy view."""
+        if self._stored_body is None:
+            self._stored_body = self._slice(self._body_off, self._body_len)
+        return self._stored_body
+
+    @property
+    def body(self):
+        """The body: a zero-copy view, or decompressed bytes for a compressed record."""
+        if self._body is None:
+            if (self.sys_flag & RS_SYSFLAG_COMPRESSED) and not self._raw:
+                self._body = _decompress(self.stored_body, self.sys_flag, self.commitlog_offset)
+            else:
+                self._body = self.stored_body
+        return self._body
+
+    @property
+    def body_size(self):
+        """Length of the stored body in bytes."""
+        return self._body_len
 
     @property
     def properties(self):
         """Every property of the record (parsed on first access; FORMAT.md 1.4)."""
         if self._props is None:
-            self._props = parse_properties(self._props_raw)
+            self._props = parse_properties(self._rec[self._props_off:self._props_off + self._props_len])
         return self._props
 
     @property
     def born_host(self):
-        return decode_host(self._born_host_raw, self._born_host_len)
+        return decode_host(self._rec + self._born_host_off, self._born_host_len)
 
     @property
     def store_host(self):
-        return decode_host(self._store_host_raw, self._store_host_len)
+        return decode_host(self._rec + self._store_host_off, self._store_host_len)
 
     @property
     def tags(self):
@@ -778,37 +832,25 @@ cdef class MessageExt:
     @property
     def msg_id(self):
         """Offset message id: store host + commit-log offset as uppercase hex (FORMAT.md 7)."""
-        return format_msg_id(self._store_host_raw[:self._store_host_len], self.commitlog_offset)
+        return format_msg_id(self._rec[self._store_host_off:self._store_host_off + self._store_host_len],
+                             self.commitlog_offset)
 
     @property
     def transaction_type(self):
         return self.sys_flag & RS_SYSFLAG_TX_MASK
 
+    def record(self):
+        """A copy of the whole record's bytes."""
+        return self._rec[:self.store_size]
+
     def copy(self):
-        """The same message with bodies copied out of the mapping."""
-        cdef MessageExt m = MessageExt.__new__(MessageExt)
-        m.topic = self.topic
-        m._props_raw = self._props_raw
-        m._props = None if self._props is None else dict(self._props)
-        m.flag = self.flag
-        m.queue_id = self.queue_id
-        m.queue_offset = self.queue_offset
-        m.commitlog_offset = self.commitlog_offset
-        m.store_size = self.store_size
-        m.body_crc = self.body_crc
-        m.sys_flag = self.sys_flag
-        m.born_timestamp = self.born_timestamp
-        m._born_host_raw = self._born_host_raw
-        m._born_host_len = self._born_host_len
-        m.store_timestamp = self.store_timestamp
-        m._store_host_raw = self._store_host_raw
-        m._store_host_len = self._store_host_len
-        m.reconsume_times = self.reconsume_times
-        m.prepared_transaction_offset = self.prepared_transaction_offset
-        m.magic = self.magic
-        m._props_trailing = self._props_trailing
-        m.stored_body = bytes(self.stored_body)
-        m.body = m.stored_body if self.body is self.stored_body else bytes(self.body)
+        """The same message backed by its own copy of the record (bodies become ``bytes``)."""
+        cdef bytes rec = self._rec[:self.store_size]
+        cdef RecordInfo info
+        parse_record(rec, len(rec), False, &info)
+        cdef MessageExt m = MessageExt.new(&info, rec, None, rec, self._raw, self._topic)
+        m._owner_ptr = <const void *>PyBytes_AS_STRING(rec)
+        m._copied = True
         return m
 
     def to_message(self):
@@ -819,9 +861,6 @@ cdef class MessageExt:
                        prepared_transaction_offset=self.prepared_transaction_offset,
                        born_timestamp=self.born_timestamp, born_host=self.born_host)
 
-    def __reduce__(self):
-        return (_rebuild_ext, (self.encode(),))
-
     def encode(self):
         """This record's bytes, re-encoded field by field from the decoded values.
 
@@ -829,7 +868,7 @@ cdef class MessageExt:
         convention of the writer (4.9.x drops the last \\x02; 5.2+ and rocketstore keep it).
         """
         cdef bytes props = _encode_properties(self.properties)
-        if not self._props_trailing and props:
+        if self._props_len and self._rec[self._props_off + self._props_len - 1] != 2 and props:
             props = props[:len(props) - 1]
         return encode_record(
             topic=self.topic, body=self.stored_body, properties_raw=props,
@@ -841,14 +880,17 @@ cdef class MessageExt:
             prepared_transaction_offset=self.prepared_transaction_offset,
             body_crc=self.body_crc, magic=self.magic & 0xFFFFFFFF)
 
+    def __reduce__(self):
+        return (_rebuild_ext, (self.record(), self._raw))
+
     def __repr__(self):
         return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
                 f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
                 f"store_size={self.store_size}, tags={self.tags!r})")
 
 
-def _rebuild_ext(bytes record):
-    return decode(record, 0).copy()
+def _rebuild_ext(bytes record, bint raw=False):
+    return decode(record, 0, raw=raw).copy()
 
 
 # -- Python-level codec API ------------------------------------------------------------------
@@ -857,22 +899,35 @@ def decode(buf, Py_ssize_t pos=0, *, bint check_crc=False, bint raw=False):
     """Decode the record at ``pos`` of a buffer into a ``MessageExt`` (body is a view of ``buf``).
 
     Returns None for a blank (end-of-file) record; raises ``ValueError`` when the bytes at
-    ``pos`` are not a valid record.
+    ``pos`` are not a valid record. The message keeps a view of ``buf`` (or ``buf`` itself
+    when it is ``bytes``) alive.
     """
-    cdef const unsigned char[::1] mv = buf
-    cdef Py_ssize_t n = mv.shape[0]
+    cdef object owner
+    cdef const unsigned char[::1] mv
+    cdef const char *base
+    cdef Py_ssize_t n
+    if type(buf) is bytes:
+        owner = buf
+        base = PyBytes_AS_STRING(<bytes>buf)
+        n = PyBytes_GET_SIZE(<bytes>buf)
+    else:
+        owner = memoryview(buf)
+        mv = owner
+        n = mv.shape[0]
+        base = <const char *>&mv[0] if n else NULL
     cdef RecordInfo info
     cdef Py_ssize_t rc
     if pos < 0 or pos > n:
         raise ValueError(f"position {pos} outside a buffer of {n} bytes")
-    rc = parse_record(<const char *>&mv[0] + pos if n else NULL, n - pos, check_crc, &info)
+    rc = parse_record(base + pos if n else NULL, n - pos, check_crc, &info)
     if rc == 0:
         return None
     if rc < 0:
         raise ValueError(f"no valid record at position {pos} "
                          f"({'TOTALSIZE disagrees with its fields' if rc == -2 else 'bad magic, size or CRC'})")
-    cdef object owner = memoryview(buf)
-    return MessageExt.from_info(&info, owner, pos + (info.body - (<const char *>&mv[0] + pos)), raw)
+    cdef MessageExt m = MessageExt.new(&info, owner, None, base + pos, raw, None)
+    m._owner_ptr = <const void *>base
+    return m
 
 
 def check_record(buf, Py_ssize_t pos=0, bint check_crc=True):

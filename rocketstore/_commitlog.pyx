@@ -532,7 +532,7 @@ cdef class CommitLog:
         rc = parse_record(mf.base + pos, end - pos, False, &info)
         if rc <= 0 or info.phy_offset != offset:
             return None
-        return MessageExt.from_info(&info, mf.whole_view(), info.body - mf.base, raw)
+        return MessageExt.new(&info, None, mf, mf.base + pos, raw, None)
 
     def next_record(self, int64_t offset):
         """(MessageExt or None, next offset) for the record at ``offset``.
@@ -556,8 +556,7 @@ cdef class CommitLog:
             return None, mf.file_from_offset + mf.file_size
         if rc < 0:
             return None, -1
-        return (MessageExt.from_info(&info, mf.whole_view(), info.body - mf.base, False),
-                offset + rc)
+        return MessageExt.new(&info, None, mf, mf.base + pos, False, None), offset + rc
 
     def iter_messages(self, int64_t from_offset=0):
         """Every message from ``from_offset`` (a record start) to the end, across files."""

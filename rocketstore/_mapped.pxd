@@ -19,6 +19,7 @@ cdef class MappedFile:
     cdef readonly bint mlocked
     cdef bint created                   # allocated by this process: all zeros, safe to touch-write
     cdef bint released                  # release() called: unmap when the last view goes
+    cdef bint _internal_export          # whole_view() of a released, pinned file
     cdef Py_ssize_t view_count          # buffer exports alive (pgproto _view_count)
     cdef object _mv                     # memoryview over the whole mapping, sliced for views
     cdef Py_ssize_t _shape[1]
@@ -35,3 +36,12 @@ cdef class MappedFile:
     cdef object _slice(self, Py_ssize_t pos, Py_ssize_t size)
     cdef object whole_view(self)
     cdef void _unmap_now(self) noexcept
+
+    # a reader object holding raw pointers into the mapping pins it like a view does
+    cdef inline void pin(self) noexcept:
+        self.view_count += 1
+
+    cdef inline void unpin(self) noexcept:
+        self.view_count -= 1
+        if self.released and self.view_count == 0:
+            self._unmap_now()

@@ -174,11 +174,17 @@ cdef class MappedFile:
 
     cdef object _slice(self, Py_ssize_t pos, Py_ssize_t size):
         # lifetime: the slice holds the managed buffer, which holds this MappedFile
-        if self._mv is None:
-            self._mv = memoryview(self)
-        return self._mv[pos:pos + size]
+        return self.whole_view()[pos:pos + size]
 
     cdef object whole_view(self):
+        if self.released:
+            # pinned readers (MessageExt) may still slice a released file; the view is not
+            # cached, or it would hold the mapping forever
+            self._internal_export = True
+            try:
+                return memoryview(self)
+            finally:
+                self._internal_export = False
         if self._mv is None:
             self._mv = memoryview(self)
         return self._mv
@@ -211,7 +217,7 @@ cdef class MappedFile:
     def __getbuffer__(self, Py_buffer *buf, int flags):
         if flags & PyBUF_WRITABLE:
             raise BufferError(f"mapped file {self.path}: views are read-only")
-        if self.base == NULL or self.released:
+        if self.base == NULL or (self.released and not self._internal_export):
             raise BufferError(f"mapped file {self.path} is released")
         buf.buf = self.base
         buf.obj = self
