@@ -26,8 +26,11 @@ if SANITIZE:
     LDFLAGS += ["-fsanitize=address,undefined"]
 
 C_SOURCES = ["csrc/rs_io.c", "csrc/rs_hash.c"]
-MODULES = [m for m in ("_mapped", "_codec", "_commitlog", "_scan", "_consumequeue", "_dispatch")
+MODULES = [m for m in ("_mapped", "_codec", "_commitlog", "_scan", "_consumequeue", "_dispatch",
+                       "_reader")
            if os.path.exists(f"rocketstore/{m}.pyx")]
+if os.environ.get("ROCKETSTORE_MODULES"):     # development: rebuild only these
+    MODULES = [m for m in MODULES if m in os.environ["ROCKETSTORE_MODULES"].split(",")]
 
 
 def ext(name):

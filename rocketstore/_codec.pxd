@@ -1,5 +1,6 @@
 cimport cython
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t, uint8_t
+from libc.string cimport memcmp
 from rocketstore._mapped cimport MappedFile
 
 
@@ -72,6 +73,26 @@ cdef Py_ssize_t parse_record(const char *p, Py_ssize_t avail, bint check_crc,
                              RecordInfo *info) noexcept nogil
 
 cdef int64_t now_ms() noexcept nogil
+
+
+cdef inline const char *find_prop(const char *props, int32_t n, const char *name, int nlen,
+                                  int32_t *vlen) noexcept nogil:
+    """Value of property ``name`` in "k\\x01v\\x02..." (the last one wins, as in the parsed
+    map), or NULL; its length goes to *vlen."""
+    cdef int32_t i = 0, seg_end, sep
+    cdef const char *found = NULL
+    while i < n:
+        seg_end = i
+        sep = -1
+        while seg_end < n and props[seg_end] != 2:
+            if sep < 0 and props[seg_end] == 1:
+                sep = seg_end
+            seg_end += 1
+        if sep - i == nlen and sep + 1 < seg_end and memcmp(props + i, name, nlen) == 0:
+            found = props + sep + 1
+            vlen[0] = seg_end - sep - 1
+        i = seg_end + 1
+    return found
 
 
 @cython.final

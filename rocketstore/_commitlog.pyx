@@ -37,13 +37,17 @@ import numpy as np
 
 cnp.import_array()
 
-from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError, StoreClosedError
+from rocketstore.errors import (InvalidMessageError, InvalidMessageTypeError, StoreClosedError,
+                                TopicPermissionError)
 from rocketstore.status import PutMessageStatus
 
 log = logging.getLogger("rocketstore.commitlog")
 
 cdef object PUT_OK = PutMessageStatus.PUT_OK
 cdef object CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+cdef object NO_PERMISSION = PutMessageStatus.NO_PERMISSION
+cdef object MESSAGE_ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
+cdef object SERVICE_NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE
 
 cdef enum:
     DENSE_QUEUES = 4096     # queue ids held in a C array per topic; larger ones in a dict
@@ -202,7 +206,10 @@ cdef class CommitLog:
     cdef readonly Py_ssize_t file_size
     cdef readonly Py_ssize_t max_message_size
     cdef readonly bint closed
-    cdef readonly object on_append      # called (no args) after each put, outside the lock
+    cdef readonly object on_append      # called (no args) after a put once armed, outside the lock
+    cdef bint _armed                    # a waiter asked to be woken by the next put
+    cdef dict _topic_rules              # topic -> (writeable, write_queue_nums), from topics.json
+    cdef object _not_writeable          # exception making every put SERVICE_NOT_AVAILABLE
 
     def __cinit__(self):
         pthread_mutex_init(&self.put_lock, NULL)
@@ -218,11 +225,41 @@ cdef class CommitLog:
         self.store_host_b = encode_host(store_host)
         self.max_message_size = max_message_size
         self.queue_table = {}
+        self._topic_rules = {}
         self.uniq = uniq if uniq is not None else UniqIdGenerator()
         self.cur = mapped_file_queue.last_file()
 
     def set_on_append(self, callback):
+        """Call ``callback()`` after the next put following each ``arm_wakeup()``."""
         self.on_append = callback
+
+    def set_topic_rule(self, str topic, rule):
+        """``rule`` = (writeable, write_queue_nums) for a configured topic, or None to drop it."""
+        if rule is None:
+            self._topic_rules.pop(topic, None)
+        else:
+            self._topic_rules[topic] = (bool(rule[0]), int(rule[1]))
+
+    def set_not_writeable(self, error):
+        """Refuse every put with SERVICE_NOT_AVAILABLE carrying ``error`` (None re-enables)."""
+        self._not_writeable = error
+
+    cdef PutMessageResult _refused(self, str topic, int32_t qid):
+        if self._not_writeable is not None:
+            return _failed(SERVICE_NOT_AVAILABLE, self._not_writeable, qid)
+        rule = self._topic_rules.get(topic)
+        if rule is not None:
+            if not rule[0]:
+                return _failed(NO_PERMISSION, TopicPermissionError(
+                    topic, "is not writeable (perm in topics.json)"), qid)
+            if qid >= <int>rule[1]:
+                return _failed(MESSAGE_ILLEGAL, TopicPermissionError(
+                    topic, f"queue id {qid} is not below its {rule[1]} write queues"), qid)
+        return None
+
+    def arm_wakeup(self):
+        """Ask the next put to call ``on_append`` (a sleeping dispatcher), once."""
+        self._armed = True
 
     # -- locking ------------------------------------------------------------------------------
 
@@ -340,6 +377,11 @@ cdef class CommitLog:
             raise InvalidMessageTypeError("msg", "Message", type(msg).__name__)
         cdef Message m = <Message>msg
         cdef int32_t qid = _queue_id(queue_id)
+        cdef PutMessageResult refused
+        if self._topic_rules or self._not_writeable is not None:
+            refused = self._refused(m.topic, qid)
+            if refused is not None:
+                return refused
         m._fill(&f, &body)
         self._fill_store(&f)
         f.queue_id = qid
@@ -383,8 +425,10 @@ cdef class CommitLog:
         r.store_timestamp = ts
         r.msg_count = 1
         r._host_b = self.store_host_b
-        if self.on_append is not None:
-            self.on_append()
+        if self._armed:
+            self._armed = False
+            if self.on_append is not None:
+                self.on_append()
         return r
 
     cpdef PutMessageResult put_messages(self, object msgs, object queue_id=0):
@@ -410,6 +454,11 @@ cdef class CommitLog:
         if not isinstance(batch[0], Message):
             raise InvalidMessageTypeError("msgs[0]", "Message", type(batch[0]).__name__)
         cdef str topic = (<Message>batch[0]).topic
+        cdef PutMessageResult refused
+        if self._topic_rules or self._not_writeable is not None:
+            refused = self._refused(topic, qid)
+            if refused is not None:
+                return refused
         cdef RecordFields *fields = <RecordFields *>PyMem_Malloc(n * sizeof(RecordFields))
         cdef Py_ssize_t *sizes = <Py_ssize_t *>PyMem_Malloc(n * sizeof(Py_ssize_t))
         cdef char *need_uniq = <char *>PyMem_Malloc(n)
@@ -500,8 +549,10 @@ cdef class CommitLog:
         r.msg_count = n
         r._host_b = self.store_host_b
         r._offsets = offsets
-        if self.on_append is not None:
-            self.on_append()
+        if self._armed:
+            self._armed = False
+            if self.on_append is not None:
+                self.on_append()
         return r
 
     # -- reading -------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ class StoreConfig:
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
     max_msgs_num_batch: int = 64
+    dispatch_inline: bool = False                   # ours: dispatch on the putting thread
     # -- reads -------------------------------------------------------------------------------
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     max_transfer_count_on_message_in_memory: int = 32
@@ -119,11 +120,24 @@ class StoreConfig:
                      "max_hash_slot_num", "max_index_num"):
             if getattr(self, name) <= 0:
                 raise InvalidConfigError(name, getattr(self, name), "must be positive")
+        self.delay_levels_ms()
         from rocketstore._codec import encode_host
         try:
             encode_host(self.store_host)
         except ValueError as e:
             raise InvalidConfigError("store_host", self.store_host, "expected 'ip:port'") from e
+
+    def delay_levels_ms(self) -> list[int]:
+        """Delay of each level, 1-based (index 0 is 0), from ``message_delay_level``."""
+        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        out = [0]
+        for token in self.message_delay_level.split():
+            try:
+                out.append(int(token[:-1]) * units[token[-1]])
+            except (KeyError, ValueError):
+                raise InvalidConfigError("message_delay_level", self.message_delay_level,
+                                         f"token {token!r} is not <number><s|m|h|d>") from None
+        return out
 
     def commit_log_path(self, root: str | None = None) -> str:
         """Directory of the commit-log files."""

@@ -20,6 +20,7 @@ __all__ = [
     "StoreLockedError",
     "StoreReadOnlyError",
     "CorruptionError",
+    "TopicPermissionError",
 ]
 
 
@@ -134,3 +135,19 @@ class CorruptionError(RocketStoreError):
 
     def __str__(self) -> str:
         return f"{self.path} pos {self.offset}: {self.reason}"
+
+
+class TopicPermissionError(RocketStoreError, PermissionError):
+    """A topic's configuration forbids the operation (perm bits or queue count, topics.json).
+
+    Carried in ``PutMessageResult.error`` / ``GetMessageResult.error`` next to the
+    ``NO_PERMISSION`` or ``MESSAGE_ILLEGAL`` status; not raised by puts and gets.
+    """
+
+    def __init__(self, topic: str, reason: str) -> None:
+        super().__init__(topic, reason)
+        self.topic = topic
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"topic {self.topic!r}: {self.reason}"

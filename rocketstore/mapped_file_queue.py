@@ -39,14 +39,14 @@ class MappedFileQueue:
 
     def __init__(self, store_path: str, file_size: int,
                  allocator: AllocateMappedFileService | None = None,
-                 read_only: bool = False, warm: bool = False) -> None:
+                 read_only: bool = False, warm: bool = False, create_dir: bool = True) -> None:
         self.store_path = store_path
         self.file_size = file_size
         self.allocator = allocator
         self.read_only = read_only
         self.warm = warm
         self.files: list[MappedFile] = []
-        if not read_only:
+        if create_dir and not read_only:
             os.makedirs(store_path, exist_ok=True)
 
     # -- loading -------------------------------------------------------------------------------
@@ -67,6 +67,8 @@ class MappedFileQueue:
             for i, name in enumerate(names):
                 path = os.path.join(self.store_path, name)
                 size = os.path.getsize(path)
+                if size != self.file_size and i == len(names) - 1 and self.read_only:
+                    break           # the writer is creating it: the next refresh maps it
                 if size == 0 and i == len(names) - 1 and not self.read_only:
                     log.warning("%s: deleting empty last file (crash during its creation)", path)
                     os.unlink(path)
@@ -135,6 +137,8 @@ class MappedFileQueue:
             raise ValueError(f"{self.store_path}: start offset {start_offset} is not a multiple "
                              f"of the file size {self.file_size}")
         path = os.path.join(self.store_path, offset_to_file_name(start_offset))
+        if not self.files:
+            os.makedirs(self.store_path, exist_ok=True)
         if self.allocator is not None:
             nxt = os.path.join(self.store_path, offset_to_file_name(start_offset + self.file_size))
             mf = self.allocator.get(path, self.file_size, nxt)
@@ -164,6 +168,43 @@ class MappedFileQueue:
                 log.info("%s: deleting dirty file past offset %d", mf.path, offset)
                 mf.destroy()
         self.files = keep
+
+    def delete_last_file(self) -> None:
+        """Delete the last file (consume-queue truncation drops whole files)."""
+        files = self.files
+        if files:
+            self.files = files[:-1]
+            files[-1].destroy()
+
+    def refresh_files(self) -> list[MappedFile]:
+        """Map files another process created after ours (read-only tailing).
+
+        New files are appended with positions 0; returns them. A file still being created
+        (size 0, or not yet ``file_size``) is left for the next refresh.
+        """
+        if not os.path.isdir(self.store_path):
+            return []
+        known = self.files[-1].file_from_offset if self.files else -1
+        names = sorted(n for n in os.listdir(self.store_path)
+                       if is_segment_name(n) and int(n) > known)
+        added: list[MappedFile] = []
+        expected = known + self.file_size if self.files else None
+        for name in names:
+            path = os.path.join(self.store_path, name)
+            try:
+                if os.path.getsize(path) != self.file_size:
+                    break
+            except FileNotFoundError:
+                break
+            if expected is not None and int(name) != expected:
+                break
+            mf = MappedFile(path, self.file_size, read_only=self.read_only)
+            mf.set_positions(0)
+            added.append(mf)
+            expected = int(name) + self.file_size
+        if added:
+            self.files = self.files + added
+        return added
 
     def close(self) -> None:
         """Release every mapping (views already handed out stay valid)."""

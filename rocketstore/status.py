@@ -18,6 +18,8 @@ class PutMessageStatus(enum.Enum):
     OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
     LMQ_CONSUME_QUEUE_NUM_EXCEEDED = "LMQ_CONSUME_QUEUE_NUM_EXCEEDED"
+    # a broker answers these with its NO_PERMISSION response code; the store reports it here
+    NO_PERMISSION = "NO_PERMISSION"
 
     @property
     def ok(self) -> bool:
@@ -36,6 +38,15 @@ class GetMessageStatus(enum.Enum):
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
     NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    # a broker answers a pull from a read-forbidden topic with NO_PERMISSION
+    NO_PERMISSION = "NO_PERMISSION"
+
+
+class BoundaryType(enum.Enum):
+    """Which unit ``get_offset_in_queue_by_time`` picks in a run of equal timestamps (5.x)."""
+
+    LOWER = "LOWER"
+    UPPER = "UPPER"
 
 
 class TransactionType(enum.IntEnum):

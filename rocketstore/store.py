@@ -1,11 +1,15 @@
 """MessageStore: the public facade over one store directory (DESIGN.md "Public API").
 
-Opening takes the directory's ``lock`` file (one writer process per store), loads the
-commit-log files, recovers the end of valid data, rebuilds each queue's next offset and
-creates the ``abort`` marker; a clean ``close()`` flushes everything and removes it, so the
-next open knows whether the previous one ended cleanly (FORMAT.md 8).
+Opening for writing takes the directory's ``lock`` file (one writer process per store), loads
+the commit-log and consume-queue files, recovers the end of valid data, truncates consume-queue
+units past it, dispatches records the queues have not seen yet, takes each queue's next offset
+from its consume queue and creates the ``abort`` marker; a clean ``close()`` dispatches and
+flushes everything and removes it, so the next open knows whether the previous one ended
+cleanly (FORMAT.md 8). Opening ``read_only`` takes no lock, writes nothing and follows what the
+writer process dispatches.
 
-Thread-safe: puts are serialised by the commit log's put lock; lookups take no lock.
+Thread-safe: puts are serialised by the commit log's put lock; the dispatch service appends
+consume-queue units; reads take no lock.
 """
 from __future__ import annotations
 
@@ -14,17 +18,28 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from rocketstore import paths
+from rocketstore import _reader, paths
 from rocketstore._codec import Message, MessageExt, decode_msg_id
 from rocketstore._commitlog import CommitLog, PutMessageResult
+from rocketstore._dispatch import DispatchCore
+from rocketstore._reader import GetMessageResult, ReadLimits, TagFilter
 from rocketstore.allocate import AllocateMappedFileService
 from rocketstore.config import StoreConfig
-from rocketstore.errors import (InvalidMessageIdError, InvalidMessageTypeError, StoreClosedError,
-                                StoreLockedError)
+from rocketstore.consumequeue import ConsumeQueueStore
+from rocketstore.dispatch import ArrivalNotifier, DispatchService
+from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError,
+                                InvalidMessageTypeError, StoreClosedError, StoreLockedError,
+                                StoreReadOnlyError, TopicPermissionError)
 from rocketstore.mapped_file_queue import MappedFileQueue
+from rocketstore.offsets import ConsumerOffsetManager
+from rocketstore.status import BoundaryType, GetMessageStatus
+from rocketstore.topics import TopicConfig, TopicConfigManager
+
+_PHYS_MEMORY = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 log = logging.getLogger("rocketstore.store")
 
@@ -85,42 +100,87 @@ class MessageStore:
     'TagA'
     """
 
-    def __init__(self, root: str, config: StoreConfig, lock: _StoreLock) -> None:
+    def __init__(self, root: str, config: StoreConfig, lock: _StoreLock | None,
+                 read_only: bool = False) -> None:
         self.root = root
         self.config = config
+        self.read_only = read_only
         self._lock = lock
         self._closed = False
+        self.recovery: dict[str, Any] = {}
+        self.last_exit_ok = not os.path.exists(paths.abort_path(root))
         self.allocator = AllocateMappedFileService(warm=config.warm_maped_file_enable,
                                                    mlock=config.mlock_maped_file)
         self.commit_log_queue = MappedFileQueue(config.commit_log_path(root),
                                                 config.mapped_file_size_commit_log,
-                                                allocator=self.allocator)
-        self.recovery: dict[str, Any] = {}
-        self.last_exit_ok = not os.path.exists(paths.abort_path(root))
-        self.commit_log_queue.load()
-        self.commit_log = CommitLog(self.commit_log_queue, store_host=config.store_host,
-                                    max_message_size=config.max_message_size)
-        self._recover()
-        self._create_abort()
-        # the hot calls go straight to the compiled commit log (no Python frame per put);
-        # it checks types and the closed state itself
-        self.put_message = self.commit_log.put_message  # type: ignore[method-assign]
-        self.put_messages = self.commit_log.put_messages  # type: ignore[method-assign]
+                                                allocator=None if read_only else self.allocator,
+                                                read_only=read_only)
+        self.consume_queues = ConsumeQueueStore(root, config.mapped_file_size_consume_queue,
+                                                read_only=read_only)
+        self.notifier = ArrivalNotifier()
+        self._limits = ReadLimits(config.max_transfer_bytes_on_message_in_memory,
+                                  config.max_transfer_count_on_message_in_memory,
+                                  config.max_transfer_bytes_on_message_in_disk,
+                                  config.max_transfer_count_on_message_in_disk,
+                                  _PHYS_MEMORY * config.access_message_in_memory_max_ratio // 100)
+        self._tag_filters: dict[Any, TagFilter] = {}
+        self.topic_config_manager = TopicConfigManager(paths.config_dir(root))
+        self.consumer_offset_manager = ConsumerOffsetManager(paths.config_dir(root),
+                                                             config.flush_consumer_offset_interval)
+        try:
+            self.commit_log_queue.load()
+            self.consume_queues.load()
+            self.commit_log = CommitLog(self.commit_log_queue, store_host=config.store_host,
+                                        max_message_size=config.max_message_size)
+            self.dispatch_core = DispatchCore(self.commit_log_queue,
+                                              self.consume_queues.find_or_create,
+                                              config.delay_levels_ms())
+            self.dispatch_service = DispatchService(self.dispatch_core,
+                                                    self.commit_log.get_max_offset,
+                                                    self.commit_log, self.notifier)
+            self.topic_config_manager.load()
+            self.consumer_offset_manager.load()
+            if read_only:
+                self._open_read_only()
+            else:
+                self._recover()
+                for name, tc in self.topic_config_manager.all().items():
+                    self._apply_topic_rule(tc)
+                self._create_abort()
+                self.consumer_offset_manager.start()
+                if config.dispatch_inline:
+                    self.put_message = self._put_inline  # type: ignore[method-assign]
+                    self.put_messages = self._put_batch_inline  # type: ignore[method-assign]
+                else:
+                    self.dispatch_service.start()
+                    # the hot calls go straight to the compiled commit log (no Python frame
+                    # per put); it checks types and the closed state itself
+                    self.put_message = self.commit_log.put_message  # type: ignore[method-assign]
+                    self.put_messages = self.commit_log.put_messages  # type: ignore[method-assign]
+        except BaseException:
+            self._release_files()
+            raise
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None,
-             config: StoreConfig | None = None) -> "MessageStore":
+             config: StoreConfig | None = None, *, read_only: bool = False) -> "MessageStore":
         """Open (creating when missing) the store at ``path``; only one writer at a time.
 
         ``path`` defaults to ``config.store_path_root_dir``. Raises ``StoreLockedError`` when
-        another process, or another open store object, holds the directory.
+        another process, or another open store object, holds the directory. With
+        ``read_only=True`` no lock is taken and nothing is written: the store follows what a
+        writer in another process dispatches.
         """
         config = config if config is not None else StoreConfig()
         if not isinstance(config, StoreConfig):
             raise InvalidMessageTypeError("config", "StoreConfig", type(config).__name__)
         root = os.fspath(path) if path is not None else config.store_path_root_dir
+        if read_only:
+            if not os.path.isdir(root):
+                raise FileNotFoundError(2, "no store directory", root)
+            return cls(root, config, None, read_only=True)
         os.makedirs(root, exist_ok=True)
         lock = _StoreLock(root)
         try:
@@ -136,25 +196,42 @@ class MessageStore:
         self.close()
 
     def close(self) -> None:
-        """Flush everything, stop the services, remove ``abort`` and release the lock.
+        """Dispatch and flush everything, stop the services, remove ``abort``, unlock.
 
-        Message bodies already read stay valid (they pin their mapping). Idempotent.
+        Message bodies already read stay valid (they pin their mapping). Idempotent. The
+        ``abort`` marker stays when dispatch could not catch up, so the next open recovers.
         """
         if self._closed:
             return
         self._closed = True
+        if self.read_only:
+            self._release_files()
+            return
         try:
             self.commit_log.close()
+            self.dispatch_service.shutdown()
+            self.consumer_offset_manager.shutdown()
             self.allocator.shutdown()
+            self.notifier.close()
             for mf in self.commit_log_queue.files:
                 mf.flush(0)
-            self.commit_log_queue.close()
-            try:
-                os.unlink(paths.abort_path(self.root))
-            except FileNotFoundError:
-                pass
+            self.consume_queues.flush(0)
+            caught_up = (self.dispatch_service.error is None
+                         and self.dispatch_service.dispatch_behind_bytes() == 0)
+            self._release_files()
+            if caught_up:
+                try:
+                    os.unlink(paths.abort_path(self.root))
+                except FileNotFoundError:
+                    pass
         finally:
-            self._lock.release()
+            if self._lock is not None:
+                self._lock.release()
+
+    def _release_files(self) -> None:
+        self.allocator.shutdown()
+        self.consume_queues.close()
+        self.commit_log_queue.close()
 
     @property
     def closed(self) -> bool:
@@ -167,40 +244,100 @@ class MessageStore:
     # -- recovery ------------------------------------------------------------------------------
 
     def _recover(self) -> None:
-        """Find the end of valid data, truncate past it, rebuild queue offsets.
+        """Find the end of valid data, drop what lies past it, catch dispatch up.
 
-        After a clean close only the last 3 files are CRC-checked (RocketMQ's normal
-        recovery); after a crash (``abort`` present) every file is. All files are walked to
-        rebuild the next queue offsets until consume queues exist to take them from.
+        After a clean close only the last 3 files are walked and CRC-checked (RocketMQ's
+        normal recovery); after a crash (``abort`` present) every file is. Consume-queue units
+        pointing past the end are truncated; records past the queues' end are dispatched now;
+        each queue's next offset is then its consume queue's max offset.
         """
+        t0 = time.perf_counter()
+        self.consume_queues.recover()
         files = self.commit_log_queue.files
-        check_from = 0 if not self.last_exit_ok else max(0, len(files) - 3)
+        start = 0 if not self.last_exit_ok else max(0, len(files) - 3)
         end = files[0].file_from_offset if files else 0
         scanned = messages = 0
-        for i, mf in enumerate(files):
-            crc = self.config.check_crc_on_recover and i >= check_from
-            end_pos, count, blank = self.commit_log.scan_file(mf, crc)
+        for mf in files[start:]:
+            end_pos, count, blank = self.commit_log.scan_file(mf, self.config.check_crc_on_recover,
+                                                              False)
             scanned += end_pos
             messages += count
             end = mf.file_from_offset + end_pos
             if not blank:
                 break
-        max_before = self.commit_log_queue.get_max_offset()
-        truncated = max(0, files[-1].file_from_offset + files[-1].file_size - end) if files else 0
         self.commit_log_queue.truncate_dirty_files(end)
         self.commit_log.reset_write_file()
+        if self.consume_queues.max_physic_offset() > end:
+            self.consume_queues.truncate_dirty(end)
+        min_phy = max(0, self.commit_log.get_min_offset())
+        self.consume_queues.correct_min_offset(min_phy)
+        self.dispatch_core.reput_offset = max(self.consume_queues.max_physic_offset(), min_phy)
+        redispatch_from = self.dispatch_core.reput_offset
+        dispatched = self.dispatch_service.do_dispatch()
+        for (topic, qid), max_offset in self.consume_queues.max_offsets().items():
+            self.commit_log.set_queue_offset(topic, qid, max_offset)
         self.recovery = {
             "last_exit_ok": self.last_exit_ok,
             "files": len(files),
+            "files_scanned": len(files) - start,
             "bytes_scanned": scanned,
-            "messages": messages,
+            "messages_scanned": messages,
             "max_offset": end,
-            "bytes_past_end": truncated if max_before else 0,
+            "redispatched_from": redispatch_from,
+            "messages_redispatched": dispatched,
+            "seconds": time.perf_counter() - t0,
         }
+
+    def _open_read_only(self) -> None:
+        min_phy = max(0, self.commit_log.get_min_offset())
+        self.consume_queues.correct_min_offset(min_phy)
+        for name, tc in self.topic_config_manager.all().items():
+            self._apply_topic_rule(tc)
+        self.put_message = self._refuse_write  # type: ignore[method-assign]
+        self.put_messages = self._refuse_write  # type: ignore[method-assign]
+
+    def _refuse_write(self, *args: object, **kwargs: object) -> PutMessageResult:
+        self._check_open()
+        raise StoreReadOnlyError(self.root)
 
     def _create_abort(self) -> None:
         fd = os.open(paths.abort_path(self.root), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         os.close(fd)
+
+    # -- topics ----------------------------------------------------------------------------------
+
+    def _apply_topic_rule(self, tc: TopicConfig) -> None:
+        self.commit_log.set_topic_rule(tc.topic_name, (tc.is_writeable(), tc.write_queue_nums))
+
+    def update_topic_config(self, tc: TopicConfig) -> None:
+        """Create or change a topic's configuration (``config/topics.json``): its perm bits and
+        write queue count then govern puts, its read perm governs gets."""
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(self.root)
+        self.topic_config_manager.update(tc)
+        self._apply_topic_rule(tc)
+
+    def delete_topic_config(self, topic: str) -> None:
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(self.root)
+        self.topic_config_manager.delete(topic)
+        self.commit_log.set_topic_rule(topic, None)
+
+    # -- consumer offsets ------------------------------------------------------------------------
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` as the next offset ``group`` consumes (``consumerOffset.json``)."""
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(self.root)
+        self.consumer_offset_manager.commit_offset(group, topic, queue_id, offset)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed next offset of ``group`` in the queue, or -1."""
+        self._check_open()
+        return self.consumer_offset_manager.query_offset(group, topic, queue_id)
 
     # -- puts ----------------------------------------------------------------------------------
 
@@ -215,6 +352,160 @@ class MessageStore:
     def put_messages(self, msgs: Sequence[Message], queue_id: int = 0) -> PutMessageResult:
         """Append a batch of one topic to one queue with consecutive queue offsets."""
         return self.commit_log.put_messages(msgs, queue_id)
+
+    def _put_inline(self, msg: Message, queue_id: int = 0) -> PutMessageResult:
+        r = self.commit_log.put_message(msg, queue_id)
+        if r.ok:
+            self.dispatch_service.do_dispatch()
+        return r
+
+    def _put_batch_inline(self, msgs: Sequence[Message], queue_id: int = 0) -> PutMessageResult:
+        r = self.commit_log.put_messages(msgs, queue_id)
+        if r.ok:
+            self.dispatch_service.do_dispatch()
+        return r
+
+    def dispatch_behind_bytes(self) -> int:
+        """Commit-log bytes not yet dispatched to consume queues (consumers cannot see them)."""
+        self._check_open()
+        if self.read_only:
+            return 0
+        return self.dispatch_service.dispatch_behind_bytes()
+
+    # -- consume queues --------------------------------------------------------------------------
+
+    def _queue(self, topic: str, queue_id: int):
+        if not isinstance(topic, str):
+            raise InvalidMessageTypeError("topic", "str", type(topic).__name__)
+        if not isinstance(queue_id, int) or isinstance(queue_id, bool):
+            raise InvalidMessageTypeError("queue_id", "int", type(queue_id).__name__)
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is not None and self.read_only:
+            cq.refresh()
+            max_offset = cq.get_max_offset_in_queue()
+            if max_offset > cq.get_min_offset_in_queue():
+                last = cq.get_unit(max_offset - 1)
+                if last is not None and last[0] + last[1] > self.commit_log_queue.get_max_offset():
+                    self.commit_log_queue.refresh_files()
+                    for mf in self.commit_log_queue.files:
+                        if mf.committed_pos == 0:
+                            mf.set_positions(mf.file_size)
+        return cq
+
+    def _tag_filter(self, tags: Any) -> TagFilter | None:
+        if tags is None or tags == "*":
+            return None
+        f = self._tag_filters.get(tags) if isinstance(tags, (str, tuple)) else None
+        if f is not None:
+            return f
+        if isinstance(tags, str):
+            wanted = [t.strip() for t in tags.split("||") if t.strip()]
+        elif isinstance(tags, (list, tuple, set, frozenset)):
+            wanted = list(tags)
+            for t in wanted:
+                if not isinstance(t, str) or not t:
+                    raise InvalidMessageTypeError("tags", "non-empty str", type(t).__name__)
+        else:
+            raise InvalidMessageTypeError("tags", "str or list of str", type(tags).__name__)
+        if "*" in wanted:
+            return None
+        try:
+            f = TagFilter(wanted)
+        except ValueError as e:
+            raise InvalidMessageError("tags", tags, str(e), limit=8) from None
+        if isinstance(tags, (str, tuple)) and len(self._tag_filters) < 1024:
+            self._tag_filters[tags] = f
+        return f
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int,
+                    max_msgs: int = 32, max_bytes: int | None = None, tags: Any = None, *,
+                    timeout_ms: int = 0, raw: bool = False) -> GetMessageResult:
+        """Up to ``max_msgs`` messages of a queue from queue ``offset`` (FORMAT.md 13).
+
+        ``tags``: None or ``"*"`` for every message; a tag, ``"TagA || TagB"`` or a list of up
+        to 8 tags. With ``timeout_ms`` a get that finds nothing new waits (long polling) for
+        the dispatcher to bring messages past ``offset``. Returns a ``GetMessageResult``
+        (``status``, ``messages``, ``next_begin_offset``, ``min_offset``, ``max_offset``).
+        """
+        self._check_open()
+        if not isinstance(offset, int) or not isinstance(max_msgs, int):
+            raise InvalidMessageTypeError("offset/max_msgs", "int",
+                                          f"{type(offset).__name__}/{type(max_msgs).__name__}")
+        if max_msgs <= 0:
+            raise InvalidMessageError("max_msgs", max_msgs, "must be positive", limit=1)
+        tc = self.topic_config_manager.get(topic) if isinstance(topic, str) else None
+        if tc is not None and not tc.is_readable():
+            return _reader.make_result(GetMessageStatus.NO_PERMISSION, offset, 0, 0,
+                                       TopicPermissionError(topic, "is not readable (perm in topics.json)"))
+        tag_filter = self._tag_filter(tags)
+        cap = max(max_bytes, 100) if max_bytes is not None else 0
+        deadline = time.monotonic() + timeout_ms / 1000.0 if timeout_ms > 0 else 0.0
+        delay = 0.001
+        while True:
+            cq = self._queue(topic, queue_id)
+            if cq is None:
+                r = _reader.make_result(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+            else:
+                r = _reader.get_message(cq, self.commit_log_queue, offset, max_msgs, cap,
+                                        tag_filter, self._limits,
+                                        self.commit_log_queue.get_max_offset(), raw)
+            if not deadline or r.status not in (GetMessageStatus.OFFSET_OVERFLOW_ONE,
+                                                GetMessageStatus.NO_MESSAGE_IN_QUEUE):
+                return r
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return r
+            if self.read_only:
+                # the dispatcher lives in another process: look again after a short sleep
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.05)
+                continue
+
+            def arrived() -> bool:
+                q = self.consume_queues.find(topic, queue_id)
+                return q is not None and q.get_max_offset_in_queue() > offset
+            if not self.notifier.wait(arrived, left) and not arrived():
+                return r
+            if self._closed:
+                return r
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset still stored (0 for an unknown queue)."""
+        self._check_open()
+        cq = self._queue(topic, queue_id)
+        return cq.get_min_offset_in_queue() if cq is not None else 0
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """One past the queue's last dispatched offset (0 for an unknown queue)."""
+        self._check_open()
+        cq = self._queue(topic, queue_id)
+        return cq.get_max_offset_in_queue() if cq is not None else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int,
+                                    boundary: BoundaryType | str = BoundaryType.LOWER) -> int:
+        """Queue offset of the message stored at ``timestamp_ms`` (5.x semantics, FORMAT.md 5.4):
+        LOWER is the first message stored at or after it, UPPER the last one at or before it."""
+        self._check_open()
+        if isinstance(boundary, str):
+            try:
+                boundary = BoundaryType[boundary.upper()]
+            except KeyError:
+                raise InvalidMessageError("boundary", boundary, "must be LOWER or UPPER") from None
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        return _reader.offset_by_time(cq, self.commit_log_queue, timestamp_ms,
+                                      boundary is BoundaryType.UPPER,
+                                      max(0, self.commit_log.get_min_offset()))
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
+        """Store time of the message at a queue offset, or -1."""
+        self._check_open()
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return -1
+        return _reader.store_timestamp_at(cq, self.commit_log_queue, consume_queue_offset,
+                                          max(0, self.commit_log.get_min_offset()))
 
     # -- lookups -------------------------------------------------------------------------------
 

@@ -27,8 +27,12 @@ FILE_SIZE = 65536           # commitlogFileSize of the fixture
 NUM_MESSAGES = 1000
 
 
+CQ_FILE_SIZE = 2000         # cqFileSize: 100 units per consume-queue file
+
+
 def _config() -> StoreConfig:
-    return StoreConfig(mapped_file_size_commit_log=FILE_SIZE)
+    return StoreConfig(mapped_file_size_commit_log=FILE_SIZE,
+                       mapped_file_size_consume_queue=CQ_FILE_SIZE)
 
 
 # -- expected.jsonl / put.jsonl ----------------------------------------------------------------
@@ -185,7 +189,7 @@ def test_open_recovers_rocketmq_store(rocketmq_store, expected):
     cl_end = expected["cl_end"][0]["physicalOffset"]
     assert expected["recovered"][0]["maxPhyOffset"] == cl_end
     with MessageStore.open(rocketmq_store, _config()) as store:
-        assert store.recovery["messages"] == NUM_MESSAGES
+        assert sum(1 for _ in store.iter_messages()) == NUM_MESSAGES
         assert store.recovery["max_offset"] == cl_end
         assert store.recovery["files"] == 6
         assert store.recovery["last_exit_ok"] is True       # RocketMQ left no abort file
@@ -331,7 +335,7 @@ def test_put_after_rocketmq_continues_and_is_readable(rocketmq_store, expected, 
     assert after[last][:cl_end - last] == before[last][:cl_end - last]
     # reopen: everything readable, queue offsets continue
     with MessageStore.open(rocketmq_store, _config()) as store:
-        assert store.recovery["messages"] == NUM_MESSAGES + len(puts)
+        assert sum(1 for _ in store.iter_messages()) == NUM_MESSAGES + len(puts)
         assert store.get_max_phy_offset() == end
         for r, topic, qid, msg in results:
             m = store.look_message_by_offset(r.commitlog_offset)
@@ -354,7 +358,7 @@ def test_put_jsonl_agrees_with_decode(rocketmq_store, put_lines, expected):
     files = _commitlog_files(rocketmq_store)
     with MessageStore.open(rocketmq_store, _config()) as store:
         assert done[0]["maxPhyOffset"] == store.get_max_phy_offset()
-        assert done[0]["messages"] == store.recovery["messages"]
+        assert done[0]["messages"] == sum(1 for _ in store.iter_messages())
         for p in puts:
             off = p["physicalOffset"]
             m = decode(files[off - off % FILE_SIZE], off % FILE_SIZE)
@@ -374,7 +378,8 @@ def test_open_with_wrong_file_size_changes_nothing(rocketmq_store, fixture_root)
     untouched, no abort left behind, lock released."""
     from rocketstore import CorruptionError
     before = _commitlog_files(rocketmq_store)
-    for cfg in (StoreConfig(), StoreConfig(mapped_file_size_commit_log=4096)):
+    for cfg in (StoreConfig(mapped_file_size_consume_queue=CQ_FILE_SIZE),
+                StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=CQ_FILE_SIZE)):
         with pytest.raises(CorruptionError) as ei:
             MessageStore.open(rocketmq_store, cfg)
         assert "mapped file size" in str(ei.value)
@@ -383,4 +388,4 @@ def test_open_with_wrong_file_size_changes_nothing(rocketmq_store, fixture_root)
     assert sorted(os.listdir(os.path.join(rocketmq_store, "commitlog"))) == \
         sorted(os.listdir(fixture_root / "store" / "commitlog"))
     with MessageStore.open(rocketmq_store, _config()) as store:
-        assert store.recovery["messages"] == NUM_MESSAGES
+        assert sum(1 for _ in store.iter_messages()) == NUM_MESSAGES

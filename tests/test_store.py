@@ -143,7 +143,7 @@ def test_reopen_reads_back_everything_and_continues(store_dir, small_config, ran
             sent.append((store.put_message(msg, qid), msg))
         end = store.get_max_phy_offset()
     with MessageStore.open(store_dir, small_config) as store:
-        assert store.recovery["messages"] == 30
+        assert sum(1 for _ in store.iter_messages()) == 30
         assert store.recovery["last_exit_ok"] is True
         assert store.get_max_phy_offset() == end
         for r, msg in sent:
@@ -196,7 +196,7 @@ def test_context_manager_closes_on_exception(store_dir, small_config):
     assert store.closed
     assert not os.path.exists(os.path.join(store_dir, "abort"))
     with MessageStore.open(store_dir, small_config) as store:
-        assert store.recovery["messages"] == 1
+        assert sum(1 for _ in store.iter_messages()) == 1
 
 
 def test_crash_leaves_abort_and_reopen_recovers(store_dir, small_config):
@@ -214,7 +214,7 @@ def test_crash_leaves_abort_and_reopen_recovers(store_dir, small_config):
     assert os.path.exists(os.path.join(store_dir, "abort"))
     with MessageStore.open(store_dir, small_config) as store:
         assert store.recovery["last_exit_ok"] is False
-        assert store.recovery["messages"] == 50
+        assert sum(1 for _ in store.iter_messages()) == 50
         assert store.get_max_phy_offset() == end
         assert store.commit_log.get_queue_offset("T", 0) == 50
 
@@ -235,7 +235,7 @@ def test_second_open_in_process_is_locked(store_dir, small_config, tmp_path):
         r = store.put_message(Message("T", b"still mine"))
         assert r.ok
     with MessageStore.open(store_dir, small_config) as store:
-        assert store.recovery["messages"] == 1
+        assert sum(1 for _ in store.iter_messages()) == 1
     with MessageStore.open(store_dir, small_config):
         pass
 
@@ -257,7 +257,7 @@ def test_open_in_another_process_is_locked(store_dir, small_config):
         assert out in ("BlockingIOError", "PermissionError")
     assert _run_child(TRY_OPEN, store_dir) == "OK"
     with MessageStore.open(store_dir, small_config) as store:
-        assert store.recovery["messages"] == 1
+        assert sum(1 for _ in store.iter_messages()) == 1
 
 
 def test_posix_lock_held_by_other_process_blocks_open(store_dir, small_config):
@@ -301,7 +301,7 @@ def test_closed_store_raises(store_dir, small_config):
         store.iter_messages()
     # nothing was written by the refused puts
     with MessageStore.open(store_dir, small_config) as again:
-        assert again.recovery["messages"] == 1
+        assert sum(1 for _ in again.iter_messages()) == 1
         assert again.get_max_phy_offset() == r.wrote_bytes
 
 
@@ -383,7 +383,7 @@ def test_open_survives_record_with_negative_queue_id(store_dir, small_config):
         import sys
         from rocketstore import MessageStore, StoreConfig
         with MessageStore.open(sys.argv[1], StoreConfig(mapped_file_size_commit_log=4096)) as s:
-            print(s.recovery["messages"], bytes(s.look_message_by_offset(0).body).decode())
+            print(sum(1 for _ in s.iter_messages()), bytes(s.look_message_by_offset(0).body).decode())
     """, store_dir, check=False)
     assert out.returncode == 0, f"open died with {out.returncode}: {out.stderr[-2000:]}"
     count, body = out.stdout.split()
@@ -887,7 +887,7 @@ def test_rolling_files_blank_fill_and_read_back(store_dir, small_config, rand):
     for offs in per_queue.values():
         assert offs == list(range(len(offs)))
     with MessageStore.open(store_dir, small_config) as store:
-        assert store.recovery["messages"] == len(sent)
+        assert sum(1 for _ in store.iter_messages()) == len(sent)
         assert store.get_max_phy_offset() == end
         for (topic, qid), offs in per_queue.items():
             assert store.commit_log.get_queue_offset(topic, qid) == len(offs)
@@ -923,7 +923,7 @@ def test_record_filling_file_to_the_last_8_bytes(store_dir, small_config):
         assert r.commitlog_offset == 0 and r.wrote_bytes == file_size - 8
         assert store.get_max_phy_offset() == file_size - 8
     with MessageStore.open(store_dir, small_config) as store:
-        assert store.recovery["messages"] == 1
+        assert sum(1 for _ in store.iter_messages()) == 1
         assert store.get_max_phy_offset() == file_size - 8
         r2 = store.put_message(Message("T", b"next"))
         assert r2.commitlog_offset == file_size and r2.queue_offset == 1
@@ -932,7 +932,7 @@ def test_record_filling_file_to_the_last_8_bytes(store_dir, small_config):
     assert blanks == [(file_size - 8, 8)]
     _check_files(store_dir, file_size)
     with MessageStore.open(store_dir, small_config) as store:
-        assert store.recovery["messages"] == 2
+        assert sum(1 for _ in store.iter_messages()) == 2
         assert store.get_max_phy_offset() == file_size + r2.wrote_bytes
         assert bytes(store.look_message_by_offset(file_size).body) == b"next"
 
@@ -976,14 +976,14 @@ def test_reopen_after_writing_exactly_to_file_boundary(store_dir, small_config):
             open(os.path.join(store_dir, "abort"), "wb").close()
         with MessageStore.open(store_dir, small_config) as store:
             assert store.recovery["last_exit_ok"] is (not crashed)
-            assert store.recovery["messages"] == 1
+            assert sum(1 for _ in store.iter_messages()) == 1
             assert store.get_max_phy_offset() == file_size
             assert list(store.iter_messages())[0].commitlog_offset == 0
     with MessageStore.open(store_dir, small_config) as store:
         r = store.put_message(Message("T", b"after boundary"))
         assert r.commitlog_offset == file_size and r.queue_offset == 1
     with MessageStore.open(store_dir, small_config) as store:
-        assert store.recovery["messages"] == 2
+        assert sum(1 for _ in store.iter_messages()) == 2
         assert store.get_max_phy_offset() == file_size + r.wrote_bytes
         assert bytes(store.look_message_by_offset(file_size).body) == b"after boundary"
     after = _commitlog_bytes(store_dir)

@@ -1,0 +1,18 @@
+from collections.abc import Callable
+from typing import Any, final
+
+from rocketstore._codec import MessageExt
+from rocketstore._consumequeue import ConsumeQueue
+
+SCHEDULE_TOPIC: str
+
+@final
+class DispatchCore:
+    reput_offset: int
+    dispatchers: list[Callable[[MessageExt], Any]]
+    dispatched: int
+    def __init__(self, commit_log_queue: Any, find_queue: Callable[[str, int], ConsumeQueue],
+                 delay_levels_ms: list[int], reput_offset: int = ...) -> None: ...
+    def invalidate(self) -> None: ...
+    def dispatch(self, bound: int, max_records: int = ...) -> int: ...
+    def tags_code_of(self, msg: MessageExt) -> int: ...

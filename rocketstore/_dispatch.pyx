@@ -1,0 +1,270 @@
+# cython: language_level=3
+"""The dispatch core: commit-log records -> consume-queue units (RocketMQ's ReputMessageService
+loop body, FORMAT.md 3, 5.2, 5.6).
+
+``DispatchCore.dispatch`` walks records from the reput offset up to a bound. Records whose
+queue is in a small C cache and whose unit lands at the end of that queue's current file are
+dispatched without the GIL (the common case: a run of puts to known queues), so producers
+keep running while a backlog is indexed. Anything else -- a queue seen for the first time, a
+full queue file, a gap, an extra dispatcher such as the index -- takes the GIL path for that
+one record. Units become visible to readers when the run ends (``ConsumeQueue.publish``).
+
+Not thread-safe: one dispatcher thread (or the put path under the store's dispatch lock in
+inline mode) calls ``dispatch``.
+"""
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.ref cimport PyObject
+from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
+from libc.string cimport memcmp, memset
+
+from rocketstore._csrc cimport (
+    rs_java_hash, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED, RS_SYSFLAG_TX_ROLLBACK,
+)
+from rocketstore._codec cimport RecordInfo, parse_record, MessageExt, find_prop
+from rocketstore._mapped cimport MappedFile
+from rocketstore._consumequeue cimport ConsumeQueue, CQState, cq_append_fast
+
+import logging
+
+log = logging.getLogger("rocketstore.dispatch")
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+cdef const char *SCHEDULE_TOPIC_C = b"SCHEDULE_TOPIC_XXXX"
+
+cdef enum:
+    CACHE_SLOTS = 256           # queues dispatched without the GIL (direct-mapped)
+    MAX_DELAY_LEVELS = 64
+    STOP_END = 0                # reached the bound
+    STOP_BLANK = 1              # end-of-file blank: go to the next file
+    STOP_INVALID = 2            # not a record (yet): stop this round
+    STOP_SLOW = 3               # this record needs the GIL path
+    STOP_LIMIT = 4              # record budget used
+
+
+cdef struct CacheSlot:
+    const char *topic           # borrowed from the queue's topic_b
+    int topic_len
+    int32_t queue_id
+    CQState *state              # inside the ConsumeQueue object (kept alive by the store)
+    PyObject *cq
+
+
+cdef inline uint32_t _slot_of(const char *topic, int n, int32_t qid) noexcept nogil:
+    cdef uint32_t h = 2166136261u
+    cdef int i
+    for i in range(n):
+        h = (h ^ <unsigned char>topic[i]) * 16777619u
+    h = (h ^ <uint32_t>qid) * 16777619u
+    return h % CACHE_SLOTS
+
+
+@cython.final
+cdef class DispatchCore:
+    """Dispatches commit-log records into consume queues (and extra dispatchers).
+
+    Parameters
+    ----------
+    commit_log_queue : MappedFileQueue
+        The commit log's files.
+    find_queue : callable
+        ``find_queue(topic, queue_id) -> ConsumeQueue``: finds or creates a queue.
+    delay_levels_ms : list of int
+        Delay of each level (index 1..N; index 0 unused), for the tags code of
+        ``SCHEDULE_TOPIC_XXXX`` records (FORMAT.md 3).
+    """
+    cdef object cl_mfq
+    cdef object find_queue
+    cdef public int64_t reput_offset
+    cdef CacheSlot cache[CACHE_SLOTS]
+    cdef list _cached                   # strong refs of the cached queues
+    cdef int64_t delay_ms[MAX_DELAY_LEVELS]
+    cdef int max_delay_level
+    cdef bytes schedule_topic_b
+    cdef public list dispatchers        # extra dispatchers: callables taking a MessageExt
+    cdef public int64_t dispatched      # records dispatched so far (statistics)
+
+    def __init__(self, commit_log_queue, find_queue, delay_levels_ms, int64_t reput_offset=0):
+        self.cl_mfq = commit_log_queue
+        self.find_queue = find_queue
+        self.reput_offset = reput_offset
+        self._cached = []
+        self.dispatchers = []
+        memset(self.cache, 0, sizeof(self.cache))
+        self.max_delay_level = min(len(delay_levels_ms) - 1, MAX_DELAY_LEVELS - 1)
+        for i in range(self.max_delay_level + 1):
+            self.delay_ms[i] = delay_levels_ms[i]
+        self.schedule_topic_b = SCHEDULE_TOPIC.encode()
+
+    def invalidate(self):
+        """Forget the cached queues (after queues were destroyed or reloaded)."""
+        memset(self.cache, 0, sizeof(self.cache))
+        self._cached = []
+
+    # -- per record ---------------------------------------------------------------------------
+
+    cdef int64_t tags_code(self, const RecordInfo *info) noexcept nogil:
+        """Java hashCode of TAGS; a delivery time for delayed records (FORMAT.md 3)."""
+        cdef int32_t vlen = 0
+        cdef const char *v
+        cdef int64_t level = 0
+        cdef int32_t i
+        if info.topic_len == 19 and memcmp(info.topic, SCHEDULE_TOPIC_C, 19) == 0:
+            v = find_prop(info.props, info.props_len, "DELAY", 5, &vlen)
+            if v != NULL:
+                for i in range(vlen):
+                    if v[i] < 48 or v[i] > 57 or level > 100000:
+                        level = -1
+                        break
+                    level = level * 10 + (v[i] - 48)
+                if level > self.max_delay_level:
+                    level = self.max_delay_level
+                if level > 0:
+                    return info.store_ts + self.delay_ms[level]
+                if level < 0:
+                    return info.store_ts + 1000     # unknown level
+        v = find_prop(info.props, info.props_len, "TAGS", 4, &vlen)
+        if v == NULL or vlen == 0:
+            return 0
+        return <int64_t>rs_java_hash(v, <size_t>vlen)
+
+    cdef CacheSlot *_lookup(self, const RecordInfo *info) noexcept nogil:
+        cdef CacheSlot *s = &self.cache[_slot_of(info.topic, info.topic_len, info.queue_id)]
+        if s.state != NULL and s.queue_id == info.queue_id and s.topic_len == info.topic_len \
+                and memcmp(s.topic, info.topic, info.topic_len) == 0:
+            return s
+        return NULL
+
+    cdef ConsumeQueue _queue_slow(self, const RecordInfo *info):
+        topic = info.topic[:info.topic_len].decode("utf-8", "replace")
+        cdef ConsumeQueue cq = self.find_queue(topic, info.queue_id)
+        cdef CacheSlot *s = &self.cache[_slot_of(info.topic, info.topic_len, info.queue_id)]
+        s.topic = PyBytes_AS_STRING(cq.topic_b)
+        s.topic_len = <int>PyBytes_GET_SIZE(cq.topic_b)
+        s.queue_id = cq.queue_id
+        s.state = &cq.state
+        s.cq = <PyObject *>cq
+        self._cached.append(cq)
+        if len(self._cached) > 4 * CACHE_SLOTS:
+            # drop refs of queues no longer cached
+            live = {<object>self.cache[i].cq for i in range(CACHE_SLOTS) if self.cache[i].cq != NULL}
+            self._cached = [q for q in self._cached if q in live]
+        return cq
+
+    cdef void _publish_all(self) noexcept:
+        cdef int i
+        for i in range(CACHE_SLOTS):
+            if self.cache[i].state != NULL and self.cache[i].state.dirty:
+                (<ConsumeQueue>self.cache[i].cq).publish()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    cdef int _run(self, const char *base, Py_ssize_t *pos, Py_ssize_t end, int64_t file_from,
+                  Py_ssize_t *budget, RecordInfo *info) noexcept nogil:
+        """Dispatch records from *pos while the fast path applies; returns the stop reason with
+        *pos at the record it stopped on (info filled for STOP_SLOW)."""
+        cdef Py_ssize_t rc
+        cdef int tx
+        cdef CacheSlot *s
+        cdef int64_t tags
+        while pos[0] < end:
+            if budget[0] <= 0:
+                return STOP_LIMIT
+            rc = parse_record(base + pos[0], end - pos[0], False, info)
+            if rc == 0:
+                return STOP_BLANK
+            if rc == -2:
+                pos[0] += info.total_size   # parsed, but TOTALSIZE disagrees: skip it (5.6)
+                continue
+            if rc < 0 or info.phy_offset != file_from + pos[0]:
+                return STOP_INVALID
+            tx = info.sys_flag & RS_SYSFLAG_TX_MASK
+            if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
+                s = self._lookup(info)
+                if s == NULL:
+                    return STOP_SLOW
+                tags = self.tags_code(info)
+                if cq_append_fast(s.state, info.phy_offset, info.total_size, tags,
+                                  info.queue_offset, info.store_ts) < 0:
+                    return STOP_SLOW
+            pos[0] += rc
+            budget[0] -= 1
+        return STOP_END
+
+    def dispatch(self, int64_t bound, Py_ssize_t max_records=1 << 20):
+        """Dispatch records in [reput_offset, bound); returns how many were dispatched.
+
+        Stops early at data that is not (yet) a valid record, and after ``max_records``.
+        """
+        cdef MappedFile mf
+        cdef RecordInfo info
+        cdef Py_ssize_t pos, end, budget = max_records, start_budget = max_records
+        cdef int stop
+        cdef int64_t tags
+        cdef ConsumeQueue cq
+        cdef bint extra
+        cdef int tx
+        while self.reput_offset < bound and budget > 0:
+            mf = self.cl_mfq.find_mapped_file_by_offset(self.reput_offset)
+            if mf is None:
+                first = self.cl_mfq.get_min_offset()
+                if 0 <= self.reput_offset < first:
+                    self.reput_offset = first       # files were deleted under us
+                    continue
+                break
+            pos = self.reput_offset - mf.file_from_offset
+            end = min(<Py_ssize_t>mf.committed_pos, <Py_ssize_t>(bound - mf.file_from_offset))
+            if pos >= end:
+                if mf.committed_pos == mf.file_size:    # full (blank-terminated) file
+                    self.reput_offset = mf.file_from_offset + mf.file_size
+                    continue
+                break
+            extra = bool(self.dispatchers)
+            if not extra:
+                with nogil:
+                    stop = self._run(mf.base, &pos, end, mf.file_from_offset, &budget, &info)
+            else:
+                stop = STOP_END if pos >= end else STOP_SLOW
+                if stop == STOP_SLOW:
+                    rc = parse_record(mf.base + pos, end - pos, False, &info)
+                    if rc == 0:
+                        stop = STOP_BLANK
+                    elif rc < 0 or info.phy_offset != mf.file_from_offset + pos:
+                        stop = STOP_INVALID if rc != -2 else STOP_SLOW
+            self.reput_offset = mf.file_from_offset + pos
+            self._publish_all()
+            if stop == STOP_END or stop == STOP_LIMIT:
+                continue
+            if stop == STOP_BLANK:
+                self.reput_offset = mf.file_from_offset + mf.file_size
+                continue
+            if stop == STOP_INVALID:
+                break
+            # STOP_SLOW: one record under the GIL
+            rc = parse_record(mf.base + pos, end - pos, False, &info)
+            if rc == -2:
+                self.reput_offset += info.total_size
+                continue
+            tx = info.sys_flag & RS_SYSFLAG_TX_MASK
+            if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
+                s = self._lookup(&info)
+                cq = <ConsumeQueue>s.cq if s != NULL else self._queue_slow(&info)
+                tags = self.tags_code(&info)
+                cq.put_position(info.phy_offset, info.total_size, tags, info.queue_offset,
+                                info.store_ts)
+            if extra:
+                msg = MessageExt.new(&info, None, mf, mf.base + pos, True, None)
+                for d in self.dispatchers:
+                    d(msg)
+            self.reput_offset += rc
+            budget -= 1
+        self._publish_all()
+        self.dispatched += start_budget - budget
+        return start_budget - budget
+
+    def tags_code_of(self, MessageExt msg):
+        """The tags code dispatch computes for a stored message (tests, tools)."""
+        cdef RecordInfo info
+        cdef bytes rec = msg.record()
+        parse_record(rec, len(rec), False, &info)
+        return self.tags_code(&info)
