@@ -33,6 +33,16 @@ cdef class ConsumeQueue:
     cdef void publish(self) noexcept
     cdef int _attach_last(self) except -1
     cdef MappedFile file_for_index(self, int64_t index)
+    cdef MappedFile read_file(self, int64_t index)
+
+    cdef inline int64_t max_index(self) noexcept:
+        """One past the last published unit (the queue's max offset)."""
+        if self.cur is None:
+            return 0
+        return (self.cur.file_from_offset + self.cur.committed_pos) // 20
+
+    cdef inline int64_t min_index(self) noexcept:
+        return self.min_logic_offset // 20
     cdef void _scan_end(self, MappedFile mf) noexcept
 
 

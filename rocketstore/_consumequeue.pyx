@@ -259,10 +259,24 @@ cdef class ConsumeQueue:
 
     def get_max_offset_in_queue(self):
         """Queue offset one past the last published unit."""
-        return self.mapped_file_queue.get_max_offset() // RS_CQ_UNIT_SIZE
+        return self.max_index()
 
     def get_min_offset_in_queue(self):
-        return self.min_logic_offset // RS_CQ_UNIT_SIZE
+        return self.min_index()
+
+    cdef MappedFile read_file(self, int64_t index):
+        """The file holding unit ``index`` (by arithmetic: files are contiguous), or None."""
+        files = self.mapped_file_queue.files
+        if not files:
+            return None
+        cdef MappedFile first = files[0]
+        cdef int64_t pos = index * RS_CQ_UNIT_SIZE - first.file_from_offset
+        if pos < 0:
+            return None
+        cdef Py_ssize_t i = pos // self.file_size
+        if i >= len(files):
+            return None
+        return files[i]
 
     def get_message_total_in_queue(self):
         return self.get_max_offset_in_queue() - self.get_min_offset_in_queue()

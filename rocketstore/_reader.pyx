@@ -184,8 +184,8 @@ def get_message(ConsumeQueue cq, commit_log_queue, int64_t offset, int64_t max_m
                 int64_t max_bytes, TagFilter tag_filter, ReadLimits limits, int64_t max_offset_py,
                 bint raw=False):
     """Read up to ``max_msgs`` messages of ``cq`` from queue ``offset`` (FORMAT.md 13)."""
-    cdef int64_t min_off = cq.get_min_offset_in_queue()
-    cdef int64_t max_off = cq.get_max_offset_in_queue()
+    cdef int64_t min_off = cq.min_index()
+    cdef int64_t max_off = cq.max_index()
     if max_off == 0:
         return make_result(NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
     if offset < min_off:
@@ -196,12 +196,26 @@ def get_message(ConsumeQueue cq, commit_log_queue, int64_t offset, int64_t max_m
         # FORMAT.md 13 and 5.x: back to the max (4.9.x sent readers of a queue whose min is
         # 0 back to 0 instead)
         return make_result(OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
-    units = cq.units_view(offset)
-    if units is None:
+    cdef MappedFile cqf = cq.read_file(offset)
+    cdef Py_ssize_t upos = offset * RS_CQ_UNIT_SIZE - cqf.file_from_offset if cqf is not None else 0
+    if cqf is None or cqf.base == NULL or upos >= cqf.committed_pos:
         return make_result(OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_off, max_off)
-    cdef const unsigned char[::1] uv = units
-    cdef const char *u = <const char *>&uv[0]
-    cdef Py_ssize_t nbytes = uv.shape[0]
+    # the scan reads the unit file through a raw pointer: pin it against a concurrent unmap
+    cqf.pin()
+    try:
+        return _scan_units(cq, cqf, upos, commit_log_queue, offset, max_msgs, max_bytes,
+                           tag_filter, limits, max_offset_py, raw, min_off, max_off)
+    finally:
+        cqf.unpin()
+
+
+cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t upos,
+                                  commit_log_queue, int64_t offset, int64_t max_msgs,
+                                  int64_t max_bytes, TagFilter tag_filter, ReadLimits limits,
+                                  int64_t max_offset_py, bint raw, int64_t min_off,
+                                  int64_t max_off):
+    cdef const char *u = cqf.base + upos
+    cdef Py_ssize_t nbytes = cqf.committed_pos - upos
     cdef Py_ssize_t limit = max(<Py_ssize_t>MIN_FILTER_BYTES, <Py_ssize_t>(max_msgs * RS_CQ_UNIT_SIZE))
     cdef Py_ssize_t i = 0
     cdef int64_t phy, tags, total = 0, count = 0, next_phy_file = -1, max_pulling = -1
@@ -210,6 +224,7 @@ def get_message(ConsumeQueue cq, commit_log_queue, int64_t offset, int64_t max_m
     cdef bint in_disk
     cdef RecordInfo info
     cdef MappedFile mf = None
+    cdef int64_t cl_file_size = commit_log_queue.file_size
     cdef GetMessageResult r = GetMessageResult.__new__(GetMessageResult)
     cdef list msgs = []
     cdef str topic = cq.topic
@@ -236,7 +251,7 @@ def get_message(ConsumeQueue cq, commit_log_queue, int64_t offset, int64_t max_m
         if mf is None or mf.base == NULL or pos + size > mf.committed_pos:
             if total == 0:
                 r.status = MESSAGE_WAS_REMOVING
-            next_phy_file = phy + commit_log_queue.file_size - phy % commit_log_queue.file_size
+            next_phy_file = phy + cl_file_size - phy % cl_file_size
             mf = None
             continue
         rc = parse_record(mf.base + pos, size, False, &info)

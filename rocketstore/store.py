@@ -124,6 +124,7 @@ class MessageStore:
                                   config.max_transfer_count_on_message_in_disk,
                                   _PHYS_MEMORY * config.access_message_in_memory_max_ratio // 100)
         self._tag_filters: dict[Any, TagFilter] = {}
+        self._read_forbidden: set[str] = set()
         self.topic_config_manager = TopicConfigManager(paths.config_dir(root))
         self.consumer_offset_manager = ConsumerOffsetManager(paths.config_dir(root),
                                                              config.flush_consumer_offset_interval)
@@ -308,6 +309,10 @@ class MessageStore:
 
     def _apply_topic_rule(self, tc: TopicConfig) -> None:
         self.commit_log.set_topic_rule(tc.topic_name, (tc.is_writeable(), tc.write_queue_nums))
+        if tc.is_readable():
+            self._read_forbidden.discard(tc.topic_name)
+        else:
+            self._read_forbidden.add(tc.topic_name)
 
     def update_topic_config(self, tc: TopicConfig) -> None:
         """Create or change a topic's configuration (``config/topics.json``): its perm bits and
@@ -324,6 +329,7 @@ class MessageStore:
             raise StoreReadOnlyError(self.root)
         self.topic_config_manager.delete(topic)
         self.commit_log.set_topic_rule(topic, None)
+        self._read_forbidden.discard(topic)
 
     # -- consumer offsets ------------------------------------------------------------------------
 
@@ -375,6 +381,12 @@ class MessageStore:
     # -- consume queues --------------------------------------------------------------------------
 
     def _queue(self, topic: str, queue_id: int):
+        if not self.read_only:
+            per_topic = self.consume_queues._queues.get(topic)
+            if per_topic is not None:
+                cq = per_topic.get(queue_id)
+                if cq is not None:
+                    return cq
         if not isinstance(topic, str):
             raise InvalidMessageTypeError("topic", "str", type(topic).__name__)
         if not isinstance(queue_id, int) or isinstance(queue_id, bool):
@@ -427,17 +439,18 @@ class MessageStore:
         the dispatcher to bring messages past ``offset``. Returns a ``GetMessageResult``
         (``status``, ``messages``, ``next_begin_offset``, ``min_offset``, ``max_offset``).
         """
-        self._check_open()
-        if not isinstance(offset, int) or not isinstance(max_msgs, int):
-            raise InvalidMessageTypeError("offset/max_msgs", "int",
-                                          f"{type(offset).__name__}/{type(max_msgs).__name__}")
+        if self._closed:
+            raise StoreClosedError("store " + self.root)
+        if type(offset) is not int or type(max_msgs) is not int:
+            if not isinstance(offset, int) or not isinstance(max_msgs, int):
+                raise InvalidMessageTypeError("offset/max_msgs", "int",
+                                              f"{type(offset).__name__}/{type(max_msgs).__name__}")
         if max_msgs <= 0:
             raise InvalidMessageError("max_msgs", max_msgs, "must be positive", limit=1)
-        tc = self.topic_config_manager.get(topic) if isinstance(topic, str) else None
-        if tc is not None and not tc.is_readable():
+        if self._read_forbidden and topic in self._read_forbidden:
             return _reader.make_result(GetMessageStatus.NO_PERMISSION, offset, 0, 0,
                                        TopicPermissionError(topic, "is not readable (perm in topics.json)"))
-        tag_filter = self._tag_filter(tags)
+        tag_filter = None if tags is None else self._tag_filter(tags)
         cap = max(max_bytes, 100) if max_bytes is not None else 0
         deadline = time.monotonic() + timeout_ms / 1000.0 if timeout_ms > 0 else 0.0
         delay = 0.001

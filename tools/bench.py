@@ -156,6 +156,71 @@ def bench_get_seq(store: MessageStore, offsets: list[int]) -> tuple[int, int]:
     return len(offsets), n
 
 
+def bench_get_batch(store: MessageStore, queues: int, per_queue: int) -> tuple[int, int]:
+    """Pull every queue from 0 in calls of 32, touching each body (a zero-copy view)."""
+    get = store.get_message
+    n = nbytes = 0
+    for q in range(queues):
+        offset = 0
+        while offset < per_queue:
+            r = get("bench", TOPIC, q, offset, 32)
+            for m in r.messages:
+                nbytes += len(m.body)
+            n += len(r.messages)
+            offset = r.next_begin_offset
+    return n, nbytes
+
+
+def baseline_read_struct(bodies: list[bytes], num: int, record_size: int) -> Result:
+    """Python reading the same records back: struct-unpack a header, slice the body."""
+    blen = len(bodies[0])
+    buf = bytearray(record_size * min(num, 200_000))
+    hdr = struct.Struct(">iiiiiqqiq")
+    for i in range(len(buf) // record_size):
+        hdr.pack_into(buf, i * record_size, record_size, -626843481, 0, 0, 0, i, 0, 0, 0)
+    mv = memoryview(buf)
+
+    def run():
+        n = nbytes = 0
+        unpack = hdr.unpack_from
+        pos = 0
+        end = len(buf)
+        while pos < end:
+            size = unpack(mv, pos)[0]
+            nbytes += len(mv[pos + 52:pos + 52 + blen])
+            n += 1
+            pos += size
+        return n, nbytes
+    count, nbytes, dt = timed(run)
+    return Result("read_struct", count, nbytes, dt)
+
+
+def bench_dispatch(workdir: str, msgs: list[Message], num: int, inline: bool) -> Result:
+    """Put ``num`` messages in batches and wait until consumers can see all of them."""
+    root = tempfile.mkdtemp(prefix="store-", dir=workdir)
+    cfg = StoreConfig(mapped_file_size_commit_log=GiB, warm_maped_file_enable=True,
+                      dispatch_inline=inline)
+    store = MessageStore.open(root, cfg)
+    try:
+        store.put_message(Message(TOPIC, b"warm-up"), 1)
+        store.allocator.wait_idle(120)
+        batches = [msgs[i:i + BATCH] for i in range(0, POOL, BATCH)]
+        calls = num // BATCH
+
+        def run():
+            put = store.put_messages
+            for i in range(calls):
+                put(batches[i % len(batches)], 0)
+            while store.dispatch_behind_bytes() > 0:
+                time.sleep(0.0005)
+            return calls * BATCH, calls * BATCH * len(msgs[0].body)
+        count, nbytes, dt = timed(run)
+        assert store.get_max_offset_in_queue(TOPIC, 0) == calls * BATCH
+    finally:
+        close_store(store)
+    return Result("dispatch_inline" if inline else "dispatch_thread", count, nbytes, dt)
+
+
 def bench_crc32(bodies: list[bytes], num: int) -> tuple[int, int]:
     mask = POOL - 1
     for i in range(num):
@@ -171,6 +236,10 @@ WORKLOADS = {
     "put_fresh": "a new Message built per put (tags set), 100 B bodies",
     "get_seq": "look_message_by_offset over every stored message, in order, 100 B",
     "crc32": "body CRC (zlib CRC-32) of 1 KiB bodies",
+    "get_batch": "get_message 32 per call over 4 queues, zero-copy bodies touched, 100 B",
+    "get_batch_1k": "get_message 32 per call over 4 queues, zero-copy bodies touched, 1 KiB",
+    "dispatch_thread": "put in batches until consume queues hold all (dispatch thread), 100 B",
+    "dispatch_inline": "put in batches until consume queues hold all (dispatch on put), 100 B",
 }
 
 
@@ -217,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
                     r = Result(name, *timed(lambda: bench_crc32(bodies, num)))
                     print(fmt(r, baselines))
                     continue
+                if name.startswith("dispatch_"):
+                    r = bench_dispatch(workdir, msgs, num, name == "dispatch_inline")
+                    print(fmt(r, baselines))
+                    continue
                 store = open_store(workdir, warm)
                 try:
                     if name in ("put", "put_1k"):
@@ -225,6 +298,19 @@ def main(argv: list[str] | None = None) -> int:
                         r = Result(name, *timed(lambda: bench_put_batch(store, msgs, num)))
                     elif name == "put_fresh":
                         r = Result(name, *timed(lambda: bench_put_fresh(store, bodies, num)))
+                    elif name in ("get_batch", "get_batch_1k"):
+                        per_queue = num // 4
+                        for q in range(4):
+                            for j in range(per_queue // BATCH):
+                                store.put_messages(msgs[(j * BATCH) % POOL:(j * BATCH) % POOL + BATCH], q)
+                        deadline = time.time() + 120
+                        while store.dispatch_behind_bytes() > 0 and time.time() < deadline:
+                            time.sleep(0.01)
+                        per_queue = (per_queue // BATCH) * BATCH
+                        r = Result(name, *timed(lambda: bench_get_batch(store, 4, per_queue)))
+                        base = baseline_read_struct(bodies, num, record)
+                        print(fmt(r, baselines + [base]))
+                        continue
                     elif name == "get_seq":
                         res = store.put_messages(msgs[:BATCH])
                         offsets = []
