@@ -327,20 +327,28 @@ cdef class ConsumeQueue:
         if last is not None and last[0] < min_phy_offset:
             self.min_logic_offset = max_index * RS_CQ_UNIT_SIZE
             return
-        cdef MappedFile first = files[0]
-        cdef Py_ssize_t lo = max(0, self.min_logic_offset - first.file_from_offset) // RS_CQ_UNIT_SIZE
-        cdef Py_ssize_t hi = first.committed_pos // RS_CQ_UNIT_SIZE
-        cdef Py_ssize_t mid
+        cdef MappedFile mf
+        cdef Py_ssize_t lo, hi, mid, n
         cdef int32_t size
-        # units are in commit-log order: binary search the first kept one (fillers sort low)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            size = _get_be32(first.base + mid * RS_CQ_UNIT_SIZE + 8)
-            if size == RS_CQ_FILLER_SIZE or _get_be64(first.base + mid * RS_CQ_UNIT_SIZE) < min_phy_offset:
-                lo = mid + 1
-            else:
-                hi = mid
-        self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset + lo * RS_CQ_UNIT_SIZE)
+        for mf in files:
+            n = mf.committed_pos // RS_CQ_UNIT_SIZE
+            if n == 0 or mf.file_from_offset + n * RS_CQ_UNIT_SIZE <= self.min_logic_offset:
+                continue
+            # every unit of this file gone? (its last real unit is below the min) -> next file
+            if _get_be64(mf.base + (n - 1) * RS_CQ_UNIT_SIZE) < min_phy_offset:
+                continue
+            lo = max(0, self.min_logic_offset - mf.file_from_offset) // RS_CQ_UNIT_SIZE
+            hi = n
+            # units are in commit-log order: binary search the first kept one (fillers sort low)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                size = _get_be32(mf.base + mid * RS_CQ_UNIT_SIZE + 8)
+                if size == RS_CQ_FILLER_SIZE or _get_be64(mf.base + mid * RS_CQ_UNIT_SIZE) < min_phy_offset:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + lo * RS_CQ_UNIT_SIZE)
+            return
 
     def truncate_dirty_logic_files(self, int64_t phy_offset):
         """Drop units pointing at or past commit-log ``phy_offset`` (FORMAT.md 5.3)."""

@@ -108,21 +108,31 @@ cdef class DispatchCore:
         cdef int32_t vlen = 0
         cdef const char *v
         cdef int64_t level = 0
-        cdef int32_t i
+        cdef int32_t i = 0
+        cdef bint negative = False, garbage = False
         if info.topic_len == 19 and memcmp(info.topic, SCHEDULE_TOPIC_C, 19) == 0:
             v = find_prop(info.props, info.props_len, "DELAY", 5, &vlen)
             if v != NULL:
-                for i in range(vlen):
-                    if v[i] < 48 or v[i] > 57 or level > 100000:
-                        level = -1
-                        break
-                    level = level * 10 + (v[i] - 48)
+                # Integer.parseInt: an optional sign, then digits that fit an int
+                if vlen > 0 and (v[0] == 45 or v[0] == 43):
+                    negative = v[0] == 45
+                    i = 1
+                garbage = i >= vlen
+                while i < vlen and not garbage:
+                    if v[i] < 48 or v[i] > 57:
+                        garbage = True
+                    else:
+                        level = level * 10 + (v[i] - 48)
+                        garbage = level > <int64_t>2147483647 + <int64_t>negative
+                    i += 1
+                if garbage:
+                    return info.store_ts + 1000     # not a level: as an unknown level
+                if negative:
+                    level = -level
                 if level > self.max_delay_level:
                     level = self.max_delay_level
                 if level > 0:
                     return info.store_ts + self.delay_ms[level]
-                if level < 0:
-                    return info.store_ts + 1000     # unknown level
         v = find_prop(info.props, info.props_len, "TAGS", 4, &vlen)
         if v == NULL or vlen == 0:
             return 0
