@@ -78,6 +78,8 @@
 
 /* ---- consume queue (FORMAT.md 5) ---- */
 #define RS_CQ_UNIT_SIZE         20            /* phy offset 8 | size 4 | tags code 8 */
+#define RS_CQ_PHYOFFSET_POS     0
+#define RS_CQ_SIZE_POS          8
 #define RS_CQ_TAGS_POS          12
 #define RS_CQ_FILLER_SIZE       0x7FFFFFFF
 

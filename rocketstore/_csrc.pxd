@@ -57,6 +57,8 @@ cdef extern from "rs_layout.h" nogil:
         RS_OS_PAGE_SIZE
         RS_FILE_NAME_DIGITS
         RS_CQ_UNIT_SIZE
+        RS_CQ_PHYOFFSET_POS
+        RS_CQ_SIZE_POS
         RS_CQ_TAGS_POS
         RS_CQ_FILLER_SIZE
         RS_INDEX_HEADER_SIZE
@@ -109,3 +111,19 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_mutex_lock(pthread_mutex_t *m)
     int pthread_mutex_trylock(pthread_mutex_t *m)
     int pthread_mutex_unlock(pthread_mutex_t *m)
+
+
+cdef extern from "rs_scan.h" nogil:
+    enum:
+        RS_CQ_SLOT_BITS
+        RS_CQ_SLOTS
+        RS_CQ_SLOT_SHIFTS
+    uint64_t rs_load_u64(const unsigned char *p)
+    uint32_t rs_load_u32(const unsigned char *p)
+    uint64_t rs_be64_raw(uint64_t v)
+    uint32_t rs_be32_raw(uint32_t v)
+    int64_t rs_get_be64(const unsigned char *p)
+    int32_t rs_get_be32(const unsigned char *p)
+    bint rs_cq_size_special(uint32_t raw)
+    uint32_t rs_cq_slot(uint64_t raw, uint32_t shift)
+    uint32_t rs_cq_slot_shift(uint32_t k)

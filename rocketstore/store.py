@@ -482,6 +482,53 @@ class MessageStore:
             if self._closed:
                 return r
 
+    def match_offsets(self, topic: str, queue_id: int, tags: Any, start: int | None = None,
+                      end: int | None = None):
+        """Queue offsets in [start, end) whose tags code matches ``tags`` (≤ 8 tags), found by
+        one vectorized pass over the consume-queue files (numpy int64 array).
+
+        Matching is by tags code, as RocketMQ's consume-queue filter; a hash collision can
+        match here, and ``get_message`` then drops it by the real tag.
+        """
+        return self._scan_queue(topic, queue_id, tags, start, end, count_only=False)
+
+    def count_matches(self, topic: str, queue_id: int, tags: Any, start: int | None = None,
+                      end: int | None = None) -> int:
+        """How many queue offsets in [start, end) match ``tags`` by tags code (one pass)."""
+        return int(self._scan_queue(topic, queue_id, tags, start, end, count_only=True))
+
+    def _scan_queue(self, topic: str, queue_id: int, tags: Any, start: int | None,
+                    end: int | None, count_only: bool):
+        import numpy as np
+
+        from rocketstore import _scan
+        self._check_open()
+        tag_filter = self._tag_filter(tags)
+        cq = self._queue(topic, queue_id)
+        found: list = []
+        total = 0
+        if cq is not None:
+            lo = cq.get_min_offset_in_queue() if start is None else max(start, cq.get_min_offset_in_queue())
+            hi = cq.get_max_offset_in_queue() if end is None else min(end, cq.get_max_offset_in_queue())
+            per_file = cq.file_size // 20
+            index = lo
+            while index < hi:
+                view = cq.units_view(index, min(hi - index, per_file - index % per_file))
+                if view is None:
+                    break
+                n = len(view) // 20
+                if count_only:
+                    total += n if tag_filter is None else _scan.count_matches(view, tag_filter.codes)
+                elif tag_filter is None:
+                    found.append(np.arange(index, index + n, dtype=np.int64))
+                else:
+                    found.append(_scan.match_indices(view, tag_filter.codes) + index)
+                view.release()
+                index += n
+        if count_only:
+            return total
+        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """The queue's first offset still stored (0 for an unknown queue)."""
         self._check_open()
