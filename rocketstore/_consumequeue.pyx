@@ -291,6 +291,8 @@ cdef class ConsumeQueue:
 
     def get_unit(self, int64_t index):
         """(commit-log offset, size, tags code) of unit ``index``, or None if unpublished."""
+        if index < 0 or index >= self.max_index():
+            return None
         cdef MappedFile mf = self.mapped_file_queue.find_mapped_file_by_offset(index * RS_CQ_UNIT_SIZE)
         if mf is None:
             return None
@@ -303,6 +305,8 @@ cdef class ConsumeQueue:
         """Zero-copy view of published units from ``index`` to the end of its file (or of
         ``max_units``), with the MappedFile: ``(memoryview, first_index)``; None when
         ``index`` is not published."""
+        if index < 0 or index >= self.max_index():
+            return None
         cdef MappedFile mf = self.mapped_file_queue.find_mapped_file_by_offset(index * RS_CQ_UNIT_SIZE)
         if mf is None:
             return None

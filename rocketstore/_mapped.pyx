@@ -341,6 +341,10 @@ cdef class MappedFile:
         except FileNotFoundError:
             pass
 
+    def fileno(self):
+        """The open file descriptor (-1 once unmapped)."""
+        return self.fd
+
     @property
     def is_mapped(self):
         return self.base != NULL

@@ -20,8 +20,10 @@ from rocketstore.paths import CONSUMEQUEUE_DIR
 class ConsumeQueueStore:
     """The consume queues of one store directory."""
 
-    def __init__(self, root: str, file_size: int, read_only: bool = False) -> None:
+    def __init__(self, root: str, file_size: int, read_only: bool = False,
+                 min_phy_offset=lambda: 0) -> None:
         self.root = os.path.join(root, CONSUMEQUEUE_DIR)
+        self.min_phy_offset = min_phy_offset     # the commit log's, for a late-found queue
         self.file_size = file_size
         self.read_only = read_only
         self._queues: dict[str, dict[int, ConsumeQueue]] = {}
@@ -39,6 +41,7 @@ class ConsumeQueueStore:
                 if q is None:
                     q = ConsumeQueue(self.root, topic, queue_id, self.file_size, read_only=True)
                     q.load()
+                    q.correct_min_offset(self.min_phy_offset())
                     self._queues.setdefault(topic, {})[queue_id] = q
         return q
 

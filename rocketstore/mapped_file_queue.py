@@ -180,10 +180,13 @@ class MappedFileQueue:
         """Map files another process created after ours (read-only tailing).
 
         New files are appended with positions 0; returns them. A file still being created
-        (size 0, or not yet ``file_size``) is left for the next refresh.
+        (size 0, or not yet ``file_size``) is left for the next refresh. The last two files
+        already mapped are checked against the directory: one the writer deleted and created
+        again (a restart's recovery may) is mapped anew.
         """
         if not os.path.isdir(self.store_path):
             return []
+        self._remap_replaced(self.files[-2:])
         known = self.files[-1].file_from_offset if self.files else -1
         names = sorted(n for n in os.listdir(self.store_path)
                        if is_segment_name(n) and int(n) > known)
@@ -205,6 +208,31 @@ class MappedFileQueue:
         if added:
             self.files = self.files + added
         return added
+
+    def _remap_replaced(self, candidates: list[MappedFile]) -> None:
+        files = list(self.files)
+        changed = False
+        for mf in candidates:
+            try:
+                st = os.stat(mf.path)
+            except FileNotFoundError:
+                st = None
+            if st is not None and st.st_ino == os.fstat(mf.fileno()).st_ino:
+                continue
+            i = files.index(mf)
+            if st is None or st.st_size != self.file_size:
+                for gone in files[i:]:
+                    gone.release()
+                files = files[:i]
+                changed = True
+                break
+            fresh = MappedFile(mf.path, self.file_size, read_only=self.read_only)
+            fresh.set_positions(mf.committed_pos)
+            files[i] = fresh
+            mf.release()
+            changed = True
+        if changed:
+            self.files = files
 
     def close(self) -> None:
         """Release every mapping (views already handed out stay valid)."""

@@ -115,8 +115,9 @@ class MessageStore:
                                                 config.mapped_file_size_commit_log,
                                                 allocator=None if read_only else self.allocator,
                                                 read_only=read_only)
-        self.consume_queues = ConsumeQueueStore(root, config.mapped_file_size_consume_queue,
-                                                read_only=read_only)
+        self.consume_queues = ConsumeQueueStore(
+            root, config.mapped_file_size_consume_queue, read_only=read_only,
+            min_phy_offset=lambda: max(0, self.commit_log_queue.get_min_offset()))
         self.notifier = ArrivalNotifier()
         self._limits = ReadLimits(config.max_transfer_bytes_on_message_in_memory,
                                   config.max_transfer_count_on_message_in_memory,
@@ -397,7 +398,10 @@ class MessageStore:
             max_offset = cq.get_max_offset_in_queue()
             if max_offset > cq.get_min_offset_in_queue():
                 last = cq.get_unit(max_offset - 1)
-                if last is not None and last[0] + last[1] > self.commit_log_queue.get_max_offset():
+                # the writer's newest record must be readable: if not, it rolled to a file we
+                # have not mapped, or replaced one we have (a restart)
+                if last is not None and (last[0] + last[1] > self.commit_log_queue.get_max_offset()
+                                         or self.commit_log.get_message(last[0]) is None):
                     self.commit_log_queue.refresh_files()
                     for mf in self.commit_log_queue.files:
                         if mf.committed_pos == 0:
@@ -405,7 +409,8 @@ class MessageStore:
         return cq
 
     def _tag_filter(self, tags: Any) -> TagFilter | None:
-        if tags is None or tags == "*":
+        # RocketMQ's FilterAPI: None, "" and "*" subscribe to every message
+        if tags is None or (isinstance(tags, str) and tags.strip() in ("", "*")):
             return None
         f = self._tag_filters.get(tags) if isinstance(tags, (str, tuple)) else None
         if f is not None:
@@ -419,7 +424,7 @@ class MessageStore:
                     raise InvalidMessageTypeError("tags", "non-empty str", type(t).__name__)
         else:
             raise InvalidMessageTypeError("tags", "str or list of str", type(tags).__name__)
-        if "*" in wanted:
+        if not wanted or wanted == ["*"]:
             return None
         try:
             f = TagFilter(wanted)
@@ -445,8 +450,12 @@ class MessageStore:
             if not isinstance(offset, int) or not isinstance(max_msgs, int):
                 raise InvalidMessageTypeError("offset/max_msgs", "int",
                                               f"{type(offset).__name__}/{type(max_msgs).__name__}")
-        if max_msgs <= 0:
-            raise InvalidMessageError("max_msgs", max_msgs, "must be positive", limit=1)
+        if max_msgs <= 0 or max_msgs > 0x7FFFFFFF:
+            raise InvalidMessageError("max_msgs", max_msgs, "must be in [1, 2147483647]", limit=1)
+        if not -(1 << 63) <= offset < (1 << 63):
+            raise InvalidMessageError("offset", offset, "outside the 64-bit range", limit=(1 << 63) - 1)
+        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
+            raise InvalidMessageError("max_bytes", max_bytes, "must be a non-negative int or None")
         if self._read_forbidden and topic in self._read_forbidden:
             return _reader.make_result(GetMessageStatus.NO_PERMISSION, offset, 0, 0,
                                        TopicPermissionError(topic, "is not readable (perm in topics.json)"))
@@ -477,10 +486,10 @@ class MessageStore:
             def arrived() -> bool:
                 q = self.consume_queues.find(topic, queue_id)
                 return q is not None and q.get_max_offset_in_queue() > offset
-            if not self.notifier.wait(arrived, left) and not arrived():
-                return r
+            self.notifier.wait(arrived, left)
             if self._closed:
                 return r
+            deadline = 0.0          # one more look, whatever woke us: the answer is current
 
     def match_offsets(self, topic: str, queue_id: int, tags: Any, start: int | None = None,
                       end: int | None = None):
