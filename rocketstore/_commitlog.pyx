@@ -24,7 +24,7 @@ from rocketstore._csrc cimport (
     RS_END_FILE_MIN_BLANK, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED, RS_SYSFLAG_TX_ROLLBACK,
     RS_SYSFLAG_STOREHOST_V6, RS_HOST_V6_LEN, RS_MAX_RECORD_SLACK, RS_MSGID_V4_BYTES,
     pthread_mutex_t, pthread_mutex_init, pthread_mutex_destroy, pthread_mutex_lock,
-    pthread_mutex_trylock, pthread_mutex_unlock,
+    pthread_mutex_trylock, pthread_mutex_unlock, rs_store_release,
 )
 from rocketstore._codec cimport (
     RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,
@@ -412,7 +412,8 @@ cdef class CommitLog:
                 self.uniq.next_into(uniq, ts)
             write_record(mf.base + pos, &f, total)
             mf.wrote_pos = pos + total
-            mf.committed_pos = mf.wrote_pos
+            # a GIL-free dispatcher reads this position: bytes first, then the position
+            rs_store_release(&mf.committed_pos, mf.wrote_pos)
             mf.store_timestamp = ts
         finally:
             self._unlock()

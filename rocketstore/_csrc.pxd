@@ -127,3 +127,8 @@ cdef extern from "rs_scan.h" nogil:
     bint rs_cq_size_special(uint32_t raw)
     uint32_t rs_cq_slot(uint64_t raw, uint32_t shift)
     uint32_t rs_cq_slot_shift(uint32_t k)
+
+
+cdef extern from "rs_atomic.h" nogil:
+    void rs_store_release(Py_ssize_t *p, Py_ssize_t v)
+    Py_ssize_t rs_load_acquire(const Py_ssize_t *p)

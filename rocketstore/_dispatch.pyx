@@ -19,7 +19,8 @@ from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
 from libc.string cimport memcmp, memset
 
 from rocketstore._csrc cimport (
-    rs_java_hash, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED, RS_SYSFLAG_TX_ROLLBACK,
+    rs_java_hash, rs_load_acquire, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED,
+    RS_SYSFLAG_TX_ROLLBACK,
 )
 from rocketstore._codec cimport RecordInfo, parse_record, MessageExt, find_prop
 from rocketstore._mapped cimport MappedFile
@@ -169,15 +170,28 @@ cdef class DispatchCore:
 
     # -- the loop ------------------------------------------------------------------------------
 
-    cdef int _run(self, const char *base, Py_ssize_t *pos, Py_ssize_t end, int64_t file_from,
+    cdef int _run(self, MappedFile mf, Py_ssize_t *pos, Py_ssize_t end, bint follow,
                   Py_ssize_t *budget, RecordInfo *info) noexcept nogil:
         """Dispatch records from *pos while the fast path applies; returns the stop reason with
-        *pos at the record it stopped on (info filled for STOP_SLOW)."""
+        *pos at the record it stopped on (info filled for STOP_SLOW).
+
+        With ``follow``, records the writer appends meanwhile are dispatched too (its committed
+        position is read with acquire semantics), so a dispatcher keeping up with a producer
+        does not come back for the GIL after every put.
+        """
         cdef Py_ssize_t rc
         cdef int tx
         cdef CacheSlot *s
         cdef int64_t tags
-        while pos[0] < end:
+        cdef const char *base = mf.base
+        cdef int64_t file_from = mf.file_from_offset
+        while True:
+            if pos[0] >= end:
+                if not follow:
+                    return STOP_END
+                end = rs_load_acquire(&mf.committed_pos)
+                if pos[0] >= end:
+                    return STOP_END
             if budget[0] <= 0:
                 return STOP_LIMIT
             rc = parse_record(base + pos[0], end - pos[0], False, info)
@@ -199,12 +213,13 @@ cdef class DispatchCore:
                     return STOP_SLOW
             pos[0] += rc
             budget[0] -= 1
-        return STOP_END
 
-    def dispatch(self, int64_t bound, Py_ssize_t max_records=1 << 20):
+    def dispatch(self, int64_t bound, Py_ssize_t max_records=1 << 16, bint follow=False):
         """Dispatch records in [reput_offset, bound); returns how many were dispatched.
 
-        Stops early at data that is not (yet) a valid record, and after ``max_records``.
+        Stops early at data that is not (yet) a valid record, and after ``max_records``. With
+        ``follow`` (``bound`` is the commit log's live end), records appended during the call
+        are dispatched as well.
         """
         cdef MappedFile mf
         cdef RecordInfo info
@@ -232,7 +247,7 @@ cdef class DispatchCore:
             extra = bool(self.dispatchers)
             if not extra:
                 with nogil:
-                    stop = self._run(mf.base, &pos, end, mf.file_from_offset, &budget, &info)
+                    stop = self._run(mf, &pos, end, follow, &budget, &info)
             else:
                 stop = STOP_END if pos >= end else STOP_SLOW
                 if stop == STOP_SLOW:

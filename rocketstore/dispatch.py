@@ -61,15 +61,19 @@ class DispatchService:
     bound : callable
         The commit-log offset up to which records may be dispatched (its max offset; the
         flushed offset under sync flush, once the flush services exist).
+    follow : bool
+        ``bound`` is the commit log's live end, so records appended while dispatching may be
+        dispatched too.
     commit_log : CommitLog
         Wakes the thread after a put (``set_on_append``).
     notifier : ArrivalNotifier
     """
 
     def __init__(self, core: DispatchCore, bound: Callable[[], int], commit_log,
-                 notifier: ArrivalNotifier) -> None:
+                 notifier: ArrivalNotifier, follow: bool = True) -> None:
         self.core = core
         self.bound = bound
+        self.follow = follow        # the bound is the commit log's live end
         self.commit_log = commit_log
         self.notifier = notifier
         self.lock = threading.Lock()        # one dispatcher at a time
@@ -91,7 +95,7 @@ class DispatchService:
         with self.lock:
             n = 0
             while True:
-                done = self.core.dispatch(self.bound())
+                done = self.core.dispatch(self.bound(), 1 << 16, self.follow)
                 n += done
                 if done == 0:
                     break
