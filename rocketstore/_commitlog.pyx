@@ -210,6 +210,7 @@ cdef class CommitLog:
     cdef bint _armed                    # a waiter asked to be woken by the next put
     cdef dict _topic_rules              # topic -> (writeable, write_queue_nums), from topics.json
     cdef object _not_writeable          # exception making every put SERVICE_NOT_AVAILABLE
+    cdef object _roll_error             # the OSError of the last failed file creation
 
     def __cinit__(self):
         pthread_mutex_init(&self.put_lock, NULL)
@@ -356,6 +357,16 @@ cdef class CommitLog:
         self.cur = nxt
         return nxt
 
+    cdef MappedFile _file_or_none(self, Py_ssize_t need):
+        """``_file_for``, or None with the OSError in ``_roll_error`` (a full disk is a
+        CREATE_MAPPED_FILE_FAILED status, not an exception, and leaves the log unchanged)."""
+        try:
+            return self._file_for(need)
+        except OSError as e:
+            log.error("commit log: cannot create the next file: %s", e)
+            self._roll_error = e
+            return None
+
     cdef inline void _fill_store(self, RecordFields *f) noexcept:
         f.store_host = PyBytes_AS_STRING(self.store_host_b)
         f.store_host_len = <int>len(self.store_host_b)
@@ -391,11 +402,9 @@ cdef class CommitLog:
         tx = f.sys_flag & RS_SYSFLAG_TX_MASK
         self._lock()
         try:
-            try:
-                mf = self._file_for(total)
-            except OSError as e:
-                log.error("commit log: cannot create the next file: %s", e)
-                return _failed(CREATE_MAPPED_FILE_FAILED, e, qid)
+            mf = self._file_or_none(total)
+            if mf is None:
+                return _failed(CREATE_MAPPED_FILE_FAILED, self._roll_error, qid)
             ts = now_ms()
             f.store_ts = ts
             f.born_ts = ts if m.born_timestamp is None else <int64_t>m.born_timestamp
@@ -507,11 +516,9 @@ cdef class CommitLog:
             offs = <int64_t *>cnp.PyArray_DATA(offsets)
             self._lock()
             try:
-                try:
-                    mf = self._file_for(total)
-                except OSError as e:
-                    log.error("commit log: cannot create the next file: %s", e)
-                    return _failed(CREATE_MAPPED_FILE_FAILED, e, qid)
+                mf = self._file_or_none(total)
+                if mf is None:
+                    return _failed(CREATE_MAPPED_FILE_FAILED, self._roll_error, qid)
                 ts = now_ms()
                 qs = self._queues(topic)
                 qoff = qs.get(qid)

@@ -34,6 +34,7 @@ cdef class ConsumeQueue:
     cdef int _attach_last(self) except -1
     cdef MappedFile file_for_index(self, int64_t index)
     cdef MappedFile read_file(self, int64_t index)
+    cdef MappedFile _published(self, int64_t index, Py_ssize_t *pos)
 
     cdef inline int64_t max_index(self) noexcept:
         """One past the last published unit (the queue's max offset)."""

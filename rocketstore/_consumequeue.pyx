@@ -289,31 +289,34 @@ cdef class ConsumeQueue:
         cdef int64_t per_file = self.file_size // RS_CQ_UNIT_SIZE
         return index + per_file - index % per_file
 
-    def get_unit(self, int64_t index):
-        """(commit-log offset, size, tags code) of unit ``index``, or None if unpublished."""
+    cdef MappedFile _published(self, int64_t index, Py_ssize_t *pos):
+        """The file holding published unit ``index`` and its position there, or None."""
         if index < 0 or index >= self.max_index():
             return None
-        cdef MappedFile mf = self.mapped_file_queue.find_mapped_file_by_offset(index * RS_CQ_UNIT_SIZE)
+        cdef MappedFile mf = self.read_file(index)
         if mf is None:
             return None
-        cdef Py_ssize_t pos = index * RS_CQ_UNIT_SIZE - mf.file_from_offset
-        if pos + RS_CQ_UNIT_SIZE > mf.committed_pos:
+        pos[0] = index * RS_CQ_UNIT_SIZE - mf.file_from_offset
+        if pos[0] + RS_CQ_UNIT_SIZE > mf.committed_pos:
+            return None
+        return mf
+
+    def get_unit(self, int64_t index):
+        """(commit-log offset, size, tags code) of unit ``index``, or None if unpublished."""
+        cdef Py_ssize_t pos
+        cdef MappedFile mf = self._published(index, &pos)
+        if mf is None:
             return None
         return (_get_be64(mf.base + pos), _get_be32(mf.base + pos + 8), _get_be64(mf.base + pos + 12))
 
     def units_view(self, int64_t index, Py_ssize_t max_units=-1):
         """Zero-copy view of published units from ``index`` to the end of its file (or of
-        ``max_units``), with the MappedFile: ``(memoryview, first_index)``; None when
-        ``index`` is not published."""
-        if index < 0 or index >= self.max_index():
-            return None
-        cdef MappedFile mf = self.mapped_file_queue.find_mapped_file_by_offset(index * RS_CQ_UNIT_SIZE)
+        ``max_units``); None when ``index`` is not published."""
+        cdef Py_ssize_t pos
+        cdef MappedFile mf = self._published(index, &pos)
         if mf is None:
             return None
-        cdef Py_ssize_t pos = index * RS_CQ_UNIT_SIZE - mf.file_from_offset
         cdef Py_ssize_t end = mf.committed_pos
-        if pos >= end:
-            return None
         if max_units >= 0:
             end = min(end, pos + max_units * RS_CQ_UNIT_SIZE)
         return mf.view(pos, end - pos)
