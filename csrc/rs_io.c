@@ -64,6 +64,23 @@ int rs_allocate(int fd, int64_t size)
     return 0;
 }
 
+int rs_allocate_range(int fd, int64_t offset, int64_t len)
+{
+    int rc = posix_fallocate(fd, (off_t)offset, (off_t)len);
+    if (rc == 0) return 0;
+    if (rc != EOPNOTSUPP && rc != EINVAL) return -rc;
+    /* no fallocate: write the zeros ourselves, so the blocks exist before any mapping use */
+    static const char zeros[65536];
+    int64_t done = 0;
+    while (done < len) {
+        size_t n = (len - done) < (int64_t)sizeof(zeros) ? (size_t)(len - done) : sizeof(zeros);
+        rc = rs_pwrite_all(fd, zeros, n, offset + done);
+        if (rc != 0) return rc;
+        done += (int64_t)n;
+    }
+    return 0;
+}
+
 int rs_mmap(int fd, size_t size, int readonly, char **addr_out)
 {
     int prot = readonly ? PROT_READ : (PROT_READ | PROT_WRITE);

@@ -21,6 +21,8 @@ int rs_file_size(int fd, int64_t *size_out);
  * zeros only where the filesystem does not support fallocate (EOPNOTSUPP). */
 int rs_allocate(int fd, int64_t size);
 int rs_truncate(int fd, int64_t size);
+/* Allocate [offset, offset+len) for real (posix_fallocate) in a file that may be sparse. */
+int rs_allocate_range(int fd, int64_t offset, int64_t len);
 
 /* Map `size` bytes of `fd` shared; writable unless `readonly`. */
 int rs_mmap(int fd, size_t size, int readonly, char **addr_out);

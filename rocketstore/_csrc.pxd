@@ -73,6 +73,7 @@ cdef extern from "rs_io.h" nogil:
     int rs_file_size(int fd, int64_t *size_out)
     int rs_allocate(int fd, int64_t size)
     int rs_truncate(int fd, int64_t size)
+    int rs_allocate_range(int fd, int64_t offset, int64_t len)
     int rs_mmap(int fd, size_t size, int readonly, char **addr_out)
     int rs_munmap(char *addr, size_t size)
     int rs_madvise(char *addr, size_t size, int advice)

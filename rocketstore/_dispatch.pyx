@@ -25,6 +25,7 @@ from rocketstore._csrc cimport (
 from rocketstore._codec cimport RecordInfo, parse_record, MessageExt, find_prop
 from rocketstore._mapped cimport MappedFile
 from rocketstore._consumequeue cimport ConsumeQueue, CQState, cq_append_fast
+from rocketstore._indexfile cimport IndexFile, index_key_hash
 
 import logging
 
@@ -84,6 +85,11 @@ cdef class DispatchCore:
     cdef bytes schedule_topic_b
     cdef public list dispatchers        # extra dispatchers: callables taking a MessageExt
     cdef public int64_t dispatched      # records dispatched so far (statistics)
+    # the index (FORMAT.md 6): keys of each record go to the service's last file
+    cdef object index_service
+    cdef IndexFile index_file
+    cdef public int64_t index_last_phy  # offset of the last indexed record, -1 for none
+    cdef public object index_error      # the OSError that stopped index building, or None
 
     def __init__(self, commit_log_queue, find_queue, delay_levels_ms, int64_t reput_offset=0):
         self.cl_mfq = commit_log_queue
@@ -91,11 +97,22 @@ cdef class DispatchCore:
         self.reput_offset = reput_offset
         self._cached = []
         self.dispatchers = []
+        self.index_last_phy = -1
         memset(self.cache, 0, sizeof(self.cache))
         self.max_delay_level = min(len(delay_levels_ms) - 1, MAX_DELAY_LEVELS - 1)
         for i in range(self.max_delay_level + 1):
             self.delay_ms[i] = delay_levels_ms[i]
         self.schedule_topic_b = SCHEDULE_TOPIC.encode()
+
+    def set_index(self, index_service):
+        """Build the index too (``IndexService``), or stop building it (None)."""
+        self.index_service = index_service
+        if index_service is None:
+            self.index_file = None
+            self.index_last_phy = -1
+        else:
+            self.index_last_phy = index_service.last_indexed_offset()
+            self.index_file = index_service.last_file()
 
     def invalidate(self):
         """Forget the cached queues (after queues were destroyed or reloaded)."""
@@ -168,6 +185,83 @@ cdef class DispatchCore:
             if self.cache[i].state != NULL and self.cache[i].state.dirty:
                 (<ConsumeQueue>self.cache[i].cq).publish()
 
+    # -- index -------------------------------------------------------------------------------
+
+    cdef Py_ssize_t _keys(self, const RecordInfo *info, IndexFile f) noexcept nogil:
+        """Index keys of a record (UNIQ_KEY, then each KEYS token), counted when ``f`` is
+        None, else appended to ``f``; returns how many (FORMAT.md 6.3)."""
+        cdef int32_t vlen = 0, i, start
+        cdef Py_ssize_t n = 0
+        cdef const char *v = find_prop(info.props, info.props_len, "UNIQ_KEY", 8, &vlen)
+        if v != NULL and vlen > 0:
+            if f is not None:
+                f.put_key_hash(index_key_hash(info.topic, info.topic_len, v, vlen),
+                               info.phy_offset, info.store_ts)
+            n += 1
+        v = find_prop(info.props, info.props_len, "KEYS", 4, &vlen)
+        if v != NULL:
+            start = 0
+            for i in range(vlen + 1):
+                if i == vlen or v[i] == 32:
+                    if i > start:
+                        if f is not None:
+                            f.put_key_hash(index_key_hash(info.topic, info.topic_len, v + start,
+                                                          i - start),
+                                           info.phy_offset, info.store_ts)
+                        n += 1
+                    start = i + 1
+        return n
+
+    cdef inline int _index_fast(self, const RecordInfo *info) noexcept nogil:
+        """Index the record when all its keys fit the current file; -1 otherwise."""
+        cdef Py_ssize_t n
+        if self.index_file is None or info.phy_offset <= self.index_last_phy:
+            return 0
+        if info.sys_flag & RS_SYSFLAG_TX_MASK == RS_SYSFLAG_TX_ROLLBACK:
+            return 0
+        n = self._keys(info, None)
+        if n == 0:
+            return 0
+        if not self.index_file.has_room(n):
+            return -1       # file full (RocketMQ fills it key by key) or allocation to grow
+        self._keys(info, self.index_file)
+        self.index_last_phy = info.phy_offset
+        return 0
+
+    cdef int _index_slow(self, const RecordInfo *info) except -1:
+        cdef int32_t vlen = 0, i, start
+        cdef const char *v
+        if self.index_file is None or info.phy_offset <= self.index_last_phy:
+            return 0
+        if info.sys_flag & RS_SYSFLAG_TX_MASK == RS_SYSFLAG_TX_ROLLBACK:
+            return 0
+        v = find_prop(info.props, info.props_len, "UNIQ_KEY", 8, &vlen)
+        if v != NULL and vlen > 0:
+            self._put_key_rolling(info, v, vlen)
+        v = find_prop(info.props, info.props_len, "KEYS", 4, &vlen)
+        if v != NULL:
+            start = 0
+            for i in range(vlen + 1):
+                if i == vlen or v[i] == 32:
+                    if i > start:
+                        self._put_key_rolling(info, v + start, i - start)
+                    start = i + 1
+        self.index_last_phy = info.phy_offset
+        return 0
+
+    cdef int _put_key_rolling(self, const RecordInfo *info, const char *key, int32_t n) except -1:
+        cdef int32_t h = index_key_hash(info.topic, info.topic_len, key, n)
+        cdef int rc
+        for attempt in range(3):
+            rc = self.index_file.put_key_hash(h, info.phy_offset, info.store_ts)
+            if rc == 1:
+                return 0
+            if rc < 0:
+                self.index_file.grow()                  # OSError (a full disk) propagates
+            else:
+                self.index_file = self.index_service.roll()     # full: a new file
+        raise RuntimeError(f"index: could not place a key of commit-log offset {info.phy_offset}")
+
     # -- the loop ------------------------------------------------------------------------------
 
     cdef int _run(self, MappedFile mf, Py_ssize_t *pos, Py_ssize_t end, bint follow,
@@ -181,7 +275,7 @@ cdef class DispatchCore:
         """
         cdef Py_ssize_t rc
         cdef int tx
-        cdef CacheSlot *s
+        cdef CacheSlot *s = NULL
         cdef int64_t tags
         cdef const char *base = mf.base
         cdef int64_t file_from = mf.file_from_offset
@@ -203,10 +297,15 @@ cdef class DispatchCore:
             if rc < 0 or info.phy_offset != file_from + pos[0]:
                 return STOP_INVALID
             tx = info.sys_flag & RS_SYSFLAG_TX_MASK
+            if info.queue_id < 0:
+                return STOP_SLOW
             if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
                 s = self._lookup(info)
                 if s == NULL:
                     return STOP_SLOW
+            if self._index_fast(info) < 0:
+                return STOP_SLOW
+            if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
                 tags = self.tags_code(info)
                 if cq_append_fast(s.state, info.phy_offset, info.total_size, tags,
                                   info.queue_offset, info.store_ts) < 0:
@@ -271,12 +370,23 @@ cdef class DispatchCore:
                 self.reput_offset += info.total_size
                 continue
             tx = info.sys_flag & RS_SYSFLAG_TX_MASK
-            if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
+            if info.queue_id < 0:
+                # QUEUEID is outside the CRC: a damaged one must not create a queue "-1"
+                log.warning("commit log offset %d: record with queue id %d not dispatched",
+                            info.phy_offset, info.queue_id)
+            elif tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
                 s = self._lookup(&info)
                 cq = <ConsumeQueue>s.cq if s != NULL else self._queue_slow(&info)
                 tags = self.tags_code(&info)
                 cq.put_position(info.phy_offset, info.total_size, tags, info.queue_offset,
                                 info.store_ts)
+            try:
+                self._index_slow(&info)
+            except OSError as e:
+                # RocketMQ's "index file error": keys stop being indexed, consumers go on
+                log.error("index building stopped at commit-log offset %d: %s", info.phy_offset, e)
+                self.index_error = e
+                self.index_file = None
             if extra:
                 msg = MessageExt.new(&info, None, mf, mf.base + pos, True, None)
                 for d in self.dispatchers:

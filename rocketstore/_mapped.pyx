@@ -21,7 +21,7 @@ from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from rocketstore._csrc cimport (
-    rs_open, rs_close, rs_file_size, rs_allocate, rs_mmap, rs_munmap, rs_madvise, rs_mlock,
+    rs_open, rs_close, rs_file_size, rs_allocate, rs_allocate_range, rs_truncate, rs_mmap, rs_munmap, rs_madvise, rs_mlock,
     rs_munlock, rs_msync, rs_fsync, rs_fsync_dir, rs_touch_pages, RS_OS_PAGE_SIZE,
 )
 
@@ -69,7 +69,7 @@ cdef class MappedFile:
         self.base = NULL
 
     def __init__(self, str path, Py_ssize_t file_size, *, bint create=False,
-                 bint read_only=False):
+                 bint read_only=False, Py_ssize_t allocate_bytes=-1):
         cdef int fd = -1, rc
         cdef int64_t actual = 0
         cdef char *addr = NULL
@@ -88,8 +88,16 @@ cdef class MappedFile:
         try:
             check_io(rs_file_size(fd, &actual), path)
             if actual == 0 and create and not read_only:
-                with nogil:
-                    rc = rs_allocate(fd, file_size)
+                if 0 <= allocate_bytes < file_size:
+                    # sized sparse, the first allocate_bytes real; the owner allocates the
+                    # rest (allocate()) before it writes there
+                    rc = rs_truncate(fd, file_size)
+                    if rc == 0:
+                        with nogil:
+                            rc = rs_allocate_range(fd, 0, allocate_bytes)
+                else:
+                    with nogil:
+                        rc = rs_allocate(fd, file_size)
                 if rc != 0:
                     # leave no half-allocated file behind: a later load would refuse its size
                     os.unlink(path)
@@ -265,6 +273,17 @@ cdef class MappedFile:
             check_io(rc, self.path)
         self.flushed_pos = target
         return target
+
+    def allocate(self, Py_ssize_t offset, Py_ssize_t length):
+        """Allocate [offset, offset+length) of the file for real (posix_fallocate): writes
+        there then never fault on a full disk; ``OSError(ENOSPC)`` here instead."""
+        self._ensure_mapped()
+        if offset < 0 or length < 0 or offset + length > self.file_size:
+            raise ValueError(f"{self.path}: allocation of {length} bytes at {offset} outside the file")
+        cdef int rc
+        with nogil:
+            rc = rs_allocate_range(self.fd, offset, length)
+        check_io(rc, self.path)
 
     def sync_metadata(self):
         """fsync the file and its directory, so its allocation survives power loss."""

@@ -337,3 +337,60 @@ def offset_by_time(ConsumeQueue cq, cl_mfq, int64_t timestamp, bint upper, int64
     if lo == first:
         return 0                    # every unit is newer
     return lo - 1
+
+
+# -- key lookups ---------------------------------------------------------------------------------
+
+cdef bint _has_key(const RecordInfo *info, const char *key, int32_t klen) noexcept nogil:
+    """The record's UNIQ_KEY is ``key``, or ``key`` is one of its space-separated KEYS."""
+    cdef int32_t vlen = 0, i, start
+    cdef const char *v = find_prop(info.props, info.props_len, "UNIQ_KEY", 8, &vlen)
+    if v != NULL and vlen == klen and memcmp(v, key, <size_t>klen) == 0:
+        return True
+    v = find_prop(info.props, info.props_len, "KEYS", 4, &vlen)
+    if v == NULL:
+        return False
+    start = 0
+    for i in range(vlen + 1):
+        if i == vlen or v[i] == 32:
+            if i - start == klen and memcmp(v + start, key, <size_t>klen) == 0:
+                return True
+            start = i + 1
+    return False
+
+
+def verify_candidates(commit_log_queue, candidates, str topic, str key, Py_ssize_t max_num,
+                      bint raw=False):
+    """Messages at the candidate offsets that really carry ``key`` in ``topic`` (an index
+    chain also holds other keys of the same hash), at most ``max_num``, each offset once."""
+    cdef bytes topic_b = topic.encode("utf-8"), key_b = key.encode("utf-8")
+    cdef const char *tp = topic_b
+    cdef const char *kp = key_b
+    cdef int32_t tlen = len(topic_b), klen = len(key_b)
+    cdef list out = []
+    cdef set seen = set()
+    cdef MappedFile mf = None
+    cdef RecordInfo info
+    cdef Py_ssize_t pos
+    cdef int64_t phy
+    for c in candidates:
+        if len(out) >= max_num:
+            break
+        phy = c
+        if phy in seen:
+            continue
+        seen.add(phy)
+        if mf is None or not (mf.file_from_offset <= phy < mf.file_from_offset + mf.file_size):
+            mf = commit_log_queue.find_mapped_file_by_offset(phy)
+            if mf is None or mf.base == NULL:
+                mf = None
+                continue
+        pos = phy - mf.file_from_offset
+        if pos >= mf.committed_pos or parse_record(mf.base + pos, mf.committed_pos - pos, False, &info) <= 0:
+            continue
+        if info.phy_offset != phy or info.topic_len != tlen or memcmp(info.topic, tp, <size_t>tlen) != 0:
+            continue
+        if not _has_key(&info, kp, klen):
+            continue
+        out.append(MessageExt.new(&info, None, mf, mf.base + pos, raw, topic))
+    return out

@@ -28,6 +28,8 @@ from rocketstore._commitlog import CommitLog, PutMessageResult
 from rocketstore._dispatch import DispatchCore
 from rocketstore._reader import GetMessageResult, ReadLimits, TagFilter
 from rocketstore.allocate import AllocateMappedFileService
+from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.index import IndexService
 from rocketstore.config import StoreConfig
 from rocketstore.consumequeue import ConsumeQueueStore
 from rocketstore.dispatch import ArrivalNotifier, DispatchService
@@ -126,17 +128,25 @@ class MessageStore:
                                   _PHYS_MEMORY * config.access_message_in_memory_max_ratio // 100)
         self._tag_filters: dict[Any, TagFilter] = {}
         self._read_forbidden: set[str] = set()
+        self.checkpoint = StoreCheckpoint(paths.checkpoint_path(root), read_only=read_only)
+        self.index_service = IndexService(paths.index_dir(root), config.max_hash_slot_num,
+                                          config.max_index_num, self.checkpoint,
+                                          read_only=read_only)
         self.topic_config_manager = TopicConfigManager(paths.config_dir(root))
         self.consumer_offset_manager = ConsumerOffsetManager(paths.config_dir(root),
                                                              config.flush_consumer_offset_interval)
         try:
             self.commit_log_queue.load()
             self.consume_queues.load()
+            if config.message_index_enable:
+                self.index_service.load(self.last_exit_ok)
             self.commit_log = CommitLog(self.commit_log_queue, store_host=config.store_host,
                                         max_message_size=config.max_message_size)
             self.dispatch_core = DispatchCore(self.commit_log_queue,
                                               self.consume_queues.find_or_create,
                                               config.delay_levels_ms())
+            if config.message_index_enable and not read_only:
+                self.dispatch_core.set_index(self.index_service)
             self.dispatch_service = DispatchService(self.dispatch_core,
                                                     self.commit_log.get_max_offset,
                                                     self.commit_log, self.notifier)
@@ -218,6 +228,15 @@ class MessageStore:
             for mf in self.commit_log_queue.files:
                 mf.flush(0)
             self.consume_queues.flush(0)
+            self.index_service.flush()
+            last = self.commit_log_queue.last_file()
+            if last is not None and last.store_timestamp:
+                self.checkpoint.physic_msg_timestamp = last.store_timestamp
+            logics = max((q.get_last_store_timestamp() for q in self.consume_queues.queues()),
+                         default=0)
+            if logics:
+                self.checkpoint.logics_msg_timestamp = logics
+            self.checkpoint.flush()
             caught_up = (self.dispatch_service.error is None
                          and self.dispatch_service.dispatch_behind_bytes() == 0)
             self._release_files()
@@ -234,6 +253,8 @@ class MessageStore:
         self.allocator.shutdown()
         self.consume_queues.close()
         self.commit_log_queue.close()
+        self.index_service.close()
+        self.checkpoint.close()
 
     @property
     def closed(self) -> bool:
@@ -273,7 +294,17 @@ class MessageStore:
             self.consume_queues.truncate_dirty(end)
         min_phy = max(0, self.commit_log.get_min_offset())
         self.consume_queues.correct_min_offset(min_phy)
-        self.dispatch_core.reput_offset = max(self.consume_queues.max_physic_offset(), min_phy)
+        reput = max(self.consume_queues.max_physic_offset(), min_phy)
+        if self.config.message_index_enable:
+            # records after the last indexed one need their keys (the queues skip them)
+            last_indexed = self.index_service.last_indexed_offset()
+            if last_indexed < min_phy:
+                reput = min_phy
+            else:
+                # the last indexed record has all its keys: start after it
+                _, after = self.commit_log.next_record(last_indexed)
+                reput = min(reput, after if after > last_indexed else last_indexed)
+        self.dispatch_core.reput_offset = reput
         redispatch_from = self.dispatch_core.reput_offset
         dispatched = self.dispatch_service.do_dispatch()
         for (topic, qid), max_offset in self.consume_queues.max_offsets().items():
@@ -577,6 +608,39 @@ class MessageStore:
                                           max(0, self.commit_log.get_min_offset()))
 
     # -- lookups -------------------------------------------------------------------------------
+
+    def query_message(self, topic: str, key: str, max_num: int = 64, begin_ts: int = 0,
+                      end_ts: int | None = None, *, raw: bool = False) -> list[MessageExt]:
+        """Messages of ``topic`` whose KEYS hold ``key`` (or whose UNIQ_KEY is ``key``), stored
+        in [begin_ts, end_ts] ms, at most ``max_num`` (capped by ``max_msgs_num_batch``), in
+        commit-log order.
+
+        The index files are searched newest first, each slot chain walked as RocketMQ does;
+        every candidate is then checked against its stored record, so a key that merely
+        shares a hash with another ("Aa" / "BB") never returns the other's messages.
+        """
+        self._check_open()
+        if not isinstance(topic, str) or not isinstance(key, str):
+            raise InvalidMessageTypeError("topic/key", "str",
+                                          f"{type(topic).__name__}/{type(key).__name__}")
+        if not isinstance(max_num, int) or max_num <= 0:
+            raise InvalidMessageError("max_num", max_num, "must be a positive int", limit=1)
+        end = int(time.time() * 1000) if end_ts is None else end_ts
+        if self.read_only:
+            self.index_service.refresh()
+        limit = min(max_num, self.config.max_msgs_num_batch)
+        found = _reader.verify_candidates(self.commit_log_queue,
+                                          self.index_service.candidates(topic, key, begin_ts, end),
+                                          topic, key, limit, raw)
+        found.sort(key=lambda m: m.commitlog_offset)
+        return found
+
+    def query_message_by_uniq_key(self, topic: str, uniq_key: str, *,
+                                  raw: bool = False) -> list[MessageExt]:
+        """Messages of ``topic`` with UNIQ_KEY ``uniq_key`` (RocketMQ caps this lookup at 32;
+        a retried or re-sent message can share one)."""
+        return [m for m in self.query_message(topic, uniq_key, 32, raw=raw)
+                if m.uniq_key == uniq_key]
 
     def look_message_by_offset(self, commitlog_offset: int, raw: bool = False) -> MessageExt | None:
         """The message stored at ``commitlog_offset``, or None if no record starts there.

@@ -32,7 +32,8 @@ CQ_FILE_SIZE = 2000         # cqFileSize: 100 units per consume-queue file
 
 def _config() -> StoreConfig:
     return StoreConfig(mapped_file_size_commit_log=FILE_SIZE,
-                       mapped_file_size_consume_queue=CQ_FILE_SIZE)
+                       mapped_file_size_consume_queue=CQ_FILE_SIZE,
+                       max_hash_slot_num=100, max_index_num=400)
 
 
 # -- expected.jsonl / put.jsonl ----------------------------------------------------------------
@@ -378,8 +379,10 @@ def test_open_with_wrong_file_size_changes_nothing(rocketmq_store, fixture_root)
     untouched, no abort left behind, lock released."""
     from rocketstore import CorruptionError
     before = _commitlog_files(rocketmq_store)
-    for cfg in (StoreConfig(mapped_file_size_consume_queue=CQ_FILE_SIZE),
-                StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=CQ_FILE_SIZE)):
+    for cfg in (StoreConfig(mapped_file_size_consume_queue=CQ_FILE_SIZE,
+                       max_hash_slot_num=100, max_index_num=400),
+                StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=CQ_FILE_SIZE,
+                       max_hash_slot_num=100, max_index_num=400)):
         with pytest.raises(CorruptionError) as ei:
             MessageStore.open(rocketmq_store, cfg)
         assert "mapped file size" in str(ei.value)

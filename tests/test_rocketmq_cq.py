@@ -29,7 +29,8 @@ UNIT = struct.Struct(">qiq")
 
 def _config(**kw) -> StoreConfig:
     return StoreConfig(mapped_file_size_commit_log=CL_FILE_SIZE,
-                       mapped_file_size_consume_queue=CQ_FILE_SIZE, **kw)
+                       mapped_file_size_consume_queue=CQ_FILE_SIZE,
+                       max_hash_slot_num=100, max_index_num=400, **kw)
 
 
 @pytest.fixture(scope="module")
