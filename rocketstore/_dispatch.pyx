@@ -90,6 +90,7 @@ cdef class DispatchCore:
     cdef IndexFile index_file
     cdef public int64_t index_last_phy  # offset of the last indexed record, -1 for none
     cdef public object index_error      # the OSError that stopped index building, or None
+    cdef bint _boundary                 # indexing the record at index_last_phy again
 
     def __init__(self, commit_log_queue, find_queue, delay_levels_ms, int64_t reput_offset=0):
         self.cl_mfq = commit_log_queue
@@ -213,10 +214,13 @@ cdef class DispatchCore:
         return n
 
     cdef inline int _index_fast(self, const RecordInfo *info) noexcept nogil:
-        """Index the record when all its keys fit the current file; -1 otherwise."""
+        """Index the record when all its keys fit the current file; -1 otherwise (and for the
+        last record indexed before a restart, whose keys may be partly there)."""
         cdef Py_ssize_t n
-        if self.index_file is None or info.phy_offset <= self.index_last_phy:
+        if self.index_file is None or info.phy_offset < self.index_last_phy:
             return 0
+        if info.phy_offset == self.index_last_phy:
+            return -1
         if info.sys_flag & RS_SYSFLAG_TX_MASK == RS_SYSFLAG_TX_ROLLBACK:
             return 0
         n = self._keys(info, None)
@@ -231,8 +235,11 @@ cdef class DispatchCore:
     cdef int _index_slow(self, const RecordInfo *info) except -1:
         cdef int32_t vlen = 0, i, start
         cdef const char *v
-        if self.index_file is None or info.phy_offset <= self.index_last_phy:
+        if self.index_file is None or info.phy_offset < self.index_last_phy:
             return 0
+        # the boundary record may have been cut between two keys (a crash, a dropped file):
+        # put only the keys the index does not hold yet
+        self._boundary = info.phy_offset == self.index_last_phy
         if info.sys_flag & RS_SYSFLAG_TX_MASK == RS_SYSFLAG_TX_ROLLBACK:
             return 0
         v = find_prop(info.props, info.props_len, "UNIQ_KEY", 8, &vlen)
@@ -252,6 +259,10 @@ cdef class DispatchCore:
     cdef int _put_key_rolling(self, const RecordInfo *info, const char *key, int32_t n) except -1:
         cdef int32_t h = index_key_hash(info.topic, info.topic_len, key, n)
         cdef int rc
+        if self._boundary:
+            for f in self.index_service.files[-2:]:
+                if (<IndexFile>f).has_entry(h, info.phy_offset):
+                    return 0
         for attempt in range(3):
             rc = self.index_file.put_key_hash(h, info.phy_offset, info.store_ts)
             if rc == 1:

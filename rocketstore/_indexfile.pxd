@@ -26,6 +26,7 @@ cdef class IndexFile:
 
     cdef int put_key_hash(self, int32_t key_hash, int64_t phy_offset, int64_t store_ts) noexcept nogil
     cdef void write_header(self) noexcept nogil
+    cpdef bint has_entry(self, int32_t key_hash, int64_t phy_offset)
     cpdef list select_phy_offsets(self, int32_t key_hash, Py_ssize_t max_num, int64_t begin,
                                   int64_t end)
     cdef inline bint is_write_full(self) noexcept nogil:

@@ -238,6 +238,29 @@ cdef class IndexFile:
             nxt = prev
         return out
 
+    cpdef bint has_entry(self, int32_t key_hash, int64_t phy_offset):
+        """Whether the file holds an entry (key_hash, phy_offset): a walk of the slot's chain
+        down to entries older than ``phy_offset`` (chains run newest first)."""
+        cdef IndexHeader *h = &self.header
+        cdef int32_t nxt = _get32(self.base + RS_INDEX_HEADER_SIZE
+                                  + (key_hash % self.hash_slot_num) * RS_INDEX_SLOT_SIZE)
+        cdef const char *e
+        cdef int64_t phy
+        cdef int32_t prev
+        while 0 < nxt < h.index_count:
+            e = (self.base + RS_INDEX_HEADER_SIZE + <int64_t>self.hash_slot_num * RS_INDEX_SLOT_SIZE
+                 + <int64_t>nxt * RS_INDEX_ENTRY_SIZE)
+            phy = _get64(e + 4)
+            if phy < phy_offset:
+                return False
+            if phy == phy_offset and _get32(e) == key_hash:
+                return True
+            prev = _get32(e + 16)
+            if prev == nxt:
+                return False
+            nxt = prev
+        return False
+
     # -- header and lifecycle -----------------------------------------------------------------
 
     @property

@@ -360,9 +360,10 @@ cdef bint _has_key(const RecordInfo *info, const char *key, int32_t klen) noexce
 
 
 def verify_candidates(commit_log_queue, candidates, str topic, str key, Py_ssize_t max_num,
-                      bint raw=False):
+                      bint raw=False, int64_t begin_ts=-(1 << 62), int64_t end_ts=1 << 62):
     """Messages at the candidate offsets that really carry ``key`` in ``topic`` (an index
-    chain also holds other keys of the same hash), at most ``max_num``, each offset once."""
+    chain also holds other keys of the same hash) and were stored in [begin_ts, end_ts], at
+    most ``max_num``, each offset once."""
     cdef bytes topic_b = topic.encode("utf-8"), key_b = key.encode("utf-8")
     cdef const char *tp = topic_b
     cdef const char *kp = key_b
@@ -390,7 +391,7 @@ def verify_candidates(commit_log_queue, candidates, str topic, str key, Py_ssize
             continue
         if info.phy_offset != phy or info.topic_len != tlen or memcmp(info.topic, tp, <size_t>tlen) != 0:
             continue
-        if not _has_key(&info, kp, klen):
+        if info.store_ts < begin_ts or info.store_ts > end_ts or not _has_key(&info, kp, klen):
             continue
         out.append(MessageExt.new(&info, None, mf, mf.base + pos, raw, topic))
     return out

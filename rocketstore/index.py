@@ -38,7 +38,9 @@ class IndexService:
     """The index files of one store directory."""
 
     def __init__(self, index_dir: str, hash_slot_num: int, index_num: int,
-                 checkpoint: StoreCheckpoint, read_only: bool = False) -> None:
+                 checkpoint: StoreCheckpoint, read_only: bool = False,
+                 max_msgs_num_batch: int = 64) -> None:
+        self.max_msgs_num_batch = max_msgs_num_batch
         self.index_dir = index_dir
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
@@ -157,6 +159,7 @@ class IndexService:
 
     def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """RocketMQ's IndexService.queryOffset: hash matches, newest files first, unverified."""
+        max_num = min(max_num, self.max_msgs_num_batch)
         out: list[int] = []
         h = key_hash(topic, key)
         files = self.files

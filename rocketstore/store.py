@@ -131,7 +131,8 @@ class MessageStore:
         self.checkpoint = StoreCheckpoint(paths.checkpoint_path(root), read_only=read_only)
         self.index_service = IndexService(paths.index_dir(root), config.max_hash_slot_num,
                                           config.max_index_num, self.checkpoint,
-                                          read_only=read_only)
+                                          read_only=read_only,
+                                          max_msgs_num_batch=config.max_msgs_num_batch)
         self.topic_config_manager = TopicConfigManager(paths.config_dir(root))
         self.consumer_offset_manager = ConsumerOffsetManager(paths.config_dir(root),
                                                              config.flush_consumer_offset_interval)
@@ -300,10 +301,13 @@ class MessageStore:
             last_indexed = self.index_service.last_indexed_offset()
             if last_indexed < min_phy:
                 reput = min_phy
-            else:
-                # the last indexed record has all its keys: start after it
+            elif self.last_exit_ok:
+                # a clean close indexed every key of its last record: start after it
                 _, after = self.commit_log.next_record(last_indexed)
                 reput = min(reput, after if after > last_indexed else last_indexed)
+            else:
+                # after a crash its keys may be cut short: index it again (missing keys only)
+                reput = min(reput, last_indexed)
         self.dispatch_core.reput_offset = reput
         redispatch_from = self.dispatch_core.reput_offset
         dispatched = self.dispatch_service.do_dispatch()
@@ -629,9 +633,12 @@ class MessageStore:
         if self.read_only:
             self.index_service.refresh()
         limit = min(max_num, self.config.max_msgs_num_batch)
+        # the index keeps whole seconds since its file's begin time (an entry reads up to 999 ms
+        # early): walk a window widened by that, then check each record's real store time
         found = _reader.verify_candidates(self.commit_log_queue,
-                                          self.index_service.candidates(topic, key, begin_ts, end),
-                                          topic, key, limit, raw)
+                                          self.index_service.candidates(topic, key,
+                                                                        begin_ts - 999, end),
+                                          topic, key, limit, raw, begin_ts, end)
         found.sort(key=lambda m: m.commitlog_offset)
         return found
 

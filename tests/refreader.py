@@ -1,6 +1,6 @@
 """Pure-Python reference reader of the RocketMQ commit-log format: the FORMAT.md oracle.
 
-Written from /work/shared/FORMAT.md (sections 1, 2, 3 and 7) with ``struct`` and the standard
+Written from /work/shared/FORMAT.md (sections 1, 2, 3, 6 and 7) with ``struct`` and the standard
 library only. It shares no code with the Cython codec in ``rocketstore``/``csrc`` on purpose: the
 tests use it as an independent oracle that the codec is checked against, and it is itself proven
 against the real RocketMQ 4.9.8 store in ``/work/shared/fixtures`` (see ``test_refreader.py``).
@@ -20,6 +20,7 @@ Conventions:
 
 import ipaddress
 import os
+import re
 import struct
 import zlib
 
@@ -29,6 +30,10 @@ __all__ = [
     "java_hash", "parse_properties", "encode_properties", "body_crc", "record_size",
     "format_host", "parse_host", "offset_msg_id",
     "decode_record", "encode_record", "iter_commitlog",
+    "INDEX_HEADER_SIZE", "INDEX_SLOT_SIZE", "INDEX_ENTRY_SIZE",
+    "index_key_hash", "index_file_size", "read_index_file", "read_index_dir", "index_chain",
+    "index_time_read", "index_select_phy_offsets", "index_query_offsets", "check_index_file",
+    "index_keys_of_record",
 ]
 
 BLANK_MAGIC = 0xCBD43194   # -875286124 as a Java int
@@ -379,3 +384,227 @@ def iter_commitlog(commitlog_dir, file_size=None):
             if rec["kind"] == "blank":
                 break
             pos += rec["total_size"]
+
+
+# --------------------------------------------------------------------------------------------
+# index files (FORMAT.md 6)
+
+INDEX_HEADER_SIZE = 40
+INDEX_SLOT_SIZE = 4
+INDEX_ENTRY_SIZE = 20
+_INDEX_HEADER = struct.Struct(">qqqqii")     # begin/end ts, begin/end phy, slot count, index count
+_INDEX_ENTRY = struct.Struct(">iqii")        # keyHash, phyOffset, timeDiff, prevIndex
+
+
+def index_key_hash(topic, key):
+    """FORMAT.md 6.2: ``abs(javaHashCode(topic + "#" + key))``, 0 for ``Integer.MIN_VALUE``
+    (Java's ``Math.abs`` leaves it negative)."""
+    h = abs(java_hash(f"{topic}#{key}"))
+    return 0 if h > 0x7FFFFFFF else h
+
+
+def index_file_size(hash_slot_num, index_num):
+    """FORMAT.md 6.1: 40 + slots x 4 + indexNum x 20."""
+    return INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+def read_index_file(path_or_bytes, hash_slot_num, index_num):
+    """Read one index file (a path or its bytes) -> dict.
+
+    ``header``: the six header fields under RocketMQ's names (``beginTimestamp``,
+    ``endTimestamp``, ``beginPhyOffset``, ``endPhyOffset``, ``hashSlotCount``, ``indexCount``),
+    exactly as stored; ``index_count``: the stored count with load's rule (<= 0 -> 1);
+    ``slots``: the slot table (list of ints); ``entries``: entry dicts ``number``, ``key_hash``,
+    ``phy_offset``, ``time_diff``, ``prev`` for numbers 1 .. index_count - 1; ``slot_num`` and
+    ``index_num``; ``size``: the file's length. Raises ValueError when the length is not
+    ``index_file_size(hash_slot_num, index_num)``.
+    """
+    want = index_file_size(hash_slot_num, index_num)
+    base = INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        data = bytes(path_or_bytes)
+        size = len(data)
+    else:
+        # read the header, the slots and the used entries only (a default file is 420 MB)
+        size = os.path.getsize(path_or_bytes)
+        with open(path_or_bytes, "rb") as f:
+            data = f.read(INDEX_HEADER_SIZE)
+            if len(data) == INDEX_HEADER_SIZE and size == want:
+                count = _INDEX_HEADER.unpack_from(data, 0)[5]
+                used = min(max(count, 1), index_num - 1) + 1    # entries 0 .. indexCount
+                data += f.read(base - INDEX_HEADER_SIZE + used * INDEX_ENTRY_SIZE)
+    if size != want:
+        raise ValueError(f"index file of {size} bytes, expected {want} "
+                         f"({hash_slot_num} slots x {index_num} entries)")
+    bt, et, bp, ep, slot_count, count = _INDEX_HEADER.unpack_from(data, 0)
+    header = {"beginTimestamp": bt, "endTimestamp": et, "beginPhyOffset": bp,
+              "endPhyOffset": ep, "hashSlotCount": slot_count, "indexCount": count}
+    index_count = count if count > 0 else 1
+    if index_count > index_num:
+        raise ValueError(f"indexCount {count} exceeds index_num {index_num}")
+    slots = list(struct.unpack_from(f">{hash_slot_num}i", data, INDEX_HEADER_SIZE))
+    entries = []
+    for n in range(1, index_count):
+        kh, phy, diff, prev = _INDEX_ENTRY.unpack_from(data, base + n * INDEX_ENTRY_SIZE)
+        entries.append({"number": n, "key_hash": kh, "phy_offset": phy, "time_diff": diff,
+                        "prev": prev})
+    return {"header": header, "index_count": index_count, "slots": slots, "entries": entries,
+            "slot_num": hash_slot_num, "index_num": index_num, "size": size,
+            "_data": data}
+
+
+def read_index_dir(index_dir, hash_slot_num, index_num):
+    """Every index file of a directory (17-digit names, name order) -> list of
+    ``(name, read_index_file(...))``."""
+    names = sorted(n for n in os.listdir(index_dir) if len(n) == 17 and n.isdigit())
+    return [(n, read_index_file(os.path.join(index_dir, n), hash_slot_num, index_num))
+            for n in names]
+
+
+def _entry(index, number):
+    data = index["_data"]
+    base = INDEX_HEADER_SIZE + index["slot_num"] * INDEX_SLOT_SIZE
+    kh, phy, diff, prev = _INDEX_ENTRY.unpack_from(data, base + number * INDEX_ENTRY_SIZE)
+    return {"number": number, "key_hash": kh, "phy_offset": phy, "time_diff": diff,
+            "prev": prev}
+
+
+def index_chain(index, slot):
+    """Entry numbers of a slot's chain, newest first, following ``prevIndex`` from the slot
+    head with selectPhyOffset's stop rules (invalid head, prev <= 0, > indexCount, == current)
+    but no key or time filter."""
+    count = index["index_count"]
+    nxt = index["slots"][slot]
+    out = []
+    if nxt <= 0 or nxt > count or count <= 1:
+        return out
+    while True:
+        out.append(nxt)
+        prev = _entry(index, nxt)["prev"]
+        if prev <= 0 or prev > count or prev == nxt:
+            return out
+        nxt = prev
+
+
+def index_time_read(index, entry):
+    """The store time the index holds for an entry: beginTimestamp + timeDiff x 1000 (whole
+    seconds after the file's begin time, FORMAT.md 6.4)."""
+    return index["header"]["beginTimestamp"] + entry["time_diff"] * 1000
+
+
+def index_select_phy_offsets(index, key_hash, max_num, begin, end, out=None):
+    """FORMAT.md 6.4 ``selectPhyOffset``: walk the slot chain of ``key_hash`` from its head;
+    append the offsets of entries with an equal hash and ``begin <= timeRead <= end`` to
+    ``out`` (returned) while it holds fewer than ``max_num``."""
+    out = [] if out is None else out
+    count = index["index_count"]
+    nxt = index["slots"][key_hash % index["slot_num"]]
+    if nxt <= 0 or nxt > count or count <= 1:
+        return out
+    while True:
+        if len(out) >= max_num:
+            break
+        e = _entry(index, nxt)
+        if e["time_diff"] < 0:
+            break
+        t = index_time_read(index, e)
+        if e["key_hash"] == key_hash and begin <= t <= end:
+            out.append(e["phy_offset"])
+        prev = e["prev"]
+        if prev <= 0 or prev > count or prev == nxt or t < begin:
+            break
+        nxt = prev
+    return out
+
+
+def _index_time_matched(header, begin, end):
+    b, e = header["beginTimestamp"], header["endTimestamp"]
+    return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+
+def index_query_offsets(indexes, topic, key, max_num, begin, end, max_msgs_num_batch=64):
+    """FORMAT.md 6.4 ``IndexService.queryOffset`` over ``indexes`` (``read_index_file``
+    results, oldest first): files newest first, hash matches only, unverified and unsorted."""
+    max_num = min(max_num, max_msgs_num_batch)
+    h = index_key_hash(topic, key)
+    out = []
+    for index in reversed(indexes):
+        hdr = index["header"]
+        if _index_time_matched(hdr, begin, end):
+            index_select_phy_offsets(index, h, max_num, begin, end, out)
+        if hdr["beginTimestamp"] < begin or len(out) >= max_num:
+            break
+    return out
+
+
+def _nonzero_slots(index):
+    """Numbers of the slots holding a non-zero value (a C-speed scan of the slot bytes: a
+    default file has 5 M slots)."""
+    region = index["_data"][INDEX_HEADER_SIZE:INDEX_HEADER_SIZE + index["slot_num"] * INDEX_SLOT_SIZE]
+    return sorted({m.start() // INDEX_SLOT_SIZE for m in re.finditer(rb"[^\x00]", region)})
+
+
+def check_index_file(index):
+    """Structural checks of one index file; returns a list of problems (empty when sound).
+
+    * every slot head is 0 or a valid entry number whose hash maps to that slot;
+    * the slot chains partition the entries 1 .. indexCount-1: each entry is on exactly the
+      chain of slot ``key_hash % slots``, and its ``prev`` is the previous entry (largest
+      smaller number) of the same slot, 0 for the first;
+    * ``hashSlotCount`` equals the number of non-empty slots;
+    * key hashes are non-negative and time diffs are >= 0;
+    * with entries, ``beginPhyOffset``/``endPhyOffset`` are the first/last entry's offsets.
+    """
+    problems = []
+    slots_n = index["slot_num"]
+    entries = index["entries"]
+    last_in_slot = {}
+    for e in entries:
+        n = e["number"]
+        if e["key_hash"] < 0:
+            problems.append(f"entry {n}: negative key hash {e['key_hash']}")
+        if e["time_diff"] < 0:
+            problems.append(f"entry {n}: negative time diff {e['time_diff']}")
+        slot = e["key_hash"] % slots_n
+        want_prev = last_in_slot.get(slot, 0)
+        if e["prev"] != want_prev:
+            problems.append(f"entry {n} (slot {slot}): prev {e['prev']}, expected {want_prev}")
+        last_in_slot[slot] = n
+    nonempty = _nonzero_slots(index)
+    for slot in sorted(set(nonempty) | set(last_in_slot)):
+        head = index["slots"][slot]
+        if head != last_in_slot.get(slot, 0):
+            problems.append(f"slot {slot}: head {head}, expected {last_in_slot.get(slot, 0)}")
+    seen = {}
+    for slot in nonempty:
+        for n in index_chain(index, slot):
+            if n in seen:
+                problems.append(f"entry {n} on the chains of slots {seen[n]} and {slot}")
+            seen[n] = slot
+    if len(seen) != len(entries):
+        problems.append(f"chains reach {len(seen)} of {len(entries)} entries")
+    if index["header"]["hashSlotCount"] != len(nonempty):
+        problems.append(f"hashSlotCount {index['header']['hashSlotCount']}, "
+                        f"{len(nonempty)} slots non-empty")
+    if entries:
+        if index["header"]["beginPhyOffset"] != entries[0]["phy_offset"]:
+            problems.append(f"beginPhyOffset {index['header']['beginPhyOffset']} but entry 1 "
+                            f"is at {entries[0]['phy_offset']}")
+        if index["header"]["endPhyOffset"] != entries[-1]["phy_offset"]:
+            problems.append(f"endPhyOffset {index['header']['endPhyOffset']} but the last "
+                            f"entry is at {entries[-1]['phy_offset']}")
+    return problems
+
+
+def index_keys_of_record(rec):
+    """The index keys of a decoded ``"msg"`` record in dispatch order (FORMAT.md 6.3):
+    UNIQ_KEY (if present), then every non-empty token of ``KEYS.split(" ")``; none for a
+    ROLLBACK record (sys_flag & 0xC == 0xC)."""
+    if rec["sys_flag"] & 0xC == 0xC:
+        return []
+    props = rec["properties"]
+    keys = []
+    if props.get("UNIQ_KEY"):
+        keys.append(props["UNIQ_KEY"])
+    keys.extend(k for k in props.get("KEYS", "").split(" ") if k)
+    return keys

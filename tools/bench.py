@@ -221,6 +221,55 @@ def bench_dispatch(workdir: str, msgs: list[Message], num: int, inline: bool) ->
     return Result("dispatch_inline" if inline else "dispatch_thread", count, nbytes, dt)
 
 
+def bench_query_key(workdir: str, num_keys: int, queries: int) -> None:
+    """key queries/s on an index holding ``num_keys`` keys, hits and misses."""
+    import random
+    root = tempfile.mkdtemp(prefix="store-", dir=workdir)
+    cfg = StoreConfig(mapped_file_size_commit_log=GiB, dispatch_inline=False)
+    with MessageStore.open(root, cfg) as store:
+        body = os.urandom(100)
+        for i in range(0, num_keys, BATCH):
+            store.put_messages([Message(TOPIC, body, keys=[f"key-{j}"])
+                                for j in range(i, min(i + BATCH, num_keys))], (i // BATCH) % 4)
+        while store.dispatch_behind_bytes() > 0:
+            time.sleep(0.01)
+        rnd = random.Random(7)
+        hits = [f"key-{rnd.randrange(num_keys)}" for _ in range(queries)]
+        misses = [f"nokey-{rnd.randrange(num_keys)}" for _ in range(queries)]
+        q = store.query_message
+        for name, keys, want in (("query_key_hit", hits, 1), ("query_key_miss", misses, 0)):
+            t0 = time.perf_counter()
+            found = 0
+            for k in keys:
+                found += len(q(TOPIC, k))
+            dt = time.perf_counter() - t0
+            assert found == want * len(keys), (name, found)
+            print(f"{name:14s} {len(keys) / dt / 1e3:8.1f} k queries/s  ({num_keys:,} keys indexed, "
+                  f"{len(store.index_service.files)} index file(s))")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def bench_dispatch_index(workdir: str, num: int) -> None:
+    """Dispatch throughput with and without index building (keys + UNIQ_KEY per message)."""
+    rates = {}
+    for index in (False, True):
+        root = tempfile.mkdtemp(prefix="store-", dir=workdir)
+        cfg = StoreConfig(mapped_file_size_commit_log=GiB, dispatch_inline=True,
+                          message_index_enable=index)
+        with MessageStore.open(root, cfg) as store:
+            body = os.urandom(100)
+            msgs = [Message(TOPIC, body, keys=[f"key-{j}"]) for j in range(BATCH)]
+            for i in range(num // BATCH):
+                store.commit_log.put_messages(msgs, i % 4)      # bypass the inline dispatch
+            t0 = time.perf_counter()
+            n = store.dispatch_service.do_dispatch()
+            rates[index] = n / (time.perf_counter() - t0)
+        shutil.rmtree(root, ignore_errors=True)
+    cost = 1 - rates[True] / rates[False]
+    print(f"dispatch       {rates[False] / 1e6:8.2f} M records/s without index, "
+          f"{rates[True] / 1e6:.2f} M with (2 keys each): index costs {cost * 100:.0f} % of dispatch")
+
+
 def bench_crc32(bodies: list[bytes], num: int) -> tuple[int, int]:
     mask = POOL - 1
     for i in range(num):
@@ -241,6 +290,8 @@ WORKLOADS = {
     "dispatch_thread": "put in batches until consume queues hold all (dispatch thread), 100 B",
     "dispatch_inline": "put in batches until consume queues hold all (dispatch on put), 100 B",
     "tag_scan": "vectorized tag filter over 50 M consume-queue units at 1 % (tools/bench_scan.py)",
+    "query_key": "query_message by key on an index of 1 M keys, hits and misses",
+    "dispatch_index": "dispatch rate with and without index building",
 }
 
 
@@ -271,6 +322,14 @@ def main(argv: list[str] | None = None) -> int:
         print()
         names = [n for n in names if n != "tag_scan"]
     workdir = tempfile.mkdtemp(prefix="rocketstore-bench-", dir=args.dir)
+    if "query_key" in names or "dispatch_index" in names:
+        print("-- index")
+        if "query_key" in names:
+            bench_query_key(workdir, 1_000_000, 200_000)
+        if "dispatch_index" in names:
+            bench_dispatch_index(workdir, min(args.num, 2_000_000))
+        print()
+        names = [n for n in names if n not in ("query_key", "dispatch_index")]
     warm = not args.no_warm
     print(f"rocketstore bench: {os.cpu_count()} cpus, work dir {workdir}, warm={warm}")
     for n in names:
