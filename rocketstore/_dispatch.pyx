@@ -275,7 +275,7 @@ cdef class DispatchCore:
 
     # -- the loop ------------------------------------------------------------------------------
 
-    cdef int _run(self, MappedFile mf, Py_ssize_t *pos, Py_ssize_t end, bint follow,
+    cdef int _run(self, MappedFile mf, Py_ssize_t *pos, Py_ssize_t *end_p, bint follow,
                   Py_ssize_t *budget, RecordInfo *info) noexcept nogil:
         """Dispatch records from *pos while the fast path applies; returns the stop reason with
         *pos at the record it stopped on (info filled for STOP_SLOW).
@@ -290,11 +290,13 @@ cdef class DispatchCore:
         cdef int64_t tags
         cdef const char *base = mf.base
         cdef int64_t file_from = mf.file_from_offset
+        cdef Py_ssize_t end = end_p[0]
         while True:
             if pos[0] >= end:
                 if not follow:
                     return STOP_END
                 end = rs_load_acquire(&mf.committed_pos)
+                end_p[0] = end          # the caller's slow path reads up to here too
                 if pos[0] >= end:
                     return STOP_END
             if budget[0] <= 0:
@@ -357,7 +359,7 @@ cdef class DispatchCore:
             extra = bool(self.dispatchers)
             if not extra:
                 with nogil:
-                    stop = self._run(mf, &pos, end, follow, &budget, &info)
+                    stop = self._run(mf, &pos, &end, follow, &budget, &info)
             else:
                 stop = STOP_END if pos >= end else STOP_SLOW
                 if stop == STOP_SLOW:
@@ -380,6 +382,8 @@ cdef class DispatchCore:
             if rc == -2:
                 self.reput_offset += info.total_size
                 continue
+            if rc <= 0:
+                break
             tx = info.sys_flag & RS_SYSFLAG_TX_MASK
             if info.queue_id < 0:
                 # QUEUEID is outside the CRC: a damaged one must not create a queue "-1"

@@ -112,14 +112,26 @@ class DispatchService:
 
     def _run(self) -> None:
         try:
+            stuck = 0.0
             while not self._stopped:
                 if self.do_dispatch():
+                    stuck = 0.0
                     continue
                 # sleep until the next put signals: arm first, then look once more, so a put
                 # between the dispatch and the arming is not missed (both run under the GIL)
                 self._wake.clear()
                 self.commit_log.arm_wakeup()
-                if self.bound() > self.core.reput_offset or self._stopped:
+                if self.bound() > self.core.reput_offset and not self._stopped:
+                    # bytes are there but no record could be dispatched: a record still being
+                    # written, or damage; back off instead of spinning
+                    if stuck == 0.0:
+                        stuck = 0.001
+                    else:
+                        stuck = min(stuck * 2, 1.0)
+                        if stuck == 1.0:
+                            log.warning("dispatch cannot read a record at commit-log offset %d",
+                                        self.core.reput_offset)
+                    self._wake.wait(stuck)
                     continue
                 self._wake.wait(1.0)
         except BaseException as e:  # noqa: BLE001 - recorded and reported by the store

@@ -517,3 +517,25 @@ def test_inline_and_threaded_dispatch_write_identical_consume_queues(tmp_path, r
     assert sorted(ta) == sorted(tb)
     for name in ta:
         assert ta[name] == tb[name], name
+
+
+def test_threaded_dispatch_racing_batched_puts_dispatches_everything(store_dir):
+    """Regression: a GIL-free run that followed the writer past the end its caller knew left
+    that caller reading a stale end for the next slow-path record (here: index chunk growth),
+    misaligning the reput offset and spinning forever."""
+    import time
+    cfg = StoreConfig(mapped_file_size_commit_log=64 << 20)
+    n = 120_000
+    with MessageStore.open(store_dir, cfg) as store:
+        for i in range(0, n, 256):
+            store.put_messages([Message("Race", b"x" * 100, keys=[f"key-{j}"])
+                                for j in range(i, min(i + 256, n))], (i // 256) % 4)
+        deadline = time.monotonic() + 30
+        while store.dispatch_behind_bytes() > 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store.dispatch_behind_bytes() == 0
+        assert store.dispatch_service.error is None
+        assert sum(store.get_max_offset_in_queue("Race", q) for q in range(4)) == n
+        for j in (0, 52_427, 52_428, 99_999, n - 1):
+            [m] = store.query_message("Race", f"key-{j}")
+            assert m.keys == [f"key-{j}"]
