@@ -11,6 +11,14 @@ int32_t rs_java_hash_update(int32_t h0, const char *utf8, size_t len)
     const unsigned char *s = (const unsigned char *)utf8;
     size_t i = 0;
     while (i < len) {
+        /* four ASCII bytes at a time: h*31^4 + c0*31^3 + c1*31^2 + c2*31 + c3 breaks the
+         * one-multiply-per-char dependency chain (keys and tags are mostly ASCII) */
+        while (i + 4 <= len && ((s[i] | s[i + 1] | s[i + 2] | s[i + 3]) & 0x80) == 0) {
+            h = h * 923521u + (uint32_t)s[i] * 29791u + (uint32_t)s[i + 1] * 961u
+                + (uint32_t)s[i + 2] * 31u + (uint32_t)s[i + 3];
+            i += 4;
+        }
+        if (i >= len) break;
         uint32_t c = s[i];
         if (c < 0x80) {                         /* ASCII: the common case */
             h = 31u * h + c;

@@ -1,6 +1,6 @@
 cimport cython
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t, uint8_t
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memchr
 from rocketstore._mapped cimport MappedFile
 
 
@@ -73,6 +73,50 @@ cdef Py_ssize_t parse_record(const char *p, Py_ssize_t avail, bint check_crc,
                              RecordInfo *info) noexcept nogil
 
 cdef int64_t now_ms() noexcept nogil
+
+
+# The properties dispatch needs, found in one pass over a record's properties.
+cdef struct PropRefs:
+    const char *tags
+    int32_t tags_len
+    const char *keys
+    int32_t keys_len
+    const char *uniq
+    int32_t uniq_len
+    const char *delay
+    int32_t delay_len
+
+
+cdef inline void find_dispatch_props(const char *props, int32_t n, PropRefs *r) noexcept nogil:
+    """TAGS, KEYS, UNIQ_KEY and DELAY of "k\\x01v\\x02..." in one pass (later duplicates win,
+    as in the parsed map); absent ones are NULL."""
+    cdef const char *p = props
+    cdef const char *end = props + n
+    cdef const char *seg_end
+    cdef const char *sep
+    cdef Py_ssize_t klen
+    r.tags = r.keys = r.uniq = r.delay = NULL
+    r.tags_len = r.keys_len = r.uniq_len = r.delay_len = 0
+    while p < end:
+        seg_end = <const char *>memchr(p, 2, <size_t>(end - p))
+        if seg_end == NULL:
+            seg_end = end
+        sep = <const char *>memchr(p, 1, <size_t>(seg_end - p))
+        if sep != NULL and sep > p and sep + 1 < seg_end:
+            klen = sep - p
+            if klen == 4 and memcmp(p, "TAGS", 4) == 0:
+                r.tags = sep + 1
+                r.tags_len = <int32_t>(seg_end - sep - 1)
+            elif klen == 4 and memcmp(p, "KEYS", 4) == 0:
+                r.keys = sep + 1
+                r.keys_len = <int32_t>(seg_end - sep - 1)
+            elif klen == 8 and memcmp(p, "UNIQ_KEY", 8) == 0:
+                r.uniq = sep + 1
+                r.uniq_len = <int32_t>(seg_end - sep - 1)
+            elif klen == 5 and memcmp(p, "DELAY", 5) == 0:
+                r.delay = sep + 1
+                r.delay_len = <int32_t>(seg_end - sep - 1)
+        p = seg_end + 1
 
 
 cdef inline const char *find_prop(const char *props, int32_t n, const char *name, int nlen,

@@ -133,3 +133,4 @@ cdef extern from "rs_scan.h" nogil:
 cdef extern from "rs_atomic.h" nogil:
     void rs_store_release(Py_ssize_t *p, Py_ssize_t v)
     Py_ssize_t rs_load_acquire(const Py_ssize_t *p)
+    void rs_prefetch_write(const void *p)

@@ -19,13 +19,15 @@ from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
 from libc.string cimport memcmp, memset
 
 from rocketstore._csrc cimport (
-    rs_java_hash, rs_load_acquire, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED,
+    rs_java_hash, rs_load_acquire, rs_prefetch_write, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED,
     RS_SYSFLAG_TX_ROLLBACK,
 )
-from rocketstore._codec cimport RecordInfo, parse_record, MessageExt, find_prop
+from rocketstore._codec cimport (RecordInfo, PropRefs, parse_record, MessageExt, find_prop,
+                                 find_dispatch_props)
 from rocketstore._mapped cimport MappedFile
 from rocketstore._consumequeue cimport ConsumeQueue, CQState, cq_append_fast
-from rocketstore._indexfile cimport IndexFile, index_key_hash
+from rocketstore._indexfile cimport (IndexFile, index_key_hash, index_topic_prefix,
+                                     index_key_hash_from)
 
 import logging
 
@@ -37,6 +39,7 @@ cdef const char *SCHEDULE_TOPIC_C = b"SCHEDULE_TOPIC_XXXX"
 cdef enum:
     CACHE_SLOTS = 256           # queues dispatched without the GIL (direct-mapped)
     MAX_DELAY_LEVELS = 64
+    MAX_FAST_KEYS = 32          # index keys of one record handled without the GIL
     STOP_END = 0                # reached the bound
     STOP_BLANK = 1              # end-of-file blank: go to the next file
     STOP_INVALID = 2            # not a record (yet): stop this round
@@ -91,6 +94,11 @@ cdef class DispatchCore:
     cdef public int64_t index_last_phy  # offset of the last indexed record, -1 for none
     cdef public object index_error      # the OSError that stopped index building, or None
     cdef bint _boundary                 # indexing the record at index_last_phy again
+    # the GIL-free path indexes a record one record late: its slots are prefetched first and
+    # written while the next record is parsed, hiding the cache misses of the slot table
+    cdef int32_t pend_hashes[MAX_FAST_KEYS]
+    cdef Py_ssize_t pend_n
+    cdef int64_t pend_phy, pend_ts
 
     def __init__(self, commit_log_queue, find_queue, delay_levels_ms, int64_t reput_offset=0):
         self.cl_mfq = commit_log_queue
@@ -123,6 +131,11 @@ cdef class DispatchCore:
     # -- per record ---------------------------------------------------------------------------
 
     cdef int64_t tags_code(self, const RecordInfo *info) noexcept nogil:
+        cdef PropRefs refs
+        find_dispatch_props(info.props, info.props_len, &refs)
+        return self.tags_code_refs(info, &refs)
+
+    cdef int64_t tags_code_refs(self, const RecordInfo *info, const PropRefs *refs) noexcept nogil:
         """Java hashCode of TAGS; a delivery time for delayed records (FORMAT.md 3)."""
         cdef int32_t vlen = 0
         cdef const char *v
@@ -130,7 +143,8 @@ cdef class DispatchCore:
         cdef int32_t i = 0
         cdef bint negative = False, garbage = False
         if info.topic_len == 19 and memcmp(info.topic, SCHEDULE_TOPIC_C, 19) == 0:
-            v = find_prop(info.props, info.props_len, "DELAY", 5, &vlen)
+            v = refs.delay
+            vlen = refs.delay_len
             if v != NULL:
                 # Integer.parseInt: an optional sign, then digits that fit an int
                 if vlen > 0 and (v[0] == 45 or v[0] == 43):
@@ -152,10 +166,9 @@ cdef class DispatchCore:
                     level = self.max_delay_level
                 if level > 0:
                     return info.store_ts + self.delay_ms[level]
-        v = find_prop(info.props, info.props_len, "TAGS", 4, &vlen)
-        if v == NULL or vlen == 0:
+        if refs.tags == NULL or refs.tags_len == 0:
             return 0
-        return <int64_t>rs_java_hash(v, <size_t>vlen)
+        return <int64_t>rs_java_hash(refs.tags, <size_t>refs.tags_len)
 
     cdef CacheSlot *_lookup(self, const RecordInfo *info) noexcept nogil:
         cdef CacheSlot *s = &self.cache[_slot_of(info.topic, info.topic_len, info.queue_id)]
@@ -188,48 +201,68 @@ cdef class DispatchCore:
 
     # -- index -------------------------------------------------------------------------------
 
-    cdef Py_ssize_t _keys(self, const RecordInfo *info, IndexFile f) noexcept nogil:
-        """Index keys of a record (UNIQ_KEY, then each KEYS token), counted when ``f`` is
-        None, else appended to ``f``; returns how many (FORMAT.md 6.3)."""
-        cdef int32_t vlen = 0, i, start
-        cdef Py_ssize_t n = 0
-        cdef const char *v = find_prop(info.props, info.props_len, "UNIQ_KEY", 8, &vlen)
-        if v != NULL and vlen > 0:
-            if f is not None:
-                f.put_key_hash(index_key_hash(info.topic, info.topic_len, v, vlen),
-                               info.phy_offset, info.store_ts)
+    cdef void _index_flush(self) noexcept nogil:
+        """Write the pending record's keys (room was checked when it was staged)."""
+        cdef Py_ssize_t k
+        if self.pend_n == 0:
+            return
+        for k in range(self.pend_n):
+            self.index_file.put_key_hash(self.pend_hashes[k], self.pend_phy, self.pend_ts, False)
+        self.index_file.write_header()
+        self.index_last_phy = self.pend_phy
+        self.pend_n = 0
+
+    cdef int _index_fast(self, const RecordInfo *info, const PropRefs *refs) noexcept nogil:
+        """Stage the record's keys (UNIQ_KEY, then each KEYS token; FORMAT.md 6.3) when they
+        all fit the current file, after writing the previously staged record's; -1 when the
+        GIL path must index it (file full, allocation to grow, the boundary record after a
+        restart, very many keys) -- with nothing staged left behind."""
+        cdef int32_t vlen = 0, i, start, prefix
+        cdef Py_ssize_t n = 0, k
+        cdef const char *v
+        if self.index_file is None or info.phy_offset < self.index_last_phy:
+            return 0
+        if info.sys_flag & RS_SYSFLAG_TX_MASK == RS_SYSFLAG_TX_ROLLBACK:
+            return 0
+        if info.phy_offset == self.index_last_phy:
+            self._index_flush()
+            return -1
+        prefix = index_topic_prefix(info.topic, info.topic_len)
+        cdef int32_t *h = self.pend_hashes + self.pend_n     # stage after the pending keys
+        cdef Py_ssize_t room = MAX_FAST_KEYS - self.pend_n
+        if refs.uniq != NULL:
+            h[n] = index_key_hash_from(prefix, refs.uniq, refs.uniq_len)
             n += 1
-        v = find_prop(info.props, info.props_len, "KEYS", 4, &vlen)
+        v = refs.keys
+        vlen = refs.keys_len
         if v != NULL:
             start = 0
             for i in range(vlen + 1):
                 if i == vlen or v[i] == 32:
                     if i > start:
-                        if f is not None:
-                            f.put_key_hash(index_key_hash(info.topic, info.topic_len, v + start,
-                                                          i - start),
-                                           info.phy_offset, info.store_ts)
+                        if n == room:
+                            self._index_flush()
+                            return -1
+                        h[n] = index_key_hash_from(prefix, v + start, i - start)
                         n += 1
                     start = i + 1
-        return n
-
-    cdef inline int _index_fast(self, const RecordInfo *info) noexcept nogil:
-        """Index the record when all its keys fit the current file; -1 otherwise (and for the
-        last record indexed before a restart, whose keys may be partly there)."""
-        cdef Py_ssize_t n
-        if self.index_file is None or info.phy_offset < self.index_last_phy:
-            return 0
-        if info.phy_offset == self.index_last_phy:
-            return -1
-        if info.sys_flag & RS_SYSFLAG_TX_MASK == RS_SYSFLAG_TX_ROLLBACK:
-            return 0
-        n = self._keys(info, None)
         if n == 0:
             return 0
-        if not self.index_file.has_room(n):
+        if not self.index_file.has_room(self.pend_n + n):
+            self._index_flush()
             return -1       # file full (RocketMQ fills it key by key) or allocation to grow
-        self._keys(info, self.index_file)
-        self.index_last_phy = info.phy_offset
+        for k in range(n):
+            rs_prefetch_write(self.index_file.slot_addr(h[k]))
+        # write the previous record's keys, then this one becomes the pending one
+        cdef int32_t tmp[MAX_FAST_KEYS]
+        for k in range(n):
+            tmp[k] = h[k]
+        self._index_flush()
+        for k in range(n):
+            self.pend_hashes[k] = tmp[k]
+        self.pend_n = n
+        self.pend_phy = info.phy_offset
+        self.pend_ts = info.store_ts
         return 0
 
     cdef int _index_slow(self, const RecordInfo *info) except -1:
@@ -291,6 +324,7 @@ cdef class DispatchCore:
         cdef const char *base = mf.base
         cdef int64_t file_from = mf.file_from_offset
         cdef Py_ssize_t end = end_p[0]
+        cdef PropRefs refs
         while True:
             if pos[0] >= end:
                 if not follow:
@@ -316,10 +350,11 @@ cdef class DispatchCore:
                 s = self._lookup(info)
                 if s == NULL:
                     return STOP_SLOW
-            if self._index_fast(info) < 0:
+            find_dispatch_props(info.props, info.props_len, &refs)
+            if self._index_fast(info, &refs) < 0:
                 return STOP_SLOW
             if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
-                tags = self.tags_code(info)
+                tags = self.tags_code_refs(info, &refs)
                 if cq_append_fast(s.state, info.phy_offset, info.total_size, tags,
                                   info.queue_offset, info.store_ts) < 0:
                     return STOP_SLOW
@@ -360,6 +395,8 @@ cdef class DispatchCore:
             if not extra:
                 with nogil:
                     stop = self._run(mf, &pos, &end, follow, &budget, &info)
+                    if self.index_file is not None:
+                        self._index_flush()
             else:
                 stop = STOP_END if pos >= end else STOP_SLOW
                 if stop == STOP_SLOW:

@@ -24,7 +24,8 @@ cdef class IndexFile:
     cdef char *base
     cdef Py_ssize_t allocated_end       # bytes allocated for real; entries past it wait for grow()
 
-    cdef int put_key_hash(self, int32_t key_hash, int64_t phy_offset, int64_t store_ts) noexcept nogil
+    cdef int put_key_hash(self, int32_t key_hash, int64_t phy_offset, int64_t store_ts,
+                          bint write_header=*) noexcept nogil
     cdef void write_header(self) noexcept nogil
     cpdef bint has_entry(self, int32_t key_hash, int64_t phy_offset)
     cpdef list select_phy_offsets(self, int32_t key_hash, Py_ssize_t max_num, int64_t begin,
@@ -37,6 +38,9 @@ cdef class IndexFile:
         return (self.header.index_count + n <= self.index_num
                 and self.entry_end(self.header.index_count + n - 1) <= self.allocated_end)
 
+    cdef inline const char *slot_addr(self, int32_t key_hash) noexcept nogil:
+        return self.base + 40 + (key_hash % self.hash_slot_num) * 4
+
     cdef inline Py_ssize_t entry_end(self, Py_ssize_t number) noexcept nogil:
         return 40 + <Py_ssize_t>self.hash_slot_num * 4 + (number + 1) * 20
 
@@ -44,3 +48,5 @@ cdef class IndexFile:
 # abs(Java hashCode) of "topic#key", 0 for Integer.MIN_VALUE (FORMAT.md 6.2)
 cdef int32_t index_key_hash(const char *topic, Py_ssize_t topic_len, const char *key,
                             Py_ssize_t key_len) noexcept nogil
+cdef int32_t index_topic_prefix(const char *topic, Py_ssize_t topic_len) noexcept nogil
+cdef int32_t index_key_hash_from(int32_t prefix, const char *key, Py_ssize_t key_len) noexcept nogil

@@ -55,9 +55,16 @@ cdef inline int64_t _get64(const char *p) noexcept nogil:
 
 cdef int32_t index_key_hash(const char *topic, Py_ssize_t topic_len, const char *key,
                             Py_ssize_t key_len) noexcept nogil:
-    cdef int32_t h = rs_java_hash(topic, <size_t>topic_len)
-    h = rs_java_hash_update(h, "#", 1)
-    h = rs_java_hash_update(h, key, <size_t>key_len)
+    return index_key_hash_from(index_topic_prefix(topic, topic_len), key, key_len)
+
+
+cdef int32_t index_topic_prefix(const char *topic, Py_ssize_t topic_len) noexcept nogil:
+    """Java hash state after "topic#": shared by every key of a record."""
+    return rs_java_hash_update(rs_java_hash(topic, <size_t>topic_len), "#", 1)
+
+
+cdef int32_t index_key_hash_from(int32_t prefix, const char *key, Py_ssize_t key_len) noexcept nogil:
+    cdef int32_t h = rs_java_hash_update(prefix, key, <size_t>key_len)
     if h < 0:
         h = -h if h != -2147483647 - 1 else 0      # Math.abs; MIN_VALUE stays negative -> 0
     return h
@@ -152,9 +159,11 @@ cdef class IndexFile:
         _put32(self.base + 32, <uint32_t>self.header.hash_slot_count)
         _put32(self.base + 36, <uint32_t>self.header.index_count)
 
-    cdef int put_key_hash(self, int32_t key_hash, int64_t phy_offset, int64_t store_ts) noexcept nogil:
+    cdef int put_key_hash(self, int32_t key_hash, int64_t phy_offset, int64_t store_ts,
+                          bint write_header=True) noexcept nogil:
         """Append an entry (IndexFile.putKey); 1 when written, 0 when the file is full, -1
-        when the entry lies past the allocated part (call ``grow()``, then again)."""
+        when the entry lies past the allocated part (call ``grow()``, then again). The header
+        goes to the mapping too unless the caller writes it after a record's last key."""
         cdef IndexHeader *h = &self.header
         if h.index_count >= self.index_num:
             return 0
@@ -188,7 +197,8 @@ cdef class IndexFile:
         h.index_count += 1
         h.end_phy = phy_offset
         h.end_ts = store_ts
-        self.write_header()
+        if write_header:
+            self.write_header()
         return 1
 
     def put_key(self, str topic, str key, int64_t phy_offset, int64_t store_ts):
