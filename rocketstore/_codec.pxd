@@ -168,6 +168,7 @@ cdef class Message:
     cdef bytes _born_host_b
     cdef bint _has_uniq
     cdef bint _delayed              # has a DELAY property (not allowed in a batch)
+    cdef bint _no_wait              # WAIT=false: sync flush does not wait for it
     cdef bint _crc_cached           # body is bytes: its CRC is computed once
     cdef int32_t _crc
     cdef Py_ssize_t _body_len

@@ -556,6 +556,8 @@ cdef class Message:
         self._keys = None if keys_b is None else (keys if type(keys) is str else " ".join(keys))
         self._has_uniq = bool(user) and PROPERTY_UNIQ_KEY in user
         self._delayed = bool(user) and "DELAY" in user
+        # WAIT=false: a sync-flush put does not wait for the disk (FORMAT.md 2)
+        self._no_wait = bool(user) and user.get("WAIT") == "false"
         # properties bytes: user properties, then TAGS and KEYS (order is free: FORMAT.md 1.4)
         plen = PyBytes_GET_SIZE(user_b)
         if tags_b is not None:

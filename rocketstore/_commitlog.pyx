@@ -25,6 +25,9 @@ from rocketstore._csrc cimport (
     RS_SYSFLAG_STOREHOST_V6, RS_HOST_V6_LEN, RS_MAX_RECORD_SLACK, RS_MSGID_V4_BYTES,
     pthread_mutex_t, pthread_mutex_init, pthread_mutex_destroy, pthread_mutex_lock,
     pthread_mutex_trylock, pthread_mutex_unlock, rs_store_release,
+    pthread_cond_t, pthread_cond_init, pthread_cond_destroy, pthread_cond_wait,
+    pthread_cond_timedwait, pthread_cond_broadcast, pthread_cond_signal, timespec,
+    clock_gettime, CLOCK_REALTIME,
 )
 from rocketstore._codec cimport (
     RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,
@@ -48,6 +51,7 @@ cdef object CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_FAIL
 cdef object NO_PERMISSION = PutMessageStatus.NO_PERMISSION
 cdef object MESSAGE_ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
 cdef object SERVICE_NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE
+cdef object FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
 
 cdef enum:
     DENSE_QUEUES = 4096     # queue ids held in a C array per topic; larger ones in a dict
@@ -211,12 +215,30 @@ cdef class CommitLog:
     cdef dict _topic_rules              # topic -> (writeable, write_queue_nums), from topics.json
     cdef object _not_writeable          # exception making every put SERVICE_NOT_AVAILABLE
     cdef object _roll_error             # the OSError of the last failed file creation
+    # group commit (FORMAT.md 4.5 GroupCommitService): sync puts wait here without the GIL
+    # until the flusher has synced past their record; one sync serves every waiter
+    cdef pthread_mutex_t flush_mu
+    cdef pthread_cond_t flushed_cv      # producers wait for flushed_offset
+    cdef pthread_cond_t request_cv      # the flusher waits for request_offset
+    cdef int64_t request_offset
+    cdef int64_t flushed_offset
+    cdef bint flush_failed              # sticky: the flushed offset never passes a failed sync
+    cdef bint flusher_stop
+    cdef readonly bint sync_flush
+    cdef readonly int64_t sync_flush_timeout_ms
+    cdef readonly object flush_error
 
     def __cinit__(self):
         pthread_mutex_init(&self.put_lock, NULL)
+        pthread_mutex_init(&self.flush_mu, NULL)
+        pthread_cond_init(&self.flushed_cv, NULL)
+        pthread_cond_init(&self.request_cv, NULL)
 
     def __dealloc__(self):
         pthread_mutex_destroy(&self.put_lock)
+        pthread_cond_destroy(&self.flushed_cv)
+        pthread_cond_destroy(&self.request_cv)
+        pthread_mutex_destroy(&self.flush_mu)
 
     def __init__(self, mapped_file_queue, str store_host="127.0.0.1:10911",
                  Py_ssize_t max_message_size=4 * 1024 * 1024, UniqIdGenerator uniq=None):
@@ -257,6 +279,89 @@ cdef class CommitLog:
                 return _failed(MESSAGE_ILLEGAL, TopicPermissionError(
                     topic, f"queue id {qid} is not below its {rule[1]} write queues"), qid)
         return None
+
+    # -- group commit ------------------------------------------------------------------------
+
+    def enable_sync_flush(self, int64_t timeout_ms, int64_t flushed_offset):
+        """Sync puts from now on: each waits until ``flushed_offset`` passes its record."""
+        self.sync_flush = True
+        self.sync_flush_timeout_ms = timeout_ms
+        self.flushed_offset = flushed_offset
+        self.request_offset = flushed_offset
+
+    def wait_flush_request(self):
+        """The flusher's wait (GIL released): the offset producers wait for, or -1 to stop."""
+        cdef int64_t r
+        with nogil:
+            pthread_mutex_lock(&self.flush_mu)
+            while self.request_offset <= self.flushed_offset and not self.flusher_stop:
+                pthread_cond_wait(&self.request_cv, &self.flush_mu)
+            r = -1 if self.flusher_stop else self.request_offset
+            pthread_mutex_unlock(&self.flush_mu)
+        return r
+
+    def set_flushed(self, int64_t offset):
+        """Publish that everything below ``offset`` is durable; wakes the waiting producers."""
+        with nogil:
+            pthread_mutex_lock(&self.flush_mu)
+            if offset > self.flushed_offset and not self.flush_failed:
+                self.flushed_offset = offset
+            pthread_cond_broadcast(&self.flushed_cv)
+            pthread_mutex_unlock(&self.flush_mu)
+
+    def set_flush_error(self, error):
+        """A sync failed: sticky. Waiting and later sync puts fail; every put is refused."""
+        self.flush_error = error
+        self._not_writeable = error
+        with nogil:
+            pthread_mutex_lock(&self.flush_mu)
+            self.flush_failed = True
+            pthread_cond_broadcast(&self.flushed_cv)
+            pthread_mutex_unlock(&self.flush_mu)
+
+    def stop_flusher(self):
+        with nogil:
+            pthread_mutex_lock(&self.flush_mu)
+            self.flusher_stop = True
+            pthread_cond_broadcast(&self.request_cv)
+            pthread_cond_broadcast(&self.flushed_cv)
+            pthread_mutex_unlock(&self.flush_mu)
+
+    @property
+    def flushed_where(self):
+        return self.flushed_offset
+
+    cdef int _await_flush(self, int64_t target) noexcept nogil:
+        """0 once durable past ``target``, -1 on timeout, -2 after a failed sync."""
+        cdef timespec deadline
+        cdef int rc = 0
+        clock_gettime(CLOCK_REALTIME, &deadline)
+        deadline.tv_sec += self.sync_flush_timeout_ms // 1000
+        deadline.tv_nsec += (self.sync_flush_timeout_ms % 1000) * 1000000
+        if deadline.tv_nsec >= 1000000000:
+            deadline.tv_sec += 1
+            deadline.tv_nsec -= 1000000000
+        pthread_mutex_lock(&self.flush_mu)
+        if self.request_offset < target:
+            self.request_offset = target
+            pthread_cond_signal(&self.request_cv)
+        while self.flushed_offset < target and not self.flush_failed and not self.flusher_stop:
+            if pthread_cond_timedwait(&self.flushed_cv, &self.flush_mu, &deadline) != 0:
+                break
+        rc = 0 if self.flushed_offset >= target else (-2 if self.flush_failed else -1)
+        pthread_mutex_unlock(&self.flush_mu)
+        return rc
+
+    cdef PutMessageResult _sync_result(self, PutMessageResult r, int64_t target):
+        cdef int rc
+        with nogil:
+            rc = self._await_flush(target)
+        if rc == -1:
+            r.status = FLUSH_DISK_TIMEOUT
+        elif rc == -2:
+            r.status = FLUSH_DISK_TIMEOUT
+            r.error = self.flush_error
+        return r
 
     def arm_wakeup(self):
         """Ask the next put to call ``on_append`` (a sleeping dispatcher), once."""
@@ -439,6 +544,8 @@ cdef class CommitLog:
             self._armed = False
             if self.on_append is not None:
                 self.on_append()
+        if self.sync_flush and not m._no_wait:
+            return self._sync_result(r, f.phy_offset + total)
         return r
 
     cpdef PutMessageResult put_messages(self, object msgs, object queue_id=0):
@@ -561,6 +668,8 @@ cdef class CommitLog:
             self._armed = False
             if self.on_append is not None:
                 self.on_append()
+        if self.sync_flush:
+            return self._sync_result(r, start_phy + total)
         return r
 
     # -- reading -------------------------------------------------------------------------------

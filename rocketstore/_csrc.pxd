@@ -107,6 +107,14 @@ cdef extern from "<time.h>" nogil:
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_mutex_t:
         pass
+    ctypedef struct pthread_cond_t:
+        pass
+    int pthread_cond_init(pthread_cond_t *c, const void *attr)
+    int pthread_cond_destroy(pthread_cond_t *c)
+    int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+    int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const timespec *abstime)
+    int pthread_cond_signal(pthread_cond_t *c)
+    int pthread_cond_broadcast(pthread_cond_t *c)
     int pthread_mutex_init(pthread_mutex_t *m, const void *attr)
     int pthread_mutex_destroy(pthread_mutex_t *m)
     int pthread_mutex_lock(pthread_mutex_t *m)

@@ -4,6 +4,12 @@ from libc.stdint cimport int64_t
 
 cdef int check_io(int rc, object path) except -1
 
+cdef enum:
+    SYNC_MSYNC = 0
+    SYNC_FSYNC = 1
+    SYNC_FSYNC_DIR = 2
+    SYNC_FSYNC_FD = 3
+
 
 @cython.final
 cdef class MappedFile:
@@ -45,3 +51,6 @@ cdef class MappedFile:
         self.view_count -= 1
         if self.released and self.view_count == 0:
             self._unmap_now()
+
+
+cdef int durable(int op, MappedFile mf, object path, Py_ssize_t start, Py_ssize_t length) except -1

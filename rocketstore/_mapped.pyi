@@ -1,4 +1,8 @@
-from typing import final
+from typing import Any, Callable, final
+
+def set_sync_hook(hook: Callable[[str, str, int, int], Any] | None) -> None: ...
+def fsync_dir(path: str) -> None: ...
+def fsync_fd(fd: int, path: str) -> None: ...
 
 @final
 class MappedFile:

@@ -41,6 +41,55 @@ cdef int check_io(int rc, object path) except -1:
     raise OSError(err, os.strerror(err), path)
 
 
+# -- the one sync function -----------------------------------------------------------------------
+# Every msync / fsync / directory fsync of rocketstore goes through durable(), so that tests can
+# record the durable image at each sync point or inject I/O errors (set_sync_hook), and so that a
+# failure has one shape: OSError from the built-in class of its errno.
+
+cdef object _sync_hook = None
+
+
+def set_sync_hook(hook):
+    """Install ``hook(op, path, offset, length)`` called before every durability call ('msync',
+    'fsync', 'fsync_dir'); raising ``OSError`` from it makes that call fail. None removes it."""
+    global _sync_hook
+    _sync_hook = hook
+
+
+cdef int durable(int op, MappedFile mf, object path, Py_ssize_t start, Py_ssize_t length) except -1:
+    cdef int rc = 0
+    cdef bytes p
+    cdef const char *pp
+    if _sync_hook is not None:
+        _sync_hook(("msync", "fsync", "fsync_dir", "fsync")[op], path, start, length)
+    if op == SYNC_MSYNC:
+        with nogil:
+            rc = rs_msync(mf.base + start, <size_t>length)
+    elif op == SYNC_FSYNC:
+        with nogil:
+            rc = rs_fsync(mf.fd)
+    elif op == SYNC_FSYNC_FD:
+        rc = <int>start
+        with nogil:
+            rc = rs_fsync(rc)
+    else:
+        p = os.fsencode(path)
+        pp = p
+        with nogil:
+            rc = rs_fsync_dir(pp)
+    return check_io(rc, path)
+
+
+def fsync_dir(str path):
+    """fsync a directory (through the one sync function)."""
+    durable(SYNC_FSYNC_DIR, None, path, 0, 0)
+
+
+def fsync_fd(int fd, str path):
+    """fsync an open file (through the one sync function)."""
+    durable(SYNC_FSYNC_FD, None, path, fd, 0)
+
+
 def _name_offset(str file_name):
     try:
         return int(file_name)
@@ -268,9 +317,7 @@ cdef class MappedFile:
             if target // RS_OS_PAGE_SIZE - start // RS_OS_PAGE_SIZE < least_pages:
                 return start
         if not self.read_only:
-            with nogil:
-                rc = rs_msync(self.base + start, <size_t>(target - start))
-            check_io(rc, self.path)
+            durable(SYNC_MSYNC, self, self.path, start, target - start)
         self.flushed_pos = target
         return target
 
@@ -288,14 +335,8 @@ cdef class MappedFile:
     def sync_metadata(self):
         """fsync the file and its directory, so its allocation survives power loss."""
         self._ensure_mapped()
-        cdef int rc
-        cdef bytes d = os.fsencode(os.path.dirname(self.path) or ".")
-        cdef const char *dp = d
-        with nogil:
-            rc = rs_fsync(self.fd)
-            if rc == 0:
-                rc = rs_fsync_dir(dp)
-        check_io(rc, self.path)
+        durable(SYNC_FSYNC, self, self.path, 0, self.file_size)
+        durable(SYNC_FSYNC_DIR, None, os.path.dirname(self.path) or ".", 0, 0)
 
     def warm(self, bint lock=False):
         """Fault every page in before writes need it (RocketMQ ``warmMappedFile``).

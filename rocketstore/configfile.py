@@ -165,15 +165,14 @@ def _dump_list(value: list[Any] | tuple[Any, ...], depth: int, sort_keys: bool,
     out.append("]")
 
 
-def _fsync(fd: int) -> None:
-    """The one durability call of this module (swap it to reroute or count every sync)."""
-    os.fsync(fd)
+def _fsync(fd: int, path: str = "") -> None:
+    """fsync through rocketstore's one sync function (recorded and injectable by tests)."""
+    from rocketstore._mapped import fsync_fd
+    fsync_fd(fd, path)
 
 
 def _fsync_dir(path: str) -> None:
     """Make renames and creations inside directory *path* durable."""
-    if os.name == "nt":  # Windows cannot open a directory; NTFS journals renames itself
-        return
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         _fsync(fd)

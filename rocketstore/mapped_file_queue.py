@@ -169,6 +169,19 @@ class MappedFileQueue:
                 mf.destroy()
         self.files = keep
 
+    def flush(self, least_pages: int = 0) -> int:
+        """msync every file's committed-but-unflushed bytes (a file with fewer than
+        ``least_pages`` dirty pages waits, unless full: FORMAT.md 4.5). Returns the offset
+        below which everything is flushed."""
+        flushed_where = -1
+        for mf in self.files:
+            if mf.flushed_pos < mf.committed_pos:
+                mf.flush(least_pages)
+            if mf.flushed_pos < mf.file_size:
+                return mf.file_from_offset + mf.flushed_pos
+            flushed_where = mf.file_from_offset + mf.file_size
+        return max(flushed_where, 0)
+
     def delete_last_file(self) -> None:
         """Delete the last file (consume-queue truncation drops whole files)."""
         files = self.files

@@ -33,6 +33,7 @@ from rocketstore.index import IndexService
 from rocketstore.config import StoreConfig
 from rocketstore.consumequeue import ConsumeQueueStore
 from rocketstore.dispatch import ArrivalNotifier, DispatchService
+from rocketstore.flush import FlushRealTimeService, GroupCommitService
 from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError,
                                 InvalidMessageTypeError, StoreClosedError, StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
@@ -110,6 +111,7 @@ class MessageStore:
         self._lock = lock
         self._closed = False
         self.recovery: dict[str, Any] = {}
+        self.flush_service: FlushRealTimeService | GroupCommitService | None = None
         self.last_exit_ok = not os.path.exists(paths.abort_path(root))
         self.allocator = AllocateMappedFileService(warm=config.warm_maped_file_enable,
                                                    mlock=config.mlock_maped_file)
@@ -160,6 +162,7 @@ class MessageStore:
                 for name, tc in self.topic_config_manager.all().items():
                     self._apply_topic_rule(tc)
                 self._create_abort()
+                self._start_flush()
                 self.consumer_offset_manager.start()
                 if config.dispatch_inline:
                     self.put_message = self._put_inline  # type: ignore[method-assign]
@@ -222,12 +225,14 @@ class MessageStore:
             return
         try:
             self.commit_log.close()
+            if self.flush_service is not None:
+                self.flush_service.shutdown()
             self.dispatch_service.shutdown()
             self.consumer_offset_manager.shutdown()
             self.allocator.shutdown()
             self.notifier.close()
-            for mf in self.commit_log_queue.files:
-                mf.flush(0)
+            if self.commit_log.flush_error is None:
+                self.commit_log_queue.flush(0)
             self.consume_queues.flush(0)
             self.index_service.flush()
             last = self.commit_log_queue.last_file()
@@ -324,6 +329,21 @@ class MessageStore:
             "messages_redispatched": dispatched,
             "seconds": time.perf_counter() - t0,
         }
+
+    def _start_flush(self) -> None:
+        cfg = self.config
+        # what recovery kept is taken as durable (a clean close flushed it; after a crash it
+        # is what survived): flush it once so the claim holds
+        flushed = self.commit_log_queue.flush(0)
+        if cfg.flush_disk_type == "SYNC_FLUSH":
+            self.commit_log.enable_sync_flush(cfg.sync_flush_timeout, flushed)
+            self.flush_service = GroupCommitService(self.commit_log, self.checkpoint)
+        else:
+            self.flush_service = FlushRealTimeService(
+                self.commit_log, self.checkpoint, cfg.flush_interval_commit_log,
+                cfg.flush_commit_log_least_pages, cfg.flush_commit_log_thorough_interval)
+            self.commit_log.set_flushed(flushed)
+        self.flush_service.start()
 
     def _open_read_only(self) -> None:
         min_phy = max(0, self.commit_log.get_min_offset())

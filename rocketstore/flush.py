@@ -1,0 +1,119 @@
+"""Flush services (FORMAT.md 4.5): async flush and group commit.
+
+``FlushRealTimeService`` (ASYNC_FLUSH): a thread that every ``flush_interval_commit_log`` ms
+msyncs the commit log when at least ``flush_commit_log_least_pages`` pages are dirty, and
+everything every ``flush_commit_log_thorough_interval`` ms.
+
+``GroupCommitService`` (SYNC_FLUSH): producers wait in the commit log, without the GIL, until
+the flushed offset passes their record; this thread wakes on their requests and msyncs
+everything written so far, so one sync serves every producer that wrote meanwhile (the
+group), and more producers make bigger groups rather than more syncs.
+
+A failed sync is sticky: the flushed offset stops, the commit log refuses every put
+(SERVICE_NOT_AVAILABLE with the cause) and no waiting sync put reports PUT_OK. Both services
+record the store time of what they flushed as the checkpoint's ``physicMsgTimestamp``.
+
+Threads stop cleanly on ``shutdown()`` (joined); they sleep on events or C conditions, never spin.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+log = logging.getLogger("rocketstore.flush")
+
+
+class _FlushBase:
+    def __init__(self, commit_log, checkpoint) -> None:
+        self.commit_log = commit_log
+        self.queue = commit_log.mapped_file_queue
+        self.checkpoint = checkpoint
+        self.syncs = 0                  # flush rounds that synced something (statistics)
+        self._thread: threading.Thread | None = None
+
+    def _flush(self, least_pages: int) -> int:
+        before = self.commit_log.flushed_where
+        try:
+            flushed = self.queue.flush(least_pages)
+        except OSError as e:
+            log.error("commit log flush failed: %s; the store is now read-only", e)
+            self.commit_log.set_flush_error(e)
+            raise
+        if flushed > before:
+            self.syncs += 1
+            last = self.queue.last_file()
+            if last is not None and last.store_timestamp:
+                self.checkpoint.physic_msg_timestamp = last.store_timestamp
+        self.commit_log.set_flushed(flushed)
+        return flushed
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
+        self._thread.start()
+
+
+class FlushRealTimeService(_FlushBase):
+    """Async flush: periodic, by dirty pages, thorough every so often."""
+
+    def __init__(self, commit_log, checkpoint, interval_ms: int = 500, least_pages: int = 4,
+                 thorough_interval_ms: int = 10_000) -> None:
+        super().__init__(commit_log, checkpoint)
+        self.interval = interval_ms / 1000.0
+        self.least_pages = least_pages
+        self.thorough_interval = thorough_interval_ms / 1000.0
+        self._stop = threading.Event()
+
+    def _run(self) -> None:
+        last_thorough = time.monotonic()
+        while not self._stop.wait(self.interval):
+            least = self.least_pages
+            if time.monotonic() - last_thorough >= self.thorough_interval:
+                least = 0
+                last_thorough = time.monotonic()
+            try:
+                self._flush(least)
+            except OSError:
+                return
+
+    def shutdown(self) -> None:
+        """Stop, join, and flush everything once more (RocketMQ retries up to 10 times)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.commit_log.flush_error is None:
+            for _ in range(10):
+                try:
+                    self._flush(0)
+                    break
+                except OSError:
+                    break
+
+
+class GroupCommitService(_FlushBase):
+    """Sync flush: one msync for every producer that wrote since the last one."""
+
+    def _run(self) -> None:
+        while True:
+            target = self.commit_log.wait_flush_request()      # GIL released while waiting
+            if target < 0:
+                return
+            try:
+                self._flush(0)
+            except OSError:
+                return
+
+    def shutdown(self) -> None:
+        self.commit_log.stop_flusher()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.commit_log.flush_error is None:
+            try:
+                self._flush(0)
+            except OSError:
+                pass
