@@ -24,7 +24,7 @@ from rocketstore._csrc cimport (
     RS_END_FILE_MIN_BLANK, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED, RS_SYSFLAG_TX_ROLLBACK,
     RS_SYSFLAG_STOREHOST_V6, RS_HOST_V6_LEN, RS_MAX_RECORD_SLACK, RS_MSGID_V4_BYTES,
     pthread_mutex_t, pthread_mutex_init, pthread_mutex_destroy, pthread_mutex_lock,
-    pthread_mutex_trylock, pthread_mutex_unlock, rs_store_release,
+    pthread_mutex_trylock, pthread_mutex_unlock, rs_store_release, rs_load_acquire, rs_msync,
     pthread_cond_t, pthread_cond_init, pthread_cond_destroy, pthread_cond_wait,
     pthread_cond_timedwait, pthread_cond_broadcast, pthread_cond_signal, timespec,
     clock_gettime, CLOCK_REALTIME,
@@ -33,7 +33,7 @@ from rocketstore._codec cimport (
     RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,
     write_blank, parse_record, now_ms, encode_host, format_msg_id, UNIQ_HEX_LEN,
 )
-from rocketstore._mapped cimport MappedFile
+from rocketstore._mapped cimport MappedFile, sync_hook_active
 
 import logging
 import numpy as np
@@ -227,6 +227,13 @@ cdef class CommitLog:
     cdef readonly bint sync_flush
     cdef readonly int64_t sync_flush_timeout_ms
     cdef readonly object flush_error
+    # the current file as C values, for the GIL-free flusher (changed under the put lock)
+    cdef char *_cur_base
+    cdef int64_t _cur_from
+    cdef Py_ssize_t *_cur_committed
+    cdef int64_t *_cur_store_ts
+    cdef readonly int64_t flushed_store_timestamp  # store time of the last record synced
+    cdef readonly int64_t sync_count
 
     def __cinit__(self):
         pthread_mutex_init(&self.put_lock, NULL)
@@ -250,7 +257,7 @@ cdef class CommitLog:
         self.queue_table = {}
         self._topic_rules = {}
         self.uniq = uniq if uniq is not None else UniqIdGenerator()
-        self.cur = mapped_file_queue.last_file()
+        self._set_cur(mapped_file_queue.last_file())
 
     def set_on_append(self, callback):
         """Call ``callback()`` after the next put following each ``arm_wakeup()``."""
@@ -279,6 +286,64 @@ cdef class CommitLog:
                 return _failed(MESSAGE_ILLEGAL, TopicPermissionError(
                     topic, f"queue id {qid} is not below its {rule[1]} write queues"), qid)
         return None
+
+    cdef void _set_cur(self, MappedFile mf) noexcept:
+        # callers hold the put lock (or are single-threaded: open, recovery)
+        self.cur = mf
+        if mf is None:
+            self._cur_base = NULL
+            self._cur_committed = NULL
+            self._cur_store_ts = NULL
+        else:
+            self._cur_base = mf.base
+            self._cur_from = mf.file_from_offset
+            self._cur_committed = &mf.committed_pos
+            self._cur_store_ts = &mf.store_timestamp
+
+    def group_commit(self):
+        """The group-commit loop, GIL-free: wait for a request, msync everything committed in
+        the current file since the flushed offset, publish, wake the waiters, repeat.
+
+        Returns 0 when stopped, 1 when a round needs the GIL path (the range spans files),
+        or -errno when msync failed (the caller makes that sticky)."""
+        cdef int rc = 0
+        cdef int64_t start_off, comm_end, ts
+        cdef char *base
+        cdef int64_t base_from
+        with nogil:
+            while True:
+                pthread_mutex_lock(&self.flush_mu)
+                while (self.request_offset <= self.flushed_offset and not self.flusher_stop
+                       and not self.flush_failed):
+                    pthread_cond_wait(&self.request_cv, &self.flush_mu)
+                if self.flusher_stop or self.flush_failed:
+                    pthread_mutex_unlock(&self.flush_mu)
+                    rc = 0
+                    break
+                start_off = self.flushed_offset
+                pthread_mutex_unlock(&self.flush_mu)
+                # a consistent view of the current file: it only changes under the put lock
+                pthread_mutex_lock(&self.put_lock)
+                base = self._cur_base
+                base_from = self._cur_from
+                comm_end = base_from + rs_load_acquire(self._cur_committed) if base != NULL else 0
+                ts = self._cur_store_ts[0] if base != NULL else 0
+                pthread_mutex_unlock(&self.put_lock)
+                if base == NULL or start_off < base_from or sync_hook_active():
+                    rc = 1          # spans a roll, or a test hook: the GIL path syncs this round
+                    break
+                if comm_end > start_off:
+                    rc = rs_msync(base + (start_off - base_from), <size_t>(comm_end - start_off))
+                    if rc != 0:
+                        break
+                pthread_mutex_lock(&self.flush_mu)
+                if comm_end > self.flushed_offset:
+                    self.flushed_offset = comm_end
+                    self.flushed_store_timestamp = ts
+                    self.sync_count += 1
+                pthread_cond_broadcast(&self.flushed_cv)
+                pthread_mutex_unlock(&self.flush_mu)
+        return rc
 
     # -- group commit ------------------------------------------------------------------------
 
@@ -446,11 +511,11 @@ cdef class CommitLog:
         cdef Py_ssize_t left
         if cur is None:
             nxt = self.mapped_file_queue.create_next(self.mapped_file_queue.next_start_offset())
-            self.cur = nxt
+            self._set_cur(nxt)
             return nxt
         if cur.wrote_pos == cur.file_size:
             nxt = self.mapped_file_queue.create_next(cur.file_from_offset + cur.file_size)
-            self.cur = nxt
+            self._set_cur(nxt)
             return nxt
         left = cur.file_size - cur.wrote_pos
         if need + RS_END_FILE_MIN_BLANK <= left:
@@ -459,7 +524,7 @@ cdef class CommitLog:
         write_blank(cur.base + cur.wrote_pos, <int32_t>left)
         cur.wrote_pos = cur.file_size
         cur.committed_pos = cur.file_size
-        self.cur = nxt
+        self._set_cur(nxt)
         return nxt
 
     cdef MappedFile _file_or_none(self, Py_ssize_t need):
@@ -778,7 +843,7 @@ cdef class CommitLog:
 
     def reset_write_file(self):
         """Point the writer at the queue's last file (after load, recovery or truncation)."""
-        self.cur = self.mapped_file_queue.last_file()
+        self._set_cur(self.mapped_file_queue.last_file())
 
     def close(self):
         self._lock()

@@ -54,3 +54,4 @@ cdef class MappedFile:
 
 
 cdef int durable(int op, MappedFile mf, object path, Py_ssize_t start, Py_ssize_t length) except -1
+cdef bint sync_hook_active() noexcept nogil

@@ -47,13 +47,19 @@ cdef int check_io(int rc, object path) except -1:
 # failure has one shape: OSError from the built-in class of its errno.
 
 cdef object _sync_hook = None
+cdef bint _hook_flag = False         # read without the GIL by the group-commit loop
+
+
+cdef bint sync_hook_active() noexcept nogil:
+    return _hook_flag
 
 
 def set_sync_hook(hook):
     """Install ``hook(op, path, offset, length)`` called before every durability call ('msync',
     'fsync', 'fsync_dir'); raising ``OSError`` from it makes that call fail. None removes it."""
-    global _sync_hook
+    global _sync_hook, _hook_flag
     _sync_hook = hook
+    _hook_flag = hook is not None
 
 
 cdef int durable(int op, MappedFile mf, object path, Py_ssize_t start, Py_ssize_t length) except -1:
@@ -78,6 +84,10 @@ cdef int durable(int op, MappedFile mf, object path, Py_ssize_t start, Py_ssize_
         with nogil:
             rc = rs_fsync_dir(pp)
     return check_io(rc, path)
+
+
+def sync_hook_installed():
+    return _sync_hook is not None
 
 
 def fsync_dir(str path):
@@ -338,13 +348,14 @@ cdef class MappedFile:
         durable(SYNC_FSYNC, self, self.path, 0, self.file_size)
         durable(SYNC_FSYNC_DIR, None, os.path.dirname(self.path) or ".", 0, 0)
 
-    def warm(self, bint lock=False):
+    def warm(self, bint lock=False, Py_ssize_t flush_pages=0):
         """Fault every page in before writes need it (RocketMQ ``warmMappedFile``).
 
         A file created here is all zeros, so a zero byte is written per page (the pages are
         then resident and dirty-able without a fault); an existing file is only read. Then
         ``MADV_WILLNEED`` and, with ``lock``, ``mlock`` (failure to lock -- RLIMIT_MEMLOCK --
-        leaves ``mlocked`` False and is not an error, as in RocketMQ).
+        leaves ``mlocked`` False and is not an error, as in RocketMQ). With ``flush_pages``
+        (sync flush), the zeros are synced every that many pages.
         """
         self._ensure_mapped()
         cdef int write = self.created and not self.read_only
@@ -352,6 +363,13 @@ cdef class MappedFile:
         with nogil:
             rs_touch_pages(self.base, n, RS_OS_PAGE_SIZE, write)
             rs_madvise(self.base, n, ADVICE_WILLNEED)
+        if write and flush_pages > 0:
+            # sync the zeros chunk by chunk (RocketMQ flushLeastPagesWhenWarmMapedFile): the
+            # filesystem turns its allocated-but-unwritten extents into written ones now, so a
+            # later sync of real data writes data only, not extent metadata through the journal
+            chunk = flush_pages * RS_OS_PAGE_SIZE
+            for start in range(0, self.file_size, chunk):
+                durable(SYNC_MSYNC, self, self.path, start, min(chunk, self.file_size - start))
         if lock and not self.mlocked:
             with nogil:
                 rc = rs_mlock(self.base, n)

@@ -20,7 +20,8 @@ from rocketstore._mapped import MappedFile
 log = logging.getLogger("rocketstore.allocate")
 
 
-def create_mapped_file(path: str, size: int, warm: bool = False, lock: bool = False) -> MappedFile:
+def create_mapped_file(path: str, size: int, warm: bool = False, lock: bool = False,
+                       flush_pages: int = 0) -> MappedFile:
     """Create, allocate (posix_fallocate), map and optionally warm one file.
 
     The file and its directory are fsynced, so the allocation survives power loss before
@@ -30,7 +31,7 @@ def create_mapped_file(path: str, size: int, warm: bool = False, lock: bool = Fa
     try:
         mf.sync_metadata()
         if warm:
-            mf.warm(lock=lock)
+            mf.warm(lock=lock, flush_pages=flush_pages)
     except BaseException:
         mf.destroy()
         raise
@@ -40,9 +41,10 @@ def create_mapped_file(path: str, size: int, warm: bool = False, lock: bool = Fa
 class AllocateMappedFileService:
     """Creates the file asked for and pre-allocates the one after it in a background thread."""
 
-    def __init__(self, warm: bool = False, mlock: bool = False) -> None:
+    def __init__(self, warm: bool = False, mlock: bool = False, flush_pages: int = 0) -> None:
         self.warm = warm
         self.mlock = mlock
+        self.flush_pages = flush_pages      # sync flush: sync the warm-up zeros as they go
         self._cond = threading.Condition()
         self._pending: dict[str, int] = {}        # path -> size, waiting for the thread
         self._ready: dict[str, MappedFile] = {}   # allocated, not yet handed out
@@ -65,7 +67,7 @@ class AllocateMappedFileService:
             mf = self._ready.pop(path, None)
             self._pending.pop(path, None)
         if mf is None:
-            mf = create_mapped_file(path, size, self.warm, self.mlock)
+            mf = create_mapped_file(path, size, self.warm, self.mlock, self.flush_pages)
         if next_path is not None:
             with self._cond:
                 if (not self._stopped and next_path not in self._ready
@@ -87,7 +89,7 @@ class AllocateMappedFileService:
             mf = None
             try:
                 if not os.path.exists(path):
-                    mf = create_mapped_file(path, size, self.warm, self.mlock)
+                    mf = create_mapped_file(path, size, self.warm, self.mlock, self.flush_pages)
             except OSError as e:   # e.g. ENOSPC: the caller retries and sees it
                 log.warning("pre-allocation of %s failed: %s", path, e)
             with self._cond:

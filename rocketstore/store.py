@@ -113,8 +113,10 @@ class MessageStore:
         self.recovery: dict[str, Any] = {}
         self.flush_service: FlushRealTimeService | GroupCommitService | None = None
         self.last_exit_ok = not os.path.exists(paths.abort_path(root))
-        self.allocator = AllocateMappedFileService(warm=config.warm_maped_file_enable,
-                                                   mlock=config.mlock_maped_file)
+        self.allocator = AllocateMappedFileService(
+            warm=config.warm_maped_file_enable, mlock=config.mlock_maped_file,
+            flush_pages=(config.flush_least_pages_when_warm_maped_file
+                         if config.flush_disk_type == "SYNC_FLUSH" else 0))
         self.commit_log_queue = MappedFileQueue(config.commit_log_path(root),
                                                 config.mapped_file_size_commit_log,
                                                 allocator=None if read_only else self.allocator,

@@ -270,6 +270,67 @@ def bench_dispatch_index(workdir: str, num: int) -> None:
           f"{rates[True] / 1e6:.2f} M with (2 keys each): index costs {cost * 100:.0f} % of dispatch")
 
 
+def bench_put_sync(workdir: str, threads: int, seconds: float) -> None:
+    """Sync flush: ``threads`` producers, one put_message each call, for ``seconds``; then
+    batched sync against batched async puts."""
+    import threading
+    syncs = [0]
+    for label, flush in (("put_sync", "SYNC_FLUSH"),):
+        root = tempfile.mkdtemp(prefix="store-", dir=workdir)
+        cfg = StoreConfig(mapped_file_size_commit_log=GiB, warm_maped_file_enable=True,
+                          flush_disk_type=flush)
+        store = MessageStore.open(root, cfg)
+        store.put_message(Message(TOPIC, b"warm-up"))
+        store.allocator.wait_idle(120)
+        body = os.urandom(100)
+        done = [0] * threads
+        stop = threading.Event()
+
+        def producer(t):
+            m = Message(TOPIC, body)
+            put = store.put_message
+            n = 0
+            while not stop.is_set():
+                if put(m, t % 4).ok:
+                    n += 1
+            done[t] = n
+        ts = [threading.Thread(target=producer, args=(t,)) for t in range(threads)]
+        syncs[0] = -store.commit_log.sync_count
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        time.sleep(seconds)
+        stop.set()
+        for t in ts:
+            t.join()
+        dt = time.perf_counter() - t0
+        syncs[0] += store.commit_log.sync_count     # rounds of the GIL-free group commit
+        total = sum(done)
+        print(f"{label:14s} {total / dt / 1e3:8.1f} k msgs/s  {threads} threads, 100 B, "
+              f"{syncs[0]} msyncs: {total / max(syncs[0], 1):.1f} msgs per sync, "
+              f"{syncs[0] / dt:.0f} syncs/s")
+        close_store(store)
+    rates = {}
+    for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        root = tempfile.mkdtemp(prefix="store-", dir=workdir)
+        cfg = StoreConfig(mapped_file_size_commit_log=GiB, warm_maped_file_enable=True,
+                          flush_disk_type=flush)
+        store = MessageStore.open(root, cfg)
+        store.put_message(Message(TOPIC, b"warm-up"))
+        store.allocator.wait_idle(120)
+        msgs = [Message(TOPIC, os.urandom(100)) for _ in range(BATCH)]
+        t0 = time.perf_counter()
+        n = 0
+        while time.perf_counter() - t0 < seconds:
+            store.put_messages(msgs, 0)
+            n += BATCH
+        rates[flush] = n / (time.perf_counter() - t0)
+        close_store(store)
+    print(f"put_batch_sync {rates['SYNC_FLUSH'] / 1e6:8.2f} M msgs/s  vs async "
+          f"{rates['ASYNC_FLUSH'] / 1e6:.2f} M: {rates['SYNC_FLUSH'] / rates['ASYNC_FLUSH'] * 100:.0f} %"
+          f" (one caller, batches of {BATCH}, each batch waits for its sync)")
+
+
 def bench_crc32(bodies: list[bytes], num: int) -> tuple[int, int]:
     mask = POOL - 1
     for i in range(num):
@@ -292,6 +353,7 @@ WORKLOADS = {
     "tag_scan": "vectorized tag filter over 50 M consume-queue units at 1 % (tools/bench_scan.py)",
     "query_key": "query_message by key on an index of 1 M keys, hits and misses",
     "dispatch_index": "dispatch rate with and without index building",
+    "put_sync": "sync flush: 64 producer threads one put each, and batched sync vs async",
 }
 
 
@@ -322,6 +384,11 @@ def main(argv: list[str] | None = None) -> int:
         print()
         names = [n for n in names if n != "tag_scan"]
     workdir = tempfile.mkdtemp(prefix="rocketstore-bench-", dir=args.dir)
+    if "put_sync" in names:
+        print("-- sync flush (group commit)")
+        bench_put_sync(workdir, 64, 3.0)
+        print()
+        names = [n for n in names if n != "put_sync"]
     if "query_key" in names or "dispatch_index" in names:
         print("-- index")
         if "query_key" in names:
