@@ -131,3 +131,58 @@ class GroupCommitService(_FlushBase):
                 self._flush(0)
             except OSError:
                 pass
+
+
+class FlushConsumeQueueService:
+    """Flushes consume queues (FORMAT.md 5.3): every ``interval_ms`` those with at least
+    ``least_pages`` dirty pages, all of them every ``thorough_interval_ms``. A thorough round
+    reads the consume queues' store time *before* flushing and then writes it, with the commit
+    log's flushed store time, to the checkpoint, so the checkpoint never claims more than is
+    on disk -- abnormal recovery starts from it."""
+
+    def __init__(self, consume_queues, commit_log, checkpoint, interval_ms: int = 1000,
+                 least_pages: int = 2, thorough_interval_ms: int = 60_000) -> None:
+        self.consume_queues = consume_queues
+        self.commit_log = commit_log
+        self.checkpoint = checkpoint
+        self.interval = interval_ms / 1000.0
+        self.least_pages = least_pages
+        self.thorough_interval = thorough_interval_ms / 1000.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def flush(self, thorough: bool) -> None:
+        logics = max((q.get_last_store_timestamp() for q in self.consume_queues.queues()),
+                     default=0)
+        self.consume_queues.flush(0 if thorough else self.least_pages)
+        if thorough:
+            if logics:
+                self.checkpoint.logics_msg_timestamp = logics
+            physic = self.commit_log.flushed_store_timestamp
+            if physic > self.checkpoint.physic_msg_timestamp:
+                self.checkpoint.physic_msg_timestamp = physic
+            self.checkpoint.flush()
+
+    def _run(self) -> None:
+        last_thorough = time.monotonic()
+        while not self._stop.wait(self.interval):
+            thorough = time.monotonic() - last_thorough >= self.thorough_interval
+            if thorough:
+                last_thorough = time.monotonic()
+            try:
+                self.flush(thorough)
+            except OSError as e:
+                log.error("consume queue flush failed: %s; the store is now read-only", e)
+                self.commit_log.set_flush_error(e)
+                return
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="FlushConsumeQueueService",
+                                        daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

@@ -33,7 +33,7 @@ from rocketstore.index import IndexService
 from rocketstore.config import StoreConfig
 from rocketstore.consumequeue import ConsumeQueueStore
 from rocketstore.dispatch import ArrivalNotifier, DispatchService
-from rocketstore.flush import FlushRealTimeService, GroupCommitService
+from rocketstore.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError,
                                 InvalidMessageTypeError, StoreClosedError, StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
@@ -50,6 +50,33 @@ log = logging.getLogger("rocketstore.store")
 # descriptions of one process, but we also want a clear error before even trying.
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
+
+
+class _Progress:
+    """A progress line on stderr for long recoveries, when stderr is a terminal."""
+
+    def __init__(self, what: str, total: int) -> None:
+        import sys
+        self.what = what
+        self.total = total
+        self.stream = sys.stderr
+        self.on = total >= (1 << 30) and self.stream.isatty()
+        self.t0 = time.monotonic()
+        self.last = 0.0
+
+    def update(self, done: int) -> None:
+        if not self.on or time.monotonic() - self.last < 0.2:
+            return
+        self.last = time.monotonic()
+        rate = done / max(self.last - self.t0, 1e-9) / 1e9
+        self.stream.write(f"\r{self.what}: {done * 100 // max(self.total, 1)}% "
+                          f"({done / 1e9:.1f} of {self.total / 1e9:.1f} GB, {rate:.2f} GB/s)")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.on:
+            self.stream.write("\n")
+            self.stream.flush()
 
 
 class _StoreLock:
@@ -112,6 +139,7 @@ class MessageStore:
         self._closed = False
         self.recovery: dict[str, Any] = {}
         self.flush_service: FlushRealTimeService | GroupCommitService | None = None
+        self.cq_flush_service: FlushConsumeQueueService | None = None
         self.last_exit_ok = not os.path.exists(paths.abort_path(root))
         self.allocator = AllocateMappedFileService(
             warm=config.warm_maped_file_enable, mlock=config.mlock_maped_file,
@@ -229,6 +257,8 @@ class MessageStore:
             self.commit_log.close()
             if self.flush_service is not None:
                 self.flush_service.shutdown()
+            if self.cq_flush_service is not None:
+                self.cq_flush_service.shutdown()
             self.dispatch_service.shutdown()
             self.consumer_offset_manager.shutdown()
             self.allocator.shutdown()
@@ -238,7 +268,7 @@ class MessageStore:
             self.consume_queues.flush(0)
             self.index_service.flush()
             last = self.commit_log_queue.last_file()
-            if last is not None and last.store_timestamp:
+            if last is not None and last.store_timestamp and self.commit_log.flush_error is None:
                 self.checkpoint.physic_msg_timestamp = last.store_timestamp
             logics = max((q.get_last_store_timestamp() for q in self.consume_queues.queues()),
                          default=0)
@@ -285,17 +315,31 @@ class MessageStore:
         t0 = time.perf_counter()
         self.consume_queues.recover()
         files = self.commit_log_queue.files
-        start = 0 if not self.last_exit_ok else max(0, len(files) - 3)
+        if self.last_exit_ok:
+            start = max(0, len(files) - 3)
+        else:
+            start = self._abnormal_start(files)
         end = files[0].file_from_offset if files else 0
         scanned = messages = 0
+        total = sum(mf.file_size for mf in files[start:])
+        progress = _Progress("recovering commit log", total)
         for mf in files[start:]:
             end_pos, count, blank = self.commit_log.scan_file(mf, self.config.check_crc_on_recover,
                                                               False)
             scanned += end_pos
             messages += count
             end = mf.file_from_offset + end_pos
+            progress.update(scanned)
             if not blank:
                 break
+        progress.close()
+        # what lies past the end: the torn record's claimed size, and the files dropped
+        tail_mf = self.commit_log_queue.find_mapped_file_by_offset(end)
+        torn = 0
+        if tail_mf is not None and end - tail_mf.file_from_offset + 8 <= tail_mf.file_size:
+            head = tail_mf.read_bytes(end - tail_mf.file_from_offset, 4)
+            torn = max(0, int.from_bytes(head, "big", signed=True))
+        files_dropped = sum(1 for mf in files if mf.file_from_offset > end)
         self.commit_log_queue.truncate_dirty_files(end)
         self.commit_log.reset_write_file()
         if self.consume_queues.max_physic_offset() > end:
@@ -315,6 +359,10 @@ class MessageStore:
             else:
                 # after a crash its keys may be cut short: index it again (missing keys only)
                 reput = min(reput, last_indexed)
+        if not self.last_exit_ok and files:
+            # after a crash every record from the checkpoint's file on is dispatched again:
+            # consume-queue units and index entries written after their last flush may be lost
+            reput = min(reput, max(files[start].file_from_offset, min_phy))
         self.dispatch_core.reput_offset = reput
         redispatch_from = self.dispatch_core.reput_offset
         dispatched = self.dispatch_service.do_dispatch()
@@ -329,6 +377,8 @@ class MessageStore:
             "max_offset": end,
             "redispatched_from": redispatch_from,
             "messages_redispatched": dispatched,
+            "torn_record_bytes": torn,
+            "files_dropped": files_dropped,
             "seconds": time.perf_counter() - t0,
         }
 
@@ -346,6 +396,28 @@ class MessageStore:
                 cfg.flush_commit_log_least_pages, cfg.flush_commit_log_thorough_interval)
             self.commit_log.set_flushed(flushed)
         self.flush_service.start()
+        self.cq_flush_service = FlushConsumeQueueService(
+            self.consume_queues, self.commit_log, self.checkpoint,
+            cfg.flush_interval_consume_queue, cfg.flush_consume_queue_least_pages,
+            cfg.flush_consume_queue_thorough_interval)
+        self.cq_flush_service.start()
+
+    def _abnormal_start(self, files: list) -> int:
+        """Index of the file abnormal recovery starts from (FORMAT.md 8.4): the newest whose
+        first record was stored no later than the checkpoint's min timestamp; 0 when none is,
+        or when the checkpoint is zeroed or unreadable (a full scan)."""
+        from rocketstore._codec import decode
+        limit = self.checkpoint.min_timestamp()
+        if limit <= 0:
+            return 0
+        for i in range(len(files) - 1, -1, -1):
+            try:
+                first = decode(files[i].view(0, min(files[i].file_size, 1 << 16)), 0)
+            except (ValueError, OSError):
+                continue
+            if first is not None and 0 < first.store_timestamp <= limit:
+                return i
+        return 0
 
     def _open_read_only(self) -> None:
         min_phy = max(0, self.commit_log.get_min_offset())

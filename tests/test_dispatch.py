@@ -463,9 +463,11 @@ def test_crash_with_half_dispatched_redispatches_the_rest(store_dir):
     out = _crash_child(store_dir, n, block_at=half)
     assert out["behind"] == out["acked"][-1][3] + out["acked"][-1][4] - out["acked"][half][3]
     rec = _check_after_crash(store_dir, out)
-    # recovery re-dispatches from the furthest commit-log offset any queue points at
-    assert rec["redispatched_from"] == out["acked"][half][3]
-    assert rec["messages_redispatched"] == n - half
+    # abnormal recovery re-dispatches from the checkpoint's file (FORMAT.md 8.4) -- at the
+    # latest from the furthest offset any queue points at -- and idempotence keeps the
+    # units already there from doubling (checked by _check_after_crash)
+    assert rec["redispatched_from"] <= out["acked"][half][3]
+    assert rec["messages_redispatched"] >= n - half
 
 
 def test_crash_while_dispatch_thread_runs(store_dir):
