@@ -234,6 +234,7 @@ cdef class CommitLog:
     cdef int64_t *_cur_store_ts
     cdef readonly int64_t flushed_store_timestamp  # store time of the last record synced
     cdef readonly int64_t sync_count
+    cdef public bint debug_ack_before_sync  # WRONG on purpose: the crash harness' negative control
 
     def __cinit__(self):
         pthread_mutex_init(&self.put_lock, NULL)
@@ -609,7 +610,7 @@ cdef class CommitLog:
             self._armed = False
             if self.on_append is not None:
                 self.on_append()
-        if self.sync_flush and not m._no_wait:
+        if self.sync_flush and not m._no_wait and not self.debug_ack_before_sync:
             return self._sync_result(r, f.phy_offset + total)
         return r
 
@@ -733,7 +734,7 @@ cdef class CommitLog:
             self._armed = False
             if self.on_append is not None:
                 self.on_append()
-        if self.sync_flush:
+        if self.sync_flush and not self.debug_ack_before_sync:
             return self._sync_result(r, start_phy + total)
         return r
 

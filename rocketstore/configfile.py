@@ -168,6 +168,11 @@ def _dump_list(value: list[Any] | tuple[Any, ...], depth: int, sort_keys: bool,
 def _fsync(fd: int, path: str = "") -> None:
     """fsync through rocketstore's one sync function (recorded and injectable by tests)."""
     from rocketstore._mapped import fsync_fd
+    if not path:
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            path = ""
     fsync_fd(fd, path)
 
 
