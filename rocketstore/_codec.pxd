@@ -198,6 +198,7 @@ cdef class MessageExt:
     cdef const char *_rec               # first byte of the record
     cdef bint _raw                      # body as stored, even when compressed
     cdef bint _copied
+    cdef public bint _verify_crc        # check BODYCRC when the body is first read
     # field positions within the record, decoded on first access
     cdef int32_t _born_host_off, _born_host_len, _store_host_off, _store_host_len
     cdef int32_t _body_off, _body_len, _topic_off, _topic_len, _props_off, _props_len

@@ -783,8 +783,17 @@ cdef class MessageExt:
 
     @property
     def stored_body(self):
-        """The body exactly as stored (compressed when the record is): a zero-copy view."""
+        """The body exactly as stored (compressed when the record is): a zero-copy view.
+
+        Read from a store, the body's CRC is checked on this first access
+        (``CorruptionError`` on a mismatch)."""
         if self._stored_body is None:
+            if self._verify_crc and self._body_len and rs_body_crc(
+                    <const unsigned char *>self._rec + self._body_off,
+                    <size_t>self._body_len) != self.body_crc:
+                # the body is the one field the record protects: refuse to hand out bad bytes
+                raise CorruptionError("commitlog", self.commitlog_offset,
+                                      f"body CRC mismatch (stored {self.body_crc:#x})")
             self._stored_body = self._slice(self._body_off, self._body_len)
         return self._stored_body
 

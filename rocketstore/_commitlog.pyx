@@ -766,7 +766,9 @@ cdef class CommitLog:
         rc = parse_record(mf.base + pos, end - pos, False, &info)
         if rc <= 0 or info.phy_offset != offset:
             return None
-        return MessageExt.new(&info, None, mf, mf.base + pos, raw, None)
+        cdef MessageExt m = MessageExt.new(&info, None, mf, mf.base + pos, raw, None)
+        m._verify_crc = True
+        return m
 
     def next_record(self, int64_t offset):
         """(MessageExt or None, next offset) for the record at ``offset``.

@@ -224,7 +224,10 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
     cdef bint in_disk
     cdef RecordInfo info
     cdef MappedFile mf = None
+    cdef MessageExt m
     cdef int64_t cl_file_size = commit_log_queue.file_size
+    cdef const char *topic_p = cq.topic_b
+    cdef int32_t topic_len = len(cq.topic_b)
     cdef GetMessageResult r = GetMessageResult.__new__(GetMessageResult)
     cdef list msgs = []
     cdef str topic = cq.topic
@@ -259,9 +262,14 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
             if total == 0:
                 r.status = MESSAGE_WAS_REMOVING
             continue
+        if info.queue_id != cq.queue_id or info.queue_offset != offset + i // RS_CQ_UNIT_SIZE - 1 \
+                or info.topic_len != topic_len or memcmp(info.topic, topic_p, <size_t>topic_len) != 0:
+            continue                    # a damaged unit (or record) is not this queue's message
         if tag_filter is not None and not tag_filter.record_matches(&info):
             continue                    # same hash, another tag
-        msgs.append(MessageExt.new(&info, None, mf, mf.base + pos, raw, topic))
+        m = MessageExt.new(&info, None, mf, mf.base + pos, raw, topic)
+        m._verify_crc = True
+        msgs.append(m)
         total += size
         count += 1
         r.msg_count4commercial += (size + 4095) // 4096
@@ -371,6 +379,7 @@ def verify_candidates(commit_log_queue, candidates, str topic, str key, Py_ssize
     cdef list out = []
     cdef set seen = set()
     cdef MappedFile mf = None
+    cdef MessageExt m
     cdef RecordInfo info
     cdef Py_ssize_t pos
     cdef int64_t phy
@@ -393,5 +402,7 @@ def verify_candidates(commit_log_queue, candidates, str topic, str key, Py_ssize
             continue
         if info.store_ts < begin_ts or info.store_ts > end_ts or not _has_key(&info, kp, klen):
             continue
-        out.append(MessageExt.new(&info, None, mf, mf.base + pos, raw, topic))
+        m = MessageExt.new(&info, None, mf, mf.base + pos, raw, topic)
+        m._verify_crc = True
+        out.append(m)
     return out
