@@ -333,6 +333,7 @@ class MessageStore:
             if not blank:
                 break
         progress.close()
+        scan_seconds = time.perf_counter() - t0
         # what lies past the end: the torn record's claimed size, and the files dropped
         tail_mf = self.commit_log_queue.find_mapped_file_by_offset(end)
         torn = 0
@@ -379,6 +380,7 @@ class MessageStore:
             "messages_redispatched": dispatched,
             "torn_record_bytes": torn,
             "files_dropped": files_dropped,
+            "scan_seconds": scan_seconds,
             "seconds": time.perf_counter() - t0,
         }
 
