@@ -1,0 +1,34 @@
+"""tools/flush_bench.py: one configuration in, one JSON line out (the sweeps' unit)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+TOOL = Path(__file__).resolve().parent.parent / "tools" / "flush_bench.py"
+
+
+def _run(*args: str) -> dict:
+    out = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True,
+                         check=True)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1
+    return json.loads(lines[0])
+
+
+def test_sync_flush_run_reports_syncs_latency_and_a_small_window(tmp_path):
+    r = _run("--flush", "SYNC_FLUSH", "--threads", "4", "--count", "400", "--dir", str(tmp_path),
+             "--file-size", str(1 << 20))
+    assert r["messages"] == 400 and r["flush"] == "SYNC_FLUSH"
+    assert 0 < r["syncs"] <= 400
+    lat = r["latency_us"]
+    assert 0 < lat["p50"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]
+    assert r["bytes_per_sync"] > 0
+
+
+def test_async_run_reports_its_unflushed_window(tmp_path):
+    r = _run("--flush", "ASYNC_FLUSH", "--threads", "2", "--count", "20000", "--interval", "50",
+             "--dir", str(tmp_path), "--file-size", str(16 << 20))
+    assert r["messages"] == 20000
+    assert r["unflushed_max_bytes"] > 0 and r["msgs_per_s"] > 0
