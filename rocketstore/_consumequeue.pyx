@@ -223,9 +223,24 @@ cdef class ConsumeQueue:
         cdef MappedFile mf = self.file_for_index(cq_offset)
         cdef int64_t expect = cq_offset * RS_CQ_UNIT_SIZE
         cdef int64_t current = mf.file_from_offset + mf.wrote_pos
-        if cq_offset != 0 and expect < current:
-            log.debug("%s/%d: unit %d built already", self.topic, self.queue_id, cq_offset)
-            return 0
+        if expect < current:
+            unit = self.get_unit(cq_offset)
+            if cq_offset != 0 or (unit is not None and unit[0] == phy_offset and unit[1] == size):
+                # FORMAT.md 5.2: a unit below the write position is a repeated build
+                log.debug("%s/%d: unit %d built already", self.topic, self.queue_id, cq_offset)
+                return 0
+            if unit is not None and unit[1] != RS_CQ_FILLER_SIZE:
+                # queue offset 0 of a queue that holds another record there: stale or torn
+                # after a crash (RocketMQ would append it past the end, breaking index ==
+                # offset). The commit log is the truth: drop the queue and write it again
+                log.warning("%s/%d: unit %d points at %s, the commit log says (%d, %d): "
+                            "rebuilding from there", self.topic, self.queue_id, cq_offset,
+                            unit[:2], phy_offset, size)
+                self._truncate_at_index(cq_offset)
+                mf = self.file_for_index(cq_offset)
+                current = mf.file_from_offset + mf.wrote_pos
+            else:
+                return 0
         while expect > current:
             # units are missing before this one: fill the gap so index == queue offset holds
             log.warning("%s/%d: queue offset %d expected at %d, queue ends at %d; filling",
@@ -245,6 +260,28 @@ cdef class ConsumeQueue:
                                   "consume queue could not place a unit")
         self.publish()
         return rc
+
+    def _truncate_at_index(self, int64_t index):
+        """Drop units ``index`` and later (zeroed), whatever they point at."""
+        self.publish()
+        mfq = self.mapped_file_queue
+        cdef int64_t at = index * RS_CQ_UNIT_SIZE
+        cdef MappedFile mf
+        while True:
+            mf = mfq.last_file()
+            if mf is None or mf.file_from_offset < at or len(mfq.files) == 1:
+                break
+            mfq.delete_last_file()
+        mf = mfq.last_file()
+        cdef Py_ssize_t keep
+        if mf is not None:
+            keep = max(0, min(mf.file_size, at - mf.file_from_offset))
+            if keep < mf.committed_pos:
+                memset(mf.base + keep, 0, mf.committed_pos - keep)
+            mf.set_positions(keep)
+        self._attach_last()
+        prev = self.get_unit(index - 1) if index > 0 else None
+        self.state.max_physic_offset = prev[0] + prev[1] if prev is not None and prev[1] != RS_CQ_FILLER_SIZE else -1
 
     def put_message_position_info(self, int64_t phy_offset, int32_t size, int64_t tags_code,
                                   int64_t cq_offset, int64_t store_ts=0):
@@ -369,6 +406,9 @@ cdef class ConsumeQueue:
             mf = mfq.last_file()
             if mf is None:
                 break
+            if mf.committed_pos == 0 and len(mfq.files) > 1:
+                mfq.delete_last_file()      # empty: the units to look at are before it
+                continue
             if mf.committed_pos >= RS_CQ_UNIT_SIZE and _get_be64(mf.base) >= phy_offset \
                     and _get_be32(mf.base + 8) != RS_CQ_FILLER_SIZE:
                 mfq.delete_last_file()

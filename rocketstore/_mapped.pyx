@@ -86,6 +86,13 @@ cdef int durable(int op, MappedFile mf, object path, Py_ssize_t start, Py_ssize_
     return check_io(rc, path)
 
 
+def metadata_event(str op, str path, Py_ssize_t size=0):
+    """File creation, sizing and renaming also pass the sync hook ('create', 'allocate',
+    'truncate', 'rename'), so tests see every durability-relevant step and can fail one."""
+    if _sync_hook is not None:
+        _sync_hook(op, path, 0, size)
+
+
 def sync_hook_installed():
     return _sync_hook is not None
 
@@ -141,12 +148,20 @@ cdef class MappedFile:
         self.file_from_offset = _name_offset(self.file_name)
         self.file_size = file_size
         self.read_only = read_only
+        if create and not read_only and _sync_hook is not None and not os.path.exists(path):
+            _sync_hook("create", path, 0, 0)
         with nogil:
             rc = rs_open(p, create, read_only, &fd)
         check_io(rc, path)
         try:
             check_io(rs_file_size(fd, &actual), path)
             if actual == 0 and create and not read_only:
+                if _sync_hook is not None:
+                    try:
+                        _sync_hook("allocate", path, 0, file_size)
+                    except OSError:
+                        os.unlink(path)
+                        raise
                 if 0 <= allocate_bytes < file_size:
                     # sized sparse, the first allocate_bytes real; the owner allocates the
                     # rest (allocate()) before it writes there

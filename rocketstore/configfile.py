@@ -176,6 +176,13 @@ def _fsync(fd: int, path: str = "") -> None:
     fsync_fd(fd, path)
 
 
+def _rename(src: str, dst: str) -> None:
+    """A rename that passes rocketstore's sync hook first (tests record and fail renames)."""
+    from rocketstore._mapped import metadata_event
+    metadata_event("rename", dst)
+    os.replace(src, dst)
+
+
 def _fsync_dir(path: str) -> None:
     """Make renames and creations inside directory *path* durable."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -331,7 +338,7 @@ class ConfigFile:
             if self._main_good:
                 self._rotate_to_bak()
             # 3. atomic switch: readers see the old or the new file, never a mix
-            os.replace(self.tmp_path, self.path)
+            _rename(self.tmp_path, self.path)
             self._main_good = True
             # 4. the renames of steps 2 and 3 survive a power cut
             _fsync_dir(directory)
@@ -357,4 +364,4 @@ class ConfigFile:
             if data is None:
                 return
             _write_synced(staged, data)
-        os.replace(staged, self.bak_path)
+        _rename(staged, self.bak_path)

@@ -343,7 +343,13 @@ class MessageStore:
         files_dropped = sum(1 for mf in files if mf.file_from_offset > end)
         self.commit_log_queue.truncate_dirty_files(end)
         self.commit_log.reset_write_file()
-        if self.consume_queues.max_physic_offset() > end:
+        if not self.last_exit_ok and files:
+            # units written after the checkpoint may be torn or point at records a power loss
+            # took: drop every unit from the re-dispatch start on and rebuild them from the
+            # commit log, the one source of truth (units before it were synced before the
+            # checkpoint was)
+            self.consume_queues.truncate_dirty(min(end, files[start].file_from_offset))
+        elif self.consume_queues.max_physic_offset() > end:
             self.consume_queues.truncate_dirty(end)
         min_phy = max(0, self.commit_log.get_min_offset())
         self.consume_queues.correct_min_offset(min_phy)
@@ -410,8 +416,8 @@ class MessageStore:
         or when the checkpoint is zeroed or unreadable (a full scan)."""
         from rocketstore._codec import decode
         limit = self.checkpoint.min_timestamp()
-        if limit <= 0:
-            return 0
+        if limit <= 0 or limit > time.time() * 1000 + 86_400_000:
+            return 0        # zeroed, or not a time this store could have written: scan it all
         for i in range(len(files) - 1, -1, -1):
             try:
                 first = decode(files[i].view(0, min(files[i].file_size, 1 << 16)), 0)

@@ -223,3 +223,27 @@ def test_kill_9_under_load_loses_no_acknowledged_message(store_dir, tmp_path, ra
                     offset = r.next_begin_offset
                 assert got == list(range(n))
     assert len(acked) > 200
+
+
+def test_enospc_injected_at_file_allocation_refuses_the_roll_and_writes_resume(store_dir):
+    cfg = StoreConfig(mapped_file_size_commit_log=4096, flush_disk_type="SYNC_FLUSH")
+    with MessageStore.open(store_dir, cfg) as store:
+        store.allocator.shutdown()          # no pre-allocation: the roll creates the file
+        store.commit_log_queue.allocator = None
+        first = store.put_message(Message("T", b"a" * 1000))
+        assert first.ok
+
+        def hook(op, path, off, n):
+            if op == "allocate":
+                raise OSError(errno.ENOSPC, "injected: no space left", path)
+        set_sync_hook(hook)
+        before = store.get_max_phy_offset()
+        refused = [store.put_message(Message("T", b"b" * 1000)) for _ in range(4)]
+        assert any(r.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED for r in refused)
+        failed = next(r for r in refused if not r.ok)
+        assert failed.error.errno == errno.ENOSPC
+        assert store.get_max_phy_offset() == before + sum(r.wrote_bytes for r in refused if r.ok)
+        set_sync_hook(None)
+        again = store.put_message(Message("T", b"c" * 1000))
+        assert again.ok
+        assert bytes(store.look_message_by_offset(first.commitlog_offset).body) == b"a" * 1000
