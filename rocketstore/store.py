@@ -342,6 +342,7 @@ class MessageStore:
             torn = max(0, int.from_bytes(head, "big", signed=True))
         files_dropped = sum(1 for mf in files if mf.file_from_offset > end)
         self.commit_log_queue.truncate_dirty_files(end)
+        zeroed = self._zero_tail(end)
         self.commit_log.reset_write_file()
         if not self.last_exit_ok and files:
             # units written after the checkpoint may be torn or point at records a power loss
@@ -385,6 +386,7 @@ class MessageStore:
             "redispatched_from": redispatch_from,
             "messages_redispatched": dispatched,
             "torn_record_bytes": torn,
+            "bytes_zeroed": zeroed,
             "files_dropped": files_dropped,
             "scan_seconds": scan_seconds,
             "seconds": time.perf_counter() - t0,
@@ -409,6 +411,30 @@ class MessageStore:
             cfg.flush_interval_consume_queue, cfg.flush_consume_queue_least_pages,
             cfg.flush_consume_queue_thorough_interval)
         self.cq_flush_service.start()
+
+    def _zero_tail(self, end: int) -> int:
+        """Zero what a crash left after the recovered end (a torn record, stale bytes), page
+        by page until a page that is already all zeros: the files then hold only the log,
+        for any reader of the directory. Returns the bytes zeroed."""
+        mf = self.commit_log_queue.find_mapped_file_by_offset(end)
+        if mf is None:
+            return 0
+        pos = end - mf.file_from_offset
+        zeroed = 0
+        page = 4096
+        while pos < mf.file_size:
+            n = min(page - pos % page, mf.file_size - pos)
+            if mf.read_bytes(pos, n) == bytes(n):
+                if zeroed or pos % page == 0:
+                    break
+            else:
+                mf.write_at(pos, bytes(n))
+                zeroed += n
+            pos += n
+        if zeroed:
+            log.info("commit log: zeroed %d bytes after the recovered end %d", zeroed, end)
+            mf.flushed_pos = min(mf.flushed_pos, end - mf.file_from_offset)
+        return zeroed
 
     def _abnormal_start(self, files: list) -> int:
         """Index of the file abnormal recovery starts from (FORMAT.md 8.4): the newest whose
