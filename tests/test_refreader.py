@@ -17,12 +17,15 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refreader as rr  # noqa: E402
 
-FIXTURE = Path("/work/shared/fixtures/rocketmq-4.9.8")
+from conftest import FIXTURE_ROOT as FIXTURE  # noqa: E402  (the one place that finds it)
 FILE_SIZE = 65536
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DELAY_LEVEL_18_MS = 2 * 3600 * 1000      # default messageDelayLevel "... 1h 2h", level 18 = 2h
 
-pytestmark = pytest.mark.skipif(not FIXTURE.is_dir(), reason="RocketMQ 4.9.8 fixture missing")
+
+def test_fixture_is_present():
+    # the oracle is proven against RocketMQ's own files: their absence is a failure, not a skip
+    assert FIXTURE.is_dir(), f"RocketMQ 4.9.8 fixture missing at {FIXTURE}"
 
 
 # ---------------------------------------------------------------------------------------------
