@@ -17,6 +17,7 @@ from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t, uint8_t, uint16_t
 from libc.string cimport memcpy, memcmp, memchr
 
 from rocketstore._mapped cimport MappedFile
+from rocketstore._bytes cimport put_u16, put_u32, put_u64, get_u16, get_u32, get_u64
 from rocketstore._csrc cimport (
     rs_java_hash, rs_body_crc, rs_crc32,
     RS_MAGIC_V1, RS_MAGIC_V2, RS_BLANK_MAGIC, RS_RECORD_FIXED_V1, RS_BORNHOST_POS,
@@ -47,33 +48,7 @@ PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 
 
-# -- big-endian helpers (gcc folds the shifts into bswap + one store) ------------------------
-
-cdef inline void put_u16(char *p, uint32_t v) noexcept nogil:
-    p[0] = <char>(v >> 8)
-    p[1] = <char>v
-
-cdef inline void put_u32(char *p, uint32_t v) noexcept nogil:
-    p[0] = <char>(v >> 24)
-    p[1] = <char>(v >> 16)
-    p[2] = <char>(v >> 8)
-    p[3] = <char>v
-
-cdef inline void put_u64(char *p, uint64_t v) noexcept nogil:
-    put_u32(p, <uint32_t>(v >> 32))
-    put_u32(p + 4, <uint32_t>v)
-
-cdef inline uint32_t get_u16(const char *p) noexcept nogil:
-    cdef const uint8_t *u = <const uint8_t *>p
-    return (<uint32_t>u[0] << 8) | u[1]
-
-cdef inline uint32_t get_u32(const char *p) noexcept nogil:
-    cdef const uint8_t *u = <const uint8_t *>p
-    return (<uint32_t>u[0] << 24) | (<uint32_t>u[1] << 16) | (<uint32_t>u[2] << 8) | u[3]
-
-cdef inline uint64_t get_u64(const char *p) noexcept nogil:
-    return (<uint64_t>get_u32(p) << 32) | get_u32(p + 4)
-
+# -- clock ------------------------------------------------------------------------------------
 
 cdef int64_t now_ms() noexcept nogil:
     cdef timespec ts

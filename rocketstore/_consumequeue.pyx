@@ -19,6 +19,8 @@ from libc.string cimport memset
 
 from rocketstore._csrc cimport RS_CQ_UNIT_SIZE, RS_CQ_FILLER_SIZE
 from rocketstore._mapped cimport MappedFile
+from rocketstore._bytes cimport (put_u64 as _put_be64, put_u32 as _put_be32, get_i64 as _get_be64,
+                                 get_i32 as _get_be32)
 
 import logging
 import os
@@ -29,33 +31,6 @@ from rocketstore.mapped_file_queue import MappedFileQueue
 log = logging.getLogger("rocketstore.consumequeue")
 
 CQ_UNIT_SIZE = RS_CQ_UNIT_SIZE
-
-
-cdef inline void _put_be64(char *p, uint64_t v) noexcept nogil:
-    cdef int i
-    for i in range(8):
-        p[i] = <char>(v >> (56 - 8 * i))
-
-
-cdef inline void _put_be32(char *p, uint32_t v) noexcept nogil:
-    p[0] = <char>(v >> 24)
-    p[1] = <char>(v >> 16)
-    p[2] = <char>(v >> 8)
-    p[3] = <char>v
-
-
-cdef inline int64_t _get_be64(const char *p) noexcept nogil:
-    cdef const unsigned char *u = <const unsigned char *>p
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(8):
-        v = (v << 8) | u[i]
-    return <int64_t>v
-
-
-cdef inline int32_t _get_be32(const char *p) noexcept nogil:
-    cdef const unsigned char *u = <const unsigned char *>p
-    return <int32_t>((<uint32_t>u[0] << 24) | (<uint32_t>u[1] << 16) | (<uint32_t>u[2] << 8) | u[3])
 
 
 cdef inline void _write_unit(char *p, int64_t phy_offset, int32_t size, int64_t tags_code) noexcept nogil:

@@ -24,33 +24,13 @@ from rocketstore._csrc cimport (
     RS_INDEX_ENTRY_SIZE,
 )
 from rocketstore._mapped cimport MappedFile
+from rocketstore._bytes cimport put_u32 as _put32, put_u64 as _put64, get_i32 as _get32, get_i64 as _get64
 
 import os
 
 cdef enum:
     INT32_MAX_ = 2147483647
     ENTRY_CHUNK = 1 << 20       # bytes of entries allocated at a time (52,428 entries)
-
-
-cdef inline void _put32(char *p, uint32_t v) noexcept nogil:
-    p[0] = <char>(v >> 24)
-    p[1] = <char>(v >> 16)
-    p[2] = <char>(v >> 8)
-    p[3] = <char>v
-
-
-cdef inline void _put64(char *p, uint64_t v) noexcept nogil:
-    _put32(p, <uint32_t>(v >> 32))
-    _put32(p + 4, <uint32_t>v)
-
-
-cdef inline int32_t _get32(const char *p) noexcept nogil:
-    cdef const unsigned char *u = <const unsigned char *>p
-    return <int32_t>((<uint32_t>u[0] << 24) | (<uint32_t>u[1] << 16) | (<uint32_t>u[2] << 8) | u[3])
-
-
-cdef inline int64_t _get64(const char *p) noexcept nogil:
-    return <int64_t>((<uint64_t><uint32_t>_get32(p) << 32) | <uint32_t>_get32(p + 4))
 
 
 cdef int32_t index_key_hash(const char *topic, Py_ssize_t topic_len, const char *key,

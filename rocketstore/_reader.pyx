@@ -19,6 +19,7 @@ from libc.string cimport memcmp
 from rocketstore._csrc cimport RS_CQ_UNIT_SIZE, RS_CQ_FILLER_SIZE, rs_java_hash
 from rocketstore._codec cimport RecordInfo, parse_record, MessageExt, find_prop
 from rocketstore._mapped cimport MappedFile
+from rocketstore._bytes cimport get_i64 as _be64, get_i32 as _be32
 from rocketstore._consumequeue cimport ConsumeQueue
 
 from rocketstore.status import GetMessageStatus
@@ -35,18 +36,6 @@ cdef object NO_MESSAGE_IN_QUEUE = GetMessageStatus.NO_MESSAGE_IN_QUEUE
 cdef enum:
     MAX_TAGS = 8                    # wanted tags per get (a subscription's code set)
     MIN_FILTER_BYTES = 16000        # units scanned per call: max(16000 B, max_msgs * 20)
-
-
-cdef inline int64_t _be64(const char *p) noexcept nogil:
-    cdef const unsigned char *u = <const unsigned char *>p
-    return <int64_t>((<uint64_t>u[0] << 56) | (<uint64_t>u[1] << 48) | (<uint64_t>u[2] << 40) |
-                     (<uint64_t>u[3] << 32) | (<uint64_t>u[4] << 24) | (<uint64_t>u[5] << 16) |
-                     (<uint64_t>u[6] << 8) | <uint64_t>u[7])
-
-
-cdef inline int32_t _be32(const char *p) noexcept nogil:
-    cdef const unsigned char *u = <const unsigned char *>p
-    return <int32_t>((<uint32_t>u[0] << 24) | (<uint32_t>u[1] << 16) | (<uint32_t>u[2] << 8) | u[3])
 
 
 @cython.final
