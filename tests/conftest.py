@@ -5,6 +5,7 @@ import mmap
 import os
 import random
 import shutil
+import zlib
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,8 @@ class SeededRandom(random.Random):
 @pytest.fixture
 def rand(request) -> SeededRandom:
     """A seeded Random; the seed shows in failure output (set ROCKETSTORE_SEED to replay)."""
-    seed = int(os.environ.get("ROCKETSTORE_SEED", "0")) or (hash(request.node.nodeid) & 0xFFFFFFFF)
+    # crc32, not hash(): str hashes change per process, and a failure must replay
+    seed = int(os.environ.get("ROCKETSTORE_SEED", "0")) or zlib.crc32(request.node.nodeid.encode())
     return SeededRandom(seed)
 
 
