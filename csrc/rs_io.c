@@ -3,6 +3,7 @@
 #include "rs_io.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -175,4 +176,18 @@ uint64_t rs_touch_pages(char *addr, size_t size, size_t page_size, int write)
             sum += (unsigned char)p[i];
     }
     return sum;
+}
+
+int rs_alloc_aligned(size_t size, size_t align, char **out)
+{
+    void *p = NULL;
+    int rc = posix_memalign(&p, align, size);
+    if (rc != 0) return -rc;
+    *out = (char *)p;
+    return 0;
+}
+
+void rs_free_aligned(char *p)
+{
+    free(p);
 }

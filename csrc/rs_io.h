@@ -40,6 +40,11 @@ int rs_fsync_dir(const char *dir_path);
 /* Write all of buf at offset (retrying short writes and EINTR). */
 int rs_pwrite_all(int fd, const char *buf, size_t size, int64_t offset);
 
+/* Page-aligned off-heap memory (posix_memalign) for the transient store pool; rs_free_aligned
+ * releases it. */
+int rs_alloc_aligned(size_t size, size_t align, char **out);
+void rs_free_aligned(char *p);
+
 /* Fault every page of [addr, addr+size) in: MADV_POPULATE_WRITE, or a zero byte per page when `write`
  * (a new, all-zero file: RocketMQ's warmMappedFile), else by reading one byte per page.
  * Returns a checksum of the bytes read so the loop is not optimised away. */

@@ -52,6 +52,11 @@ cdef object NO_PERMISSION = PutMessageStatus.NO_PERMISSION
 cdef object MESSAGE_ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
 cdef object SERVICE_NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE
 cdef object FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
+cdef object OS_PAGE_CACHE_BUSY = PutMessageStatus.OS_PAGE_CACHE_BUSY
+
+
+class PoolBusyError(OSError):
+    """No transient-pool buffer for a new file and fast fail is on (a put is refused)."""
 
 cdef enum:
     DENSE_QUEUES = 4096     # queue ids held in a C array per topic; larger ones in a dict
@@ -215,6 +220,15 @@ cdef class CommitLog:
     cdef dict _topic_rules              # topic -> (writeable, write_queue_nums), from topics.json
     cdef object _not_writeable          # exception making every put SERVICE_NOT_AVAILABLE
     cdef object _roll_error             # the OSError of the last failed file creation
+    cdef object _roll_status            # and the status it gives the put
+    # transient store pool (FORMAT.md 4.5): new files borrow a write buffer; the commit
+    # service copies appends into the file. Puts wake it once enough bytes wait.
+    cdef readonly object pool
+    cdef bint _pool_fast_fail
+    cdef pthread_mutex_t commit_mu
+    cdef pthread_cond_t commit_cv
+    cdef Py_ssize_t commit_want         # the commit service sleeps until this many bytes wait
+    cdef bint commit_stop
     # group commit (FORMAT.md 4.5 GroupCommitService): sync puts wait here without the GIL
     # until the flusher has synced past their record; one sync serves every waiter
     cdef pthread_mutex_t flush_mu
@@ -241,8 +255,12 @@ cdef class CommitLog:
         pthread_mutex_init(&self.flush_mu, NULL)
         pthread_cond_init(&self.flushed_cv, NULL)
         pthread_cond_init(&self.request_cv, NULL)
+        pthread_mutex_init(&self.commit_mu, NULL)
+        pthread_cond_init(&self.commit_cv, NULL)
 
     def __dealloc__(self):
+        pthread_cond_destroy(&self.commit_cv)
+        pthread_mutex_destroy(&self.commit_mu)
         pthread_mutex_destroy(&self.put_lock)
         pthread_cond_destroy(&self.flushed_cv)
         pthread_cond_destroy(&self.request_cv)
@@ -259,6 +277,55 @@ cdef class CommitLog:
         self._topic_rules = {}
         self.uniq = uniq if uniq is not None else UniqIdGenerator()
         self._set_cur(mapped_file_queue.last_file())
+
+    def set_transient_pool(self, pool, bint fast_fail=False):
+        """Lend a write buffer of ``pool`` to every new file (``pool.lend(mf)``); with
+        ``fast_fail`` a put that needs a new file while no buffer is free is refused with
+        OS_PAGE_CACHE_BUSY instead of committing the full files itself to free one."""
+        self.pool = pool
+        self._pool_fast_fail = fast_fail
+
+    # -- the commit service's sleep --------------------------------------------------------
+
+    def wait_commit(self, int64_t timeout_ms, Py_ssize_t least_bytes):
+        """Sleep (GIL released) until a put leaves ``least_bytes`` uncommitted in the current
+        file (or fills it), ``timeout_ms`` passes, or ``stop_commit()``; False once stopped."""
+        cdef timespec deadline
+        cdef bint stopped
+        with nogil:
+            clock_gettime(CLOCK_REALTIME, &deadline)
+            deadline.tv_sec += timeout_ms // 1000
+            deadline.tv_nsec += (timeout_ms % 1000) * 1000000
+            if deadline.tv_nsec >= 1000000000:
+                deadline.tv_sec += 1
+                deadline.tv_nsec -= 1000000000
+            pthread_mutex_lock(&self.commit_mu)
+            if not self.commit_stop:
+                self.commit_want = least_bytes if least_bytes > 0 else 1
+                pthread_cond_timedwait(&self.commit_cv, &self.commit_mu, &deadline)
+                self.commit_want = 0
+            stopped = self.commit_stop
+            pthread_mutex_unlock(&self.commit_mu)
+        return not stopped
+
+    def stop_commit(self):
+        with nogil:
+            pthread_mutex_lock(&self.commit_mu)
+            self.commit_stop = True
+            pthread_cond_broadcast(&self.commit_cv)
+            pthread_mutex_unlock(&self.commit_mu)
+
+    cdef inline void _maybe_wake_commit(self, MappedFile mf) noexcept:
+        # a plain read of commit_want: a put racing the service's next sleep at worst leaves
+        # the bytes to the commit interval (the next put past the mark signals again)
+        if self.commit_want > 0 and (mf.wrote_pos - mf.committed_pos >= self.commit_want
+                                     or mf.wrote_pos == mf.file_size):
+            with nogil:
+                pthread_mutex_lock(&self.commit_mu)
+                if self.commit_want > 0:
+                    self.commit_want = 0
+                    pthread_cond_signal(&self.commit_cv)
+                pthread_mutex_unlock(&self.commit_mu)
 
     def set_on_append(self, callback):
         """Call ``callback()`` after the next put following each ``arm_wakeup()``."""
@@ -509,33 +576,53 @@ cdef class CommitLog:
         failure (raised here) leaves the log untouched."""
         cdef MappedFile cur = self.cur
         cdef MappedFile nxt
-        cdef Py_ssize_t left
+        cdef Py_ssize_t left = 0
+        if cur is not None and cur.wrote_pos != cur.file_size:
+            left = cur.file_size - cur.wrote_pos
+            if need + RS_END_FILE_MIN_BLANK <= left:
+                return cur
+        if self.pool is not None and self._pool_fast_fail and not self.pool.available:
+            # refuse instead of committing here; close the current file first (a blank, as a
+            # roll writes) so the commit service can commit it whole and free its buffer
+            if cur is not None and cur.wrote_pos != cur.file_size:
+                self._close_file(cur, left)
+            raise PoolBusyError(11, "no free buffer in the transient store pool "
+                                    "(fast_fail_if_no_buffer_in_store_pool)",
+                                self.mapped_file_queue.store_path)
         if cur is None:
             nxt = self.mapped_file_queue.create_next(self.mapped_file_queue.next_start_offset())
-            self._set_cur(nxt)
-            return nxt
-        if cur.wrote_pos == cur.file_size:
+        elif cur.wrote_pos == cur.file_size:
             nxt = self.mapped_file_queue.create_next(cur.file_from_offset + cur.file_size)
-            self._set_cur(nxt)
-            return nxt
-        left = cur.file_size - cur.wrote_pos
-        if need + RS_END_FILE_MIN_BLANK <= left:
-            return cur
-        nxt = self.mapped_file_queue.create_next(cur.file_from_offset + cur.file_size)
-        write_blank(cur.base + cur.wrote_pos, <int32_t>left)
-        cur.wrote_pos = cur.file_size
-        cur.committed_pos = cur.file_size
+        else:
+            nxt = self.mapped_file_queue.create_next(cur.file_from_offset + cur.file_size)
+            self._close_file(cur, left)
+        if self.pool is not None:
+            self.pool.lend(nxt)     # may commit the full files itself when no buffer is free
         self._set_cur(nxt)
         return nxt
+
+    cdef void _close_file(self, MappedFile cur, Py_ssize_t left) noexcept:
+        # the end-of-file blank fills the rest; the file is full from here
+        write_blank(cur.wbase + cur.wrote_pos, <int32_t>left)
+        if cur.write_buffer is None:
+            cur.wrote_pos = cur.file_size
+            rs_store_release(&cur.committed_pos, cur.file_size)
+        else:
+            rs_store_release(&cur.wrote_pos, cur.file_size)
 
     cdef MappedFile _file_or_none(self, Py_ssize_t need):
         """``_file_for``, or None with the OSError in ``_roll_error`` (a full disk is a
         CREATE_MAPPED_FILE_FAILED status, not an exception, and leaves the log unchanged)."""
         try:
             return self._file_for(need)
+        except PoolBusyError as e:
+            self._roll_error = e
+            self._roll_status = OS_PAGE_CACHE_BUSY
+            return None
         except OSError as e:
             log.error("commit log: cannot create the next file: %s", e)
             self._roll_error = e
+            self._roll_status = CREATE_MAPPED_FILE_FAILED
             return None
 
     cdef inline void _fill_store(self, RecordFields *f) noexcept:
@@ -575,7 +662,7 @@ cdef class CommitLog:
         try:
             mf = self._file_or_none(total)
             if mf is None:
-                return _failed(CREATE_MAPPED_FILE_FAILED, self._roll_error, qid)
+                return _failed(self._roll_status, self._roll_error, qid)
             ts = now_ms()
             f.store_ts = ts
             f.born_ts = ts if m.born_timestamp is None else <int64_t>m.born_timestamp
@@ -590,13 +677,19 @@ cdef class CommitLog:
             f.phy_offset = mf.file_from_offset + pos
             if f.uniq != NULL:
                 self.uniq.next_into(uniq, ts)
-            write_record(mf.base + pos, &f, total)
-            mf.wrote_pos = pos + total
-            # a GIL-free dispatcher reads this position: bytes first, then the position
-            rs_store_release(&mf.committed_pos, mf.wrote_pos)
+            write_record(mf.wbase + pos, &f, total)
+            # a GIL-free dispatcher (or the commit service) reads this position: bytes
+            # first, then the position
+            if mf.write_buffer is None:
+                mf.wrote_pos = pos + total
+                rs_store_release(&mf.committed_pos, mf.wrote_pos)
+            else:
+                rs_store_release(&mf.wrote_pos, pos + total)
             mf.store_timestamp = ts
         finally:
             self._unlock()
+        if mf.write_buffer is not None:
+            self._maybe_wake_commit(mf)
         cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
         r.status = PUT_OK
         r.queue_id = qid
@@ -691,7 +784,7 @@ cdef class CommitLog:
             try:
                 mf = self._file_or_none(total)
                 if mf is None:
-                    return _failed(CREATE_MAPPED_FILE_FAILED, self._roll_error, qid)
+                    return _failed(self._roll_status, self._roll_error, qid)
                 ts = now_ms()
                 qs = self._queues(topic)
                 qoff = qs.get(qid)
@@ -706,15 +799,20 @@ cdef class CommitLog:
                     f.phy_offset = mf.file_from_offset + pos
                     if need_uniq[i]:
                         self.uniq.next_into(uniq, ts)
-                    write_record(mf.base + pos, f, sizes[i])
+                    write_record(mf.wbase + pos, f, sizes[i])
                     offs[i] = f.phy_offset
                     pos += sizes[i]
                 qs.set(qid, qoff + n)
-                mf.wrote_pos = pos
-                mf.committed_pos = pos
+                if mf.write_buffer is None:
+                    mf.wrote_pos = pos
+                    rs_store_release(&mf.committed_pos, pos)
+                else:
+                    rs_store_release(&mf.wrote_pos, pos)
                 mf.store_timestamp = ts
             finally:
                 self._unlock()
+            if mf.write_buffer is not None:
+                self._maybe_wake_commit(mf)
         finally:
             PyMem_Free(fields)
             PyMem_Free(sizes)
@@ -746,6 +844,14 @@ cdef class CommitLog:
 
     def get_max_offset(self):
         """Commit-log offset one past the last readable byte."""
+        cdef MappedFile mf
+        if self.pool is not None:
+            # with write buffers, the first file still holding one ends what is readable
+            # (files after it may be further along in the pool, not in the files)
+            lent = list(self.pool.lent)     # a copy: the commit service removes entries
+            if lent:                        # (and boundscheck is off: test, then index)
+                mf = lent[0]
+                return mf.file_from_offset + mf.committed_pos
         return self.mapped_file_queue.get_max_offset()
 
     def get_message(self, int64_t offset, bint raw=False):

@@ -85,6 +85,8 @@ cdef extern from "rs_io.h" nogil:
     int rs_fsync_dir(const char *dir_path)
     int rs_pwrite_all(int fd, const char *buf, size_t size, int64_t offset)
     uint64_t rs_touch_pages(char *addr, size_t size, size_t page_size, int write)
+    int rs_alloc_aligned(size_t size, size_t align, char **out)
+    void rs_free_aligned(char *p)
 
 
 cdef extern from "rs_hash.h" nogil:

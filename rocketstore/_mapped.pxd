@@ -12,6 +12,14 @@ cdef enum:
 
 
 @cython.final
+cdef class WriteBuffer:
+    # one transient-pool buffer: page-aligned, off-heap, mlocked when the limit allows
+    cdef char *ptr
+    cdef readonly Py_ssize_t size
+    cdef readonly bint locked
+
+
+@cython.final
 cdef class MappedFile:
     # identity
     cdef readonly str path              # absolute path of the file
@@ -21,6 +29,8 @@ cdef class MappedFile:
     # mapping
     cdef int fd
     cdef char *base                     # NULL once unmapped
+    cdef char *wbase                    # where appends go: base, or a lent write buffer
+    cdef readonly WriteBuffer write_buffer  # lent by the transient store pool, or None
     cdef readonly bint read_only
     cdef readonly bint mlocked
     cdef bint created                   # allocated by this process: all zeros, safe to touch-write

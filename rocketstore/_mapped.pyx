@@ -22,7 +22,8 @@ from libc.string cimport memcpy, memset
 
 from rocketstore._csrc cimport (
     rs_open, rs_close, rs_file_size, rs_allocate, rs_allocate_range, rs_truncate, rs_mmap, rs_munmap, rs_madvise, rs_mlock,
-    rs_munlock, rs_msync, rs_fsync, rs_fsync_dir, rs_touch_pages, RS_OS_PAGE_SIZE,
+    rs_munlock, rs_msync, rs_fsync, rs_fsync_dir, rs_touch_pages, rs_pwrite_all,
+    rs_alloc_aligned, rs_free_aligned, rs_store_release, rs_load_acquire, RS_OS_PAGE_SIZE,
 )
 
 import os
@@ -31,6 +32,8 @@ cdef enum:
     ADVICE_WILLNEED = 3     # rs_madvise's table index
 
 cdef char *FORMAT_B = "B"
+
+PAGE_SIZE = RS_OS_PAGE_SIZE     # the page of the flush/commit page rules (FORMAT.md 4.1)
 
 
 cdef int check_io(int rc, object path) except -1:
@@ -87,8 +90,8 @@ cdef int durable(int op, MappedFile mf, object path, Py_ssize_t start, Py_ssize_
 
 
 def metadata_event(str op, str path, Py_ssize_t size=0):
-    """File creation, sizing and renaming also pass the sync hook ('create', 'allocate',
-    'truncate', 'rename'), so tests see every durability-relevant step and can fail one."""
+    """File creation, sizing, renaming and deletion also pass the sync hook ('create',
+    'allocate', 'truncate', 'rename', 'delete'), so tests see every durability-relevant step and can fail one."""
     if _sync_hook is not None:
         _sync_hook(op, path, 0, size)
 
@@ -112,6 +115,48 @@ def _name_offset(str file_name):
         return int(file_name)
     except ValueError:
         return -1
+
+
+@cython.final
+cdef class WriteBuffer:
+    """One off-heap write buffer of the transient store pool (FORMAT.md 4.5).
+
+    ``size`` bytes from ``posix_memalign`` (page-aligned), locked in RAM with ``mlock`` when
+    the memlock limit allows it (``locked``; RocketMQ locks them too, and goes on when it
+    cannot). Freed when the last reference goes: a mapped file holds the buffer it borrowed.
+    """
+
+    def __init__(self, Py_ssize_t size, bint lock=True):
+        cdef int rc
+        if self.ptr != NULL:
+            raise RuntimeError("WriteBuffer is already initialised")
+        if size <= 0:
+            raise ValueError(f"write buffer size must be positive, got {size}")
+        with nogil:
+            rc = rs_alloc_aligned(<size_t>size, RS_OS_PAGE_SIZE, &self.ptr)
+        if rc != 0:
+            self.ptr = NULL
+            check_io(rc, f"transient store pool buffer of {size} bytes")
+        self.size = size
+        if lock:
+            with nogil:
+                rc = rs_mlock(self.ptr, <size_t>size)
+            self.locked = rc == 0
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            if self.locked:
+                rs_munlock(self.ptr, <size_t>self.size)
+            rs_free_aligned(self.ptr)
+            self.ptr = NULL
+
+    @property
+    def address(self):
+        """Address of the first byte (page-aligned)."""
+        return <size_t>self.ptr
+
+    def __repr__(self):
+        return f"WriteBuffer(size={self.size}, locked={self.locked})"
 
 
 @cython.final
@@ -190,6 +235,7 @@ cdef class MappedFile:
             raise
         self.fd = fd
         self.base = addr
+        self.wbase = addr
         self._shape[0] = file_size
         self._strides[0] = 1
 
@@ -231,9 +277,12 @@ cdef class MappedFile:
             return -1
         if n:
             with nogil:
-                memcpy(self.base + pos, &data[0], <size_t>n)
-        self.wrote_pos = pos + n
-        self.committed_pos = self.wrote_pos
+                memcpy(self.wbase + pos, &data[0], <size_t>n)
+        if self.write_buffer is None:
+            self.wrote_pos = pos + n
+            self.committed_pos = self.wrote_pos
+        else:
+            rs_store_release(&self.wrote_pos, pos + n)
         return pos
 
     def write_at(self, Py_ssize_t pos, const unsigned char[::1] data not None):
@@ -324,6 +373,60 @@ cdef class MappedFile:
         """Buffer exports alive (the internal whole-file view counts as one)."""
         return self.view_count
 
+    # -- transient store pool: write buffer and commit ----------------------------------------
+
+    def set_write_buffer(self, WriteBuffer buf not None):
+        """Append into ``buf`` from now on; readers see bytes only once ``commit()`` copied
+        them into the file. Only an empty, writable file takes one."""
+        self._ensure_mapped()
+        if self.read_only or self.wrote_pos != 0 or self.write_buffer is not None:
+            raise ValueError(f"{self.path}: a write buffer is lent only to a new, empty file")
+        if buf.size < self.file_size:
+            raise ValueError(f"{self.path}: write buffer of {buf.size} bytes is smaller "
+                             f"than the file ({self.file_size})")
+        self.write_buffer = buf
+        self.wbase = buf.ptr
+
+    def take_write_buffer(self):
+        """Detach and return the write buffer once every written byte is committed (None
+        without one); appends then go straight to the mapping."""
+        cdef WriteBuffer buf = self.write_buffer
+        if buf is None:
+            return None
+        if self.committed_pos != rs_load_acquire(&self.wrote_pos):
+            raise ValueError(f"{self.path}: {self.wrote_pos - self.committed_pos} bytes of the "
+                             "write buffer are not committed yet")
+        self.write_buffer = None
+        self.wbase = self.base
+        return buf
+
+    def commit(self, int least_pages=0):
+        """Copy the written-but-uncommitted bytes of the write buffer into the file (pwrite)
+        and publish them to readers; return the committed position.
+
+        With ``least_pages > 0`` nothing is copied until that many whole pages wait, unless
+        the file is full (FORMAT.md 4.5 ``isAbleToCommit``). Without a write buffer every
+        append is committed already. One committer at a time (the commit service, or the
+        writer at a roll, under the pool's commit lock); appends may run meanwhile.
+        """
+        self._ensure_mapped()
+        if self.write_buffer is None:
+            return self.committed_pos
+        cdef Py_ssize_t start = self.committed_pos
+        cdef Py_ssize_t end = rs_load_acquire(&self.wrote_pos)    # bytes below it are written
+        cdef int rc
+        if end <= start:
+            return start
+        if least_pages > 0 and end != self.file_size:
+            if end // RS_OS_PAGE_SIZE - start // RS_OS_PAGE_SIZE < least_pages:
+                return start
+        with nogil:
+            rc = rs_pwrite_all(self.fd, self.wbase + start, <size_t>(end - start), start)
+        check_io(rc, self.path)
+        # a GIL-free dispatcher reads the committed position: bytes first, then the position
+        rs_store_release(&self.committed_pos, end)
+        return end
+
     # -- durability and warm-up ---------------------------------------------------------------
 
     def flush(self, int least_pages=0):
@@ -399,6 +502,7 @@ cdef class MappedFile:
                 self.mlocked = False
             rs_munmap(self.base, <size_t>self.file_size)
             self.base = NULL
+            self.wbase = NULL
         if self.fd >= 0:
             rs_close(self.fd)
             self.fd = -1

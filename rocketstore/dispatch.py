@@ -110,6 +110,10 @@ class DispatchService:
         self._thread = threading.Thread(target=self._run, name="DispatchService", daemon=True)
         self._thread.start()
 
+    def wakeup(self) -> None:
+        """New bytes are readable (the transient pool's commit): look now."""
+        self._wake.set()
+
     def _run(self) -> None:
         try:
             stuck = 0.0

@@ -1,4 +1,4 @@
-"""Flush services (FORMAT.md 4.5): async flush and group commit.
+"""Flush services (FORMAT.md 4.5): async flush, group commit, and the transient pool's commit.
 
 ``FlushRealTimeService`` (ASYNC_FLUSH): a thread that every ``flush_interval_commit_log`` ms
 msyncs the commit log when at least ``flush_commit_log_least_pages`` pages are dirty, and
@@ -12,6 +12,11 @@ group), and more producers make bigger groups rather than more syncs.
 A failed sync is sticky: the flushed offset stops, the commit log refuses every put
 (SERVICE_NOT_AVAILABLE with the cause) and no waiting sync put reports PUT_OK. Both services
 record the store time of what they flushed as the checkpoint's ``physicMsgTimestamp``.
+
+``CommitRealTimeService`` (transient store pool): copies what puts appended into the pool's
+write buffers into the files, every ``commit_interval_commit_log`` ms or as soon as a put
+leaves ``commit_commit_log_least_pages`` pages waiting; committed bytes become readable and
+flushable, so it then wakes the dispatcher.
 
 Threads stop cleanly on ``shutdown()`` (joined); they sleep on events or C conditions, never spin.
 """
@@ -129,6 +134,77 @@ class GroupCommitService(_FlushBase):
         if self.commit_log.flush_error is None:
             try:
                 self._flush(0)
+            except OSError:
+                pass
+
+
+class CommitRealTimeService:
+    """Commits the transient pool's write buffers into the commit-log files.
+
+    Parameters
+    ----------
+    commit_log : CommitLog
+        Its puts wake this service (``wait_commit``); a failed copy is made sticky there.
+    pool : TransientStorePool
+    on_commit : callable
+        Called after a round that committed bytes (wakes the dispatcher).
+    """
+
+    def __init__(self, commit_log, pool, on_commit=None, interval_ms: int = 200,
+                 least_pages: int = 4, thorough_interval_ms: int = 200) -> None:
+        self.commit_log = commit_log
+        self.pool = pool
+        self.on_commit = on_commit
+        self.interval_ms = interval_ms
+        self.least_pages = least_pages
+        self.thorough_interval = thorough_interval_ms / 1000.0
+        self.rounds = 0                 # rounds that committed something (statistics)
+        self.committed_bytes = 0
+        self._thread: threading.Thread | None = None
+
+    def commit(self, least_pages: int) -> int:
+        """One round; returns the bytes committed. A failed copy turns the store read-only."""
+        try:
+            n = self.pool.commit(least_pages)
+        except OSError as e:
+            log.error("commit log commit failed: %s; the store is now read-only", e)
+            self.commit_log.set_flush_error(e)
+            raise
+        if n:
+            self.rounds += 1
+            self.committed_bytes += n
+            if self.on_commit is not None:
+                self.on_commit()
+        return n
+
+    def _run(self) -> None:
+        from rocketstore._mapped import PAGE_SIZE
+        last_thorough = time.monotonic()
+        least_bytes = max(1, self.least_pages) * PAGE_SIZE
+        while self.commit_log.wait_commit(self.interval_ms, least_bytes):
+            least = self.least_pages
+            if time.monotonic() - last_thorough >= self.thorough_interval:
+                least = 0
+                last_thorough = time.monotonic()
+            try:
+                self.commit(least)
+            except OSError:
+                return
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="CommitRealTimeService",
+                                        daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop, join, and commit everything once more."""
+        self.commit_log.stop_commit()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.commit_log.flush_error is None:
+            try:
+                self.commit(0)
             except OSError:
                 pass
 

@@ -26,6 +26,7 @@ from rocketstore import _reader, paths
 from rocketstore._codec import Message, MessageExt, decode_msg_id
 from rocketstore._commitlog import CommitLog, PutMessageResult
 from rocketstore._dispatch import DispatchCore
+from rocketstore._mapped import fsync_dir, metadata_event
 from rocketstore._reader import GetMessageResult, ReadLimits, TagFilter
 from rocketstore.allocate import AllocateMappedFileService
 from rocketstore.checkpoint import StoreCheckpoint
@@ -33,7 +34,8 @@ from rocketstore.index import IndexService
 from rocketstore.config import StoreConfig
 from rocketstore.consumequeue import ConsumeQueueStore
 from rocketstore.dispatch import ArrivalNotifier, DispatchService
-from rocketstore.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+from rocketstore.flush import (CommitRealTimeService, FlushConsumeQueueService,
+                               FlushRealTimeService, GroupCommitService)
 from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError,
                                 InvalidMessageTypeError, StoreClosedError, StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
@@ -41,6 +43,7 @@ from rocketstore.mapped_file_queue import MappedFileQueue
 from rocketstore.offsets import ConsumerOffsetManager
 from rocketstore.status import BoundaryType, GetMessageStatus
 from rocketstore.topics import TopicConfig, TopicConfigManager
+from rocketstore.transient_pool import TransientStorePool
 
 _PHYS_MEMORY = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
@@ -91,6 +94,8 @@ class _StoreLock:
                 raise StoreLockedError(root)
             _open_paths.add(self.key)
         try:
+            if not os.path.exists(self.path):
+                metadata_event("create", self.path)     # the one sync function sees it
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except BaseException:
             self._forget()
@@ -140,6 +145,8 @@ class MessageStore:
         self.recovery: dict[str, Any] = {}
         self.flush_service: FlushRealTimeService | GroupCommitService | None = None
         self.cq_flush_service: FlushConsumeQueueService | None = None
+        self.commit_service: CommitRealTimeService | None = None
+        self.transient_pool: TransientStorePool | None = None
         self.last_exit_ok = not os.path.exists(paths.abort_path(root))
         self.allocator = AllocateMappedFileService(
             warm=config.warm_maped_file_enable, mlock=config.mlock_maped_file,
@@ -189,6 +196,12 @@ class MessageStore:
                 self._open_read_only()
             else:
                 self._recover()
+                if config.transient_store_pool_enable and config.flush_disk_type == "ASYNC_FLUSH":
+                    # only new files borrow buffers; recovered ones are written in place
+                    self.transient_pool = TransientStorePool(
+                        config.transient_store_pool_size, config.mapped_file_size_commit_log)
+                    self.commit_log.set_transient_pool(
+                        self.transient_pool, config.fast_fail_if_no_buffer_in_store_pool)
                 for name, tc in self.topic_config_manager.all().items():
                     self._apply_topic_rule(tc)
                 self._create_abort()
@@ -255,6 +268,8 @@ class MessageStore:
             return
         try:
             self.commit_log.close()
+            if self.commit_service is not None:
+                self.commit_service.shutdown()      # everything into the files, then flush
             if self.flush_service is not None:
                 self.flush_service.shutdown()
             if self.cq_flush_service is not None:
@@ -276,11 +291,17 @@ class MessageStore:
                 self.checkpoint.logics_msg_timestamp = logics
             self.checkpoint.flush()
             caught_up = (self.dispatch_service.error is None
-                         and self.dispatch_service.dispatch_behind_bytes() == 0)
+                         and self.dispatch_service.dispatch_behind_bytes() == 0
+                         and (self.transient_pool is None
+                              or self.transient_pool.uncommitted_bytes() == 0))
+            if self.transient_pool is not None:
+                self.transient_pool.close()
             self._release_files()
             if caught_up:
                 try:
+                    metadata_event("delete", paths.abort_path(self.root))
                     os.unlink(paths.abort_path(self.root))
+                    fsync_dir(self.root)
                 except FileNotFoundError:
                     pass
         finally:
@@ -397,6 +418,12 @@ class MessageStore:
         # what recovery kept is taken as durable (a clean close flushed it; after a crash it
         # is what survived): flush it once so the claim holds
         flushed = self.commit_log_queue.flush(0)
+        if self.transient_pool is not None:
+            self.commit_service = CommitRealTimeService(
+                self.commit_log, self.transient_pool, self._after_commit,
+                cfg.commit_interval_commit_log, cfg.commit_commit_log_least_pages,
+                cfg.commit_commit_log_thorough_interval)
+            self.commit_service.start()
         if cfg.flush_disk_type == "SYNC_FLUSH":
             self.commit_log.enable_sync_flush(cfg.sync_flush_timeout, flushed)
             self.flush_service = GroupCommitService(self.commit_log, self.checkpoint)
@@ -465,9 +492,20 @@ class MessageStore:
         self._check_open()
         raise StoreReadOnlyError(self.root)
 
+    def _after_commit(self) -> None:
+        # committed bytes are readable now: dispatch them (inline mode has no thread)
+        if self.config.dispatch_inline:
+            self.dispatch_service.do_dispatch()
+        else:
+            self.dispatch_service.wakeup()
+
     def _create_abort(self) -> None:
-        fd = os.open(paths.abort_path(self.root), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # durable before the first put: a power loss after it must still mean "recover"
+        path = paths.abort_path(self.root)
+        metadata_event("create", path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         os.close(fd)
+        fsync_dir(self.root)
 
     # -- topics ----------------------------------------------------------------------------------
 

@@ -158,6 +158,34 @@ def test_every_sync_of_a_store_goes_through_the_one_function(store_dir):
     assert ("fsync", "fsync") in ops and ("fsync_dir", "fsync_dir") in ops
 
 
+def test_lock_and_abort_files_pass_the_one_function_and_are_durable(store_dir):
+    events = []
+    set_sync_hook(lambda op, path, off, n: events.append((op, os.path.basename(path))))
+    store = MessageStore.open(store_dir, _sync_cfg())
+    opened = list(events)
+    assert ("create", "lock") in opened
+    # abort is created, then its directory synced, before any put can be acknowledged
+    i = opened.index(("create", "abort"))
+    assert ("fsync_dir", os.path.basename(store_dir)) in opened[i:]
+    store.close()
+    closing = events[len(opened):]
+    j = closing.index(("delete", "abort"))
+    assert ("fsync_dir", os.path.basename(store_dir)) in closing[j:]
+    assert not os.path.exists(os.path.join(store_dir, "abort"))
+
+
+def test_a_failed_abort_creation_fails_the_open_and_leaves_no_lock(store_dir):
+    def hook(op, path, off, n):
+        if op == "create" and path.endswith("abort"):
+            raise OSError(errno.EIO, "injected", path)
+    set_sync_hook(hook)
+    with pytest.raises(OSError, match="injected"):
+        MessageStore.open(store_dir, _sync_cfg())
+    set_sync_hook(None)
+    with MessageStore.open(store_dir, _sync_cfg()) as store:   # not left locked
+        assert store.put_message(Message("T", b"after")).ok
+
+
 CHILD = textwrap.dedent("""
     import sys, threading
     from rocketstore import Message, MessageStore, StoreConfig

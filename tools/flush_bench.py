@@ -33,14 +33,15 @@ from rocketstore import Message, MessageStore, StoreConfig  # noqa: E402
 
 
 def run(args: argparse.Namespace) -> dict:
-    if args.transient_pool:
-        raise SystemExit("flush_bench: --transient-pool: the transient store pool is not built yet")
     root = tempfile.mkdtemp(prefix="flush-bench-", dir=args.dir)
     cfg = StoreConfig(mapped_file_size_commit_log=args.file_size, flush_disk_type=args.flush,
                       flush_interval_commit_log=args.interval,
                       flush_commit_log_least_pages=args.least_pages,
                       flush_commit_log_thorough_interval=args.thorough_interval,
-                      warm_maped_file_enable=args.warm, message_index_enable=False)
+                      warm_maped_file_enable=args.warm, message_index_enable=False,
+                      transient_store_pool_enable=args.transient_pool,
+                      transient_store_pool_size=args.pool_size,
+                      commit_interval_commit_log=args.commit_interval)
     store = MessageStore.open(root, cfg)
     store.put_message(Message("FlushBench", b"warm-up"))
     store.allocator.wait_idle(120)
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> dict:
     counts = [0] * args.threads
     stop = threading.Event()
     per_thread = args.count // args.threads if args.count else 0
-    window = {"bytes": 0, "ms": 0.0}
+    window = {"bytes": 0, "ms": 0.0, "uncommitted": 0}
 
     def producer(t: int) -> None:
         msg = Message("FlushBench", body)
@@ -69,10 +70,14 @@ def run(args: argparse.Namespace) -> dict:
         # flushed offset? samples of (time, end of log), dropped once flushed
         from collections import deque
         cl = store.commit_log
+        mfq = cl.mapped_file_queue
         samples: deque = deque()
         while not stop.wait(0.001):
             now = time.monotonic()
-            end = cl.get_max_offset()
+            last = mfq.last_file()
+            # everything written counts, also what waits in the transient pool's buffers
+            end = last.file_from_offset + last.wrote_pos if last is not None else 0
+            window["uncommitted"] = max(window["uncommitted"], end - cl.get_max_offset())
             flushed = cl.flushed_where
             samples.append((now, end))
             while samples and samples[0][1] <= flushed:
@@ -100,6 +105,9 @@ def run(args: argparse.Namespace) -> dict:
     elapsed = time.perf_counter() - t0
     mon.join()
     syncs = store.commit_log.sync_count + store.flush_service.syncs - syncs0
+    pool = store.transient_pool
+    commits = store.commit_service.rounds if store.commit_service is not None else 0
+    fallback = pool.fallback_commits if pool is not None else 0
     written = sum(counts) * (91 + args.size + len("FlushBench") + 42)
     store.close()
     shutil.rmtree(root, ignore_errors=True)
@@ -112,6 +120,7 @@ def run(args: argparse.Namespace) -> dict:
         "interval_ms": args.interval, "least_pages": args.least_pages,
         "thorough_interval_ms": args.thorough_interval, "warm": args.warm,
         "file_size": args.file_size, "transient_pool": args.transient_pool,
+        "pool_size": args.pool_size, "commit_interval_ms": args.commit_interval,
         "messages": total, "seconds": round(elapsed, 3),
         "msgs_per_s": round(total / elapsed, 1), "mb_per_s": round(written / elapsed / 1e6, 2),
         "latency_us": {"p50": merged.get_value_at_percentile(50),
@@ -120,6 +129,10 @@ def run(args: argparse.Namespace) -> dict:
                        "max": merged.get_max_value()},
         "syncs": syncs, "bytes_per_sync": round(written / syncs) if syncs else None,
         "unflushed_max_bytes": window["bytes"], "unflushed_max_ms": round(window["ms"], 1),
+        # transient pool only: bytes a process crash would lose, commit rounds, and rolls
+        # where the writer had to commit because every buffer was lent
+        "uncommitted_max_bytes": window["uncommitted"], "commits": commits,
+        "pool_fallback_commits": fallback, "pool_used": pool is not None,
     }
 
 
@@ -133,7 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=int, default=500, help="flush_interval_commit_log ms")
     ap.add_argument("--least-pages", type=int, default=4)
     ap.add_argument("--thorough-interval", type=int, default=10_000)
-    ap.add_argument("--transient-pool", action="store_true")
+    ap.add_argument("--transient-pool", action="store_true",
+                    help="transient store pool (ASYNC_FLUSH only; ignored with SYNC_FLUSH)")
+    ap.add_argument("--pool-size", type=int, default=5, help="transient_store_pool_size")
+    ap.add_argument("--commit-interval", type=int, default=200, help="commit_interval_commit_log ms")
     ap.add_argument("--warm", action="store_true")
     ap.add_argument("--file-size", type=int, default=1 << 30)
     ap.add_argument("--dir", default=None)
