@@ -27,7 +27,7 @@ from rocketstore._csrc cimport (
     pthread_mutex_trylock, pthread_mutex_unlock, rs_store_release, rs_load_acquire, rs_msync,
     pthread_cond_t, pthread_cond_init, pthread_cond_destroy, pthread_cond_wait,
     pthread_cond_timedwait, pthread_cond_broadcast, pthread_cond_signal, timespec,
-    clock_gettime, CLOCK_REALTIME,
+    clock_gettime, CLOCK_REALTIME, rs_pwrite_all,
 )
 from rocketstore._codec cimport (
     RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,
@@ -229,6 +229,15 @@ cdef class CommitLog:
     cdef pthread_cond_t commit_cv
     cdef Py_ssize_t commit_want         # the commit service sleeps until this many bytes wait
     cdef bint commit_stop
+    cdef pthread_mutex_t copy_mu        # one committer at a time (service, or a rolling writer)
+    cdef Py_ssize_t _rolls              # rolls away from a buffered file (under the put lock)
+    cdef Py_ssize_t _rolls_seen         # ... whose files the Python path has committed
+    cdef char *_cur_wbase
+    cdef int _cur_fd
+    cdef Py_ssize_t _cur_size
+    cdef Py_ssize_t *_cur_wrote
+    cdef readonly int64_t commit_rounds     # GIL-free rounds that committed bytes
+    cdef readonly int64_t committed_bytes
     # group commit (FORMAT.md 4.5 GroupCommitService): sync puts wait here without the GIL
     # until the flusher has synced past their record; one sync serves every waiter
     cdef pthread_mutex_t flush_mu
@@ -257,10 +266,12 @@ cdef class CommitLog:
         pthread_cond_init(&self.request_cv, NULL)
         pthread_mutex_init(&self.commit_mu, NULL)
         pthread_cond_init(&self.commit_cv, NULL)
+        pthread_mutex_init(&self.copy_mu, NULL)
 
     def __dealloc__(self):
         pthread_cond_destroy(&self.commit_cv)
         pthread_mutex_destroy(&self.commit_mu)
+        pthread_mutex_destroy(&self.copy_mu)
         pthread_mutex_destroy(&self.put_lock)
         pthread_cond_destroy(&self.flushed_cv)
         pthread_cond_destroy(&self.request_cv)
@@ -284,29 +295,95 @@ cdef class CommitLog:
         OS_PAGE_CACHE_BUSY instead of committing the full files itself to free one."""
         self.pool = pool
         self._pool_fast_fail = fast_fail
+        pool.commit_lock = _CopyGuard(self)
 
-    # -- the commit service's sleep --------------------------------------------------------
+    def commit_loop(self, int64_t interval_ms, Py_ssize_t least_bytes):
+        """The commit service's steady state, GIL-free: sleep until ``least_bytes`` wait in
+        the current file's write buffer (a put signals) or ``interval_ms`` passes, then copy
+        them into the file (pwrite) and publish the committed position; repeat.
 
-    def wait_commit(self, int64_t timeout_ms, Py_ssize_t least_bytes):
-        """Sleep (GIL released) until a put leaves ``least_bytes`` uncommitted in the current
-        file (or fills it), ``timeout_ms`` passes, or ``stop_commit()``; False once stopped."""
+        Returns 0 when stopped, 1 when a round needs the Python path (files before the current
+        one still hold buffers, or the current one is full and gives its buffer back), 2 when
+        bytes were committed while the dispatcher sleeps (wake it), -errno when pwrite failed.
+        """
         cdef timespec deadline
-        cdef bint stopped
+        cdef int rc = 0, timed_out
+        cdef Py_ssize_t start, end, rolls
+        cdef char *wbase
+        cdef int fd
+        cdef Py_ssize_t *wrote_p
+        cdef Py_ssize_t *comm_p
+        cdef Py_ssize_t size
         with nogil:
-            clock_gettime(CLOCK_REALTIME, &deadline)
-            deadline.tv_sec += timeout_ms // 1000
-            deadline.tv_nsec += (timeout_ms % 1000) * 1000000
-            if deadline.tv_nsec >= 1000000000:
-                deadline.tv_sec += 1
-                deadline.tv_nsec -= 1000000000
-            pthread_mutex_lock(&self.commit_mu)
-            if not self.commit_stop:
-                self.commit_want = least_bytes if least_bytes > 0 else 1
-                pthread_cond_timedwait(&self.commit_cv, &self.commit_mu, &deadline)
-                self.commit_want = 0
-            stopped = self.commit_stop
-            pthread_mutex_unlock(&self.commit_mu)
-        return not stopped
+            while True:
+                # a snapshot of the current file (it changes under the put lock only)
+                pthread_mutex_lock(&self.put_lock)
+                rolls = self._rolls
+                wbase = self._cur_wbase
+                fd = self._cur_fd
+                wrote_p = self._cur_wrote
+                comm_p = self._cur_committed
+                size = self._cur_size
+                pthread_mutex_unlock(&self.put_lock)
+                if rolls != self._rolls_seen:
+                    rc = 1
+                    break
+                timed_out = 0
+                if wbase == NULL or rs_load_acquire(wrote_p) - comm_p[0] < least_bytes:
+                    clock_gettime(CLOCK_REALTIME, &deadline)
+                    deadline.tv_sec += interval_ms // 1000
+                    deadline.tv_nsec += (interval_ms % 1000) * 1000000
+                    if deadline.tv_nsec >= 1000000000:
+                        deadline.tv_sec += 1
+                        deadline.tv_nsec -= 1000000000
+                    pthread_mutex_lock(&self.commit_mu)
+                    if not self.commit_stop:
+                        self.commit_want = least_bytes if least_bytes > 0 else 1
+                        timed_out = pthread_cond_timedwait(&self.commit_cv, &self.commit_mu,
+                                                           &deadline) != 0
+                        self.commit_want = 0
+                    pthread_mutex_unlock(&self.commit_mu)
+                if self.commit_stop:
+                    rc = 0
+                    break
+                if wbase == NULL:
+                    continue
+                pthread_mutex_lock(&self.copy_mu)
+                if self._rolls != rolls:
+                    # a roll since the snapshot: its writer may have committed (and re-lent)
+                    # the buffer; take a fresh snapshot
+                    pthread_mutex_unlock(&self.copy_mu)
+                    continue
+                start = comm_p[0]
+                end = rs_load_acquire(wrote_p)
+                rc = 0
+                if end > start and (timed_out or end - start >= least_bytes or end == size):
+                    rc = rs_pwrite_all(fd, wbase + start, <size_t>(end - start), start)
+                    if rc == 0:
+                        rs_store_release(comm_p, end)
+                        self.commit_rounds += 1
+                        self.committed_bytes += end - start
+                pthread_mutex_unlock(&self.copy_mu)
+                if rc != 0:
+                    break
+                if end == size:
+                    rc = 1          # full and committed: the Python path gives the buffer back
+                    break
+                if end > start and self._armed:
+                    self._armed = False
+                    rc = 2
+                    break
+        return rc
+
+    @property
+    def rolls(self):
+        return self._rolls
+
+    def set_rolls_seen(self, Py_ssize_t rolls):
+        """Files lent before roll number ``rolls`` are committed (the Python path)."""
+        self._rolls_seen = rolls
+
+    # -- the commit service -----------------------------------------------------------------
 
     def stop_commit(self):
         with nogil:
@@ -362,11 +439,17 @@ cdef class CommitLog:
             self._cur_base = NULL
             self._cur_committed = NULL
             self._cur_store_ts = NULL
+            self._cur_wbase = NULL
         else:
             self._cur_base = mf.base
             self._cur_from = mf.file_from_offset
             self._cur_committed = &mf.committed_pos
             self._cur_store_ts = &mf.store_timestamp
+            # the GIL-free commit loop copies from here (NULL: nothing to commit)
+            self._cur_wbase = mf.wbase if mf.write_buffer is not None else NULL
+            self._cur_fd = mf.fd
+            self._cur_size = mf.file_size
+            self._cur_wrote = &mf.wrote_pos
 
     def group_commit(self):
         """The group-commit loop, GIL-free: wait for a request, msync everything committed in
@@ -597,6 +680,8 @@ cdef class CommitLog:
             nxt = self.mapped_file_queue.create_next(cur.file_from_offset + cur.file_size)
             self._close_file(cur, left)
         if self.pool is not None:
+            if cur is not None and cur.write_buffer is not None:
+                self._rolls += 1    # the commit loop hands files before nxt to Python
             self.pool.lend(nxt)     # may commit the full files itself when no buffer is free
         self._set_cur(nxt)
         return nxt
@@ -960,3 +1045,22 @@ cdef class CommitLog:
             self.closed = True
         finally:
             self._unlock()
+
+
+@cython.final
+cdef class _CopyGuard:
+    """The commit log's copy lock as a context manager, for the pool's Python commits: the
+    GIL-free commit loop and a rolling writer must never copy the same file at once."""
+    cdef CommitLog cl
+
+    def __cinit__(self, CommitLog cl):
+        self.cl = cl
+
+    def __enter__(self):
+        with nogil:
+            pthread_mutex_lock(&self.cl.copy_mu)
+        return self
+
+    def __exit__(self, *exc):
+        pthread_mutex_unlock(&self.cl.copy_mu)
+        return False

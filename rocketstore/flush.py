@@ -144,22 +144,23 @@ class CommitRealTimeService:
     Parameters
     ----------
     commit_log : CommitLog
-        Its puts wake this service (``wait_commit``); a failed copy is made sticky there.
+        Its puts wake this service (``commit_loop``); a failed copy is made sticky there.
+        A wake by the interval commits everything (RocketMQ's thorough commit interval is
+        the commit interval by default, 200 ms), a wake by puts once ``least_pages`` wait.
     pool : TransientStorePool
     on_commit : callable
         Called after a round that committed bytes (wakes the dispatcher).
     """
 
     def __init__(self, commit_log, pool, on_commit=None, interval_ms: int = 200,
-                 least_pages: int = 4, thorough_interval_ms: int = 200) -> None:
+                 least_pages: int = 4) -> None:
         self.commit_log = commit_log
         self.pool = pool
         self.on_commit = on_commit
         self.interval_ms = interval_ms
         self.least_pages = least_pages
-        self.thorough_interval = thorough_interval_ms / 1000.0
-        self.rounds = 0                 # rounds that committed something (statistics)
-        self.committed_bytes = 0
+        self.python_rounds = 0          # rounds of the Python path that committed bytes
+        self.python_bytes = 0
         self._thread: threading.Thread | None = None
 
     def commit(self, least_pages: int) -> int:
@@ -171,25 +172,44 @@ class CommitRealTimeService:
             self.commit_log.set_flush_error(e)
             raise
         if n:
-            self.rounds += 1
-            self.committed_bytes += n
+            self.python_rounds += 1
+            self.python_bytes += n
             if self.on_commit is not None:
                 self.on_commit()
         return n
 
+    @property
+    def rounds(self) -> int:
+        """Rounds that committed bytes (GIL-free and Python ones)."""
+        return self.commit_log.commit_rounds + self.python_rounds
+
     def _run(self) -> None:
         from rocketstore._mapped import PAGE_SIZE
-        last_thorough = time.monotonic()
+        cl = self.commit_log
         least_bytes = max(1, self.least_pages) * PAGE_SIZE
-        while self.commit_log.wait_commit(self.interval_ms, least_bytes):
-            least = self.least_pages
-            if time.monotonic() - last_thorough >= self.thorough_interval:
-                least = 0
-                last_thorough = time.monotonic()
+        while True:
+            # steady state in C without the GIL: producers holding the GIL between puts would
+            # otherwise delay every round (and grow the bytes a crash can lose)
+            rc = cl.commit_loop(self.interval_ms, least_bytes)
+            if rc == 0:
+                return
+            if rc < 0:
+                e = OSError(-rc, os.strerror(-rc), self.pool.lent[0].path if self.pool.lent else "")
+                log.error("commit log commit failed: %s; the store is now read-only", e)
+                cl.set_flush_error(e)
+                return
+            if rc == 2:
+                if self.on_commit is not None:
+                    self.on_commit()
+                continue
+            # files to hand back, or files before the current one: the pool's ordered commit
+            rolls = cl.rolls
             try:
-                self.commit(least)
+                self.commit(0)
             except OSError:
                 return
+            if len(self.pool.lent) <= 1:
+                cl.set_rolls_seen(rolls)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="CommitRealTimeService",

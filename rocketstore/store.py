@@ -421,8 +421,7 @@ class MessageStore:
         if self.transient_pool is not None:
             self.commit_service = CommitRealTimeService(
                 self.commit_log, self.transient_pool, self._after_commit,
-                cfg.commit_interval_commit_log, cfg.commit_commit_log_least_pages,
-                cfg.commit_commit_log_thorough_interval)
+                cfg.commit_interval_commit_log, cfg.commit_commit_log_least_pages)
             self.commit_service.start()
         if cfg.flush_disk_type == "SYNC_FLUSH":
             self.commit_log.enable_sync_flush(cfg.sync_flush_timeout, flushed)
