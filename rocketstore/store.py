@@ -29,6 +29,7 @@ from rocketstore._dispatch import DispatchCore
 from rocketstore._reader import GetMessageResult, ReadLimits, TagFilter
 from rocketstore.allocate import AllocateMappedFileService
 from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.cleanup import RETIRE_GRACE_S, CleanResult, CleanupService
 from rocketstore.index import IndexService
 from rocketstore.config import StoreConfig
 from rocketstore.consumequeue import ConsumeQueueStore
@@ -140,6 +141,7 @@ class MessageStore:
         self.recovery: dict[str, Any] = {}
         self.flush_service: FlushRealTimeService | GroupCommitService | None = None
         self.cq_flush_service: FlushConsumeQueueService | None = None
+        self.cleanup_service: CleanupService | None = None
         self.last_exit_ok = not os.path.exists(paths.abort_path(root))
         self.allocator = AllocateMappedFileService(
             warm=config.warm_maped_file_enable, mlock=config.mlock_maped_file,
@@ -194,6 +196,8 @@ class MessageStore:
                 self._create_abort()
                 self._start_flush()
                 self.consumer_offset_manager.start()
+                self.cleanup_service = CleanupService(self, config)
+                self.cleanup_service.start()
                 if config.dispatch_inline:
                     self.put_message = self._put_inline  # type: ignore[method-assign]
                     self.put_messages = self._put_batch_inline  # type: ignore[method-assign]
@@ -254,6 +258,8 @@ class MessageStore:
             self._release_files()
             return
         try:
+            if self.cleanup_service is not None:
+                self.cleanup_service.shutdown()
             self.commit_log.close()
             if self.flush_service is not None:
                 self.flush_service.shutdown()
@@ -557,6 +563,7 @@ class MessageStore:
             raise InvalidMessageTypeError("queue_id", "int", type(queue_id).__name__)
         cq = self.consume_queues.find(topic, queue_id)
         if cq is not None and self.read_only:
+            self._follow_retention(cq)
             cq.refresh()
             max_offset = cq.get_max_offset_in_queue()
             if max_offset > cq.get_min_offset_in_queue():
@@ -570,6 +577,25 @@ class MessageStore:
                         if mf.committed_pos == 0:
                             mf.set_positions(mf.file_size)
         return cq
+
+    def _follow_retention(self, cq) -> None:
+        """Read-only: drop the files the writer's retention deleted at the front (commit log,
+        this queue) and move min offsets past them."""
+        cl = self.commit_log_queue
+        dropped = cl.drop_deleted_front()
+        if dropped:
+            min_phy = max(0, cl.get_min_offset())
+            for q in self.consume_queues.queues():
+                q.mapped_file_queue.drop_deleted_front()
+                q.correct_min_offset(min_phy)
+            self.index_service.drop_deleted_front()
+            self.index_service.release_retired(RETIRE_GRACE_S)
+        elif cq.mapped_file_queue.drop_deleted_front():
+            cq.correct_min_offset(max(0, cl.get_min_offset()))
+        if cl.retired_count:
+            cl.release_retired(RETIRE_GRACE_S)
+        if cq.mapped_file_queue.retired_count:
+            cq.mapped_file_queue.release_retired(RETIRE_GRACE_S)
 
     def _tag_filter(self, tags: Any) -> TagFilter | None:
         # RocketMQ's FilterAPI: None, "" and "*" subscribe to every message
@@ -802,6 +828,30 @@ class MessageStore:
         """Every stored message from commit-log offset ``from_offset``, in log order."""
         self._check_open()
         return self.commit_log.iter_messages(from_offset)
+
+    # -- retention -------------------------------------------------------------------------------
+
+    def execute_delete_files_manually(self) -> None:
+        """RocketMQ's manual delete: the next 20 retention runs delete expired commit-log
+        files whatever the hour of ``delete_when`` (FORMAT.md 9)."""
+        self._check_open()
+        if self.cleanup_service is None:
+            raise StoreReadOnlyError(self.root)
+        self.cleanup_service.execute_delete_files_manually()
+
+    def clean_now(self, force: bool = False) -> CleanResult:
+        """Run retention once, now, on this thread (the service's run, same rules), and say
+        what it deleted. ``force`` deletes the oldest commit-log files whatever their age or
+        the hour, still at most ``delete_file_batch_max`` and never the active file."""
+        self._check_open()
+        if self.cleanup_service is None:
+            raise StoreReadOnlyError(self.root)
+        return self.cleanup_service.run_once(force=force)
+
+    @property
+    def disk_full(self) -> bool:
+        """RocketMQ's DISK_FULL running flag: puts answer SERVICE_NOT_AVAILABLE while set."""
+        return self.cleanup_service is not None and self.cleanup_service.disk_full
 
     def get_min_phy_offset(self) -> int:
         """Commit-log offset of the oldest byte still stored."""
