@@ -182,7 +182,8 @@ class IndexService:
                 os.unlink(f.path)
             except FileNotFoundError:
                 pass
-            self._retired.append((time.monotonic(), f))
+            with self._lock:
+                self._retired.append((time.monotonic(), f))
             deleted += 1
         return deleted
 
@@ -191,9 +192,10 @@ class IndexService:
         now = time.monotonic()
         keep: list[tuple[float, IndexFile]] = []
         done: list[tuple[float, IndexFile]] = []
-        for item in self._retired:
-            (done if now - item[0] >= grace_s else keep).append(item)
-        self._retired = keep
+        with self._lock:
+            for item in self._retired:
+                (done if now - item[0] >= grace_s else keep).append(item)
+            self._retired = keep
         for _, f in done:
             f.close()
         return len(done)
@@ -202,9 +204,10 @@ class IndexService:
         """Read-only: forget leading index files a writer's retention deleted."""
         dropped = 0
         while self.files and not os.path.exists(self.files[0].path):
-            f = self.files[0]
-            self.files = self.files[1:]
-            self._retired.append((time.monotonic(), f))
+            with self._lock:
+                f = self.files[0]
+                self.files = self.files[1:]
+                self._retired.append((time.monotonic(), f))
             dropped += 1
         return dropped
 

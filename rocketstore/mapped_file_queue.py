@@ -279,7 +279,8 @@ class MappedFileQueue:
             os.unlink(mf.path)
         except FileNotFoundError:
             pass
-        self._retired.append((time.monotonic(), mf))
+        with self._files_lock:
+            self._retired.append((time.monotonic(), mf))
         return True
 
     def release_retired(self, grace_s: float = 0.0) -> int:
@@ -288,9 +289,10 @@ class MappedFileQueue:
         now = time.monotonic()
         keep: list[tuple[float, MappedFile]] = []
         done: list[tuple[float, MappedFile]] = []
-        for item in self._retired:
-            (done if now - item[0] >= grace_s else keep).append(item)
-        self._retired = keep
+        with self._files_lock:
+            for item in self._retired:
+                (done if now - item[0] >= grace_s else keep).append(item)
+            self._retired = keep
         for _, mf in done:
             mf.release()
         return len(done)
@@ -312,7 +314,7 @@ class MappedFileQueue:
                 if not self.files or self.files[0] is not files[0]:
                     continue
                 self.files = self.files[1:]
-            self._retired.append((time.monotonic(), files[0]))
+                self._retired.append((time.monotonic(), files[0]))
             dropped += 1
         return dropped
 

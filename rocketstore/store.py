@@ -196,8 +196,6 @@ class MessageStore:
                 self._create_abort()
                 self._start_flush()
                 self.consumer_offset_manager.start()
-                self.cleanup_service = CleanupService(self, config)
-                self.cleanup_service.start()
                 if config.dispatch_inline:
                     self.put_message = self._put_inline  # type: ignore[method-assign]
                     self.put_messages = self._put_batch_inline  # type: ignore[method-assign]
@@ -207,6 +205,8 @@ class MessageStore:
                     # per put); it checks types and the closed state itself
                     self.put_message = self.commit_log.put_message  # type: ignore[method-assign]
                     self.put_messages = self.commit_log.put_messages  # type: ignore[method-assign]
+                self.cleanup_service = CleanupService(self, config)
+                self.cleanup_service.start()
         except BaseException:
             self._release_files()
             raise

@@ -466,21 +466,27 @@ def test_read_only_reader_follows_deletion(store_dir):
 
 
 def test_service_runs_on_its_interval_and_stops_on_close(store_dir):
-    cfg = config(clean_resource_first_delay=0, clean_resource_interval=20)
-    store, _ = open_store(store_dir, cfg)
-    back_date_done = threading.Event()
+    store, usage = open_store(store_dir)
+    fast = config(clean_resource_first_delay=0, clean_resource_interval=20)
+    # a service of our own, so its clock and disk usage are set before its first run
+    svc = CleanupService(store, fast, disk_usage=usage, clock=store.cleanup_service.clock)
     with store:
         fill(store, 14)
         back_date(store, 12)
-        back_date_done.set()
+        svc.start()
         deadline = time.monotonic() + 30
         while store.get_min_phy_offset() < 12 * FILE and time.monotonic() < deadline:
             time.sleep(0.01)
         assert store.get_min_phy_offset() == 12 * FILE
-        assert store.cleanup_service.runs >= 2 and store.cleanup_service.error is None
-        assert any(t.name == "CleanupService" for t in threading.enumerate())
+        assert svc.runs >= 2 and svc.error is None
+        assert svc.last_result is not None and svc.last_result.triggered_by == "time"
+        svc.shutdown()
+        assert [t.name for t in threading.enumerate()].count("CleanupService") == 1  # the store's
+        runs = svc.runs
+        with pytest.raises(Exception, match="closed"):
+            svc.run_once()
+        assert svc.runs == runs
     assert not any(t.name == "CleanupService" for t in threading.enumerate())
-    assert back_date_done.is_set()
 
 
 def test_shutdown_interrupts_the_sleep_between_deletions(store_dir):
@@ -499,3 +505,129 @@ def test_shutdown_interrupts_the_sleep_between_deletions(store_dir):
     t.join()
     assert done[0].commit_log_files == 1
     assert isinstance(svc, CleanupService)
+
+
+def test_retention_under_concurrent_puts_dispatch_and_reads(store_dir, rand):
+    """The real services (async flush, background dispatch) with producers, a reader following
+    the queue and forced retention runs all at once: no roll is lost to a deletion, the
+    files stay contiguous and match the directory, and every message from the min offset
+    on reads back in order."""
+    cfg = config(flush_disk_type="ASYNC_FLUSH", dispatch_inline=False, flush_interval_commit_log=5)
+    store, _ = open_store(store_dir, cfg)
+    store.cleanup_service.retire_grace_s = 0.05
+    total = 200
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    seen: list[int] = []
+
+    def produce():
+        try:
+            for i in range(total):
+                assert store.put_message(Message("TopicA", body(i), keys=f"k{i}")).ok
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    def clean():
+        try:
+            while not stop.is_set():
+                store.clean_now(force=rand.random() < 0.7)
+                time.sleep(0.001)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    def read():
+        try:
+            offset = 0
+            while not stop.is_set() or offset < store.get_max_offset_in_queue("TopicA", 0):
+                r = store.get_message("g", "TopicA", 0, offset, 16, timeout_ms=20)
+                if r.status is S.FOUND:
+                    for m in r:
+                        assert bytes(m.body) == body(m.queue_offset)
+                        seen.append(m.queue_offset)
+                elif r.status is S.OFFSET_OVERFLOW_ONE and stop.is_set():
+                    break
+                offset = r.next_begin_offset if r.status is not S.OFFSET_OVERFLOW_ONE else offset
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    with store:
+        threads = [threading.Thread(target=f) for f in (produce, clean, read)]
+        for t in threads:
+            t.start()
+        threads[0].join()
+        deadline = time.monotonic() + 30
+        while store.dispatch_behind_bytes() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        stop.set()
+        for t in threads[1:]:
+            t.join()
+        assert errors == []
+        files = store.commit_log_queue.files
+        starts = [mf.file_from_offset for mf in files]
+        assert starts == list(range(starts[0], starts[0] + FILE * len(files), FILE))
+        assert starts[0] > 0                            # retention did delete
+        names = [n for n in cl_names(store_dir) if int(n) <= starts[-1]]
+        assert names == ["%020d" % s for s in starts]
+        lo = store.get_min_offset_in_queue("TopicA", 0)
+        assert store.get_max_offset_in_queue("TopicA", 0) == total
+        assert [bytes(m.body) for m in store.iter_messages(0)] == [body(i) for i in range(lo, total)]
+        assert seen == sorted(seen) and seen[-1] == total - 1
+
+
+WRITER = r"""
+import sys
+from rocketstore import Message, MessageStore, StoreConfig
+root, phase = sys.argv[1], sys.argv[2]
+cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=100,
+                  flush_disk_type="SYNC_FLUSH", dispatch_inline=True,
+                  delete_commit_log_files_interval=0, clean_resource_first_delay=3_600_000)
+def body(i):
+    return (b"%05d" % i) * 600
+with MessageStore.open(root, cfg) as store:
+    if phase == "fill":
+        lo, hi = 0, 20
+    else:
+        r = store.clean_now(force=True)
+        assert r.commit_log_files == 10, r
+        lo, hi = 20, 25
+    for i in range(lo, hi):
+        assert store.put_message(Message("TopicA", body(i))).ok
+print("DONE")
+"""
+
+
+def test_read_only_reader_in_another_process_copes_with_deletion(tmp_path):
+    """The writer is another process: it deletes 10 files the reader has mapped and puts
+    more; the reader keeps the bytes it holds, answers OFFSET_TOO_SMALL with the new min
+    and follows the writer from there."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = str(tmp_path / "store")
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    repo = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def writer(phase):
+        out = subprocess.run([sys.executable, str(script), root, phase], cwd=repo, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == "DONE", out.stderr
+
+    writer("fill")
+    with MessageStore.open(root, config(), read_only=True) as reader:
+        held = reader.get_message("g", "TopicA", 0, 0, 1).messages[0]
+        assert reader.get_message("g", "TopicA", 0, 5, 1).messages[0].body == body(5)
+        writer("clean")
+        assert not os.path.exists(os.path.join(root, "commitlog", "%020d" % 0))
+        assert bytes(held.body) == body(0)
+        got = reader.get_message("g", "TopicA", 0, 3)
+        assert (got.status, got.next_begin_offset) == (S.OFFSET_TOO_SMALL, 10)
+        offset, bodies = 10, []
+        while offset < 25:
+            r = reader.get_message("g", "TopicA", 0, offset, 32)
+            assert r.status is S.FOUND, r
+            bodies += [bytes(m.body) for m in r]
+            offset = r.next_begin_offset
+        assert bodies == [body(i) for i in range(10, 25)]
+        assert reader.get_min_phy_offset() == 10 * FILE
