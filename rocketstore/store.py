@@ -142,6 +142,7 @@ class MessageStore:
         self.flush_service: FlushRealTimeService | GroupCommitService | None = None
         self.cq_flush_service: FlushConsumeQueueService | None = None
         self.cleanup_service: CleanupService | None = None
+        self._retention_checked = 0.0       # read-only: last look for deleted files
         self.last_exit_ok = not os.path.exists(paths.abort_path(root))
         self.allocator = AllocateMappedFileService(
             warm=config.warm_maped_file_enable, mlock=config.mlock_maped_file,
@@ -550,7 +551,7 @@ class MessageStore:
 
     # -- consume queues --------------------------------------------------------------------------
 
-    def _queue(self, topic: str, queue_id: int):
+    def _queue(self, topic: str, queue_id: int, offset: int = -1):
         if not self.read_only:
             per_topic = self.consume_queues._queues.get(topic)
             if per_topic is not None:
@@ -563,7 +564,7 @@ class MessageStore:
             raise InvalidMessageTypeError("queue_id", "int", type(queue_id).__name__)
         cq = self.consume_queues.find(topic, queue_id)
         if cq is not None and self.read_only:
-            self._follow_retention(cq)
+            self._follow_retention(cq, offset)
             cq.refresh()
             max_offset = cq.get_max_offset_in_queue()
             if max_offset > cq.get_min_offset_in_queue():
@@ -578,9 +579,16 @@ class MessageStore:
                             mf.set_positions(mf.file_size)
         return cq
 
-    def _follow_retention(self, cq) -> None:
+    def _follow_retention(self, cq, offset: int) -> None:
         """Read-only: drop the files the writer's retention deleted at the front (commit log,
-        this queue) and move min offsets past them."""
+        this queue) and move min offsets past them. Looked for at most once a second, and
+        on every read from the queue's first file (where deleted data would be served)."""
+        files = cq.mapped_file_queue.files
+        if offset < 0 or not files or offset * 20 >= files[0].file_from_offset + cq.file_size:
+            now = time.monotonic()
+            if now - self._retention_checked < 1.0:
+                return
+            self._retention_checked = now
         cl = self.commit_log_queue
         dropped = cl.drop_deleted_front()
         if dropped:
@@ -653,7 +661,7 @@ class MessageStore:
         deadline = time.monotonic() + timeout_ms / 1000.0 if timeout_ms > 0 else 0.0
         delay = 0.001
         while True:
-            cq = self._queue(topic, queue_id)
+            cq = self._queue(topic, queue_id, offset)
             if cq is None:
                 r = _reader.make_result(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
             else:

@@ -434,6 +434,18 @@ def test_keeps_files_not_yet_flushed_or_dispatched(store_dir):
         assert store.clean_now(force=True).commit_log_files == 3
 
 
+def test_keeps_files_not_yet_flushed(store_dir):
+    """With async flush, a file the flusher has not synced yet stays."""
+    cfg = config(flush_disk_type="ASYNC_FLUSH", flush_interval_commit_log=3_600_000)
+    store, _ = open_store(store_dir, cfg)
+    with store:
+        fill(store, 6)
+        assert store.commit_log.flushed_where == 0
+        assert store.clean_now(force=True).commit_log_files == 0
+        store.commit_log.set_flushed(3 * FILE)          # as the flush service publishes it
+        assert store.clean_now(force=True).commit_log_files == 3
+
+
 def test_read_only_reader_follows_deletion(store_dir):
     """A read-only store on the same directory (as a reader in another process would be):
     files vanish under it; it drops them, moves its min offsets and answers OFFSET_TOO_SMALL;
