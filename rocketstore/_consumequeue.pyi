@@ -1,6 +1,7 @@
 from typing import final
 
 from rocketstore._mapped import MappedFile
+from rocketstore.mapped_file_queue import MappedFileQueue
 
 CQ_UNIT_SIZE: int
 
@@ -9,7 +10,7 @@ class ConsumeQueue:
     topic: str
     topic_b: bytes
     queue_id: int
-    mapped_file_queue: object
+    mapped_file_queue: MappedFileQueue
     file_size: int
     read_only: bool
     min_logic_offset: int

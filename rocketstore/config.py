@@ -84,6 +84,10 @@ class StoreConfig:
     destroy_maped_file_interval_forcibly: int = 120_000
     redelete_hanged_file_interval: int = 120_000
     clean_file_forcibly_enable: bool = True
+    disk_space_warning_level_ratio: int = 90        # % (5.x int; 4.9.x -D...=0.90)
+    disk_space_clean_forcibly_ratio: int = 85       # % (5.x int; 4.9.x -D...=0.85)
+    delete_file_batch_max: int = 10                 # commit-log files per clean run
+    clean_resource_first_delay: int = 60_000        # ours: RocketMQ's fixed first-run delay
     # -- broker metadata -------------------------------------------------------------------
     flush_consumer_offset_interval: int = 5000
     flush_delay_offset_interval: int = 10_000
@@ -120,6 +124,14 @@ class StoreConfig:
                      "max_hash_slot_num", "max_index_num"):
             if getattr(self, name) <= 0:
                 raise InvalidConfigError(name, getattr(self, name), "must be positive")
+        for name in ("clean_resource_interval", "delete_file_batch_max"):
+            if getattr(self, name) <= 0:
+                raise InvalidConfigError(name, getattr(self, name), "must be positive")
+        for name in ("file_reserved_time", "clean_resource_first_delay",
+                     "delete_commit_log_files_interval", "delete_consume_queue_files_interval"):
+            if getattr(self, name) < 0:
+                raise InvalidConfigError(name, getattr(self, name), "must not be negative")
+        self.delete_when_hours()
         self.delay_levels_ms()
         from rocketstore._codec import encode_host
         try:
@@ -138,6 +150,28 @@ class StoreConfig:
                 raise InvalidConfigError("message_delay_level", self.message_delay_level,
                                          f"token {token!r} is not <number><s|m|h|d>") from None
         return out
+
+    def delete_when_hours(self) -> frozenset[int]:
+        """Hours of the day (0-23) in ``delete_when`` (``"04"``, ``"04;16"``): expired files are
+        deleted then (``UtilAll.isItTimeToDo``)."""
+        hours = set()
+        for token in self.delete_when.split(";"):
+            token = token.strip()
+            if not token:
+                continue
+            if not token.isdigit() or not 0 <= int(token) <= 23:
+                raise InvalidConfigError("delete_when", self.delete_when,
+                                         f"{token!r} is not an hour 0-23 (';'-separated list)")
+            hours.add(int(token))
+        return frozenset(hours)
+
+    def disk_ratios(self) -> tuple[float, float, float]:
+        """(max used, clean forcibly, warning) disk-usage ratios as fractions, clamped as
+        RocketMQ's getters clamp them: [10, 95] %, [30, 85] %, [35, 90] % (FORMAT.md 9)."""
+        used = min(max(self.disk_max_used_space_ratio, 10), 95) / 100.0
+        forcibly = min(max(self.disk_space_clean_forcibly_ratio, 30), 85) / 100.0
+        warning = min(max(self.disk_space_warning_level_ratio, 35), 90) / 100.0
+        return used, forcibly, warning
 
     def commit_log_path(self, root: str | None = None) -> str:
         """Directory of the commit-log files."""

@@ -21,6 +21,7 @@ __all__ = [
     "StoreReadOnlyError",
     "CorruptionError",
     "TopicPermissionError",
+    "DiskFullError",
 ]
 
 
@@ -151,3 +152,21 @@ class TopicPermissionError(RocketStoreError, PermissionError):
 
     def __str__(self) -> str:
         return f"topic {self.topic!r}: {self.reason}"
+
+
+class DiskFullError(RocketStoreError):
+    """The store's disk is fuller than ``disk_space_warning_level_ratio``: RocketMQ's DISK_FULL
+    running flag. Carried in ``PutMessageResult.error`` next to ``SERVICE_NOT_AVAILABLE``
+    while puts are refused; the retention service clears it once usage falls to the
+    clean-forcibly ratio."""
+
+    def __init__(self, path: str, used_ratio: float, warning_ratio: float) -> None:
+        super().__init__(path, used_ratio, warning_ratio)
+        self.path = path
+        self.used_ratio = used_ratio
+        self.warning_ratio = warning_ratio
+
+    def __str__(self) -> str:
+        return (f"{self.path}: disk full ({self.used_ratio:.1%} used, above "
+                f"disk_space_warning_level_ratio {self.warning_ratio:.0%}); puts are refused "
+                "until retention frees space")

@@ -49,6 +49,7 @@ class IndexService:
         self.files: list[IndexFile] = []
         self._flushers: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._retired: list[tuple[float, IndexFile]] = []     # deleted, mapping kept a while
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -154,6 +155,61 @@ class IndexService:
         for f in self.files:
             f.close()
         self.files = []
+        self.release_retired()
+
+    # -- retention (FORMAT.md 9) -----------------------------------------------------------------
+
+    def delete_expired_file(self, min_phy_offset: int) -> int:
+        """Delete index files from the oldest while their ``endPhyOffset`` is below the commit
+        log's ``min_phy_offset`` (every key they hold points at deleted data); never the last
+        file (RocketMQ ``IndexService.deleteExpiredFile``). A query may be walking a deleted
+        file: it is unlinked now and unmapped by ``release_retired`` later. Returns the
+        number of files deleted."""
+        deleted = 0
+        with self._lock:
+            files = self.files
+            n = 0
+            while n < len(files) - 1 and files[n].end_phy_offset < min_phy_offset:
+                n += 1
+            if n == 0:
+                return 0
+            gone = files[:n]
+            self.files = files[n:]
+        for f in gone:
+            log.info("%s: deleting index file (end phy offset %d < commit-log min %d)",
+                     f.path, f.end_phy_offset, min_phy_offset)
+            try:
+                os.unlink(f.path)
+            except FileNotFoundError:
+                pass
+            with self._lock:
+                self._retired.append((time.monotonic(), f))
+            deleted += 1
+        return deleted
+
+    def release_retired(self, grace_s: float = 0.0) -> int:
+        """Unmap index files deleted at least ``grace_s`` seconds ago."""
+        now = time.monotonic()
+        keep: list[tuple[float, IndexFile]] = []
+        done: list[tuple[float, IndexFile]] = []
+        with self._lock:
+            for item in self._retired:
+                (done if now - item[0] >= grace_s else keep).append(item)
+            self._retired = keep
+        for _, f in done:
+            f.close()
+        return len(done)
+
+    def drop_deleted_front(self) -> int:
+        """Read-only: forget leading index files a writer's retention deleted."""
+        dropped = 0
+        while self.files and not os.path.exists(self.files[0].path):
+            with self._lock:
+                f = self.files[0]
+                self.files = self.files[1:]
+                self._retired.append((time.monotonic(), f))
+            dropped += 1
+        return dropped
 
     # -- queries -----------------------------------------------------------------------------
 

@@ -7,12 +7,24 @@ the files of a directory and truncates the files past a recovered end.
 
 Thread-safety: ``files`` is replaced, never mutated in place, so readers in other threads
 iterate a consistent list without a lock; mutations happen under the owner's lock (the
-commit log's put lock, or single-threaded open/close).
+commit log's put lock, or single-threaded open/close). Retention deletes files at the front
+from its own thread: the list swaps of ``create_next`` and of the deletions also take
+``_files_lock``, so a roll and a deletion never lose each other's update.
+
+Deletion (retention) takes a file out of the list and unlinks it at once, but *retires* its
+mapping rather than releasing it: a thread that picked the file from the list a moment ago
+(a flush loop, a reader between its lookup and its read) still finds it mapped.
+``release_retired(grace)`` releases retired files later; a file pinned by a message view
+is unmapped only when its last view goes (``MappedFile.release``). The disk space of an
+unlinked file is freed when its mapping goes.
 """
 from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
+from collections.abc import Callable
 
 from rocketstore._mapped import MappedFile
 from rocketstore.allocate import AllocateMappedFileService, create_mapped_file
@@ -46,6 +58,8 @@ class MappedFileQueue:
         self.read_only = read_only
         self.warm = warm
         self.files: list[MappedFile] = []
+        self._files_lock = threading.Lock()
+        self._retired: list[tuple[float, MappedFile]] = []     # (monotonic time, file)
         if create_dir and not read_only:
             os.makedirs(store_path, exist_ok=True)
 
@@ -66,7 +80,12 @@ class MappedFileQueue:
         try:
             for i, name in enumerate(names):
                 path = os.path.join(self.store_path, name)
-                size = os.path.getsize(path)
+                try:
+                    size = os.path.getsize(path)
+                except FileNotFoundError:
+                    if self.read_only and not files:
+                        continue    # retention in the writer deleted it after our listing
+                    raise
                 if size != self.file_size and i == len(names) - 1 and self.read_only:
                     break           # the writer is creating it: the next refresh maps it
                 if size == 0 and i == len(names) - 1 and not self.read_only:
@@ -145,7 +164,8 @@ class MappedFileQueue:
         else:
             mf = create_mapped_file(path, self.file_size, warm=self.warm)
         mf.set_positions(0)
-        self.files = self.files + [mf]
+        with self._files_lock:
+            self.files = self.files + [mf]
         return mf
 
     # -- truncation ----------------------------------------------------------------------------
@@ -188,6 +208,115 @@ class MappedFileQueue:
         if files:
             self.files = files[:-1]
             files[-1].destroy()
+
+    # -- retention (FORMAT.md 4.3, 9) --------------------------------------------------------------
+
+    def delete_expired_file_by_time(self, expired_ms: int, interval_ms: int = 0,
+                                    clean_immediately: bool = False, batch_max: int = 10, *,
+                                    now_ms: int | None = None, safe_end: int | None = None,
+                                    sleep: Callable[[float], object] = time.sleep) -> int:
+        """Delete files from the front whose mtime is ``expired_ms`` old (any age with
+        ``clean_immediately``); RocketMQ ``deleteExpiredFileByTime``.
+
+        Never the last (active) file, never from the middle: stops at the first file that is
+        not expired, after ``batch_max`` deletions, or at a file ending past ``safe_end`` (data
+        not yet flushed or dispatched). Sleeps ``interval_ms`` between deletions through
+        ``sleep`` (the caller's stoppable wait). Returns the number of files deleted.
+        """
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        deleted = 0
+        while deleted < batch_max:
+            files = self.files
+            if len(files) < 2:
+                break
+            mf = files[0]
+            if safe_end is not None and mf.file_from_offset + self.file_size > safe_end:
+                break
+            try:
+                mtime_ms = int(os.stat(mf.path).st_mtime * 1000)
+            except FileNotFoundError:
+                mtime_ms = 0                # already gone from disk: drop it from the queue
+            if not clean_immediately and now < mtime_ms + expired_ms:
+                break
+            if not self._retire_first(mf):
+                break
+            deleted += 1
+            if interval_ms > 0 and deleted < batch_max and len(self.files) > 1:
+                if sleep(interval_ms / 1000.0):
+                    break                   # the caller's wait says stop
+        return deleted
+
+    def delete_expired_file_by_offset(self, min_phy_offset: int, unit_size: int = 20) -> int:
+        """Delete consume-queue files from the front whose last unit points below the commit
+        log's ``min_phy_offset`` (RocketMQ ``deleteExpiredFileByOffset``); never the last file.
+        Returns the number of files deleted."""
+        deleted = 0
+        while True:
+            files = self.files
+            if len(files) < 2:
+                break
+            mf = files[0]
+            if not mf.is_mapped:
+                break
+            last_unit = int.from_bytes(mf.read_bytes(self.file_size - unit_size, 8), "big",
+                                       signed=True)
+            if last_unit >= min_phy_offset:
+                break
+            if not self._retire_first(mf):
+                break
+            deleted += 1
+        return deleted
+
+    def _retire_first(self, mf: MappedFile) -> bool:
+        """Take ``mf`` (the first file) out of the queue, unlink it, retire its mapping."""
+        with self._files_lock:
+            files = self.files
+            if len(files) < 2 or files[0] is not mf:
+                return False
+            self.files = files[1:]
+        log.info("%s: deleting expired file", mf.path)
+        try:
+            os.unlink(mf.path)
+        except FileNotFoundError:
+            pass
+        with self._files_lock:
+            self._retired.append((time.monotonic(), mf))
+        return True
+
+    def release_retired(self, grace_s: float = 0.0) -> int:
+        """Release the mappings of files deleted at least ``grace_s`` seconds ago (pinned
+        ones unmap when their last view goes). Returns how many were released."""
+        now = time.monotonic()
+        keep: list[tuple[float, MappedFile]] = []
+        done: list[tuple[float, MappedFile]] = []
+        with self._files_lock:
+            for item in self._retired:
+                (done if now - item[0] >= grace_s else keep).append(item)
+            self._retired = keep
+        for _, mf in done:
+            mf.release()
+        return len(done)
+
+    @property
+    def retired_count(self) -> int:
+        """Deleted files whose mapping is not released yet."""
+        return len(self._retired)
+
+    def drop_deleted_front(self) -> int:
+        """Read-only: retire leading files a writer's retention deleted (their names are
+        gone). Returns how many were dropped."""
+        dropped = 0
+        while True:
+            files = self.files
+            if len(files) < 1 or os.path.exists(files[0].path):
+                break
+            with self._files_lock:
+                if not self.files or self.files[0] is not files[0]:
+                    continue
+                self.files = self.files[1:]
+                self._retired.append((time.monotonic(), files[0]))
+            dropped += 1
+        return dropped
 
     def refresh_files(self) -> list[MappedFile]:
         """Map files another process created after ours (read-only tailing).
@@ -252,3 +381,4 @@ class MappedFileQueue:
         for mf in self.files:
             mf.release()
         self.files = []
+        self.release_retired()

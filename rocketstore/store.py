@@ -30,6 +30,7 @@ from rocketstore._mapped import fsync_dir, metadata_event
 from rocketstore._reader import GetMessageResult, ReadLimits, TagFilter
 from rocketstore.allocate import AllocateMappedFileService
 from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.cleanup import RETIRE_GRACE_S, CleanResult, CleanupService
 from rocketstore.index import IndexService
 from rocketstore.config import StoreConfig
 from rocketstore.consumequeue import ConsumeQueueStore
@@ -147,6 +148,8 @@ class MessageStore:
         self.cq_flush_service: FlushConsumeQueueService | None = None
         self.commit_service: CommitRealTimeService | None = None
         self.transient_pool: TransientStorePool | None = None
+        self.cleanup_service: CleanupService | None = None
+        self._retention_checked = 0.0       # read-only: last look for deleted files
         self.last_exit_ok = not os.path.exists(paths.abort_path(root))
         self.allocator = AllocateMappedFileService(
             warm=config.warm_maped_file_enable, mlock=config.mlock_maped_file,
@@ -216,6 +219,8 @@ class MessageStore:
                     # per put); it checks types and the closed state itself
                     self.put_message = self.commit_log.put_message  # type: ignore[method-assign]
                     self.put_messages = self.commit_log.put_messages  # type: ignore[method-assign]
+                self.cleanup_service = CleanupService(self, config)
+                self.cleanup_service.start()
         except BaseException:
             self._release_files()
             raise
@@ -267,6 +272,8 @@ class MessageStore:
             self._release_files()
             return
         try:
+            if self.cleanup_service is not None:
+                self.cleanup_service.shutdown()
             self.commit_log.close()
             if self.commit_service is not None:
                 self.commit_service.shutdown()      # everything into the files, then flush
@@ -581,7 +588,7 @@ class MessageStore:
 
     # -- consume queues --------------------------------------------------------------------------
 
-    def _queue(self, topic: str, queue_id: int):
+    def _queue(self, topic: str, queue_id: int, offset: int = -1):
         if not self.read_only:
             per_topic = self.consume_queues._queues.get(topic)
             if per_topic is not None:
@@ -594,6 +601,7 @@ class MessageStore:
             raise InvalidMessageTypeError("queue_id", "int", type(queue_id).__name__)
         cq = self.consume_queues.find(topic, queue_id)
         if cq is not None and self.read_only:
+            self._follow_retention(cq, offset)
             cq.refresh()
             max_offset = cq.get_max_offset_in_queue()
             if max_offset > cq.get_min_offset_in_queue():
@@ -607,6 +615,32 @@ class MessageStore:
                         if mf.committed_pos == 0:
                             mf.set_positions(mf.file_size)
         return cq
+
+    def _follow_retention(self, cq, offset: int) -> None:
+        """Read-only: drop the files the writer's retention deleted at the front (commit log,
+        this queue) and move min offsets past them. Looked for at most once a second, and
+        on every read from the queue's first file (where deleted data would be served)."""
+        files = cq.mapped_file_queue.files
+        if offset < 0 or not files or offset * 20 >= files[0].file_from_offset + cq.file_size:
+            now = time.monotonic()
+            if now - self._retention_checked < 1.0:
+                return
+            self._retention_checked = now
+        cl = self.commit_log_queue
+        dropped = cl.drop_deleted_front()
+        if dropped:
+            min_phy = max(0, cl.get_min_offset())
+            for q in self.consume_queues.queues():
+                q.mapped_file_queue.drop_deleted_front()
+                q.correct_min_offset(min_phy)
+            self.index_service.drop_deleted_front()
+            self.index_service.release_retired(RETIRE_GRACE_S)
+        elif cq.mapped_file_queue.drop_deleted_front():
+            cq.correct_min_offset(max(0, cl.get_min_offset()))
+        if cl.retired_count:
+            cl.release_retired(RETIRE_GRACE_S)
+        if cq.mapped_file_queue.retired_count:
+            cq.mapped_file_queue.release_retired(RETIRE_GRACE_S)
 
     def _tag_filter(self, tags: Any) -> TagFilter | None:
         # RocketMQ's FilterAPI: None, "" and "*" subscribe to every message
@@ -664,7 +698,7 @@ class MessageStore:
         deadline = time.monotonic() + timeout_ms / 1000.0 if timeout_ms > 0 else 0.0
         delay = 0.001
         while True:
-            cq = self._queue(topic, queue_id)
+            cq = self._queue(topic, queue_id, offset)
             if cq is None:
                 r = _reader.make_result(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
             else:
@@ -839,6 +873,30 @@ class MessageStore:
         """Every stored message from commit-log offset ``from_offset``, in log order."""
         self._check_open()
         return self.commit_log.iter_messages(from_offset)
+
+    # -- retention -------------------------------------------------------------------------------
+
+    def execute_delete_files_manually(self) -> None:
+        """RocketMQ's manual delete: the next 20 retention runs delete expired commit-log
+        files whatever the hour of ``delete_when`` (FORMAT.md 9)."""
+        self._check_open()
+        if self.cleanup_service is None:
+            raise StoreReadOnlyError(self.root)
+        self.cleanup_service.execute_delete_files_manually()
+
+    def clean_now(self, force: bool = False) -> CleanResult:
+        """Run retention once, now, on this thread (the service's run, same rules), and say
+        what it deleted. ``force`` deletes the oldest commit-log files whatever their age or
+        the hour, still at most ``delete_file_batch_max`` and never the active file."""
+        self._check_open()
+        if self.cleanup_service is None:
+            raise StoreReadOnlyError(self.root)
+        return self.cleanup_service.run_once(force=force)
+
+    @property
+    def disk_full(self) -> bool:
+        """RocketMQ's DISK_FULL running flag: puts answer SERVICE_NOT_AVAILABLE while set."""
+        return self.cleanup_service is not None and self.cleanup_service.disk_full
 
     def get_min_phy_offset(self) -> int:
         """Commit-log offset of the oldest byte still stored."""
