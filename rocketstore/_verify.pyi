@@ -1,0 +1,11 @@
+from typing import Any
+
+import numpy as np
+
+from rocketstore._mapped import MappedFile
+
+RECORD_DTYPE: np.dtype[Any]
+KEY_DTYPE: np.dtype[Any]
+
+def walk_file(mf: MappedFile, check_crc: bool = ..., topics: dict[bytes, int] | None = ...,
+              limit: int = ...) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str]], int, bool]: ...
