@@ -26,7 +26,7 @@ from rocketstore._csrc cimport (RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED,
                                 RS_SYSFLAG_TX_ROLLBACK, rs_java_hash)
 from rocketstore._codec cimport RecordInfo, PropRefs, parse_record, find_dispatch_props
 from rocketstore._mapped cimport MappedFile
-from rocketstore._indexfile cimport index_topic_prefix, index_key_hash_from
+from rocketstore._indexfile cimport IndexFile, index_topic_prefix, index_key_hash_from
 
 import numpy as np
 
@@ -174,3 +174,16 @@ def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t l
                         start = i + 1
         pos += rc
     return records[:n].copy(), keys[:nk].copy(), problems, pos, blank
+
+
+def reachable_keys(IndexFile f, const int64_t[::1] phys, const int32_t[::1] hashes,
+                   unsigned char[::1] found):
+    """Set ``found[i]`` when key ``hashes[i]`` of the record at ``phys[i]`` is reachable
+    through its slot's chain in index file ``f`` (what a query walks, FORMAT.md 6.4); entries
+    already found are skipped."""
+    cdef Py_ssize_t i, n = phys.shape[0]
+    if hashes.shape[0] != n or found.shape[0] != n:
+        raise ValueError("phys, hashes and found must have one length")
+    for i in range(n):
+        if not found[i] and f.has_entry(hashes[i], phys[i]):
+            found[i] = 1
