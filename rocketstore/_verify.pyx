@@ -68,6 +68,13 @@ cdef bint _all_zero(const char *p, Py_ssize_t n) noexcept nogil:
     return True
 
 
+cdef object _grow(object arr, Py_ssize_t cap):
+    # np.resize refills by repeating the data, slowly for structured dtypes: copy once instead
+    out = np.empty(cap, dtype=arr.dtype)
+    out[:len(arr)] = arr
+    return out
+
+
 def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t limit=-1):
     """Walk every record of ``mf`` from position 0.
 
@@ -85,7 +92,7 @@ def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t l
         raise ValueError(f"{mf.path}: file is not mapped")
     cdef Py_ssize_t size = mf.file_size if limit < 0 else min(limit, mf.file_size)
     cdef int64_t from_off = mf.file_from_offset
-    cdef Py_ssize_t pos = 0, rc, rc_crc, n = 0, nk = 0, cap = FIRST_CAP, kcap = FIRST_CAP
+    cdef Py_ssize_t pos = 0, rc, n = 0, nk = 0, cap = FIRST_CAP, kcap = FIRST_CAP
     cdef Py_ssize_t i, start
     cdef RecordInfo info
     cdef PropRefs refs
@@ -94,13 +101,20 @@ def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t l
     cdef const char *last_topic = NULL
     cdef int32_t last_topic_len = -1
     cdef bint blank = False
+    cdef bint crc_bad
     records = np.zeros(cap, dtype=RECORD_DTYPE)
     keys = np.zeros(kcap, dtype=KEY_DTYPE)
     cdef Row[::1] rows = records
     cdef KeyRow[::1] krows = keys
     problems = []
     while pos < size:
-        rc = parse_record(base + pos, size - pos, False, &info)
+        # one parse with the CRC; only a failure is parsed again without it, to tell a bad
+        # body (step over it) from a broken structure (stop)
+        crc_bad = False
+        rc = parse_record(base + pos, size - pos, check_crc, &info)
+        if rc < 0 and check_crc:
+            rc = parse_record(base + pos, size - pos, False, &info)
+            crc_bad = rc > 0
         if rc == 0:
             if info.total_size != size - pos:
                 problems.append((pos, f"blank record of {info.total_size} bytes does not fill "
@@ -118,14 +132,12 @@ def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t l
         if info.phy_offset != from_off + pos:
             problems.append((pos, f"PHYSICALOFFSET field says {info.phy_offset}, record is at "
                                   f"{from_off + pos}"))
-        if check_crc:
-            rc_crc = parse_record(base + pos, size - pos, True, &info)
-            if rc_crc < 0:
-                problems.append((pos, f"BODYCRC {info.body_crc & 0xFFFFFFFF:#010x} does not "
-                                      f"match the body ({info.body_len} bytes)"))
+        if crc_bad:
+            problems.append((pos, f"BODYCRC {info.body_crc & 0xFFFFFFFF:#010x} does not "
+                                  f"match the body ({info.body_len} bytes)"))
         if n == cap:
             cap *= 2
-            records = np.resize(records, cap)
+            records = _grow(records, cap)
             rows = records
         # topics: consecutive records mostly share one, so compare with the last before the dict
         if (info.topic_len != last_topic_len
@@ -156,7 +168,7 @@ def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t l
             prefix = index_topic_prefix(info.topic, info.topic_len)
             if nk + 1 + refs.keys_len // 2 + 1 > kcap:
                 kcap = 2 * kcap + refs.keys_len
-                keys = np.resize(keys, kcap)
+                keys = _grow(keys, kcap)
                 krows = keys
             if refs.uniq != NULL and refs.uniq_len > 0:
                 krows[nk].phy = from_off + pos

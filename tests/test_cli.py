@@ -545,3 +545,20 @@ def test_help_lists_every_command():
     for cmd in ("demo", "bench", "stat", "get", "query", "export", "dump", "import", "verify",
                 "recover", "offsets"):
         assert cmd in out
+
+
+def test_verify_takes_a_torn_last_record_of_an_unclosed_store_for_the_tail(rocketmq_store, expected):
+    # a crash mid-write: the last record's body is cut short (zeros), the abort file is there
+    last = max(expected["msg"], key=lambda e: e["physicalOffset"])
+    path, pos = _record_body_pos(rocketmq_store, last, expected["store"][0]["commitlogFileSize"])
+    end = last["physicalOffset"] % expected["store"][0]["commitlogFileSize"] + last["storeSize"]
+    corrupt(path, pos, bytes(end - pos))
+    Path(rocketmq_store, "abort").touch()
+    out = run("verify", rocketmq_store, "--commit-log-only").stdout
+    assert "the last record does not parse" in out and out.rstrip().endswith(": OK")
+    assert "999 record(s)" in out
+    # the same bytes in a store that was closed cleanly are damage
+    os.unlink(os.path.join(rocketmq_store, "abort"))
+    out = run("verify", rocketmq_store, "--commit-log-only", check_rc=1).stdout
+    assert f"(offset {last['physicalOffset']})" in out and "TOTALSIZE disagrees" in out
+    assert out.rstrip().endswith("1 problem(s)")

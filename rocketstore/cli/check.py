@@ -66,6 +66,15 @@ def _scan_commit_log(store, report: _Report, check_crc: bool = True):
     # files after the last one holding data are pre-allocated (empty): not a gap
     last_data = max((i for i, w in enumerate(walked) if w[1] > 0 or w[3]), default=0)
     for i, (mf, end_pos, blank, problems) in enumerate(walked):
+        if (i == last_data and problems and not store.last_exit_ok
+                and _is_tail(mf, problems[-1][0])):
+            # the store is open or crashed (abort file), its last record does not parse and
+            # only zeros follow: a write in progress, or a torn tail recovery will cut
+            pos, reason = problems.pop()
+            report.notes.append(f"commitlog {mf.file_name} pos {pos}: the last record does not "
+                                f"parse ({reason}): a write in progress, or a torn tail that "
+                                f"recovery truncates")
+            end_pos = pos
         for pos, reason in problems:
             report.add("commitlog", f"{mf.file_name} pos {pos} (offset {mf.file_from_offset + pos})",
                        reason)
@@ -79,6 +88,15 @@ def _scan_commit_log(store, report: _Report, check_crc: bool = True):
     all_keys = np.concatenate(keys) if keys else np.zeros(0, KEY_DTYPE)
     names = [b.decode("utf-8", "replace") for b, _ in sorted(topics.items(), key=lambda kv: kv[1])]
     return records, all_keys, names, end
+
+
+def _is_tail(mf, pos: int) -> bool:
+    """Whether only zeros follow the record claimed at ``pos`` (its TOTALSIZE, when that fits
+    the file, else the next 8 bytes): then it is the end of the log, not a record in it."""
+    size = int.from_bytes(mf.read_bytes(pos, 4), "big", signed=True) if pos + 4 <= mf.file_size else 0
+    after = pos + size if 0 < size <= mf.file_size - pos else pos + 4
+    n = min(mf.file_size - after, 4096)
+    return n <= 0 or mf.read_bytes(after, n) == bytes(n)
 
 
 def _units(cq, lo: int, hi: int) -> np.ndarray:
