@@ -437,10 +437,15 @@ def test_errors_are_one_line_naming_what_and_where(rocketmq_store, tmp_path):
         (["offsets", "reset", rocketmq_store, "--group", "G", "--topic", "Nope", "--to-earliest"],
          "topic Nope: no consume queue"),
     ]
+    # usage errors too
+    cases += [(["get", rocketmq_store, "TopicA", "zero", "0"], "argument queue: invalid int value"),
+              (["offsets", "reset", rocketmq_store, "--group", "G"], "required: --topic"),
+              (["verify"], "required: store")]
     for args, text in cases:
         proc = run(*args, check_rc=2)
         assert proc.stderr.count("\n") == 1, (args, proc.stderr)
-        assert proc.stderr.startswith(f"rocketstore {args[0]}: "), (args, proc.stderr)
+        command = " ".join(args[:2]) if args[0] == "offsets" else args[0]
+        assert proc.stderr.startswith(f"rocketstore {command}: "), (args, proc.stderr)
         assert text in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
 

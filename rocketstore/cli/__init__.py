@@ -25,8 +25,16 @@ from rocketstore.cli.demo import DEFAULT_STORE_DIR
 __all__ = ["main", "build_parser", "DEFAULT_STORE_DIR"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line too (argparse prints the whole usage first); subcommand
+    parsers inherit the class."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rocketstore",
+    ap = _Parser(prog="rocketstore",
                                  description="RocketMQ-compatible message store: inspect, move "
                                              "and repair store directories")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -50,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     args = build_parser().parse_args(argv)
     from rocketstore.errors import RocketStoreError
+    command = " ".join(c for c in (args.command, getattr(args, "offsets_command", None)) if c)
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -64,12 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     except (RocketStoreError, OSError, ValueError, LookupError) as e:
         if os.environ.get("ROCKETSTORE_TRACEBACK") == "1":
             raise
-        print(f"rocketstore {args.command}: {_one_line(e)}", file=sys.stderr)
+        print(f"rocketstore {command}: {_one_line(e)}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - the contract is one line, never a traceback
         if os.environ.get("ROCKETSTORE_TRACEBACK") == "1":
             raise
-        print(f"rocketstore {args.command}: internal error: {type(e).__name__}: {_one_line(e)}",
+        print(f"rocketstore {command}: internal error: {type(e).__name__}: {_one_line(e)}",
               file=sys.stderr)
         return 3
 
