@@ -567,3 +567,14 @@ def test_verify_takes_a_torn_last_record_of_an_unclosed_store_for_the_tail(rocke
     out = run("verify", rocketmq_store, "--commit-log-only", check_rc=1).stdout
     assert f"(offset {last['physicalOffset']})" in out and "TOTALSIZE disagrees" in out
     assert out.rstrip().endswith("1 problem(s)")
+
+
+def test_bench_verify_prints_every_figure_and_ratio():
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "bench_verify.py"), "--num", "3000"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "3,000 messages" in lines[1]
+    for name in ("recovery", "zlib", "python", "verify"):
+        line = next(line for line in lines if line.startswith(name))
+        assert "M msgs/s" in line and "x the walk's time" in line

@@ -28,6 +28,8 @@ from rocketstore.cli.lookup import commit_log_end, list_queues
 # the host-v6 bits follow the hosts given (FORMAT.md 1.3)
 _CLEARED_SYSFLAG = 0x1 | 0x700 | 0x10 | 0x20
 _BATCH_ROWS = 8192
+# one encoder for every row: json.dumps(..., ensure_ascii=False) builds a new one per call
+_to_json = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def _arrow_schema():
@@ -133,7 +135,7 @@ def _export(args: argparse.Namespace) -> int:
                 open(args.output, "w", encoding="utf-8")
             try:
                 for m in rows:
-                    out.write(json.dumps(message_row(m), ensure_ascii=False) + "\n")
+                    out.write(_to_json(message_row(m)) + "\n")
                     count += 1
                     if args.limit is not None and count >= args.limit:
                         break
