@@ -365,6 +365,13 @@ def test_recover_refuses_to_truncate_a_log_with_a_bad_record_mid_way(rocketmq_st
     assert proc.stderr.count("\n") == 1 and "--truncate" in proc.stderr
     assert f"offset {victim['physicalOffset']}" in proc.stderr
     assert sorted(str(p) for p in Path(rocketmq_store, "consumequeue").rglob("*")) == queues_before
+    # asked to, it recovers: the log ends before the bad record, and what is left is consistent
+    out = run("recover", rocketmq_store, "--truncate").stdout
+    assert f"truncated: the log now ends at {victim['physicalOffset']:,}" in out
+    assert run("verify", rocketmq_store).stdout.rstrip().endswith(": OK")
+    rows = jsonl(run("export", rocketmq_store).stdout)
+    assert sorted(r["commitlog_offset"] for r in rows) == sorted(
+        e["physicalOffset"] for e in expected["msg"] if e["physicalOffset"] < victim["physicalOffset"])
 
 
 # -- offsets ---------------------------------------------------------------------------------

@@ -333,11 +333,9 @@ def _verify(args: argparse.Namespace) -> int:
         checks = "" if args.commit_log_only else (
             f"; {stats['queues']} queue(s), {stats['units']:,} unit(s); "
             f"{stats['index_files']} index file(s), {stats['entries']:,} entries")
+        verdict = f"{len(report.problems)} problem(s)" if report.problems else "OK"
         print(f"{stats['records']:,} record(s) in {stats['commit_log_files']} commit-log file(s)"
-              f"{'' if args.no_crc else ', CRC-checked'}{checks}: "
-              f"{len(report.problems)} problem(s)" if report.problems else
-              f"{stats['records']:,} record(s) in {stats['commit_log_files']} commit-log file(s)"
-              f"{'' if args.no_crc else ', CRC-checked'}{checks}: OK")
+              f"{'' if args.no_crc else ', CRC-checked'}{checks}: {verdict}")
     return 1 if report.problems else 0
 
 
@@ -355,18 +353,16 @@ def _recover(args: argparse.Namespace) -> int:
         # look before cutting: recovery truncates the log at its first bad record
         with MessageStore.open(root, config, read_only=True) as store:
             report = _Report()
-            records, _, _, end = _scan_commit_log(store, report)
+            _, _, _, end = _scan_commit_log(store, report)
             bad = [p for p in report.problems if p[0] == "commitlog"]
-            last_end = store.commit_log_queue.files[-1].file_from_offset + \
-                store.commit_log_queue.files[-1].file_size if store.commit_log_queue.files else 0
         if bad and not args.truncate:
-            area, where, what = bad[0]
+            _, where, what = bad[0]
             raise CommandError(f"commitlog {where}: {what}; recovery would drop everything "
                                f"after it ({len(bad)} problem(s) in all; see `rocketstore verify`)."
                                f" Pass --truncate to recover anyway")
         for sub in (paths.CONSUMEQUEUE_DIR, paths.INDEX_DIR):
-            shutil.rmtree(os.path.join(root, sub), ignore_errors=False) \
-                if os.path.isdir(os.path.join(root, sub)) else None
+            if os.path.isdir(os.path.join(root, sub)):
+                shutil.rmtree(os.path.join(root, sub))
         cp = StoreCheckpoint(paths.checkpoint_path(root))
         cp.physic_msg_timestamp = cp.logics_msg_timestamp = cp.index_msg_timestamp = 0
         cp.flush()
@@ -387,7 +383,6 @@ def _recover(args: argparse.Namespace) -> int:
     if rec["torn_record_bytes"] or rec["files_dropped"] or rec["max_offset"] < end:
         print(f"truncated: the log now ends at {rec['max_offset']:,} (data reached {end:,}; "
               f"{rec['files_dropped']} file(s) dropped)")
-    del records, last_end
     return 0
 
 
