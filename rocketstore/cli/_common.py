@@ -153,7 +153,10 @@ def fmt_ts(ms: int) -> str:
     """Milliseconds since the epoch as local ISO time with milliseconds ('-' for 0)."""
     if ms <= 0:
         return "-"
-    return _dt.datetime.fromtimestamp(ms / 1000).isoformat(timespec="milliseconds")
+    try:
+        return _dt.datetime.fromtimestamp(ms / 1000).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms"               # beyond what datetime represents
 
 
 def parse_time(text: str, what: str) -> int:

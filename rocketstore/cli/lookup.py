@@ -9,7 +9,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from typing import Any
 
 from rocketstore.cli._common import (CommandError, add_store_options, fmt_ts, message_row,
@@ -216,11 +215,13 @@ def _query(args: argparse.Namespace) -> int:
         if args.key is None or args.topic is None:
             raise CommandError("give --topic and --key, or --id")
         begin = parse_time(args.begin, "--begin") if args.begin else 0
-        end = parse_time(args.end, "--end") if args.end else int(time.time() * 1000)
+        # no upper bound by default: a store copied from another machine may be "ahead"
+        end = parse_time(args.end, "--end") if args.end else (1 << 62)
         msgs = store.query_message(args.topic, args.key, args.limit, begin, end)
         if not msgs:
             raise CommandError(f"topic {args.topic} key {args.key!r}: no message stored "
-                               f"between {fmt_ts(begin) if begin else 'the start'} and {fmt_ts(end)}")
+                               f"between {fmt_ts(begin) if begin else 'the start'} and "
+                               f"{fmt_ts(end) if args.end else 'now'}")
         _print_messages([m.copy() for m in msgs], args)
     return 0
 
@@ -249,7 +250,7 @@ def register(sub) -> None:
     p.add_argument("--key", help="a KEYS token or UNIQ_KEY")
     p.add_argument("--id", help="an offset message id (or, with --topic, a UNIQ_KEY)")
     p.add_argument("--begin", help="stored at or after (ms since the epoch or ISO 8601)")
-    p.add_argument("--end", help="stored at or before (default now)")
+    p.add_argument("--end", help="stored at or before (default: no limit)")
     p.add_argument("--limit", type=int, default=32, help="at most this many (default 32)")
     p.add_argument("--format", choices=("table", "jsonl"), default="table")
     p.set_defaults(func=_query)
