@@ -457,6 +457,17 @@ def test_errors_are_one_line_naming_what_and_where(rocketmq_store, tmp_path):
         assert "Traceback" not in proc.stderr
 
 
+def test_a_commit_log_kept_elsewhere_is_found_with_commitlog_dir(rocketmq_store, tmp_path):
+    # a broker with storePathCommitLog set keeps the commit log outside the root
+    elsewhere = tmp_path / "disk2" / "commitlog"
+    elsewhere.parent.mkdir()
+    shutil.move(os.path.join(rocketmq_store, "commitlog"), elsewhere)
+    assert "not a store directory" in run("stat", rocketmq_store, check_rc=2).stderr
+    info = json.loads(run("stat", rocketmq_store, "--commitlog-dir", str(elsewhere), "--json").stdout)
+    assert info["commit_log"]["max_phy_offset"] == 339544
+    assert run("verify", rocketmq_store, "--commitlog-dir", str(elsewhere)).stdout.rstrip().endswith(": OK")
+
+
 def test_an_index_file_of_an_unknown_size_asks_for_the_settings(rocketmq_store):
     index = Path(rocketmq_store, "index")
     for p in index.iterdir():

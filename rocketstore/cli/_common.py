@@ -36,6 +36,8 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
     """The store directory and the file-size settings (read from the files when omitted)."""
     p.add_argument("store", help="store directory (ours, or a RocketMQ broker's storePathRootDir)")
     g = p.add_argument_group("store layout (read from the directory's files when omitted)")
+    g.add_argument("--commitlog-dir", metavar="DIR",
+                   help="storePathCommitLog, when not STORE/commitlog")
     g.add_argument("--commitlog-file-size", type=int, metavar="BYTES",
                    help="mapedFileSizeCommitLog")
     g.add_argument("--cq-file-size", type=int, metavar="BYTES",
@@ -73,8 +75,11 @@ def detect_config(root: str, args: argparse.Namespace | None = None):
     """
     from rocketstore import StoreConfig
     changes: dict[str, Any] = {}
+    cl_dir = getattr(args, "commitlog_dir", None)
+    if cl_dir:
+        changes["store_path_commit_log"] = cl_dir
     cl = getattr(args, "commitlog_file_size", None) or _first_segment_size(
-        os.path.join(root, "commitlog"), 0)
+        cl_dir or os.path.join(root, "commitlog"), 0)
     if cl:
         changes["mapped_file_size_commit_log"] = cl
     cq = getattr(args, "cq_file_size", None) or _first_segment_size(
@@ -109,8 +114,10 @@ def open_store(args: argparse.Namespace, read_only: bool = True):
     root = args.store
     if not os.path.isdir(root):
         raise CommandError(f"{root}: no such store directory")
-    if read_only and not os.path.isdir(os.path.join(root, "commitlog")):
-        raise CommandError(f"{root}: not a store directory (no commitlog/ in it)")
+    cl_dir = getattr(args, "commitlog_dir", None) or os.path.join(root, "commitlog")
+    if read_only and not os.path.isdir(cl_dir):
+        raise CommandError(f"{root}: not a store directory (no {cl_dir})" if args.commitlog_dir
+                           else f"{root}: not a store directory (no commitlog/ in it)")
     return MessageStore.open(root, detect_config(root, args), read_only=read_only)
 
 

@@ -345,9 +345,9 @@ def _recover(args: argparse.Namespace) -> int:
     from rocketstore.cli._common import detect_config
     from rocketstore.store import _StoreLock
     root = args.store
-    if not os.path.isdir(os.path.join(root, "commitlog")):
-        raise CommandError(f"{root}: not a store directory (no commitlog/ in it)")
     config = detect_config(root, args)
+    if not os.path.isdir(config.commit_log_path(root)):
+        raise CommandError(f"{root}: not a store directory (no {config.commit_log_path(root)})")
     lock = _StoreLock(root)         # StoreLockedError when a writer holds it
     try:
         # look before cutting: recovery truncates the log at its first bad record
