@@ -1,8 +1,7 @@
-"""The ``rocketstore`` command (``python -m rocketstore``).
+"""``rocketstore demo`` (alias ``bench``): the README's main job.
 
-Subcommands so far:
-  demo   write a realistic workload into a store directory, read it back, print figures
-Errors print one line saying what was wrong and where, not a traceback.
+Writes a realistic workload into a store directory, reopens it (recovery), consumes every
+queue, pulls one with a tag filter, looks a message up by id, and prints the figures.
 """
 from __future__ import annotations
 
@@ -123,10 +122,10 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rocketstore", description="RocketMQ-compatible message store")
-    sub = ap.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="write a realistic workload, read it back, print figures")
+def register(sub) -> None:
+    """Add ``demo`` (alias ``bench``): the README's main job."""
+    demo = sub.add_parser("demo", aliases=["bench"],
+                          help="write a realistic workload, read it back, print figures")
     demo.add_argument("--dir", default=DEFAULT_STORE_DIR, help=f"store directory (default {DEFAULT_STORE_DIR})")
     demo.add_argument("--messages", type=int, default=1_000_000)
     demo.add_argument("--topics", type=int, default=4)
@@ -137,20 +136,3 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep", action="store_true",
                       help="append to the existing demo store instead of starting afresh")
     demo.set_defaults(func=_demo)
-    return ap
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from rocketstore.errors import RocketStoreError
-    try:
-        return args.func(args)
-    except (RocketStoreError, OSError) as e:
-        print(f"rocketstore {args.command}: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,87 @@
+"""The ``rocketstore`` command (console script ``rocketstore``, or ``python -m rocketstore``).
+
+Subcommands, one module per group:
+
+  demo / bench        write a realistic workload, read it back, print figures (``demo``)
+  stat                files, sizes, offsets per queue, dispatch lag, flush state, checkpoint
+  get / query         messages by queue offset, by key (time range, limit), by message id
+  dump / export       messages to JSONL or Parquet; ``import`` puts them back (``transfer``)
+  verify / recover    full CRC scan and cross-check of consume queues and index; rebuild them
+  offsets             show and reset a consumer group's offsets
+
+Read-only commands open the store with ``read_only=True``: no lock, nothing written, so they
+work beside a broker or an application holding the directory. Errors print one line saying
+what was wrong and where, and exit non-zero; ``ROCKETSTORE_TRACEBACK=1`` shows the traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from rocketstore.cli import check, demo, lookup, offsets, transfer
+from rocketstore.cli.demo import DEFAULT_STORE_DIR
+
+__all__ = ["main", "build_parser", "DEFAULT_STORE_DIR"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line too (argparse prints the whole usage first); subcommand
+    parsers inherit the class."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="rocketstore",
+                                 description="RocketMQ-compatible message store: inspect, move "
+                                             "and repair store directories")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo.register(sub)
+    lookup.register(sub)
+    transfer.register(sub)
+    check.register(sub)
+    offsets.register(sub)
+    return ap
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        where = e.filename if e.filename is not None else ""
+        return f"{where}: {e.strerror}" if where else e.strerror
+    text = str(e) or type(e).__name__
+    return " ".join(text.split())           # never more than one line
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    args = build_parser().parse_args(argv)
+    from rocketstore.errors import RocketStoreError
+    command = " ".join(c for c in (args.command, getattr(args, "offsets_command", None)) if c)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `rocketstore dump ... | head`: the reader left; not an error of ours
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except (RocketStoreError, OSError, ValueError, LookupError) as e:
+        if os.environ.get("ROCKETSTORE_TRACEBACK") == "1":
+            raise
+        print(f"rocketstore {command}: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - the contract is one line, never a traceback
+        if os.environ.get("ROCKETSTORE_TRACEBACK") == "1":
+            raise
+        print(f"rocketstore {command}: internal error: {type(e).__name__}: {_one_line(e)}",
+              file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

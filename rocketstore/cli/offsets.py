@@ -1,0 +1,99 @@
+"""``rocketstore offsets show`` and ``offsets reset``: a consumer group's committed offsets
+(``config/consumerOffset.json``, FORMAT.md 10).
+
+show opens the store read-only and prints each committed offset beside its queue's min and
+max and the lag. reset takes the store's lock (a running writer would overwrite the file with
+its own table) and commits, per queue: a given offset, the earliest or latest, or the offset of
+a store time with RocketMQ's boundary rule (LOWER: first message stored at or after it; UPPER:
+last message stored at or before it). Offsets are clamped into [min, max] of each queue.
+"""
+from __future__ import annotations
+
+import argparse
+
+from rocketstore.cli._common import (CommandError, add_store_options, fmt_ts, open_store,
+                                     parse_time, table)
+from rocketstore.cli.lookup import list_queues
+
+
+def _show(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        rows = []
+        for key, queues in sorted(store.consumer_offset_manager.table().items()):
+            topic, _, group = key.partition("@")
+            if (args.group and group != args.group) or (args.topic and topic != args.topic):
+                continue
+            for q, off in sorted(queues.items()):
+                lo = store.get_min_offset_in_queue(topic, q)
+                hi = store.get_max_offset_in_queue(topic, q)
+                rows.append((group, topic, q, off, lo, hi, max(0, hi - max(off, lo))))
+    if not rows:
+        what = " ".join(x for x in (f"group {args.group}" if args.group else "",
+                                    f"topic {args.topic}" if args.topic else "") if x)
+        raise CommandError(f"{args.store}: no committed offsets{' for ' + what if what else ''}")
+    table(rows, ("group", "topic", "queue", "offset", "min", "max", "lag"))
+    return 0
+
+
+def _reset(args: argparse.Namespace) -> int:
+    targets = [x is not None and x is not False
+               for x in (args.to_offset, args.to_time, args.to_earliest or None, args.to_latest or None)]
+    if sum(targets) != 1:
+        raise CommandError("give exactly one of --to-offset, --to-time, --to-earliest, --to-latest")
+    ts = parse_time(args.to_time, "--to-time") if args.to_time is not None else None
+    with open_store(args, read_only=False) as store:
+        queues = [q for t, q in list_queues(store) if t == args.topic]
+        if args.queue is not None:
+            if args.queue not in queues:
+                raise CommandError(f"topic {args.topic}: no queue {args.queue} in {args.store}")
+            queues = [args.queue]
+        if not queues:
+            raise CommandError(f"topic {args.topic}: no consume queue in {args.store}")
+        rows = []
+        for q in queues:
+            lo = store.get_min_offset_in_queue(args.topic, q)
+            hi = store.get_max_offset_in_queue(args.topic, q)
+            if args.to_offset is not None:
+                new = args.to_offset
+            elif args.to_earliest:
+                new = lo
+            elif args.to_latest:
+                new = hi
+            else:
+                new = store.get_offset_in_queue_by_time(args.topic, q, ts, args.boundary)
+            new = min(max(new, lo), hi)
+            old = store.query_offset(args.group, args.topic, q)
+            at = store.get_message_store_timestamp(args.topic, q, new) if new < hi else -1
+            if not args.dry_run:
+                store.commit_offset(args.group, args.topic, q, new)
+            rows.append((args.group, args.topic, q, old if old >= 0 else None, new, lo, hi,
+                         fmt_ts(at) if at > 0 else "(end)"))
+    table(rows, ("group", "topic", "queue", "old", "new", "min", "max", "new offset stored"))
+    if args.dry_run:
+        print("dry run: nothing committed")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("offsets", help="show or reset a consumer group's offsets")
+    osub = p.add_subparsers(dest="offsets_command", required=True, metavar="ACTION")
+    s = osub.add_parser("show", help="committed offsets, queue min/max and lag")
+    add_store_options(s)
+    s.add_argument("--group")
+    s.add_argument("--topic")
+    s.set_defaults(func=_show)
+
+    r = osub.add_parser("reset", help="commit new offsets for a group on a topic")
+    add_store_options(r)
+    r.add_argument("--group", required=True)
+    r.add_argument("--topic", required=True)
+    r.add_argument("--queue", type=int, help="only this queue (default every queue of the topic)")
+    r.add_argument("--to-offset", type=int)
+    r.add_argument("--to-time", metavar="TIME", help="ms since the epoch or ISO 8601")
+    r.add_argument("--boundary", choices=("LOWER", "UPPER"), default="LOWER",
+                   help="with --to-time: LOWER = first message at or after, UPPER = last at or "
+                        "before (default LOWER)")
+    r.add_argument("--to-earliest", action="store_true")
+    r.add_argument("--to-latest", action="store_true")
+    r.add_argument("--dry-run", action="store_true", help="show what would be committed")
+    r.set_defaults(func=_reset)
