@@ -188,6 +188,16 @@ cdef int32_t _queue_id(object queue_id) except -1:
     return <int32_t>queue_id
 
 
+cdef inline void _deadline_in(timespec *t, int64_t ms) noexcept nogil:
+    # an absolute CLOCK_REALTIME deadline ``ms`` from now, for pthread_cond_timedwait
+    clock_gettime(CLOCK_REALTIME, t)
+    t.tv_sec += ms // 1000
+    t.tv_nsec += (ms % 1000) * 1000000
+    if t.tv_nsec >= 1000000000:
+        t.tv_sec += 1
+        t.tv_nsec -= 1000000000
+
+
 # -- the log ---------------------------------------------------------------------------------
 
 @cython.final
@@ -330,12 +340,7 @@ cdef class CommitLog:
                     break
                 timed_out = 0
                 if wbase == NULL or rs_load_acquire(wrote_p) - comm_p[0] < least_bytes:
-                    clock_gettime(CLOCK_REALTIME, &deadline)
-                    deadline.tv_sec += interval_ms // 1000
-                    deadline.tv_nsec += (interval_ms % 1000) * 1000000
-                    if deadline.tv_nsec >= 1000000000:
-                        deadline.tv_sec += 1
-                        deadline.tv_nsec -= 1000000000
+                    _deadline_in(&deadline, interval_ms)
                     pthread_mutex_lock(&self.commit_mu)
                     if not self.commit_stop:
                         self.commit_want = least_bytes if least_bytes > 0 else 1
@@ -551,12 +556,7 @@ cdef class CommitLog:
         """0 once durable past ``target``, -1 on timeout, -2 after a failed sync."""
         cdef timespec deadline
         cdef int rc = 0
-        clock_gettime(CLOCK_REALTIME, &deadline)
-        deadline.tv_sec += self.sync_flush_timeout_ms // 1000
-        deadline.tv_nsec += (self.sync_flush_timeout_ms % 1000) * 1000000
-        if deadline.tv_nsec >= 1000000000:
-            deadline.tv_sec += 1
-            deadline.tv_nsec -= 1000000000
+        _deadline_in(&deadline, self.sync_flush_timeout_ms)
         pthread_mutex_lock(&self.flush_mu)
         if self.request_offset < target:
             self.request_offset = target
