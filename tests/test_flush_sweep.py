@@ -31,11 +31,12 @@ fs = _load_tool()
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-    existing = SparkSession.getActiveSession()
-    session = existing or fs.spark_session("local[2]")
+    from pyspark import SparkContext
+    # a session another test module started is reused and left running for it
+    shared = SparkContext._active_spark_context is not None
+    session = fs.spark_session("local[2]")
     yield session
-    if existing is None:
+    if not shared:
         session.stop()
 
 

@@ -19,7 +19,7 @@ async -- one call per message, nothing forced to disk per message (a process cra
   nothing already returned, a power loss may lose the last moments):
   rocketstore   put_message per message, ASYNC_FLUSH (flushed every 500 ms in the background)
   lmdb          txn.put(append=True) per message, one write transaction per 1,000 puts,
-                sync=False, writemap=True (commits are not fsynced)
+                sync=False (commits are not fsynced)
   queuelib      FifoDiskQueue.push per message (never fsyncs)
   sqlite3       WAL, synchronous=NORMAL (no fsync on commit), execute per message, commit
                 per 1,000
@@ -32,8 +32,8 @@ async -- one call per message, nothing forced to disk per message (a process cra
 
 batched -- the peer's batch API, batches of 1,000 (peers without one are left out):
   rocketstore   put_messages per 1,000 (one queue), ASYNC_FLUSH
-  lmdb          txn.putmulti(append=True) per 1,000, a write txn per batch; and the whole run
-                in one txn (its best case); sync=False, writemap=True
+  lmdb          cursor.putmulti(append=True) per 1,000, a write txn per batch; and the whole run
+                in one txn (its best case); sync=False
   sqlite3       executemany per 1,000 + commit, WAL, synchronous=NORMAL
   diskcache     Deque.extend of 1,000 inside Deque.transact()
   (queuelib and persist-queue have no batch put)
@@ -48,11 +48,14 @@ read -- after the async put, every message back in order, each body's length tak
 
 sync -- per-message durable: a put returns only once its message is on disk. Run with one
   producer thread and with ``--sync-threads`` threads (each message still durable on return):
-  rocketstore   put_message, SYNC_FLUSH (threads share msyncs: group commit)
-  lmdb          one write txn per message, sync=True (fsync per commit)
+  rocketstore   put_message, SYNC_FLUSH (threads share msyncs: group commit; thread t puts to
+                queue t % 4)
+  lmdb          one write txn per message, sync=True (lmdb's default: each commit fsyncs
+                before returning)
   sqlite3       WAL, synchronous=FULL, execute + commit per message (a connection per thread)
   persist-queue SQLiteQueue(auto_commit=True): a commit per put, WAL with sqlite's default
-                synchronous=FULL (checked at run time); multithreading=True when threaded
+                synchronous=FULL (checked at run time); multithreading=True (the producers
+                are threads)
   diskcache     Deque over Cache(sqlite_synchronous=2), i.e. FULL, append per message
   (queuelib has no durable setting)
 
@@ -63,9 +66,8 @@ allocation thread, off the put path). The peers are benchmark-only dependencies
 (issue 7) are checked at the end against the peer's best row of the mode.
 
 Usage: python tools/bench_peers.py [--num N] [--num-sync N] [--sync-threads T] [--repeat R]
-                                   [--budget S]
-                                   [--peers lmdb,sqlite3,...] [--sizes 100,1024] [--warm]
-                                   [--dir DIR]
+                                   [--budget S] [--peers lmdb,sqlite3,...] [--sizes 100,1024]
+                                   [--warm] [--dir DIR]
 """
 from __future__ import annotations
 
@@ -237,8 +239,9 @@ class Lmdb(Store):
     def open(self, mode: str, threads: int) -> None:
         self.path = self.w.fresh_dir("lmdb")
         durable = mode == "sync"
+        # writemap stays off (lmdb's default): measured no faster here, and slower when durable
         self.env = self.lmdb.open(self.path, map_size=MAP_SIZE, sync=durable, metasync=durable,
-                                  writemap=True, max_spare_txns=16)
+                                  max_spare_txns=16)
         if mode == "batched" and not self.items:
             # putmulti takes (key, value) pairs: built before timing
             bodies, mask = self.w.bodies, POOL - 1

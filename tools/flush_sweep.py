@@ -14,10 +14,14 @@ it to Parquet, and plots with matplotlib:
 Grids: ``small`` (the default: a dozen units, a couple of minutes on local[2]) and ``full``
 (every combination of flush type, interval, least pages, thorough interval, transient pool,
 warm-up, producer threads and message size; sync-flush units do not vary the async-only
-knobs). On a cluster, ``--master spark://host:7077``: every worker needs this Python with
+knobs). On a cluster, ``--master spark://host:7077`` and ``--parquet`` on storage the
+executors share (hdfs://, s3a://, a shared mount; the PNGs stay on the driver): every worker
+needs this Python with
 rocketstore installed (``PYSPARK_PYTHON`` is set to the driver's interpreter path, so install
 it at the same path, or pass ``--conf spark.pyspark.python=/path/to/python``); the
-flush_bench script is shipped to the workers with the job.
+flush_bench script is shipped to the workers with the job. Units that run side by side share
+their worker's cores and disk (local[2] runs two at once); for figures undisturbed by each
+other, give a unit a whole worker with ``--conf spark.task.cpus=<cores per executor>``.
 
 Example:
   python tools/flush_sweep.py --out sweep-out                    # small grid on local[2]
@@ -222,9 +226,11 @@ def spark_session(master: str, conf: dict[str, str] | None = None):
 
 def run_sweep(spark, units: list[dict], out_dir: str | os.PathLike[str], *, duration: float = 2.0,
               file_size: int = 1 << 30, work_dir: str | None = None,
-              timeout: float | None = None) -> list[dict]:
-    """Run ``units`` as Spark tasks (one partition each), write ``flush_sweep.parquet`` and the
-    two PNGs under ``out_dir``; return the rows (dicts, in unit order)."""
+              timeout: float | None = None, parquet: str | None = None) -> list[dict]:
+    """Run ``units`` as Spark tasks (one partition each); write the rows with the DataFrame
+    writer to ``parquet`` (default ``out_dir/flush_sweep.parquet``; on a cluster, a location
+    the executors share: hdfs://, s3a://, a shared mount) and the two PNGs into ``out_dir``
+    on the driver. Returns the rows (dicts, in unit order)."""
     if not units:
         raise ValueError("no units to run")
     if duration <= 0:
@@ -248,7 +254,7 @@ def run_sweep(spark, units: list[dict], out_dir: str | os.PathLike[str], *, dura
     df = spark.createDataFrame([tuple(r[f.name] for f in sch.fields) for r in rows], sch)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    df.coalesce(1).write.mode("overwrite").parquet(str(out / "flush_sweep.parquet"))
+    df.coalesce(1).write.mode("overwrite").parquet(parquet or str(out.resolve() / "flush_sweep.parquet"))
     plot(rows, out)
     return rows
 
@@ -328,9 +334,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--master", default="local[2]", help="Spark master (spark://host:7077 for a cluster)")
     ap.add_argument("--grid", choices=sorted(GRIDS), default="small")
+    ap.add_argument("--limit", type=int, default=0, help="run only the grid's first N units")
     ap.add_argument("--duration", type=float, default=2.0, help="seconds per unit")
     ap.add_argument("--file-size", type=int, default=1 << 30, help="commit-log file size per unit")
-    ap.add_argument("--out", default="flush-sweep", help="output directory (Parquet + PNGs)")
+    ap.add_argument("--out", default="flush-sweep", help="output directory (PNGs; Parquet too "
+                    "unless --parquet)")
+    ap.add_argument("--parquet", default=None,
+                    help="where the DataFrame writes the rows (default OUT/flush_sweep.parquet; "
+                         "on a cluster a shared location: hdfs://..., s3a://...)")
     ap.add_argument("--work-dir", default=None,
                     help="where units make their stores on the workers (default: the temp dir)")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -345,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
         k, v = kv.split("=", 1)
         conf[k] = v
     units = GRIDS[args.grid]()
+    if args.limit < 0:
+        ap.error("--limit must be >= 0")
+    if args.limit:
+        units = units[:args.limit]
     print(f"flush sweep: {len(units)} units x {args.duration:g} s on {args.master} -> {args.out}",
           flush=True)
     spark = spark_session(args.master, conf)
@@ -352,13 +367,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t0 = time.monotonic()
         rows = run_sweep(spark, units, args.out, duration=args.duration, file_size=args.file_size,
-                         work_dir=args.work_dir)
+                         work_dir=args.work_dir, parquet=args.parquet)
         dt = time.monotonic() - t0
     finally:
         spark.stop()
     print(summary(rows))
     failed = sum(not r["ok"] for r in rows)
-    print(f"\n{len(rows)} units ({failed} failed) in {dt:.1f} s; wrote {args.out}/flush_sweep.parquet, "
+    parquet = args.parquet or f"{args.out}/flush_sweep.parquet"
+    print(f"\n{len(rows)} units ({failed} failed) in {dt:.1f} s; wrote {parquet}, "
           f"{args.out}/throughput_vs_p99.png, {args.out}/unflushed_vs_interval.png")
     return 0
 
