@@ -702,7 +702,8 @@ def main(argv: list[str] | None = None) -> int:
         peers.append(p)
     workdir = tempfile.mkdtemp(prefix="rocketstore-peers-", dir=args.dir)
     threads = [1] + ([args.sync_threads] if args.sync_threads > 1 else [])
-    print(f"bench_peers: {os.cpu_count()} cpus, work dir {workdir}; peers: {', '.join(peers) or 'none'}")
+    print(f"bench_peers: {os.cpu_count()} cpus (load average {os.getloadavg()[0]:.1f}), work dir "
+          f"{workdir}; peers: {', '.join(peers) or 'none'}")
     print("last column: rocketstore's msgs/s / the row's msgs/s (same mode, size, threads); "
           f"rocketstore warm_maped_file_enable={args.warm}")
     rows: list[Row] = []
