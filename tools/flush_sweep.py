@@ -11,7 +11,7 @@ it to Parquet, and plots with matplotlib:
   unflushed_vs_interval.png      the largest unflushed window (ms and bytes) against
                                  flush_interval_commit_log, async units
 
-Grids: ``small`` (the default: a dozen units, a couple of minutes on local[2]) and ``full``
+Grids: ``small`` (the default: 14 units, about a minute on local[2]) and ``full``
 (every combination of flush type, interval, least pages, thorough interval, transient pool,
 warm-up, producer threads and message size; sync-flush units do not vary the async-only
 knobs). On a cluster, ``--master spark://host:7077`` and ``--parquet`` on storage the
@@ -25,7 +25,8 @@ other, give a unit a whole worker with ``--conf spark.task.cpus=<cores per execu
 
 Example:
   python tools/flush_sweep.py --out sweep-out                    # small grid on local[2]
-  python tools/flush_sweep.py --master spark://host:7077 --grid full --duration 5 --out sweep
+  python tools/flush_sweep.py --master spark://host:7077 --grid full --duration 5 \
+      --conf spark.task.cpus=8 --parquet hdfs://namenode/sweeps/flush.parquet --out sweep
 """
 from __future__ import annotations
 
