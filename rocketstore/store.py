@@ -121,6 +121,16 @@ class _StoreLock:
         self._forget()
 
 
+def create_abort_marker(root: str) -> None:
+    """Create the ``abort`` file (the next open runs abnormal recovery) durably, through the
+    one sync function: a power loss after it must still mean "recover"."""
+    path = paths.abort_path(root)
+    metadata_event("create", path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    os.close(fd)
+    fsync_dir(root)
+
+
 class MessageStore:
     """A RocketMQ-compatible message store in one directory.
 
@@ -506,12 +516,7 @@ class MessageStore:
             self.dispatch_service.wakeup()
 
     def _create_abort(self) -> None:
-        # durable before the first put: a power loss after it must still mean "recover"
-        path = paths.abort_path(self.root)
-        metadata_event("create", path)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        os.close(fd)
-        fsync_dir(self.root)
+        create_abort_marker(self.root)
 
     # -- topics ----------------------------------------------------------------------------------
 

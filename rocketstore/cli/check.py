@@ -343,7 +343,7 @@ def _recover(args: argparse.Namespace) -> int:
     from rocketstore import MessageStore, paths
     from rocketstore.checkpoint import StoreCheckpoint
     from rocketstore.cli._common import detect_config
-    from rocketstore.store import _StoreLock
+    from rocketstore.store import _StoreLock, create_abort_marker
     root = args.store
     config = detect_config(root, args)
     if not os.path.isdir(config.commit_log_path(root)):
@@ -367,8 +367,7 @@ def _recover(args: argparse.Namespace) -> int:
         cp.physic_msg_timestamp = cp.logics_msg_timestamp = cp.index_msg_timestamp = 0
         cp.flush()
         cp.close()
-        with open(paths.abort_path(root), "ab"):
-            pass
+        create_abort_marker(root)
     finally:
         lock.release()
     # whoever opens the store next now runs the full abnormal recovery; that is us, at once
