@@ -21,6 +21,7 @@ __all__ = [
     "StoreReadOnlyError",
     "CorruptionError",
     "TopicPermissionError",
+    "InvalidOptionError",
 ]
 
 
@@ -151,3 +152,17 @@ class TopicPermissionError(RocketStoreError, PermissionError):
 
     def __str__(self) -> str:
         return f"topic {self.topic!r}: {self.reason}"
+
+
+class InvalidOptionError(RocketStoreError, ValueError):
+    """An option of the Spark data source (``rocketstore.spark``) is missing or malformed;
+    ``option`` names it."""
+
+    def __init__(self, option: str, value: object, reason: str) -> None:
+        super().__init__(option, value, reason)
+        self.option = option
+        self.value = value
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"rocketstore option {self.option}={self.value!r}: {self.reason}"
