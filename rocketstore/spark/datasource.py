@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -72,7 +73,8 @@ class RocketStoreDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> "RocketStoreReader":
-        return RocketStoreReader(_path(self.options), ScanOptions.from_options(self.options))
+        cls = RocketStorePushdownReader if _pushdown_enabled(self.options) else RocketStoreReader
+        return cls(_path(self.options), ScanOptions.from_options(self.options))
 
     def streamReader(self, schema: StructType) -> "RocketStoreStreamReader":
         return RocketStoreStreamReader(_path(self.options), self.options)
@@ -107,12 +109,41 @@ def _restrict(current: frozenset | None, values: Any) -> frozenset:
     return vals if current is None else current & vals
 
 
+def _pushdown_enabled(options: Any) -> bool:
+    """Whether the session takes pushed filters (spark.sql.python.filterPushdown.enabled).
+
+    Spark refuses to plan a reader that defines pushFilters when the setting is off, and
+    does not show the setting to ``reader()``: its planning function holds it in the local
+    ``enable_pushdown`` of the frame calling ``reader()``; the option ``filterPushdown``
+    (true/false) overrides the lookup."""
+    given = {str(k).lower(): v for k, v in options.items()}.get("filterpushdown")
+    if given is not None:
+        return str(given).strip().lower() == "true"
+    frame = sys._getframe(2)
+    while frame is not None:
+        flag = frame.f_locals.get("enable_pushdown")
+        if isinstance(flag, bool):
+            return flag
+        frame = frame.f_back
+    return False
+
+
 class RocketStoreReader(DataSourceReader):
     """Batch reader: partitions planned at the driver, records decoded in the tasks."""
 
     def __init__(self, path: str, opts: ScanOptions) -> None:
         self.path = path
         self.opts = opts
+
+    def partitions(self) -> Sequence[StorePartition]:
+        return [StorePartition(self.path, s, self.opts) for s in plan(self.path, self.opts)]
+
+    def read(self, partition: StorePartition) -> Iterator[Any]:  # type: ignore[override]
+        return _read_partition(partition)
+
+
+class RocketStorePushdownReader(RocketStoreReader):
+    """The batch reader with filter pushdown (when the session enables it)."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         """Take the filters this source answers exactly; yield the others back to Spark."""
@@ -152,12 +183,6 @@ class RocketStoreReader(DataSourceReader):
             else:
                 yield f
         self.opts = o
-
-    def partitions(self) -> Sequence[StorePartition]:
-        return [StorePartition(self.path, s, self.opts) for s in plan(self.path, self.opts)]
-
-    def read(self, partition: StorePartition) -> Iterator[Any]:  # type: ignore[override]
-        return _read_partition(partition)
 
 
 # -- streaming -----------------------------------------------------------------------------------
