@@ -259,7 +259,7 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         # a queue first seen now starts at its min offset (new queues start at 0)
         begin = {k: max(start.get(k, bounds[k][0]), bounds[k][0]) for k in latest}
         if isinstance(limit, ReadMaxRows):
-            budget = int(limit.maxRows)
+            budget = int(limit.max_rows)
             backlog = {k: max(0, latest[k] - begin[k]) for k in sorted(latest)}
             # fair share: every queue with a backlog gets an equal part, what one cannot use
             # goes to the others
