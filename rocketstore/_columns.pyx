@@ -15,6 +15,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT64_MIN, INT64_MAX
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memcmp, memchr
+from cython.view cimport array as cvarray
 
 from rocketstore._csrc cimport (RS_CQ_UNIT_SIZE, RS_CQ_FILLER_SIZE, RS_HOST_V4_LEN,
                                 RS_SYSFLAG_COMPRESSED, inet_ntop, AF_INET6)
@@ -74,9 +75,17 @@ cdef inline int buf_i64(Buf *b, int64_t v) except -1 nogil:
 
 
 cdef object buf_array(Buf *b, object dtype):
-    """The buffer's bytes as a numpy array of ``dtype`` (one copy)."""
-    cdef bytes data = PyBytes_FromStringAndSize(b.p, b.n) if b.n else b""
-    return np.frombuffer(data, dtype=dtype)
+    """The buffer as a numpy array of ``dtype``, without a copy: the memory moves to the
+    array (freed with it) and the buffer is left empty."""
+    if b.n == 0:
+        return np.empty(0, dtype=dtype)
+    cdef cvarray a = cvarray(shape=(b.n,), itemsize=1, format="B", mode="c",
+                             allocate_buffer=False)
+    a.data = b.p
+    a.callback_free_data = free
+    b.p = NULL
+    b.n = b.cap = 0
+    return np.asarray(a).view(dtype)
 
 
 # -- one string column: int32 offsets (with the leading 0) and data --------------------------------
@@ -236,7 +245,8 @@ cdef class _Columns:
         add_host(&self.born_host, info.born_host, info.born_host_len)
         add_host(&self.store_host, info.store_host, info.store_host_len)
         str_add(&self.body, info.body, info.body_len)
-        find_dispatch_props(info.props, info.props_len, &refs)
+        _add_props(self, info.props, info.props_len, &refs)
+        buf_i32(&self.props_off, str_count(&self.prop_keys))
         if refs.tags != NULL:
             str_add(&self.tags, refs.tags, refs.tags_len)
             buf_put(&self.tags_valid, &one, 1)
@@ -252,13 +262,12 @@ cdef class _Columns:
                         str_add(&self.keys, refs.keys + start, i - start)
                     start = i + 1
         buf_i32(&self.keys_off, str_count(&self.keys))
-        _add_props(self, info.props, info.props_len)
-        buf_i32(&self.props_off, str_count(&self.prop_keys))
         self.rows += 1
         return 0
 
     def arrays(self):
-        """{column: numpy array(s)} of the batch (see rocketstore.spark.arrow for the shape)."""
+        """{column: numpy array(s)} of the batch (see rocketstore.spark.arrow for the shape).
+        The arrays take over the buffers: call once."""
         return {
             "rows": self.rows,
             "queue_offset": buf_array(&self.queue_offset, np.int64),
@@ -282,40 +291,66 @@ cdef class _Columns:
         }
 
 
-cdef int _add_props(_Columns c, const char *props, int32_t n) except -1 nogil:
-    """Each 'name\\x01value\\x02' with both sides non-empty (parse_properties' rule); a name
-    that occurs again later is skipped here, so the last one wins as in the parsed dict."""
+cdef enum:
+    MAX_SEEN_PROPS = 64             # properties deduplicated in a local table (more: rare)
+
+
+cdef int _add_props(_Columns c, const char *props, int32_t n, PropRefs *refs) except -1 nogil:
+    """Each 'name\x01value\x02' with both sides non-empty (parse_properties' rule) into the
+    map columns, and TAGS / KEYS into ``refs``. A name that occurs again later is skipped, so
+    the last one wins as in the parsed dict."""
     cdef const char *p = props
     cdef const char *end = props + n
     cdef const char *seg_end
     cdef const char *sep
-    cdef const char *q
-    cdef const char *q_end
-    cdef const char *q_sep
-    cdef Py_ssize_t klen
+    cdef const char *names[MAX_SEEN_PROPS]
+    cdef const char *vals[MAX_SEEN_PROPS]
+    cdef int32_t nlens[MAX_SEEN_PROPS]
+    cdef int32_t vlens[MAX_SEEN_PROPS]
+    cdef int count = 0, i, j
+    cdef int32_t klen
     cdef bint later
+    refs.tags = refs.keys = NULL
+    refs.tags_len = refs.keys_len = 0
     while p < end:
         seg_end = <const char *>memchr(p, 2, <size_t>(end - p))
         if seg_end == NULL:
             seg_end = end
         sep = <const char *>memchr(p, 1, <size_t>(seg_end - p))
         if sep != NULL and sep > p and sep + 1 < seg_end:
-            klen = sep - p
-            later = False
-            q = seg_end + 1
-            while q < end and not later:
-                q_end = <const char *>memchr(q, 2, <size_t>(end - q))
-                if q_end == NULL:
-                    q_end = end
-                q_sep = <const char *>memchr(q, 1, <size_t>(q_end - q))
-                if (q_sep != NULL and q_sep - q == klen and q_sep + 1 < q_end
-                        and memcmp(q, p, <size_t>klen) == 0):
-                    later = True
-                q = q_end + 1
-            if not later:
-                str_add(&c.prop_keys, p, klen)
-                str_add(&c.prop_vals, sep + 1, seg_end - sep - 1)
+            klen = <int32_t>(sep - p)
+            if klen == 4 and memcmp(p, "TAGS", 4) == 0:
+                refs.tags = sep + 1
+                refs.tags_len = <int32_t>(seg_end - sep - 1)
+            elif klen == 4 and memcmp(p, "KEYS", 4) == 0:
+                refs.keys = sep + 1
+                refs.keys_len = <int32_t>(seg_end - sep - 1)
+            if count == MAX_SEEN_PROPS:
+                _flush_props(c, names, nlens, vals, vlens, count)
+                count = 0
+            names[count] = p
+            nlens[count] = klen
+            vals[count] = sep + 1
+            vlens[count] = <int32_t>(seg_end - sep - 1)
+            count += 1
         p = seg_end + 1
+    _flush_props(c, names, nlens, vals, vlens, count)
+    return 0
+
+
+cdef int _flush_props(_Columns c, const char **names, int32_t *nlens, const char **vals,
+                      int32_t *vlens, int count) except -1 nogil:
+    cdef int i, j
+    cdef bint later
+    for i in range(count):
+        later = False
+        for j in range(i + 1, count):
+            if nlens[j] == nlens[i] and memcmp(names[j], names[i], <size_t>nlens[i]) == 0:
+                later = True
+                break
+        if not later:
+            str_add(&c.prop_keys, names[i], nlens[i])
+            str_add(&c.prop_vals, vals[i], vlens[i])
     return 0
 
 

@@ -44,7 +44,7 @@ STAGED_SCHEMA = pa.schema([
     ("tags", pa.string()), ("keys", pa.list_(pa.string())),
     ("properties", pa.map_(pa.string(), pa.string())),
 ])
-BATCH_MESSAGES = 256            # messages per put_messages call (one queue, one file)
+BATCH_MESSAGES = 1024           # messages per put_messages call (one queue, one file)
 
 
 def shard_queue(key: str | bytes, queue_nums: int) -> int:
@@ -159,35 +159,54 @@ def append_staged(store: MessageStore, files: list[str]) -> int:
     return total
 
 
+def _column_list(col: pa.Array) -> list | None:
+    """The column as Python objects, or None when every row is null (nothing to convert)."""
+    return None if col.null_count == len(col) else col.to_pylist()
+
+
 def _append_batch(store: MessageStore, b: pa.RecordBatch, byte_limit: int) -> int:
-    topics = b.column(0).to_pylist()
-    qids = b.column(1).to_pylist()
+    n = b.num_rows
+    if n == 0:
+        return 0
+    # rows grouped by (topic, queue), each group in row order (a stable sort)
+    topic_dict = b.column(0).dictionary_encode()
+    names = topic_dict.dictionary.to_pylist()
+    group = (topic_dict.indices.to_numpy(zero_copy_only=False).astype(np.int64) << 32) \
+        | b.column(1).to_numpy(zero_copy_only=False).astype(np.int64)
+    order = np.argsort(group, kind="stable")
+    sorted_groups = group[order]
+    cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
+    starts = np.concatenate(([0], cuts))
+    ends = np.concatenate((cuts, [n]))
     bodies = b.column(2).to_pylist()
-    tags = b.column(3).to_pylist()
-    keys = b.column(4).to_pylist()
-    props = b.column(5).to_pylist()
-    pending: dict[tuple[str, int], list[Message]] = {}
-    sizes: dict[tuple[str, int], int] = {}
-    for i in range(b.num_rows):
-        key = (topics[i], qids[i])
-        p = props[i]
-        m = Message(topics[i], bodies[i], tags=tags[i], keys=keys[i] or None,
-                    properties=dict(p) if p else None)
-        run = pending.get(key)
-        if run is None:
-            run = pending[key] = []
-            sizes[key] = 0
-        size = len(bodies[i]) + 256
-        if run and (len(run) >= BATCH_MESSAGES or sizes[key] + size > byte_limit):
-            _put(store, run, key[1])
-            run.clear()
-            sizes[key] = 0
-        run.append(m)
-        sizes[key] += size
-    for key, run in pending.items():
-        if run:
-            _put(store, run, key[1])
-    return b.num_rows
+    tags = _column_list(b.column(3))
+    keys = _column_list(b.column(4))
+    props = _column_list(b.column(5))
+    # what a record costs beyond its body, at most (header, topic, tags, keys, UNIQ_KEY)
+    est = pc.add(pc.binary_length(b.column(2)), 512).to_numpy(zero_copy_only=False)
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        g = int(sorted_groups[s])
+        topic, qid = names[g >> 32], g & 0xFFFFFFFF
+        idx = order[s:e].tolist()
+        if tags is None and keys is None and props is None:
+            msgs = [Message(topic, bodies[i]) for i in idx]
+        else:
+            msgs = [Message(topic, bodies[i], tags=tags[i] if tags else None,
+                            keys=(keys[i] or None) if keys else None,
+                            properties=dict(props[i]) if props and props[i] else None)
+                    for i in idx]
+        sizes = est[order[s:e]]
+        if props is not None:
+            sizes = sizes + np.array([sum(len(k) + len(v) + 2 for k, v in props[i] or ())
+                                      for i in idx], dtype=np.int64) * 4
+        lo = 0
+        while lo < len(msgs):
+            # the longest run from lo within BATCH_MESSAGES and the byte limit (at least one)
+            run = np.cumsum(sizes[lo:lo + BATCH_MESSAGES])
+            hi = lo + max(1, int(np.searchsorted(run, byte_limit, side="right")))
+            _put(store, msgs[lo:hi], qid)
+            lo = hi
+    return n
 
 
 def _put(store: MessageStore, msgs: list[Message], queue_id: int) -> None:
