@@ -302,3 +302,17 @@ def test_failed_write_leaves_the_store_untouched(spark, store_dir):
     with pytest.raises(Exception, match="needs a body column"):
         spark.createDataFrame([("W",)], "topic string") \
             .write.format("rocketstore").mode("append").save(store_dir)
+
+
+def test_invalid_rows_fail_the_write_before_anything_is_appended(spark, store_dir):
+    spark.createDataFrame([("W", "ok")], "topic string, body string") \
+        .write.format("rocketstore").options(**SIZES).mode("append").save(store_dir)
+    rows = [("W", f"b{i}") for i in range(30)] + [("bad topic!", "x")]
+    with pytest.raises(Exception, match="topic"):
+        spark.createDataFrame(rows, "topic string, body string").repartition(3) \
+            .write.format("rocketstore").mode("append").save(store_dir)
+    with pytest.raises(Exception, match="max_message_size"):
+        spark.createDataFrame([("W", "x" * (4 * 1024 * 1024 + 1))], "topic string, body string") \
+            .write.format("rocketstore").mode("append").save(store_dir)
+    with MessageStore.open(store_dir, CONFIG, read_only=True) as s:
+        assert s.get_max_offset_in_queue("W", 0) == 1

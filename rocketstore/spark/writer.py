@@ -83,12 +83,15 @@ class _Plan:
             raise InvalidOptionError("shardingKey", self.sharding,
                                      "give either a queue_id column or a sharding key column, not both")
         self.scan = ScanOptions.from_options(options)
+        self.max_message_size = detect_config(path, self.scan).max_message_size
         self.staging = os.path.join(str(o.get("stagingdir") or os.path.join(path, STAGING_DIR)),
                                     uuid.uuid4().hex)
+        # made here, at planning: a task never re-creates it, so a task still running when
+        # abort() removed it fails instead of leaving its file behind
+        os.makedirs(self.staging)
 
     def stage(self, batches: Iterator[pa.RecordBatch]) -> Staged:
         """Write the task's rows as STAGED_SCHEMA batches to one Arrow file."""
-        os.makedirs(self.staging, exist_ok=True)
         name = os.path.join(self.staging, f"task-{uuid.uuid4().hex}.arrow")
         rows = 0
         writer = None
@@ -97,6 +100,7 @@ class _Plan:
                 if batch.num_rows == 0:
                     continue
                 out = self._convert(batch)
+                _validate(out, self.max_message_size)
                 if writer is None:
                     writer = ipc.new_file(name, STAGED_SCHEMA)
                 writer.write_batch(out)
@@ -141,6 +145,30 @@ class _Plan:
         props = (col["properties"].cast(STAGED_SCHEMA.field("properties").type)
                  if "properties" in col else pa.nulls(n, STAGED_SCHEMA.field("properties").type))
         return pa.RecordBatch.from_arrays([topic, qid, body, tags, keys, props], schema=STAGED_SCHEMA)
+
+
+def _validate(b: pa.RecordBatch, max_body: int) -> None:
+    """Refuse, in the task, what the driver's append would refuse (so a bad row fails the job
+    before anything is appended): each row must make a valid Message, and no body may pass
+    the store's max_message_size."""
+    if b.num_rows == 0:
+        return
+    longest = pc.max(pc.binary_length(b.column(2))).as_py() or 0
+    if longest > max_body:
+        raise InvalidOptionError("body", f"<{longest} bytes>",
+                                 f"longer than the store's max_message_size {max_body}")
+    tags = _column_list(b.column(3))
+    keys = _column_list(b.column(4))
+    props = _column_list(b.column(5))
+    if tags is None and keys is None and props is None:
+        for topic in pc.unique(b.column(0)).to_pylist():
+            Message(topic, b"")
+        return
+    topics = b.column(0).to_pylist()
+    for i in range(b.num_rows):
+        Message(topics[i], b"", tags=tags[i] if tags else None,
+                keys=(keys[i] or None) if keys else None,
+                properties=dict(props[i]) if props and props[i] else None)
 
 
 def _open_writer(path: str, scan: ScanOptions) -> MessageStore:
