@@ -292,7 +292,7 @@ cdef class _Columns:
 
 
 cdef enum:
-    MAX_SEEN_PROPS = 64             # properties deduplicated in a local table (more: rare)
+    MAX_SEEN_PROPS = 64             # properties deduplicated in a local table
 
 
 cdef int _add_props(_Columns c, const char *props, int32_t n, PropRefs *refs) except -1 nogil:
@@ -325,16 +325,54 @@ cdef int _add_props(_Columns c, const char *props, int32_t n, PropRefs *refs) ex
             elif klen == 4 and memcmp(p, "KEYS", 4) == 0:
                 refs.keys = sep + 1
                 refs.keys_len = <int32_t>(seg_end - sep - 1)
-            if count == MAX_SEEN_PROPS:
-                _flush_props(c, names, nlens, vals, vlens, count)
-                count = 0
-            names[count] = p
-            nlens[count] = klen
-            vals[count] = sep + 1
-            vlens[count] = <int32_t>(seg_end - sep - 1)
+            if count < MAX_SEEN_PROPS:
+                names[count] = p
+                nlens[count] = klen
+                vals[count] = sep + 1
+                vlens[count] = <int32_t>(seg_end - sep - 1)
             count += 1
         p = seg_end + 1
-    _flush_props(c, names, nlens, vals, vlens, count)
+    if count > MAX_SEEN_PROPS:
+        _add_many_props(c, props, n)    # more than the table holds: the slow way
+    else:
+        _flush_props(c, names, nlens, vals, vlens, count)
+    return 0
+
+
+cdef int _add_many_props(_Columns c, const char *props, int32_t n) except -1 nogil:
+    """_add_props for records with more properties than its table: each name is checked
+    against the rest of the string (quadratic, for a rare record)."""
+    cdef const char *p = props
+    cdef const char *end = props + n
+    cdef const char *seg_end
+    cdef const char *sep
+    cdef const char *q
+    cdef const char *q_end
+    cdef const char *q_sep
+    cdef Py_ssize_t klen
+    cdef bint later
+    while p < end:
+        seg_end = <const char *>memchr(p, 2, <size_t>(end - p))
+        if seg_end == NULL:
+            seg_end = end
+        sep = <const char *>memchr(p, 1, <size_t>(seg_end - p))
+        if sep != NULL and sep > p and sep + 1 < seg_end:
+            klen = sep - p
+            later = False
+            q = seg_end + 1
+            while q < end and not later:
+                q_end = <const char *>memchr(q, 2, <size_t>(end - q))
+                if q_end == NULL:
+                    q_end = end
+                q_sep = <const char *>memchr(q, 1, <size_t>(q_end - q))
+                if (q_sep != NULL and q_sep - q == klen and q_sep + 1 < q_end
+                        and memcmp(q, p, <size_t>klen) == 0):
+                    later = True
+                q = q_end + 1
+            if not later:
+                str_add(&c.prop_keys, p, klen)
+                str_add(&c.prop_vals, sep + 1, seg_end - sep - 1)
+        p = seg_end + 1
     return 0
 
 

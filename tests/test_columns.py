@@ -73,3 +73,15 @@ def test_positions_tags_and_times_select_rows(store):
     with pytest.raises(ValueError, match="at most 8"):
         _columns.tag_set([f"t{i}" for i in range(9)])
     assert isinstance(to_record_batch(_decode(store, units[:0])[0], "T", 0), pa.RecordBatch)
+
+
+def test_a_record_with_many_properties_keeps_them_all(store_dir):
+    props = {f"p{i}": f"v{i}-ü" for i in range(100)}       # more than the decoder's table
+    with MessageStore.open(store_dir, CONFIG) as s:
+        s.put_message(Message("T", b"x", tags="t", properties=props))
+    with MessageStore.open(store_dir, CONFIG, read_only=True) as s:
+        cols, _ = _decode(s, _units(s, "T", 0))
+        (r,) = to_record_batch(cols, "T", 0).to_pylist()
+        m = s.look_message_by_offset(r["commitlog_offset"])
+        assert dict(r["properties"]) == m.properties and len(r["properties"]) == len(m.properties)
+        assert r["tags"] == "t"

@@ -119,7 +119,7 @@ def _pushdown_enabled(options: Any) -> bool:
     given = {str(k).lower(): v for k, v in options.items()}.get("filterpushdown")
     if given is not None:
         return str(given).strip().lower() == "true"
-    frame = sys._getframe(2)
+    frame: Any = sys._getframe(2)
     while frame is not None:
         flag = frame.f_locals.get("enable_pushdown")
         if isinstance(flag, bool):
@@ -149,7 +149,8 @@ class RocketStorePushdownReader(RocketStoreReader):
         """Take the filters this source answers exactly; yield the others back to Spark."""
         o = self.opts
         for f in filters:
-            col = f.attribute[0] if len(f.attribute) == 1 else None
+            attr: tuple[str, ...] = getattr(f, "attribute", ())
+            col = attr[0] if len(attr) == 1 else None
             vals: Any = None
             if isinstance(f, EqualTo):
                 vals = (f.value,)

@@ -22,7 +22,7 @@ import pyarrow as pa
 from rocketstore import _columns, _scan
 from rocketstore._codec import java_hash
 from rocketstore.config import StoreConfig
-from rocketstore.errors import InvalidOptionError
+from rocketstore.errors import CorruptionError, InvalidOptionError
 from rocketstore.paths import commitlog_dir, consumequeue_dir, is_segment_name
 from rocketstore.spark.arrow import to_record_batch
 from rocketstore.store import MessageStore
@@ -80,8 +80,8 @@ class ScanOptions:
             topics=topics, queue_ids=qids,
             start_offsets=_offsets(o, "startoffset"), end_offsets=_offsets(o, "endoffset"),
             min_ts=_int(o, "starttimestamp"), max_ts=_int(o, "endtimestamp"), tags=tags,
-            max_rows_per_split=_int(o, "maxrowsperpartition", 1 << 20, minimum=1),
-            batch_rows=_int(o, "batchrows", 1 << 15, minimum=1),
+            max_rows_per_split=_int(o, "maxrowsperpartition", 1 << 20, minimum=1) or 1 << 20,
+            batch_rows=_int(o, "batchrows", 1 << 15, minimum=1) or 1 << 15,
             commit_log_file_size=_int(o, "commitlogfilesize", minimum=1024),
             consume_queue_file_size=_int(o, "consumequeuefilesize", minimum=20))
 
@@ -294,6 +294,8 @@ def read_split(store: MessageStore, split: Split, opts: ScanOptions,
 
     def decompress(commitlog_offset: int) -> bytes:
         m = store.look_message_by_offset(commitlog_offset)
+        if m is None:
+            raise CorruptionError("commitlog", commitlog_offset, "record vanished while decoding")
         return bytes(m.body)
 
     while off < split.end:
