@@ -95,7 +95,7 @@ class RocketStoreDataSource(DataSource):
 
 def _ts_ms(value: Any) -> float:
     """A pushed timestamp value as ms since the epoch (fractional: sub-ms precision kept).
-    Spark hands naive datetimes in the session's local time zone, as rows get them."""
+    Spark hands TIMESTAMP values as aware datetimes; a naive one is taken as local time."""
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
             value = value.astimezone()
