@@ -27,7 +27,7 @@ if SANITIZE:
 
 C_SOURCES = ["csrc/rs_io.c", "csrc/rs_hash.c"]
 MODULES = [m for m in ("_mapped", "_codec", "_commitlog", "_scan", "_consumequeue", "_dispatch",
-                       "_reader", "_indexfile", "_verify")
+                       "_reader", "_indexfile", "_verify", "_columns")
            if os.path.exists(f"rocketstore/{m}.pyx")]
 if os.environ.get("ROCKETSTORE_MODULES"):     # development: rebuild only these
     MODULES = [m for m in MODULES if m in os.environ["ROCKETSTORE_MODULES"].split(",")]

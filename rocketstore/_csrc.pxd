@@ -144,3 +144,9 @@ cdef extern from "rs_atomic.h" nogil:
     void rs_store_release(Py_ssize_t *p, Py_ssize_t v)
     Py_ssize_t rs_load_acquire(const Py_ssize_t *p)
     void rs_prefetch_write(const void *p)
+
+
+# IPv6 host text for the column decoder (_columns)
+cdef extern from "<arpa/inet.h>" nogil:
+    const char *inet_ntop(int af, const void *src, char *dst, unsigned int size)
+    enum: AF_INET6

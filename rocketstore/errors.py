@@ -22,6 +22,7 @@ __all__ = [
     "CorruptionError",
     "TopicPermissionError",
     "DiskFullError",
+    "InvalidOptionError",
 ]
 
 
@@ -170,3 +171,17 @@ class DiskFullError(RocketStoreError):
         return (f"{self.path}: disk full ({self.used_ratio:.1%} used, above "
                 f"disk_space_warning_level_ratio {self.warning_ratio:.0%}); puts are refused "
                 "until retention frees space")
+
+
+class InvalidOptionError(RocketStoreError, ValueError):
+    """An option of the Spark data source (``rocketstore.spark``) is missing or malformed;
+    ``option`` names it."""
+
+    def __init__(self, option: str, value: object, reason: str) -> None:
+        super().__init__(option, value, reason)
+        self.option = option
+        self.value = value
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"rocketstore option {self.option}={self.value!r}: {self.reason}"

@@ -91,3 +91,27 @@ def corrupt(path: str, pos: int, data: bytes) -> None:
     with open(path, "r+b") as f:
         f.seek(pos)
         f.write(data)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the Spark tests (local[2], UI off, workers on this
+    interpreter with this checkout importable)."""
+    import sys
+    from pyspark.sql import SparkSession
+    root = str(Path(__file__).resolve().parent.parent)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    session = (SparkSession.builder.master("local[2]").appName("rocketstore-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.python.worker.reuse", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,0 +1,311 @@
+"""The PySpark data source ``rocketstore``: batch and streaming reads, batch and streaming writes.
+
+``spark.read.format("rocketstore").load(path)`` (the top-level module ``pyspark_rocketstore``
+registers the name; ``register(spark)`` does it explicitly). Options (case-insensitive):
+
+reads     ``topics`` (comma list), ``queueIds``, ``startOffset`` / ``endOffset`` (an int for
+          every queue or JSON ``{"topic/queue": offset}``), ``startTimestamp`` /
+          ``endTimestamp`` (store time, ms, inclusive), ``tags`` (``"A||B"`` or ``"A,B"``, up
+          to 8), ``maxRowsPerPartition``, ``batchRows``, ``commitLogFileSize`` /
+          ``consumeQueueFileSize`` (default: the store's own file sizes)
+streaming ``startingOffsets`` (``earliest``, ``latest`` or JSON), ``maxRowsPerBatch``
+writes    see ``rocketstore.spark.writer``
+
+With ``spark.sql.python.filterPushdown.enabled`` the batch reader takes filters on
+``topic`` and ``queue_id`` (= / IN: queues pruned at planning), ``tags`` (= / IN: the
+vectorized consume-queue scan) and ``store_timestamp`` (ranges: offsets found by time, each
+row checked); every other filter is left to Spark.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
+                                    EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
+                                    InputPartition, LessThan, LessThanOrEqual)
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+                                              SupportsTriggerAvailableNow)
+from pyspark.sql.types import StructType
+
+from rocketstore.errors import InvalidOptionError
+from rocketstore.spark.arrow import SCHEMA_DDL
+from rocketstore.spark.scan import (MAX_TAGS, ScanOptions, Split, list_queues, open_reader,
+                                    parse_queue_key, plan, queue_key, read_split)
+
+
+class StorePartition(InputPartition):
+    """One split (topic, queue, [start, end)) with the read's options, pickled to a task."""
+
+    def __init__(self, path: str, split: Split, opts: ScanOptions) -> None:
+        super().__init__(split)
+        self.path = path
+        self.split = split
+        self.opts = opts
+
+
+def _path(options: Any) -> str:
+    path = options.get("path")
+    if not path:
+        raise InvalidOptionError("path", path, "give the store directory: load(path) / save(path)")
+    return str(path)
+
+
+def _read_partition(partition: StorePartition) -> Iterator[Any]:
+    store = open_reader(partition.path, partition.opts)
+    try:
+        yield from read_split(store, partition.split, partition.opts)
+    finally:
+        store.close()
+
+
+class RocketStoreDataSource(DataSource):
+    """A RocketMQ store directory (ours, or a broker's) as a Spark table of messages."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketstore"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> "RocketStoreReader":
+        cls = RocketStorePushdownReader if _pushdown_enabled(self.options) else RocketStoreReader
+        return cls(_path(self.options), ScanOptions.from_options(self.options))
+
+    def streamReader(self, schema: StructType) -> "RocketStoreStreamReader":
+        return RocketStoreStreamReader(_path(self.options), self.options)
+
+    def writer(self, schema: StructType, overwrite: bool):
+        from rocketstore.spark.writer import RocketStoreWriter
+        if overwrite:
+            raise InvalidOptionError("mode", "overwrite",
+                                     "a store is append-only: use mode('append')")
+        return RocketStoreWriter(_path(self.options), self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        from rocketstore.spark.writer import RocketStoreStreamWriter
+        return RocketStoreStreamWriter(_path(self.options), self.options, schema)
+
+
+# -- filter pushdown -----------------------------------------------------------------------------
+
+def _ts_ms(value: Any) -> float:
+    """A pushed timestamp value as ms since the epoch (fractional: sub-ms precision kept).
+    Spark hands TIMESTAMP values as aware datetimes; a naive one is taken as local time."""
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.astimezone()
+        delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+        return (delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds) / 1000
+    raise TypeError(type(value).__name__)
+
+
+def _restrict(current: frozenset | None, values: Any) -> frozenset:
+    vals = frozenset(values)
+    return vals if current is None else current & vals
+
+
+def _pushdown_enabled(options: Any) -> bool:
+    """Whether the session takes pushed filters (spark.sql.python.filterPushdown.enabled).
+
+    Spark refuses to plan a reader that defines pushFilters when the setting is off, and
+    does not show the setting to ``reader()``: its planning function holds it in the local
+    ``enable_pushdown`` of the frame calling ``reader()``; the option ``filterPushdown``
+    (true/false) overrides the lookup."""
+    given = {str(k).lower(): v for k, v in options.items()}.get("filterpushdown")
+    if given is not None:
+        return str(given).strip().lower() == "true"
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        flag = frame.f_locals.get("enable_pushdown")
+        if isinstance(flag, bool):
+            return flag
+        frame = frame.f_back
+    return False
+
+
+class RocketStoreReader(DataSourceReader):
+    """Batch reader: partitions planned at the driver, records decoded in the tasks."""
+
+    def __init__(self, path: str, opts: ScanOptions) -> None:
+        self.path = path
+        self.opts = opts
+
+    def partitions(self) -> Sequence[StorePartition]:
+        return [StorePartition(self.path, s, self.opts) for s in plan(self.path, self.opts)]
+
+    def read(self, partition: StorePartition) -> Iterator[Any]:  # type: ignore[override]
+        return _read_partition(partition)
+
+
+class RocketStorePushdownReader(RocketStoreReader):
+    """The batch reader with filter pushdown (when the session enables it)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Take the filters this source answers exactly; yield the others back to Spark."""
+        o = self.opts
+        for f in filters:
+            attr: tuple[str, ...] = getattr(f, "attribute", ())
+            col = attr[0] if len(attr) == 1 else None
+            vals: Any = None
+            if isinstance(f, EqualTo):
+                vals = (f.value,)
+            elif isinstance(f, In):
+                vals = tuple(f.value)
+            if col == "topic" and vals is not None and all(isinstance(v, str) for v in vals):
+                o = o.narrowed(topics=_restrict(o.topics, vals))
+            elif col == "queue_id" and vals is not None and all(isinstance(v, int) for v in vals):
+                o = o.narrowed(queue_ids=_restrict(o.queue_ids, vals))
+            elif (col == "tags" and vals is not None and all(isinstance(v, str) and v for v in vals)
+                  and len(_restrict(o.tags, vals)) <= MAX_TAGS):
+                o = o.narrowed(tags=_restrict(o.tags, vals))
+            elif col == "store_timestamp" and isinstance(
+                    f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+                try:
+                    ms = _ts_ms(f.value)
+                except TypeError:
+                    yield f
+                    continue
+                lo, hi = o.min_ts, o.max_ts
+                # rows hold whole ms: turn each bound into an inclusive ms bound
+                if isinstance(f, (EqualTo, GreaterThanOrEqual)):
+                    lo = max(lo if lo is not None else -(1 << 62), math.ceil(ms))
+                if isinstance(f, GreaterThan):
+                    lo = max(lo if lo is not None else -(1 << 62), math.floor(ms) + 1)
+                if isinstance(f, (EqualTo, LessThanOrEqual)):
+                    hi = min(hi if hi is not None else 1 << 62, math.floor(ms))
+                if isinstance(f, LessThan):
+                    hi = min(hi if hi is not None else 1 << 62, math.ceil(ms) - 1)
+                o = o.narrowed(min_ts=lo, max_ts=hi)
+            else:
+                yield f
+        self.opts = o
+
+
+# -- streaming -----------------------------------------------------------------------------------
+
+class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over every selected queue; an offset is ``{"topic/queue": next offset}``.
+
+    The driver keeps the store open read-only for the query and follows the writer (new
+    units, files and queues). ``maxRowsPerBatch`` caps the rows of a micro-batch (shared
+    across queues, oldest backlog first per queue in key order); Trigger.AvailableNow reads up
+    to the offsets seen when the trigger starts. Spark's checkpoint records progress:
+    ``commit()`` has nothing to do.
+    """
+
+    def __init__(self, path: str, options: Any) -> None:
+        self.path = path
+        self.opts = ScanOptions.from_options(options)
+        o = {str(k).lower(): v for k, v in options.items()}
+        self.starting = str(o.get("startingoffsets", "earliest")).strip()
+        max_rows = o.get("maxrowsperbatch")
+        try:
+            self.max_rows = int(max_rows) if max_rows is not None else None
+        except ValueError:
+            raise InvalidOptionError("maxRowsPerBatch", max_rows, "expected an integer") from None
+        if self.max_rows is not None and self.max_rows < 1:
+            raise InvalidOptionError("maxRowsPerBatch", max_rows, "must be at least 1")
+        if self.starting not in ("earliest", "latest") and not self.starting.startswith("{"):
+            raise InvalidOptionError("startingOffsets", self.starting,
+                                     'expected "earliest", "latest" or JSON {"topic/queue": offset}')
+        self._store = None
+        self._target: dict[str, int] | None = None
+
+    def _open(self):
+        if self._store is None:
+            self._store = open_reader(self.path, self.opts)
+        return self._store
+
+    def _bounds(self) -> dict[str, tuple[int, int]]:
+        """{key: (min offset, max offset)} of every selected queue now."""
+        store = self._open()
+        out = {}
+        for topic, qid in list_queues(self.path):
+            if (self.opts.topics is not None and topic not in self.opts.topics) or \
+                    (self.opts.queue_ids is not None and qid not in self.opts.queue_ids):
+                continue
+            hi = store.get_max_offset_in_queue(topic, qid)
+            out[queue_key(topic, qid)] = (store.get_min_offset_in_queue(topic, qid), hi)
+        return out
+
+    def initialOffset(self) -> dict:
+        bounds = self._bounds()
+        if self.starting == "earliest":
+            return {k: lo for k, (lo, hi) in bounds.items()}
+        if self.starting == "latest":
+            return {k: hi for k, (lo, hi) in bounds.items()}
+        import json
+        given = {str(k): int(v) for k, v in json.loads(self.starting).items()}
+        for k in given:
+            parse_queue_key(k)
+        return {k: given.get(k, lo) for k, (lo, hi) in bounds.items()} | given
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {k: hi for k, (lo, hi) in self._bounds().items()}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        bounds = self._bounds()
+        latest = {k: hi for k, (lo, hi) in bounds.items()}
+        if self._target is not None:
+            latest = {k: min(v, self._target.get(k, 0)) for k, v in latest.items()}
+        end = dict(start)
+        # a queue first seen now starts at its min offset (new queues start at 0)
+        begin = {k: max(start.get(k, bounds[k][0]), bounds[k][0]) for k in latest}
+        if isinstance(limit, ReadMaxRows):
+            budget = int(limit.max_rows)
+            backlog = {k: max(0, latest[k] - begin[k]) for k in sorted(latest)}
+            # fair share: every queue with a backlog gets an equal part, what one cannot use
+            # goes to the others
+            active = [k for k, n in backlog.items() if n > 0]
+            take = {k: 0 for k in active}
+            while budget > 0 and active:
+                share = max(1, budget // len(active))
+                for k in list(active):
+                    t = min(share, backlog[k] - take[k], budget)
+                    take[k] += t
+                    budget -= t
+                    if take[k] == backlog[k]:
+                        active.remove(k)
+                    if budget == 0:
+                        break
+            for k in latest:
+                end[k] = begin[k] + take.get(k, 0)
+        else:
+            for k in latest:
+                end[k] = max(begin[k], latest[k])
+        for k, v in end.items():
+            end[k] = max(v, start.get(k, v))
+        return end
+
+    def reportLatestOffset(self) -> dict | None:
+        return {k: hi for k, (lo, hi) in self._bounds().items()}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[StorePartition]:
+        parts = []
+        for k in sorted(end):
+            topic, qid = parse_queue_key(k)
+            s = start.get(k, 0)
+            e = end[k]
+            for a in range(s, e, self.opts.max_rows_per_split):
+                parts.append(StorePartition(self.path, Split(topic, qid, a, min(e, a + self.opts.max_rows_per_split)),
+                                            self.opts))
+        return parts
+
+    def read(self, partition: StorePartition) -> Iterator[Any]:  # type: ignore[override]
+        return _read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the checkpoint holds the progress."""
+
+    def stop(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None

@@ -1,0 +1,327 @@
+"""Writes of DataFrames into a store: tasks stage, the driver appends once.
+
+Columns: ``body`` (binary or string, required), ``topic`` (or the ``topic`` option), and
+optionally ``tags`` (string), ``keys`` (array<string>, or a space-separated string),
+``properties`` (map<string,string>), and the queue: a ``queue_id`` column, or a sharding key
+column (option ``shardingKey``, default ``sharding_key``) mapped to one of ``queueNums``
+queues (default 4) by xxhash64 of its UTF-8 bytes, which every process computes alike
+(Python's ``hash`` of a str is salted per process). Rows with neither go to queue 0.
+
+Each task writes its rows to an Arrow IPC file under ``<store>/.spark-staging/<job>/`` and
+returns its name; the driver's ``commit()`` opens the store as its single writer and appends
+the staged rows in task order, then deletes them; ``abort()`` deletes them, leaving the
+store untouched. The streaming sink does the same per micro-batch and records the last
+batch id it appended (``config/sparkSink-<sinkId>.json``, written atomically after the
+appended messages are flushed): a batch id at or below it is not appended again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+import xxhash
+from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                    WriterCommitMessage)
+from pyspark.sql.types import StructType
+
+from rocketstore._codec import Message
+from rocketstore.errors import InvalidOptionError, RocketStoreError
+from rocketstore.spark.scan import ScanOptions, detect_config
+from rocketstore.store import MessageStore
+
+STAGING_DIR = ".spark-staging"
+STAGED_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("queue_id", pa.int32()), ("body", pa.binary()),
+    ("tags", pa.string()), ("keys", pa.list_(pa.string())),
+    ("properties", pa.map_(pa.string(), pa.string())),
+])
+BATCH_MESSAGES = 1024           # messages per put_messages call (one queue, one file)
+
+
+def shard_queue(key: str | bytes, queue_nums: int) -> int:
+    """The queue of a sharding key: xxhash64 of its UTF-8 bytes modulo ``queue_nums``."""
+    b = key.encode("utf-8") if isinstance(key, str) else bytes(key)
+    return xxhash.xxh64_intdigest(b) % queue_nums
+
+
+@dataclass
+class Staged(WriterCommitMessage):
+    """What one task staged: its Arrow file (None when it had no rows) and row count."""
+    file: str | None
+    rows: int
+
+
+class _Plan:
+    """How rows become staged messages (options checked at the driver)."""
+
+    def __init__(self, path: str, options: Any, schema: StructType) -> None:
+        o = {str(k).lower(): v for k, v in options.items()}
+        self.path = path
+        self.names = set(schema.fieldNames())
+        if "body" not in self.names:
+            raise InvalidOptionError("body", None, "the DataFrame needs a body column (binary or string)")
+        self.topic = o.get("topic")
+        if "topic" not in self.names and not self.topic:
+            raise InvalidOptionError("topic", None, "give a topic column or the topic option")
+        self.sharding = str(o.get("shardingkey", "sharding_key"))
+        try:
+            self.queue_nums = int(o.get("queuenums", 4))
+        except ValueError:
+            raise InvalidOptionError("queueNums", o.get("queuenums"), "expected an integer") from None
+        if not 1 <= self.queue_nums <= 1 << 16:
+            raise InvalidOptionError("queueNums", self.queue_nums, "must be in [1, 65536]")
+        if "queue_id" in self.names and self.sharding in self.names:
+            raise InvalidOptionError("shardingKey", self.sharding,
+                                     "give either a queue_id column or a sharding key column, not both")
+        self.scan = ScanOptions.from_options(options)
+        self.max_message_size = detect_config(path, self.scan).max_message_size
+        self.staging = os.path.join(str(o.get("stagingdir") or os.path.join(path, STAGING_DIR)),
+                                    uuid.uuid4().hex)
+        # made here, at planning: a task never re-creates it, so a task still running when
+        # abort() removed it fails instead of leaving its file behind
+        os.makedirs(self.staging)
+
+    def stage(self, batches: Iterator[pa.RecordBatch]) -> Staged:
+        """Write the task's rows as STAGED_SCHEMA batches to one Arrow file."""
+        name = os.path.join(self.staging, f"task-{uuid.uuid4().hex}.arrow")
+        rows = 0
+        writer = None
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                out = self._convert(batch)
+                _validate(out, self.max_message_size)
+                if writer is None:
+                    writer = ipc.new_file(name, STAGED_SCHEMA)
+                writer.write_batch(out)
+                rows += out.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        return Staged(name if rows else None, rows)
+
+    def _convert(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        n = b.num_rows
+        names = b.schema.names
+        col = {name: b.column(i) for i, name in enumerate(names)}
+        topic = col["topic"].cast(pa.string()) if "topic" in col else pa.array([self.topic] * n, pa.string())
+        if "topic" in col and self.topic and col["topic"].null_count:
+            topic = pc.fill_null(topic, self.topic)
+        if topic.null_count:
+            raise InvalidOptionError("topic", None, "a row has a null topic and no topic option is set")
+        body = col["body"]
+        if body.null_count:
+            raise InvalidOptionError("body", None, "a row has a null body")
+        if not pa.types.is_binary(body.type):
+            body = body.cast(pa.binary())
+        if "queue_id" in col:
+            qid = col["queue_id"].cast(pa.int32())
+            if qid.null_count:
+                raise InvalidOptionError("queue_id", None, "a row has a null queue_id")
+        elif self.sharding in col:
+            keys = col[self.sharding].cast(pa.string()).to_pylist()
+            qid = pa.array([0 if k is None else shard_queue(k, self.queue_nums) for k in keys],
+                           pa.int32())
+        else:
+            qid = pa.array(np.zeros(n, dtype=np.int32))
+        tags = col["tags"].cast(pa.string()) if "tags" in col else pa.nulls(n, pa.string())
+        if "keys" in col:
+            k = col["keys"]
+            if pa.types.is_string(k.type) or pa.types.is_large_string(k.type):
+                k = pc.split_pattern(k.cast(pa.string()), " ")
+            keys = k.cast(pa.list_(pa.string()))
+        else:
+            keys = pa.nulls(n, pa.list_(pa.string()))
+        props = (col["properties"].cast(STAGED_SCHEMA.field("properties").type)
+                 if "properties" in col else pa.nulls(n, STAGED_SCHEMA.field("properties").type))
+        return pa.RecordBatch.from_arrays([topic, qid, body, tags, keys, props], schema=STAGED_SCHEMA)
+
+
+def _validate(b: pa.RecordBatch, max_body: int) -> None:
+    """Refuse, in the task, what the driver's append would refuse (so a bad row fails the job
+    before anything is appended): each row must make a valid Message, and no body may pass
+    the store's max_message_size."""
+    if b.num_rows == 0:
+        return
+    longest = pc.max(pc.binary_length(b.column(2))).as_py() or 0
+    if longest > max_body:
+        raise InvalidOptionError("body", f"<{longest} bytes>",
+                                 f"longer than the store's max_message_size {max_body}")
+    tags = _column_list(b.column(3))
+    keys = _column_list(b.column(4))
+    props = _column_list(b.column(5))
+    if tags is None and keys is None and props is None:
+        for topic in pc.unique(b.column(0)).to_pylist():
+            Message(topic, b"")
+        return
+    topics = b.column(0).to_pylist()
+    for i in range(b.num_rows):
+        Message(topics[i], b"", tags=tags[i] if tags else None,
+                keys=(keys[i] or None) if keys else None,
+                properties=dict(props[i]) if props and props[i] else None)
+
+
+def _open_writer(path: str, scan: ScanOptions) -> MessageStore:
+    return MessageStore.open(path, detect_config(path, scan))
+
+
+def append_staged(store: MessageStore, files: list[str]) -> int:
+    """Append the staged files' rows in order, each run of one (topic, queue) as batches of
+    consecutive queue offsets. Returns the rows appended."""
+    total = 0
+    limit = max(1, store.config.mapped_file_size_commit_log // 4)
+    for name in files:
+        with ipc.open_file(name) as f:
+            for i in range(f.num_record_batches):
+                total += _append_batch(store, f.get_batch(i), limit)
+    return total
+
+
+def _column_list(col: pa.Array) -> list | None:
+    """The column as Python objects, or None when every row is null (nothing to convert)."""
+    return None if col.null_count == len(col) else col.to_pylist()
+
+
+def _append_batch(store: MessageStore, b: pa.RecordBatch, byte_limit: int) -> int:
+    n = b.num_rows
+    if n == 0:
+        return 0
+    # rows grouped by (topic, queue), each group in row order (a stable sort)
+    topic_dict = b.column(0).dictionary_encode()
+    names = topic_dict.dictionary.to_pylist()
+    group = (topic_dict.indices.to_numpy(zero_copy_only=False).astype(np.int64) << 32) \
+        | b.column(1).to_numpy(zero_copy_only=False).astype(np.int64)
+    order = np.argsort(group, kind="stable")
+    sorted_groups = group[order]
+    cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
+    starts = np.concatenate(([0], cuts))
+    ends = np.concatenate((cuts, [n]))
+    bodies = b.column(2).to_pylist()
+    tags = _column_list(b.column(3))
+    keys = _column_list(b.column(4))
+    props = _column_list(b.column(5))
+    # what a record costs beyond its body, at most (header, topic, tags, keys, UNIQ_KEY)
+    est = pc.add(pc.binary_length(b.column(2)), 512).to_numpy(zero_copy_only=False)
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        g = int(sorted_groups[s])
+        topic, qid = names[g >> 32], g & 0xFFFFFFFF
+        idx = order[s:e].tolist()
+        if tags is None and keys is None and props is None:
+            msgs = [Message(topic, bodies[i]) for i in idx]
+        else:
+            msgs = [Message(topic, bodies[i], tags=tags[i] if tags else None,
+                            keys=(keys[i] or None) if keys else None,
+                            properties=dict(props[i]) if props and props[i] else None)
+                    for i in idx]
+        sizes = est[order[s:e]]
+        if props is not None:
+            sizes = sizes + np.array([sum(len(k) + len(v) + 2 for k, v in props[i] or ())
+                                      for i in idx], dtype=np.int64) * 4
+        lo = 0
+        while lo < len(msgs):
+            # the longest run from lo within BATCH_MESSAGES and the byte limit (at least one)
+            run = np.cumsum(sizes[lo:lo + BATCH_MESSAGES])
+            hi = lo + max(1, int(np.searchsorted(run, byte_limit, side="right")))
+            _put(store, msgs[lo:hi], qid)
+            lo = hi
+    return n
+
+
+def _put(store: MessageStore, msgs: list[Message], queue_id: int) -> None:
+    r = store.put_messages(msgs, queue_id)
+    if r.status.name != "PUT_OK":
+        raise RocketStoreError(f"appending {len(msgs)} staged messages to {msgs[0].topic}/"
+                               f"{queue_id} failed: {r.status.name}")
+
+
+def _files(messages: list[Any]) -> list[str]:
+    return [m.file for m in messages if isinstance(m, Staged) and m.file]
+
+
+class RocketStoreWriter(DataSourceArrowWriter):
+    """Batch write: ``df.write.format("rocketstore").mode("append").save(path)``."""
+
+    def __init__(self, path: str, options: Any, schema: StructType) -> None:
+        self.plan = _Plan(path, options, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:  # type: ignore[override]
+        return self.plan.stage(iterator)
+
+    def commit(self, messages: list[Any]) -> None:  # type: ignore[override]
+        try:
+            with _open_writer(self.plan.path, self.plan.scan) as store:
+                append_staged(store, _files(messages))
+        finally:
+            shutil.rmtree(self.plan.staging, ignore_errors=True)
+
+    def abort(self, messages: list[Any]) -> None:  # type: ignore[override]
+        shutil.rmtree(self.plan.staging, ignore_errors=True)
+
+
+class RocketStoreStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming sink, idempotent per batch id (option ``sinkId`` names its progress file)."""
+
+    def __init__(self, path: str, options: Any, schema: StructType) -> None:
+        self.plan = _Plan(path, options, schema)
+        o = {str(k).lower(): v for k, v in options.items()}
+        sink = str(o.get("sinkid", "default"))
+        if not sink or not all(c.isalnum() or c in "-_." for c in sink):
+            raise InvalidOptionError("sinkId", sink, "use letters, digits, '-', '_' and '.'")
+        self.state_file = os.path.join(path, "config", f"sparkSink-{sink}.json")
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:  # type: ignore[override]
+        return self.plan.stage(iterator)
+
+    def last_batch_id(self) -> int:
+        """The last batch id appended by this sink, or -1."""
+        try:
+            with open(self.state_file) as f:
+                return int(json.load(f)["batchId"])
+        except FileNotFoundError:
+            return -1
+
+    def commit(self, messages: list[Any], batchId: int) -> None:  # type: ignore[override]
+        files = _files(messages)
+        try:
+            if batchId <= self.last_batch_id():
+                return                  # a replay of a batch already appended
+            with _open_writer(self.plan.path, self.plan.scan) as store:
+                append_staged(store, files)
+            self._record(batchId)       # after close() flushed what was appended
+        finally:
+            for name in files:
+                try:
+                    os.unlink(name)
+                except FileNotFoundError:
+                    pass
+
+    def _record(self, batch_id: int) -> None:
+        os.makedirs(os.path.dirname(self.state_file), exist_ok=True)
+        tmp = self.state_file + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"batchId": batch_id}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.state_file)
+        fd = os.open(os.path.dirname(self.state_file), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:  # type: ignore[override]
+        for name in _files(messages):
+            try:
+                os.unlink(name)
+            except FileNotFoundError:
+                pass
