@@ -211,6 +211,7 @@ cdef class MessageExt:
     cdef MessageExt new(const RecordInfo *info, object owner, MappedFile mf, const char *rec,
                         bint raw, str topic)
     cdef object _slice(self, int32_t off, int32_t n)
+    cdef object _stored(self)
 
 
 cpdef str format_msg_id(bytes host_bytes, int64_t phy_offset)

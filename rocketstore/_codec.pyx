@@ -762,24 +762,27 @@ cdef class MessageExt:
 
         Read from a store, the body's CRC is checked on this first access
         (``CorruptionError`` on a mismatch)."""
-        if self._stored_body is None:
-            if self._verify_crc and self._body_len and rs_body_crc(
-                    <const unsigned char *>self._rec + self._body_off,
-                    <size_t>self._body_len) != self.body_crc:
-                # the body is the one field the record protects: refuse to hand out bad bytes
-                raise CorruptionError("commitlog", self.commitlog_offset,
-                                      f"body CRC mismatch (stored {self.body_crc:#x})")
-            self._stored_body = self._slice(self._body_off, self._body_len)
+        return self._stored() if self._stored_body is None else self._stored_body
+
+    cdef object _stored(self):
+        if self._verify_crc and self._body_len and rs_body_crc(
+                <const unsigned char *>self._rec + self._body_off,
+                <size_t>self._body_len) != self.body_crc:
+            # the body is the one field the record protects: refuse to hand out bad bytes
+            raise CorruptionError("commitlog", self.commitlog_offset,
+                                  f"body CRC mismatch (stored {self.body_crc:#x})")
+        self._stored_body = self._slice(self._body_off, self._body_len)
         return self._stored_body
 
     @property
     def body(self):
         """The body: a zero-copy view, or decompressed bytes for a compressed record."""
         if self._body is None:
+            stored = self._stored_body if self._stored_body is not None else self._stored()
             if (self.sys_flag & RS_SYSFLAG_COMPRESSED) and not self._raw:
-                self._body = _decompress(self.stored_body, self.sys_flag, self.commitlog_offset)
+                self._body = _decompress(stored, self.sys_flag, self.commitlog_offset)
             else:
-                self._body = self.stored_body
+                self._body = stored
         return self._body
 
     @property

@@ -10,9 +10,14 @@ queues (default 4) by xxhash64 of its UTF-8 bytes, which every process computes 
 Each task writes its rows to an Arrow IPC file under ``<store>/.spark-staging/<job>/`` and
 returns its name; the driver's ``commit()`` opens the store as its single writer and appends
 the staged rows in task order, then deletes them; ``abort()`` deletes them, leaving the
-store untouched. The streaming sink does the same per micro-batch and records the last
-batch id it appended (``config/sparkSink-<sinkId>.json``, written atomically after the
-appended messages are flushed): a batch id at or below it is not appended again.
+store untouched. The streaming sink does the same per micro-batch, exactly once per batch id
+even across a crash: its progress file (``config/sparkSink-<sinkId>.json``, written
+atomically) records a batch as *pending* with the commit-log offset where its append starts
+before appending, and as done after the store closed (flushed); every message it appends
+carries the property ``SPARK_SINK_BATCH`` = ``<sinkId>:<batchId>``. A batch id at or below the
+done one is skipped; a replay of the pending one (the driver died mid-append) counts, per
+(topic, queue), the messages of that batch already in the log after the recorded offset and
+appends only the rest (Spark replays a batch with the same rows in the same order).
 """
 from __future__ import annotations
 
@@ -175,15 +180,22 @@ def _open_writer(path: str, scan: ScanOptions) -> MessageStore:
     return MessageStore.open(path, detect_config(path, scan))
 
 
-def append_staged(store: MessageStore, files: list[str]) -> int:
+SINK_PROPERTY = "SPARK_SINK_BATCH"     # <sinkId>:<batchId> on every message a sink appends
+
+
+def append_staged(store: MessageStore, files: list[str], marker: str | None = None,
+                  skip: dict[tuple[str, int], int] | None = None) -> int:
     """Append the staged files' rows in order, each run of one (topic, queue) as batches of
-    consecutive queue offsets. Returns the rows appended."""
+    consecutive queue offsets. ``marker`` becomes every message's ``SPARK_SINK_BATCH``
+    property; ``skip`` drops the first rows of a (topic, queue) (appended before a crash).
+    Returns the rows appended."""
     total = 0
     limit = max(1, store.config.mapped_file_size_commit_log // 4)
+    skip = dict(skip or {})
     for name in files:
         with ipc.open_file(name) as f:
             for i in range(f.num_record_batches):
-                total += _append_batch(store, f.get_batch(i), limit)
+                total += _append_batch(store, f.get_batch(i), limit, marker, skip)
     return total
 
 
@@ -192,10 +204,12 @@ def _column_list(col: pa.Array) -> list | None:
     return None if col.null_count == len(col) else col.to_pylist()
 
 
-def _append_batch(store: MessageStore, b: pa.RecordBatch, byte_limit: int) -> int:
+def _append_batch(store: MessageStore, b: pa.RecordBatch, byte_limit: int,
+                  marker: str | None = None, skip: dict[tuple[str, int], int] | None = None) -> int:
     n = b.num_rows
     if n == 0:
         return 0
+    appended = 0
     # rows grouped by (topic, queue), each group in row order (a stable sort)
     topic_dict = b.column(0).dictionary_encode()
     names = topic_dict.dictionary.to_pylist()
@@ -215,15 +229,25 @@ def _append_batch(store: MessageStore, b: pa.RecordBatch, byte_limit: int) -> in
     for s, e in zip(starts.tolist(), ends.tolist()):
         g = int(sorted_groups[s])
         topic, qid = names[g >> 32], g & 0xFFFFFFFF
+        if skip:
+            k = min(skip.get((topic, qid), 0), e - s)
+            if k:
+                skip[(topic, qid)] -= k
+                s += k
+                if s == e:
+                    continue
         idx = order[s:e].tolist()
-        if tags is None and keys is None and props is None:
+        if tags is None and keys is None and props is None and marker is None:
             msgs = [Message(topic, bodies[i]) for i in idx]
         else:
+            extra = {SINK_PROPERTY: marker} if marker is not None else {}
             msgs = [Message(topic, bodies[i], tags=tags[i] if tags else None,
                             keys=(keys[i] or None) if keys else None,
-                            properties=dict(props[i]) if props and props[i] else None)
+                            properties={**dict(props[i] or ()), **extra} if props
+                            else (extra or None))
                     for i in idx]
-        sizes = est[order[s:e]]
+        appended += len(msgs)
+        sizes = est[order[s:e]] + (len(SINK_PROPERTY) + len(marker) + 2 if marker else 0)
         if props is not None:
             sizes = sizes + np.array([sum(len(k) + len(v) + 2 for k, v in props[i] or ())
                                       for i in idx], dtype=np.int64) * 4
@@ -234,7 +258,7 @@ def _append_batch(store: MessageStore, b: pa.RecordBatch, byte_limit: int) -> in
             hi = lo + max(1, int(np.searchsorted(run, byte_limit, side="right")))
             _put(store, msgs[lo:hi], qid)
             lo = hi
-    return n
+    return appended
 
 
 def _put(store: MessageStore, msgs: list[Message], queue_id: int) -> None:
@@ -242,6 +266,17 @@ def _put(store: MessageStore, msgs: list[Message], queue_id: int) -> None:
     if r.status.name != "PUT_OK":
         raise RocketStoreError(f"appending {len(msgs)} staged messages to {msgs[0].topic}/"
                                f"{queue_id} failed: {r.status.name}")
+
+
+def _appended_before(store: MessageStore, start_phy: int, marker: str) -> dict[tuple[str, int], int]:
+    """Messages of the sink batch ``marker`` already in the log from ``start_phy`` (a replay
+    after the driver died mid-append), per (topic, queue). Walks only what was appended
+    since the batch began, once, after a crash."""
+    done: dict[tuple[str, int], int] = {}
+    for m in store.iter_messages(start_phy):
+        if m.properties.get(SINK_PROPERTY) == marker:
+            done[(m.topic, m.queue_id)] = done.get((m.topic, m.queue_id), 0) + 1
+    return done
 
 
 def _files(messages: list[Any]) -> list[str]:
@@ -277,27 +312,40 @@ class RocketStoreStreamWriter(DataSourceStreamArrowWriter):
         sink = str(o.get("sinkid", "default"))
         if not sink or not all(c.isalnum() or c in "-_." for c in sink):
             raise InvalidOptionError("sinkId", sink, "use letters, digits, '-', '_' and '.'")
+        self.sink = sink
         self.state_file = os.path.join(path, "config", f"sparkSink-{sink}.json")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:  # type: ignore[override]
         return self.plan.stage(iterator)
 
-    def last_batch_id(self) -> int:
-        """The last batch id appended by this sink, or -1."""
+    def _state(self) -> dict[str, Any]:
         try:
             with open(self.state_file) as f:
-                return int(json.load(f)["batchId"])
+                return dict(json.load(f))
         except FileNotFoundError:
-            return -1
+            return {"batchId": -1}
+
+    def last_batch_id(self) -> int:
+        """The last batch id appended by this sink, or -1."""
+        return int(self._state()["batchId"])
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # type: ignore[override]
         files = _files(messages)
         try:
-            if batchId <= self.last_batch_id():
+            state = self._state()
+            last = int(state["batchId"])
+            if batchId <= last:
                 return                  # a replay of a batch already appended
+            marker = f"{self.sink}:{batchId}"
             with _open_writer(self.plan.path, self.plan.scan) as store:
-                append_staged(store, files)
-            self._record(batchId)       # after close() flushed what was appended
+                skip: dict[tuple[str, int], int] = {}
+                if state.get("pending") == batchId:
+                    skip = _appended_before(store, int(state["startPhy"]), marker)
+                else:
+                    self._record({"batchId": last, "pending": batchId,
+                                  "startPhy": store.get_max_phy_offset()})
+                append_staged(store, files, marker, skip)
+            self._record({"batchId": batchId})  # after close() flushed what was appended
         finally:
             for name in files:
                 try:
@@ -305,11 +353,11 @@ class RocketStoreStreamWriter(DataSourceStreamArrowWriter):
                 except FileNotFoundError:
                     pass
 
-    def _record(self, batch_id: int) -> None:
+    def _record(self, state: dict[str, Any]) -> None:
         os.makedirs(os.path.dirname(self.state_file), exist_ok=True)
         tmp = self.state_file + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"batchId": batch_id}, f)
+            json.dump(state, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.state_file)
