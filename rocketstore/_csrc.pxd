@@ -150,3 +150,7 @@ cdef extern from "rs_atomic.h" nogil:
 cdef extern from "<arpa/inet.h>" nogil:
     const char *inet_ntop(int af, const void *src, char *dst, unsigned int size)
     enum: AF_INET6
+
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
