@@ -32,3 +32,22 @@ def test_async_run_reports_its_unflushed_window(tmp_path):
              "--dir", str(tmp_path), "--file-size", str(16 << 20))
     assert r["messages"] == 20000
     assert r["unflushed_max_bytes"] > 0 and r["msgs_per_s"] > 0
+
+
+def test_batched_sync_run_counts_messages_not_calls(tmp_path):
+    r = _run("--flush", "SYNC_FLUSH", "--threads", "2", "--count", "2000", "--batch", "100",
+             "--dir", str(tmp_path), "--file-size", str(4 << 20))
+    assert r["messages"] == 2000 and r["batch"] == 100
+    assert 0 < r["syncs"] <= 20            # at most one sync per batch call
+    assert r["bytes_per_sync"] >= 100 * 100
+
+
+def test_transient_pool_run_reports_commits_and_the_uncommitted_window(tmp_path):
+    r = _run("--flush", "ASYNC_FLUSH", "--threads", "2", "--count", "20000", "--transient-pool",
+             "--pool-size", "2", "--dir", str(tmp_path), "--file-size", str(1 << 20))
+    assert r["pool_used"] is True and r["messages"] == 20000
+    assert r["commits"] > 0 and r["uncommitted_max_bytes"] >= 0
+    # with SYNC_FLUSH the pool is not used (RocketMQ: async flush only)
+    r = _run("--flush", "SYNC_FLUSH", "--threads", "2", "--count", "200", "--transient-pool",
+             "--dir", str(tmp_path), "--file-size", str(1 << 20))
+    assert r["pool_used"] is False
