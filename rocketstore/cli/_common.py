@@ -15,9 +15,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rocketstore.errors import InvalidConfigError, RocketStoreError
+from rocketstore.errors import RocketStoreError
 
-DEFAULT_INDEX_SIZE = 40 + 4 * 5_000_000 + 20 * 20_000_000     # RocketMQ's default index file
 
 
 class CommandError(RocketStoreError):
@@ -46,66 +45,15 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--index-num", type=int, metavar="N", help="maxIndexNum")
 
 
-def _first_segment_size(directory: str, depth: int) -> int | None:
-    """Size of the first 20-digit file found ``depth`` directory levels below ``directory``."""
-    if not os.path.isdir(directory):
-        return None
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if depth == 0:
-            if len(name) == 20 and name.isdigit() and os.path.isfile(path):
-                size = os.path.getsize(path)
-                if size > 0:
-                    return size
-        elif os.path.isdir(path):
-            found = _first_segment_size(path, depth - 1)
-            if found:
-                return found
-    return None
-
-
 def detect_config(root: str, args: argparse.Namespace | None = None):
-    """A StoreConfig whose file sizes match the files in ``root``.
-
-    A RocketMQ broker may run with any ``mapedFileSizeCommitLog``, ``mappedFileSizeConsumeQueue``,
-    ``maxHashSlotNum`` and ``maxIndexNum``; files of another size would not open (or, for index
-    files, be skipped), so the sizes are read from the first file of each kind. An index file is
-    ``40 + 4 * slots + 20 * entries`` bytes: RocketMQ's default, or the default ratio of 4 entries
-    per slot, is recognised; anything else needs ``--index-slots`` and ``--index-num``.
-    """
-    from rocketstore import StoreConfig
-    changes: dict[str, Any] = {}
-    cl_dir = getattr(args, "commitlog_dir", None)
-    if cl_dir:
-        changes["store_path_commit_log"] = cl_dir
-    cl = getattr(args, "commitlog_file_size", None) or _first_segment_size(
-        cl_dir or os.path.join(root, "commitlog"), 0)
-    if cl:
-        changes["mapped_file_size_commit_log"] = cl
-    cq = getattr(args, "cq_file_size", None) or _first_segment_size(
-        os.path.join(root, "consumequeue"), 2)
-    if cq:
-        changes["mapped_file_size_consume_queue"] = cq
-    slots = getattr(args, "index_slots", None)
-    num = getattr(args, "index_num", None)
-    if slots and num:
-        changes.update(max_hash_slot_num=slots, max_index_num=num)
-    else:
-        index_dir = os.path.join(root, "index")
-        names = sorted(n for n in os.listdir(index_dir) if len(n) == 17 and n.isdigit()) \
-            if os.path.isdir(index_dir) else []
-        if names:
-            size = os.path.getsize(os.path.join(index_dir, names[0]))
-            if size != DEFAULT_INDEX_SIZE:
-                if (size - 40) % 84 or size <= 40:
-                    raise InvalidConfigError(
-                        "max_hash_slot_num/max_index_num", size,
-                        f"index file {os.path.join(index_dir, names[0])} is {size} bytes, not "
-                        f"RocketMQ's default {DEFAULT_INDEX_SIZE}: pass --index-slots and "
-                        f"--index-num (size = 40 + 4 * slots + 20 * entries)")
-                s = (size - 40) // 84
-                changes.update(max_hash_slot_num=s, max_index_num=4 * s)
-    return StoreConfig(**changes)
+    """A StoreConfig whose file sizes match the files in ``root``; the command's size options
+    (``--commitlog-file-size`` ...) win (``rocketstore.storedir.detect_config``)."""
+    from rocketstore.storedir import detect_config as detect
+    return detect(root, commit_log_file_size=getattr(args, "commitlog_file_size", None),
+                  cq_file_size=getattr(args, "cq_file_size", None),
+                  index_slots=getattr(args, "index_slots", None),
+                  index_num=getattr(args, "index_num", None),
+                  commitlog_dir=getattr(args, "commitlog_dir", None))
 
 
 def open_store(args: argparse.Namespace, read_only: bool = True):

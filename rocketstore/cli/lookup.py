@@ -33,17 +33,8 @@ def commit_log_end(store) -> tuple[int, int]:
 def list_queues(store) -> list[tuple[str, int]]:
     """Every (topic, queue id) with a consume-queue directory, including ones a writer
     created after the store was opened."""
-    root = os.path.join(store.root, "consumequeue")
-    out = []
-    if os.path.isdir(root):
-        for topic in sorted(os.listdir(root)):
-            tdir = os.path.join(root, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for q in os.listdir(tdir):
-                if q.isdigit() and os.path.isdir(os.path.join(tdir, q)):
-                    out.append((topic, int(q)))
-    return sorted(out)
+    from rocketstore.storedir import list_queues as queues_of
+    return queues_of(store.root)
 
 
 def queue_phy_end(store, topic: str, queue_id: int) -> int:

@@ -19,11 +19,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from rocketstore import _columns, _scan
+from rocketstore import _columns, _scan, storedir
 from rocketstore._codec import java_hash
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptionError, InvalidOptionError
-from rocketstore.paths import commitlog_dir, consumequeue_dir, is_segment_name
+from rocketstore.paths import commitlog_dir
 from rocketstore.spark.arrow import to_record_batch
 from rocketstore.store import MessageStore
 
@@ -158,42 +158,12 @@ def parse_queue_key(key: str) -> tuple[str, int]:
 
 # -- the store -------------------------------------------------------------------------------
 
-def _first_size(d: str) -> int | None:
-    if not os.path.isdir(d):
-        return None
-    for name in sorted(os.listdir(d)):
-        if is_segment_name(name):
-            size = os.path.getsize(os.path.join(d, name))
-            if size:
-                return size
-    return None
-
-
 def detect_config(root: str, opts: ScanOptions | None = None) -> StoreConfig:
-    """A StoreConfig whose file sizes are the store's own (a broker's store may use any):
-    the first commit-log file's size and the first consume-queue file's size, unless the
-    options give them."""
-    cl = opts.commit_log_file_size if opts is not None else None
-    cq = opts.consume_queue_file_size if opts is not None else None
-    if cl is None:
-        cl = _first_size(commitlog_dir(root))
-    if cq is None:
-        cqroot = consumequeue_dir(root)
-        if os.path.isdir(cqroot):
-            for topic in sorted(os.listdir(cqroot)):
-                tdir = os.path.join(cqroot, topic)
-                for qid in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else ():
-                    cq = _first_size(os.path.join(tdir, qid))
-                    if cq:
-                        break
-                if cq:
-                    break
-    changes: dict[str, Any] = {}
-    if cl:
-        changes["mapped_file_size_commit_log"] = cl
-    if cq:
-        changes["mapped_file_size_consume_queue"] = cq
-    return StoreConfig(**changes)
+    """A StoreConfig whose file sizes are the store's own (a broker's store may use any),
+    unless the options give them; the index is not read here."""
+    return storedir.detect_config(
+        root, commit_log_file_size=opts.commit_log_file_size if opts is not None else None,
+        cq_file_size=opts.consume_queue_file_size if opts is not None else None, index=False)
 
 
 def open_reader(root: str, opts: ScanOptions | None = None) -> MessageStore:
@@ -203,23 +173,8 @@ def open_reader(root: str, opts: ScanOptions | None = None) -> MessageStore:
     return MessageStore.open(root, detect_config(root, opts), read_only=True)
 
 
-def list_queues(root: str) -> list[tuple[str, int]]:
-    """(topic, queue id) of every queue directory under ``consumequeue/``, sorted."""
-    cqroot = consumequeue_dir(root)
-    out = []
-    if os.path.isdir(cqroot):
-        for topic in sorted(os.listdir(cqroot)):
-            tdir = os.path.join(cqroot, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for q in os.listdir(tdir):
-                if q.isdigit() and os.path.isdir(os.path.join(tdir, q)):
-                    out.append((topic, int(q)))
-    return sorted(out)
-
-
 def selected_queues(root: str, opts: ScanOptions) -> list[tuple[str, int]]:
-    return [(t, q) for t, q in list_queues(root)
+    return [(t, q) for t, q in storedir.list_queues(root)
             if (opts.topics is None or t in opts.topics)
             and (opts.queue_ids is None or q in opts.queue_ids)]
 
