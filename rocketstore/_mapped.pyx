@@ -91,7 +91,8 @@ cdef int durable(int op, MappedFile mf, object path, Py_ssize_t start, Py_ssize_
 
 def metadata_event(str op, str path, Py_ssize_t size=0):
     """File creation, sizing, renaming and deletion also pass the sync hook ('create',
-    'allocate', 'truncate', 'rename', 'delete'), so tests see every durability-relevant step and can fail one."""
+    'allocate', 'truncate', 'rename', 'delete'; the transient pool's copies as 'commit'),
+    so tests see every durability-relevant step and can fail one."""
     if _sync_hook is not None:
         _sync_hook(op, path, 0, size)
 
@@ -420,6 +421,8 @@ cdef class MappedFile:
         if least_pages > 0 and end != self.file_size:
             if end // RS_OS_PAGE_SIZE - start // RS_OS_PAGE_SIZE < least_pages:
                 return start
+        if _sync_hook is not None:
+            _sync_hook("commit", self.path, start, end - start)    # tests: see or fail it
         with nogil:
             rc = rs_pwrite_all(self.fd, self.wbase + start, <size_t>(end - start), start)
         check_io(rc, self.path)

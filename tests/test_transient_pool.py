@@ -252,3 +252,39 @@ def test_kill_9_with_the_pool_loses_only_uncommitted_bytes(store_dir, tmp_path, 
                     offset = r.next_begin_offset
                 assert got == list(range(n))
     assert len(acked) > 200
+
+
+def test_a_failed_commit_is_sticky_and_the_store_turns_read_only(store_dir):
+    import errno
+
+    from rocketstore._mapped import set_sync_hook
+    cfg = _cfg(commit_interval_commit_log=20, commit_commit_log_least_pages=1)
+    fail = {"on": False}
+
+    def hook(op, path, off, n):
+        if op == "commit" and fail["on"]:
+            raise OSError(errno.EIO, "injected commit failure", path)
+
+    store = MessageStore.open(store_dir, cfg)
+    set_sync_hook(hook)
+    try:
+        ok = store.put_message(Message("Pool", b"before"))
+        _wait(lambda: store.look_message_by_offset(ok.commitlog_offset) is not None)
+        fail["on"] = True
+        lost = store.put_message(Message("Pool", b"x" * 5000))     # wakes the commit: it fails
+        _wait(lambda: store.commit_log.flush_error is not None)
+        assert "injected commit failure" in str(store.commit_log.flush_error)
+        r = store.put_message(Message("Pool", b"after"))
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "injected commit failure" in str(r.error)
+        # the bytes that never reached the file are never shown to readers
+        assert store.look_message_by_offset(lost.commitlog_offset) is None
+        fail["on"] = False
+        store.close()
+    finally:
+        set_sync_hook(None)
+    assert os.path.exists(os.path.join(store_dir, "abort"))      # not a clean close
+    with MessageStore.open(store_dir, _cfg()) as store:          # a restart recovers
+        assert bytes(store.look_message_by_offset(ok.commitlog_offset).body) == b"before"
+        assert store.look_message_by_offset(lost.commitlog_offset) is None
+        assert store.put_message(Message("Pool", b"again")).ok
