@@ -87,55 +87,65 @@ cdef struct PropRefs:
     int32_t delay_len
 
 
+cdef inline const char *next_prop(const char *p, const char *end, const char **key,
+                                  int32_t *klen, const char **val, int32_t *vlen) noexcept nogil:
+    """One "name\x01value\x02" segment of a properties string, from ``p``: returns where the
+    next one begins. *key is NULL when the segment is not a property (parse_properties' rule:
+    a separator and both sides non-empty)."""
+    cdef const char *seg_end = <const char *>memchr(p, 2, <size_t>(end - p))
+    cdef const char *sep
+    if seg_end == NULL:
+        seg_end = end
+    sep = <const char *>memchr(p, 1, <size_t>(seg_end - p))
+    if sep != NULL and sep > p and sep + 1 < seg_end:
+        key[0] = p
+        klen[0] = <int32_t>(sep - p)
+        val[0] = sep + 1
+        vlen[0] = <int32_t>(seg_end - sep - 1)
+    else:
+        key[0] = NULL
+    return seg_end + 1
+
+
 cdef inline void find_dispatch_props(const char *props, int32_t n, PropRefs *r) noexcept nogil:
-    """TAGS, KEYS, UNIQ_KEY and DELAY of "k\\x01v\\x02..." in one pass (later duplicates win,
+    """TAGS, KEYS, UNIQ_KEY and DELAY of "k\x01v\x02..." in one pass (later duplicates win,
     as in the parsed map); absent ones are NULL."""
     cdef const char *p = props
     cdef const char *end = props + n
-    cdef const char *seg_end
-    cdef const char *sep
-    cdef Py_ssize_t klen
+    cdef const char *k
+    cdef const char *v
+    cdef int32_t klen, vl
     r.tags = r.keys = r.uniq = r.delay = NULL
     r.tags_len = r.keys_len = r.uniq_len = r.delay_len = 0
     while p < end:
-        seg_end = <const char *>memchr(p, 2, <size_t>(end - p))
-        if seg_end == NULL:
-            seg_end = end
-        sep = <const char *>memchr(p, 1, <size_t>(seg_end - p))
-        if sep != NULL and sep > p and sep + 1 < seg_end:
-            klen = sep - p
-            if klen == 4 and memcmp(p, "TAGS", 4) == 0:
-                r.tags = sep + 1
-                r.tags_len = <int32_t>(seg_end - sep - 1)
-            elif klen == 4 and memcmp(p, "KEYS", 4) == 0:
-                r.keys = sep + 1
-                r.keys_len = <int32_t>(seg_end - sep - 1)
-            elif klen == 8 and memcmp(p, "UNIQ_KEY", 8) == 0:
-                r.uniq = sep + 1
-                r.uniq_len = <int32_t>(seg_end - sep - 1)
-            elif klen == 5 and memcmp(p, "DELAY", 5) == 0:
-                r.delay = sep + 1
-                r.delay_len = <int32_t>(seg_end - sep - 1)
-        p = seg_end + 1
+        p = next_prop(p, end, &k, &klen, &v, &vl)
+        if k == NULL:
+            continue
+        if klen == 4 and memcmp(k, "TAGS", 4) == 0:
+            r.tags, r.tags_len = v, vl
+        elif klen == 4 and memcmp(k, "KEYS", 4) == 0:
+            r.keys, r.keys_len = v, vl
+        elif klen == 8 and memcmp(k, "UNIQ_KEY", 8) == 0:
+            r.uniq, r.uniq_len = v, vl
+        elif klen == 5 and memcmp(k, "DELAY", 5) == 0:
+            r.delay, r.delay_len = v, vl
 
 
 cdef inline const char *find_prop(const char *props, int32_t n, const char *name, int nlen,
                                   int32_t *vlen) noexcept nogil:
-    """Value of property ``name`` in "k\\x01v\\x02..." (the last one wins, as in the parsed
+    """Value of property ``name`` in "k\x01v\x02..." (the last one wins, as in the parsed
     map), or NULL; its length goes to *vlen."""
-    cdef int32_t i = 0, seg_end, sep
+    cdef const char *p = props
+    cdef const char *end = props + n
+    cdef const char *k
+    cdef const char *v
     cdef const char *found = NULL
-    while i < n:
-        seg_end = i
-        sep = -1
-        while seg_end < n and props[seg_end] != 2:
-            if sep < 0 and props[seg_end] == 1:
-                sep = seg_end
-            seg_end += 1
-        if sep - i == nlen and sep + 1 < seg_end and memcmp(props + i, name, nlen) == 0:
-            found = props + sep + 1
-            vlen[0] = seg_end - sep - 1
-        i = seg_end + 1
+    cdef int32_t klen, vl
+    while p < end:
+        p = next_prop(p, end, &k, &klen, &v, &vl)
+        if k != NULL and klen == nlen and memcmp(k, name, <size_t>nlen) == 0:
+            found = v
+            vlen[0] = vl
     return found
 
 

@@ -19,7 +19,8 @@ from cython.view cimport array as cvarray
 
 from rocketstore._csrc cimport (RS_CQ_UNIT_SIZE, RS_CQ_FILLER_SIZE, RS_HOST_V4_LEN,
                                 RS_SYSFLAG_COMPRESSED, inet_ntop, AF_INET6)
-from rocketstore._codec cimport RecordInfo, parse_record, find_dispatch_props, PropRefs
+from rocketstore._codec cimport (RecordInfo, parse_record, PropRefs, find_dispatch_props,
+                               next_prop, find_prop)
 from rocketstore._mapped cimport MappedFile
 from rocketstore._bytes cimport get_i64, get_i32, get_u32, get_u64
 
@@ -334,37 +335,27 @@ cdef int _add_props(_Columns c, const char *props, int32_t n, PropRefs *refs) ex
     the last one wins as in the parsed dict."""
     cdef const char *p = props
     cdef const char *end = props + n
-    cdef const char *seg_end
-    cdef const char *sep
+    cdef const char *k
+    cdef const char *v
     cdef const char *names[MAX_SEEN_PROPS]
     cdef const char *vals[MAX_SEEN_PROPS]
     cdef int32_t nlens[MAX_SEEN_PROPS]
     cdef int32_t vlens[MAX_SEEN_PROPS]
-    cdef int count = 0, i, j
-    cdef int32_t klen
-    cdef bint later
+    cdef int count = 0
+    cdef int32_t klen, vl
     refs.tags = refs.keys = NULL
     refs.tags_len = refs.keys_len = 0
     while p < end:
-        seg_end = <const char *>memchr(p, 2, <size_t>(end - p))
-        if seg_end == NULL:
-            seg_end = end
-        sep = <const char *>memchr(p, 1, <size_t>(seg_end - p))
-        if sep != NULL and sep > p and sep + 1 < seg_end:
-            klen = <int32_t>(sep - p)
-            if klen == 4 and memcmp(p, "TAGS", 4) == 0:
-                refs.tags = sep + 1
-                refs.tags_len = <int32_t>(seg_end - sep - 1)
-            elif klen == 4 and memcmp(p, "KEYS", 4) == 0:
-                refs.keys = sep + 1
-                refs.keys_len = <int32_t>(seg_end - sep - 1)
-            if count < MAX_SEEN_PROPS:
-                names[count] = p
-                nlens[count] = klen
-                vals[count] = sep + 1
-                vlens[count] = <int32_t>(seg_end - sep - 1)
-            count += 1
-        p = seg_end + 1
+        p = next_prop(p, end, &k, &klen, &v, &vl)
+        if k == NULL:
+            continue
+        if klen == 4 and memcmp(k, "TAGS", 4) == 0:
+            refs.tags, refs.tags_len = v, vl
+        elif klen == 4 and memcmp(k, "KEYS", 4) == 0:
+            refs.keys, refs.keys_len = v, vl
+        if count < MAX_SEEN_PROPS:
+            names[count], nlens[count], vals[count], vlens[count] = k, klen, v, vl
+        count += 1
     if count > MAX_SEEN_PROPS:
         _add_many_props(c, props, n)    # more than the table holds: the slow way
     else:
@@ -377,35 +368,15 @@ cdef int _add_many_props(_Columns c, const char *props, int32_t n) except -1 nog
     against the rest of the string (quadratic, for a rare record)."""
     cdef const char *p = props
     cdef const char *end = props + n
-    cdef const char *seg_end
-    cdef const char *sep
-    cdef const char *q
-    cdef const char *q_end
-    cdef const char *q_sep
-    cdef Py_ssize_t klen
-    cdef bint later
+    cdef const char *k
+    cdef const char *v
+    cdef int32_t klen, vl, later_len
     while p < end:
-        seg_end = <const char *>memchr(p, 2, <size_t>(end - p))
-        if seg_end == NULL:
-            seg_end = end
-        sep = <const char *>memchr(p, 1, <size_t>(seg_end - p))
-        if sep != NULL and sep > p and sep + 1 < seg_end:
-            klen = sep - p
-            later = False
-            q = seg_end + 1
-            while q < end and not later:
-                q_end = <const char *>memchr(q, 2, <size_t>(end - q))
-                if q_end == NULL:
-                    q_end = end
-                q_sep = <const char *>memchr(q, 1, <size_t>(q_end - q))
-                if (q_sep != NULL and q_sep - q == klen and q_sep + 1 < q_end
-                        and memcmp(q, p, <size_t>klen) == 0):
-                    later = True
-                q = q_end + 1
-            if not later:
-                str_add(&c.prop_keys, p, klen)
-                str_add(&c.prop_vals, sep + 1, seg_end - sep - 1)
-        p = seg_end + 1
+        p = next_prop(p, end, &k, &klen, &v, &vl)
+        # find_prop over the rest gives the last value of this name, if it occurs again
+        if k != NULL and (p >= end or find_prop(p, <int32_t>(end - p), k, klen, &later_len) == NULL):
+            str_add(&c.prop_keys, k, klen)
+            str_add(&c.prop_vals, v, vl)
     return 0
 
 
