@@ -37,6 +37,20 @@ def list_queues(store) -> list[tuple[str, int]]:
     return queues_of(store.root)
 
 
+def topic_queues(store, topic: str, queue: int | None) -> list[int]:
+    """The queue ids of ``topic`` a command works on: ``queue`` alone, or all of them;
+    CommandError when there is none."""
+    queues = [q for t, q in list_queues(store) if t == topic]
+    if queue is not None:
+        if queue not in queues:
+            raise CommandError(f"topic {topic}: no queue {queue} in {store.root} "
+                               f"(queues: {', '.join(map(str, queues)) or 'none'})")
+        return [queue]
+    if not queues:
+        raise CommandError(f"topic {topic}: no consume queue in {store.root}")
+    return queues
+
+
 def queue_phy_end(store, topic: str, queue_id: int) -> int:
     """End (offset + size) of the record the queue's last unit points at, or -1 (read from
     the unit: a read-only open does not recover queues, so it has no cached value)."""

@@ -13,7 +13,7 @@ import argparse
 
 from rocketstore.cli._common import (CommandError, add_store_options, fmt_ts, open_store,
                                      parse_time, table)
-from rocketstore.cli.lookup import list_queues
+from rocketstore.cli.lookup import topic_queues
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -42,13 +42,7 @@ def _reset(args: argparse.Namespace) -> int:
         raise CommandError("give exactly one of --to-offset, --to-time, --to-earliest, --to-latest")
     ts = parse_time(args.to_time, "--to-time") if args.to_time is not None else None
     with open_store(args, read_only=False) as store:
-        queues = [q for t, q in list_queues(store) if t == args.topic]
-        if args.queue is not None:
-            if args.queue not in queues:
-                raise CommandError(f"topic {args.topic}: no queue {args.queue} in {args.store}")
-            queues = [args.queue]
-        if not queues:
-            raise CommandError(f"topic {args.topic}: no consume queue in {args.store}")
+        queues = topic_queues(store, args.topic, args.queue)
         rows = []
         for q in queues:
             lo = store.get_min_offset_in_queue(args.topic, q)

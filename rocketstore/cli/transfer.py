@@ -22,7 +22,7 @@ from typing import Any
 
 from rocketstore.cli._common import (ROW_FIELDS, CommandError, add_store_options, decode_body,
                                      message_row, open_store, parse_time, progress)
-from rocketstore.cli.lookup import commit_log_end, list_queues
+from rocketstore.cli.lookup import commit_log_end, topic_queues
 
 # SYSFLAG bits an imported message must not carry: the body is exported decompressed, and
 # the host-v6 bits follow the hosts given (FORMAT.md 1.3)
@@ -77,14 +77,7 @@ def _selected(store, args: argparse.Namespace, bar) -> Iterator[Any]:
             if (begin is None or m.store_timestamp >= begin) and (end is None or m.store_timestamp <= end):
                 yield m
         return
-    queues = [q for t, q in list_queues(store) if t == args.topic]
-    if args.queue is not None:
-        if args.queue not in queues:
-            raise CommandError(f"topic {args.topic}: no queue {args.queue} "
-                               f"(queues: {', '.join(map(str, queues)) or 'none'})")
-        queues = [args.queue]
-    if not queues:
-        raise CommandError(f"topic {args.topic}: no consume queue in {store.root}")
+    queues = topic_queues(store, args.topic, args.queue)
     ranges = []
     for q in queues:
         lo = store.get_min_offset_in_queue(args.topic, q)
