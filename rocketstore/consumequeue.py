@@ -13,8 +13,32 @@ from __future__ import annotations
 import os
 import threading
 
+from collections.abc import Iterator
+
 from rocketstore._consumequeue import ConsumeQueue
 from rocketstore.paths import CONSUMEQUEUE_DIR
+
+
+
+def unit_runs(cq: ConsumeQueue, lo: int, hi: int,
+              max_units: int = -1) -> Iterator[tuple[int, memoryview]]:
+    """(first queue offset, zero-copy view) over the published units [lo, hi) of ``cq``: one
+    view per file (at most ``max_units`` units each), for vectorized scans. Each view is
+    released when the next is asked for, so callers copy what they keep."""
+    index = lo
+    while index < hi:
+        want = hi - index if max_units < 0 else min(hi - index, max_units)
+        view = cq.units_view(index, want)
+        if view is None:
+            return
+        n = len(view) // 20
+        try:
+            if n == 0:
+                return
+            yield index, view
+        finally:
+            view.release()
+        index += n
 
 
 class ConsumeQueueStore:

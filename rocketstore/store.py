@@ -33,7 +33,7 @@ from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.cleanup import RETIRE_GRACE_S, CleanResult, CleanupService
 from rocketstore.index import IndexService
 from rocketstore.config import StoreConfig
-from rocketstore.consumequeue import ConsumeQueueStore
+from rocketstore.consumequeue import ConsumeQueueStore, unit_runs
 from rocketstore.dispatch import ArrivalNotifier, DispatchService
 from rocketstore.flush import (CommitRealTimeService, FlushConsumeQueueService,
                                FlushRealTimeService, GroupCommitService)
@@ -758,12 +758,7 @@ class MessageStore:
         if cq is not None:
             lo = cq.get_min_offset_in_queue() if start is None else max(start, cq.get_min_offset_in_queue())
             hi = cq.get_max_offset_in_queue() if end is None else min(end, cq.get_max_offset_in_queue())
-            per_file = cq.file_size // 20
-            index = lo
-            while index < hi:
-                view = cq.units_view(index, min(hi - index, per_file - index % per_file))
-                if view is None:
-                    break
+            for index, view in unit_runs(cq, lo, hi):
                 n = len(view) // 20
                 if count_only:
                     total += n if tag_filter is None else _scan.count_matches(view, tag_filter.codes)
@@ -771,8 +766,6 @@ class MessageStore:
                     found.append(np.arange(index, index + n, dtype=np.int64))
                 else:
                     found.append(_scan.match_indices(view, tag_filter.codes) + index)
-                view.release()
-                index += n
         if count_only:
             return total
         return np.concatenate(found) if found else np.empty(0, dtype=np.int64)

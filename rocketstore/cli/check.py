@@ -101,19 +101,8 @@ def _is_tail(mf, pos: int) -> bool:
 
 def _units(cq, lo: int, hi: int) -> np.ndarray:
     """Units [lo, hi) of a consume queue as a numpy copy (views released at once)."""
-    parts = []
-    per_file = cq.file_size // 20
-    index = lo
-    while index < hi:
-        view = cq.units_view(index, min(hi - index, per_file - index % per_file))
-        if view is None:
-            break
-        parts.append(np.frombuffer(view, dtype=_CQ_DTYPE).copy())
-        n = len(view) // 20
-        view.release()
-        if n == 0:
-            break
-        index += n
+    from rocketstore.consumequeue import unit_runs
+    parts = [np.frombuffer(view, dtype=_CQ_DTYPE).copy() for _, view in unit_runs(cq, lo, hi)]
     return np.concatenate(parts) if parts else np.zeros(0, _CQ_DTYPE)
 
 

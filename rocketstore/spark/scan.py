@@ -22,6 +22,7 @@ import pyarrow as pa
 from rocketstore import _columns, _scan, storedir
 from rocketstore._codec import java_hash
 from rocketstore.config import StoreConfig
+from rocketstore.consumequeue import unit_runs
 from rocketstore.errors import CorruptionError, InvalidOptionError
 from rocketstore.paths import commitlog_dir
 from rocketstore.spark.arrow import to_record_batch
@@ -244,8 +245,7 @@ def read_split(store: MessageStore, split: Split, opts: ScanOptions,
             codes = [java_hash(t) for t in sorted(opts.tags)]
     min_ts = INT64_MIN if opts.min_ts is None else opts.min_ts
     max_ts = INT64_MAX if opts.max_ts is None else opts.max_ts
-    per_file = cq.file_size // 20
-    off = max(split.start, cq.get_min_offset_in_queue())
+    first = max(split.start, cq.get_min_offset_in_queue())
 
     def decompress(commitlog_offset: int) -> bytes:
         m = store.look_message_by_offset(commitlog_offset)
@@ -253,24 +253,14 @@ def read_split(store: MessageStore, split: Split, opts: ScanOptions,
             raise CorruptionError("commitlog", commitlog_offset, "record vanished while decoding")
         return bytes(m.body)
 
-    while off < split.end:
-        want = min(split.end - off, per_file - off % per_file, opts.batch_rows)
-        view = cq.units_view(off, want)
-        if view is None:
-            break
-        try:
-            n = len(view) // 20
-            if n == 0:
-                break
-            positions = _scan.match_indices(view, codes) if codes is not None else None
-            cols, records = _columns.decode_units(view, positions, clq, topic_b, qid, off,
-                                                  tagset, min_ts, max_ts)
-        finally:
-            view.release()
+    for off, view in unit_runs(cq, first, split.end, opts.batch_rows):
+        n = len(view) // 20
+        positions = _scan.match_indices(view, codes) if codes is not None else None
+        cols, records = _columns.decode_units(view, positions, clq, topic_b, qid, off,
+                                              tagset, min_ts, max_ts)
         if stats is not None:
             stats.units += n
             stats.records += records
             stats.rows += cols["rows"]
         if cols["rows"]:
             yield to_record_batch(cols, topic, qid, decompress)
-        off += n
