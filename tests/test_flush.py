@@ -16,6 +16,8 @@ import pytest
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore._mapped import set_sync_hook
 
+from pulling import pull_all
+
 
 @pytest.fixture(autouse=True)
 def _no_hook():
@@ -244,12 +246,7 @@ def test_kill_9_under_load_loses_no_acknowledged_message(store_dir, tmp_path, ra
             for t in range(3):
                 # offsets dense, and the consume queue agrees with the commit log
                 n = s.get_max_offset_in_queue("Crash", t)
-                got, offset = [], 0
-                while offset < n:
-                    r = s.get_message("g", "Crash", t, offset, 32)
-                    got += [m.queue_offset for m in r.messages]
-                    offset = r.next_begin_offset
-                assert got == list(range(n))
+                assert [m.queue_offset for m in pull_all(s, "Crash", t)] == list(range(n))
     assert len(acked) > 200
 
 

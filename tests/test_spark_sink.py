@@ -13,6 +13,8 @@ from rocketstore import MessageStore, StoreConfig  # noqa: E402
 from rocketstore.spark import writer as sink_writer  # noqa: E402
 from rocketstore.spark.writer import SINK_PROPERTY, RocketStoreStreamWriter  # noqa: E402
 
+from pulling import pull_all  # noqa: E402
+
 OPTIONS = {"sinkId": "crash", "commitLogFileSize": "1048576", "consumeQueueFileSize": "60000"}
 CONFIG = StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=60000)
 SCHEMA = StructType([StructField("topic", StringType()), StructField("queue_id", IntegerType()),
@@ -27,13 +29,7 @@ def _batch(n: int) -> pa.RecordBatch:
 
 def _bodies(root: str, qid: int) -> list[bytes]:
     with MessageStore.open(root, CONFIG, read_only=True) as store:
-        out, off = [], 0
-        while True:
-            r = store.get_message("g", "S", qid, off, 32)
-            if not r.messages:
-                return out
-            out += [bytes(m.body) for m in r.messages]
-            off = r.next_begin_offset
+        return [bytes(m.body) for m in pull_all(store, "S", qid)]
 
 
 class Crash(Exception):

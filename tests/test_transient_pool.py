@@ -14,6 +14,8 @@ import pytest
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore._mapped import PAGE_SIZE, WriteBuffer
 
+from pulling import pull_all
+
 FILE = 64 * 1024
 
 
@@ -107,14 +109,7 @@ def test_a_full_file_gives_its_buffer_back_and_every_file_reads_back(store_dir, 
     with MessageStore.open(store_dir, _cfg()) as store:
         assert store.recovery["last_exit_ok"] is True
         for q in range(4):
-            got, off = [], 0
-            while True:
-                res = store.get_message("g", "Pool", q, off, 32)
-                if not res.messages:
-                    break
-                got += [bytes(m.body) for m in res.messages]
-                off = res.next_begin_offset
-            assert got == bodies[q::4]
+            assert [bytes(m.body) for m in pull_all(store, "Pool", q)] == bodies[q::4]
 
 
 def test_empty_pool_makes_the_writer_commit_and_keeps_one_prefix(store_dir, rand):
@@ -245,12 +240,7 @@ def test_kill_9_with_the_pool_loses_only_uncommitted_bytes(store_dir, tmp_path, 
                     lost += 1
             for t in range(3):
                 n = s.get_max_offset_in_queue("Crash", t)
-                got, offset = [], 0
-                while offset < n:
-                    r = s.get_message("g", "Crash", t, offset, 32)
-                    got += [m.queue_offset for m in r.messages]
-                    offset = r.next_begin_offset
-                assert got == list(range(n))
+                assert [m.queue_offset for m in pull_all(s, "Crash", t)] == list(range(n))
     assert len(acked) > 200
 
 
