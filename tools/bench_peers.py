@@ -154,6 +154,14 @@ class Store:
         """Every message back in order: (messages, body bytes)."""
         raise NotImplementedError
 
+    def _close(self, attr: str) -> None:
+        """Close the handle held in ``attr`` (when open), then remove the store's directory."""
+        handle = getattr(self, attr)
+        if handle is not None:
+            handle.close()
+            setattr(self, attr, None)
+        self._remove()
+
     def _remove(self) -> None:
         if self.path is not None:
             shutil.rmtree(self.path, ignore_errors=True)
@@ -184,10 +192,7 @@ class Rocketstore(Store):
         self.store.allocator.wait_idle(120)
 
     def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
-            self.store = None
-        self._remove()
+        self._close("store")
 
     def async_chunk(self, start: int, stop: int) -> None:
         put, msgs, mask = self.store.put_message, self.msgs, POOL - 1
@@ -249,10 +254,7 @@ class Lmdb(Store):
                           for s in range(0, self.w.num, BATCH)]
 
     def close(self) -> None:
-        if self.env is not None:
-            self.env.close()
-            self.env = None
-        self._remove()
+        self._close("env")
 
     def async_chunk(self, start: int, stop: int) -> None:
         keys, bodies, mask = self.keys, self.w.bodies, POOL - 1
@@ -308,10 +310,7 @@ class Queuelib(Store):
         self.q = self.cls(os.path.join(self.path, "q"))
 
     def close(self) -> None:
-        if self.q is not None:
-            self.q.close()
-            self.q = None
-        self._remove()
+        self._close("q")
 
     def async_chunk(self, start: int, stop: int) -> None:
         push, bodies, mask = self.q.push, self.w.bodies, POOL - 1
@@ -405,10 +404,7 @@ class PersistQueue(Store):
                                "auto_commit=True would not be per-message durable")
 
     def close(self) -> None:
-        if self.q is not None:
-            self.q.close()
-            self.q = None
-        self._remove()
+        self._close("q")
 
     def async_chunk(self, start: int, stop: int) -> None:
         put, bodies, mask = self.q.put, self.w.bodies, POOL - 1
