@@ -28,15 +28,15 @@ if SANITIZE:
 C_SOURCES = ["csrc/rs_io.c", "csrc/rs_hash.c"]
 MODULES = [m for m in ("_mapped", "_codec", "_commitlog", "_scan", "_consumequeue", "_dispatch",
                        "_reader", "_indexfile", "_verify", "_columns")
-           if os.path.exists(f"rocketstore/{m}.pyx")]
+           if os.path.exists(f"rocketstore/store/{m}.pyx")]
 if os.environ.get("ROCKETSTORE_MODULES"):     # development: rebuild only these
     MODULES = [m for m in MODULES if m in os.environ["ROCKETSTORE_MODULES"].split(",")]
 
 
 def ext(name):
     return Extension(
-        f"rocketstore.{name}",
-        [f"rocketstore/{name}.pyx"] + C_SOURCES,
+        f"rocketstore.store.{name}",
+        [f"rocketstore/store/{name}.pyx"] + C_SOURCES,
         include_dirs=["csrc", numpy.get_include()],
         libraries=["z"],
         extra_compile_args=CFLAGS,
@@ -61,6 +61,6 @@ setup(
         [ext(m) for m in MODULES],
         compiler_directives=directives,
         annotate=DEBUG,
-        include_path=["rocketstore"],
+        include_path=["."],
     ),
 )

@@ -1,5 +1,5 @@
 /*
- * rs_scan.h -- byte-order helpers for the consume-queue scans (rocketstore/_scan.pyx).
+ * rs_scan.h -- byte-order helpers for the consume-queue scans (rocketstore/store/_scan.pyx).
  *
  * A consume-queue unit is 20 big-endian bytes (FORMAT.md 5.1, rs_layout.h):
  *   phy offset int64 @0 | size int32 @8 | tags code int64 @RS_CQ_TAGS_POS (12)

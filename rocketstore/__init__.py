@@ -1,21 +1,24 @@
-"""rocketstore: Apache RocketMQ's storage engine as an importable Python library.
+"""rocketstore: Apache RocketMQ's storage engine and messaging model as a Python library.
 
-The public API is re-exported here; see DESIGN.md for the layers behind it.
+The store's public API is re-exported here. Packages mirror RocketMQ's modules:
+``rocketstore.store`` (the storage engine), ``rocketstore.broker`` (messaging services on a
+store), ``rocketstore.client`` (producers and consumers over a transport), ``rocketstore.cli``
+and ``rocketstore.spark`` (edges). ``rocketstore.errors`` is shared by all of them.
 """
 try:
-    from rocketstore import _mapped as _probe  # noqa: F401
+    from rocketstore.store import _mapped as _probe  # noqa: F401
 except ImportError as e:  # pragma: no cover - depends on how it was installed
     raise ImportError(
         "rocketstore's compiled extensions are not built. Build them with "
         "`pip install -e .` (or `python setup.py build_ext --inplace`) in the source tree; "
         f"original error: {e}") from e
 
-from rocketstore.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
+from rocketstore.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from rocketstore.errors import (CorruptionError, InvalidConfigError, InvalidMessageError,
                                 InvalidMessageIdError, InvalidMessageTypeError, RocketStoreError,
                                 StoreClosedError, StoreLockedError)
-from rocketstore.status import GetMessageStatus, PutMessageStatus, SysFlag, TransactionType
-from rocketstore.types import Message, MessageExt, PutMessageResult
+from rocketstore.store.status import GetMessageStatus, PutMessageStatus, SysFlag, TransactionType
+from rocketstore.store.types import Message, MessageExt, PutMessageResult
 from rocketstore.store import MessageStore
 
 __version__ = "0.1.0"

@@ -19,7 +19,7 @@ import pytest
 
 from rocketstore import (GetMessageStatus, Message, MessageStore, PutMessageStatus,
                          StoreConfig)
-from rocketstore.cleanup import CleanupService, partition_used_ratio
+from rocketstore.store.cleanup import CleanupService, partition_used_ratio
 from rocketstore.errors import DiskFullError, InvalidConfigError, StoreReadOnlyError
 
 S = GetMessageStatus

@@ -1,4 +1,4 @@
-"""rocketstore._codec against the FORMAT.md oracle (tests/refreader.py), sections 1 and 7.
+"""rocketstore.store._codec against the FORMAT.md oracle (tests/refreader.py), sections 1 and 7.
 
 Records written by ``encode_record`` are decoded by the independent struct reader and by
 ``decode``; ``check_record`` is fed truncated, corrupted and mis-sized records; hashes, CRCs and
@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refreader as rr  # noqa: E402
 
-from rocketstore import _codec as codec  # noqa: E402
+from rocketstore.store import _codec as codec  # noqa: E402
 from rocketstore.errors import (  # noqa: E402
     InvalidMessageError, InvalidMessageIdError, InvalidMessageTypeError,
 )

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore import _columns
+from rocketstore.store import _columns
 from rocketstore.spark.arrow import to_record_batch
 
 CONFIG = StoreConfig(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=100 * 20)

@@ -17,14 +17,14 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refreader as rr  # noqa: E402
 
-from rocketstore import _codec as codec  # noqa: E402
-from rocketstore._codec import Message  # noqa: E402
-from rocketstore._commitlog import CommitLog  # noqa: E402
+from rocketstore.store import _codec as codec  # noqa: E402
+from rocketstore.store._codec import Message  # noqa: E402
+from rocketstore.store._commitlog import CommitLog  # noqa: E402
 from rocketstore.errors import (  # noqa: E402
     InvalidMessageError, InvalidMessageTypeError, StoreClosedError,
 )
-from rocketstore.mapped_file_queue import MappedFileQueue  # noqa: E402
-from rocketstore.status import PutMessageStatus  # noqa: E402
+from rocketstore.store.mapped_file_queue import MappedFileQueue  # noqa: E402
+from rocketstore.store.status import PutMessageStatus  # noqa: E402
 
 UNIQ_PROP_LEN = 42            # "UNIQ_KEY" \x01 <32 hex> \x02, added by the store
 BLANK = struct.Struct(">iI")  # maxBlank, BLANK_MAGIC_CODE
@@ -653,9 +653,9 @@ def run_child(code, tmp_path):
         import os, resource, struct, sys
         # a regression that sizes a table by the queue id must fail here, not swap the host
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
-        from rocketstore._codec import Message
-        from rocketstore._commitlog import CommitLog
-        from rocketstore.mapped_file_queue import MappedFileQueue
+        from rocketstore.store._codec import Message
+        from rocketstore.store._commitlog import CommitLog
+        from rocketstore.store.mapped_file_queue import MappedFileQueue
         d = sys.argv[1]
     """) + textwrap.dedent(code)
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import corrupt
 from rocketstore import GetMessageStatus, Message, MessageStore, StoreConfig
-from rocketstore._consumequeue import ConsumeQueue
+from rocketstore.store._consumequeue import ConsumeQueue
 
 UNIT = struct.Struct(">qiq")        # FORMAT.md 5.1: offset 8, size 4, tags code 8
 UNIT_SIZE = 20

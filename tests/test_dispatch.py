@@ -21,11 +21,11 @@ import pytest
 
 import refreader
 from rocketstore import GetMessageStatus, Message, MessageStore, StoreConfig
-from rocketstore._commitlog import CommitLog
-from rocketstore._dispatch import DispatchCore
-from rocketstore.consumequeue import ConsumeQueueStore
-from rocketstore.dispatch import ArrivalNotifier, DispatchService
-from rocketstore.mapped_file_queue import MappedFileQueue
+from rocketstore.store._commitlog import CommitLog
+from rocketstore.store._dispatch import DispatchCore
+from rocketstore.store.consumequeue import ConsumeQueueStore
+from rocketstore.store.dispatch import ArrivalNotifier, DispatchService
+from rocketstore.store.mapped_file_queue import MappedFileQueue
 
 REPO = Path(__file__).resolve().parent.parent
 UNIT = struct.Struct(">qiq")

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
-from rocketstore._mapped import set_sync_hook
+from rocketstore.store._mapped import set_sync_hook
 
 from pulling import pull_all
 

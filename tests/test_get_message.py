@@ -22,7 +22,7 @@ import refreader
 from rocketstore import (GetMessageStatus, InvalidMessageError, Message, MessageStore,
                          StoreConfig)
 from rocketstore.errors import StoreReadOnlyError
-from rocketstore.status import BoundaryType
+from rocketstore.store.status import BoundaryType
 
 S = GetMessageStatus
 CL_SIZE = 4096

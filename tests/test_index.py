@@ -26,7 +26,7 @@ import pytest
 
 import refreader
 from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore._indexfile import IndexFile, index_file_size, key_hash
+from rocketstore.store._indexfile import IndexFile, index_file_size, key_hash
 
 REPO = Path(__file__).resolve().parent.parent
 SLOTS, INDEX_NUM = 100, 400

@@ -1,4 +1,4 @@
-"""rocketstore._mapped.MappedFile: allocation, positions, views, lifetime, flush (FORMAT.md 4).
+"""rocketstore.store._mapped.MappedFile: allocation, positions, views, lifetime, flush (FORMAT.md 4).
 
 Sizes derive from the runtime page size; flush page accounting uses RocketMQ's OS_PAGE_SIZE
 (4096, FORMAT.md 4.1/4.5). The disk-full tests mount a real 1 MiB tmpfs (CI runs as root).
@@ -16,13 +16,13 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refreader as rr  # noqa: E402
 
-from rocketstore._codec import Message  # noqa: E402
-from rocketstore._commitlog import CommitLog  # noqa: E402
-from rocketstore._mapped import MappedFile  # noqa: E402
-from rocketstore.allocate import AllocateMappedFileService  # noqa: E402
+from rocketstore.store._codec import Message  # noqa: E402
+from rocketstore.store._commitlog import CommitLog  # noqa: E402
+from rocketstore.store._mapped import MappedFile  # noqa: E402
+from rocketstore.store.allocate import AllocateMappedFileService  # noqa: E402
 from rocketstore.errors import CorruptionError, StoreClosedError  # noqa: E402
-from rocketstore.mapped_file_queue import MappedFileQueue  # noqa: E402
-from rocketstore.status import PutMessageStatus  # noqa: E402
+from rocketstore.store.mapped_file_queue import MappedFileQueue  # noqa: E402
+from rocketstore.store.status import PutMessageStatus  # noqa: E402
 
 OS_PAGE_SIZE = 4096          # FORMAT.md 4.1: flush/commit page accounting unit
 

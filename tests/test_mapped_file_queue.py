@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from rocketstore._mapped import MappedFile
-from rocketstore.allocate import AllocateMappedFileService
+from rocketstore.store._mapped import MappedFile
+from rocketstore.store.allocate import AllocateMappedFileService
 from rocketstore.errors import CorruptionError
-from rocketstore.mapped_file_queue import MappedFileQueue
+from rocketstore.store.mapped_file_queue import MappedFileQueue
 
 FILE_SIZE = 4096
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore import configfile
-from rocketstore.configfile import ConfigFile, dumps, loads
+from rocketstore.store import configfile
+from rocketstore.store.configfile import ConfigFile, dumps, loads
 from rocketstore.errors import CorruptionError
-from rocketstore.offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
+from rocketstore.store.offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICE_THREAD = "ConsumerOffsetPersistService"
@@ -374,7 +374,7 @@ def test_truncated_main_file_falls_back_to_bak(config_dir, caplog):
     persisted(config_dir, V2)
     main = Path(config_dir, CONSUMER_OFFSET_FILE)
     main.write_bytes(main.read_bytes()[:len(main.read_bytes()) // 2])
-    with caplog.at_level(logging.WARNING, logger="rocketstore.configfile"):
+    with caplog.at_level(logging.WARNING, logger="rocketstore.store.configfile"):
         assert loaded_table(config_dir) == V1
     assert "unparseable" in caplog.text and ".bak" in caplog.text
 
@@ -437,7 +437,7 @@ def test_corrupt_main_file_and_corrupt_bak_raise_corruption_error_naming_bak(con
 
 _CHILD = """
 import sys
-from rocketstore.offsets import ConsumerOffsetManager
+from rocketstore.store.offsets import ConsumerOffsetManager
 m = ConsumerOffsetManager(sys.argv[1])
 m.load()
 i = max(m.query_offsets("g", "T").values(), default=0)  # continue from what survived
@@ -557,7 +557,7 @@ def test_failed_periodic_persist_is_logged_and_retried(config_dir, monkeypatch, 
         real_persist(obj)
 
     monkeypatch.setattr(m._file, "persist", flaky_persist)
-    with caplog.at_level(logging.ERROR, logger="rocketstore.offsets"), m:
+    with caplog.at_level(logging.ERROR, logger="rocketstore.store.offsets"), m:
         m.commit_offset("g", "T", 0, 9)
         wait_until(lambda: os.path.exists(m.path))
     assert failures == [1]

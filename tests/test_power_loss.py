@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
-from rocketstore._mapped import set_sync_hook
+from rocketstore.store._mapped import set_sync_hook
 
 PAGE = 4096
 CFG = dict(mapped_file_size_commit_log=16384, mapped_file_size_consume_queue=400,

@@ -20,7 +20,7 @@ import pytest
 
 import refreader
 from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore._codec import check_record, decode, java_hash
+from rocketstore.store._codec import check_record, decode, java_hash
 from rocketstore.errors import InvalidMessageIdError
 
 FILE_SIZE = 65536           # commitlogFileSize of the fixture

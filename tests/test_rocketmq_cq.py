@@ -20,7 +20,7 @@ import pytest
 
 from refreader import java_hash
 from rocketstore import GetMessageStatus, Message, MessageStore, StoreConfig
-from rocketstore._consumequeue import ConsumeQueue
+from rocketstore.store._consumequeue import ConsumeQueue
 
 CL_FILE_SIZE = 65536        # commit-log files of the fixture
 CQ_FILE_SIZE = 2000         # consume-queue files of the fixture: 100 units

@@ -28,7 +28,7 @@ import pytest
 
 import refreader
 from rocketstore import MessageStore, StoreConfig
-from rocketstore._indexfile import IndexFile, index_file_size, key_hash
+from rocketstore.store._indexfile import IndexFile, index_file_size, key_hash
 
 CL_FILE_SIZE = 65536        # commit-log files of the fixture
 CQ_FILE_SIZE = 2000         # consume-queue files of the fixture: 100 units

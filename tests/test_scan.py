@@ -1,4 +1,4 @@
-"""rocketstore._scan against struct and numpy oracles written from FORMAT.md 3 and 5.1.
+"""rocketstore.store._scan against struct and numpy oracles written from FORMAT.md 3 and 5.1.
 
 A consume-queue unit is ``>qiq`` (phy offset, size, tags code). The oracle scans a range unit by
 unit: it stops at the first size-0 unit at or after the start, never matches a filler
@@ -20,7 +20,7 @@ from hypothesis import given, settings, strategies as st
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refreader as rr  # noqa: E402
 
-from rocketstore import _scan  # noqa: E402
+from rocketstore.store import _scan  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNIT = struct.Struct(">qiq")
@@ -425,7 +425,7 @@ def test_scans_from_many_threads_agree():
 
 def test_stub_matches_the_compiled_module():
     proc = subprocess.run(
-        [sys.executable, "-m", "mypy.stubtest", "rocketstore._scan", "--ignore-unused-allowlist",
+        [sys.executable, "-m", "mypy.stubtest", "rocketstore.store._scan", "--ignore-unused-allowlist",
          "--allowlist", os.path.join(ROOT, "tests", "stubtest_allowlist.txt")],
         cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

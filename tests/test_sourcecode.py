@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PKG = ROOT / "rocketstore"
+PKG = ROOT / "rocketstore" / "store"
 
 
 def _cython_sources():
@@ -56,10 +56,11 @@ def test_c_layer_makes_no_python_calls():
 def test_import_without_a_build_says_how_to_build(tmp_path):
     # a copy of the package without its compiled modules, as a fresh checkout is; -S keeps
     # an editable install of the real package (a site-packages finder) out of the way
-    pkg = tmp_path / "rocketstore"
-    pkg.mkdir()
-    for f in PKG.glob("*.py"):
-        (pkg / f.name).write_text(f.read_text())
+    for src in (ROOT / "rocketstore", PKG):
+        pkg = tmp_path / src.relative_to(ROOT)
+        pkg.mkdir()
+        for f in src.glob("*.py"):
+            (pkg / f.name).write_text(f.read_text())
     proc = subprocess.run([sys.executable, "-S", "-c", "import rocketstore"], cwd=tmp_path,
                           capture_output=True, text=True)
     assert proc.returncode != 0
@@ -67,11 +68,11 @@ def test_import_without_a_build_says_how_to_build(tmp_path):
     assert "not built" in proc.stderr
 
 
-COMPILED = sorted(f"rocketstore.{p.stem}" for p in PKG.glob("_*.pyx"))
+COMPILED = sorted(f"rocketstore.store.{p.stem}" for p in PKG.glob("_*.pyx"))
 
 
 def test_every_compiled_module_has_a_stub():
-    missing = [m for m in COMPILED if not (PKG / (m.split(".")[1] + ".pyi")).exists()]
+    missing = [m for m in COMPILED if not (PKG / (m.rsplit(".", 1)[1] + ".pyi")).exists()]
     assert missing == []
 
 

@@ -20,7 +20,7 @@ from conftest import corrupt
 from rocketstore import (InvalidConfigError, InvalidMessageError, InvalidMessageTypeError,
                          Message, MessageStore, PutMessageStatus, RocketStoreError,
                          StoreClosedError, StoreConfig, StoreLockedError)
-from rocketstore._codec import java_hash
+from rocketstore.store._codec import java_hash
 
 REPO = Path(__file__).resolve().parent.parent
 

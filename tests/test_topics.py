@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore import topics
-from rocketstore.configfile import loads
+from rocketstore.store import topics
+from rocketstore.store.configfile import loads
 from rocketstore.errors import CorruptionError
-from rocketstore.topics import (MAX_QUEUE_NUMS, TOPICS_FILE, DataVersion, TopicConfig,
+from rocketstore.store.topics import (MAX_QUEUE_NUMS, TOPICS_FILE, DataVersion, TopicConfig,
                                 TopicConfigManager)
 
 NOW_MS = 1_700_000_000_000

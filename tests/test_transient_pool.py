@@ -12,7 +12,7 @@ import time
 import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
-from rocketstore._mapped import PAGE_SIZE, WriteBuffer
+from rocketstore.store._mapped import PAGE_SIZE, WriteBuffer
 
 from pulling import pull_all
 
@@ -247,7 +247,7 @@ def test_kill_9_with_the_pool_loses_only_uncommitted_bytes(store_dir, tmp_path, 
 def test_a_failed_commit_is_sticky_and_the_store_turns_read_only(store_dir):
     import errno
 
-    from rocketstore._mapped import set_sync_hook
+    from rocketstore.store._mapped import set_sync_hook
     cfg = _cfg(commit_interval_commit_log=20, commit_commit_log_least_pages=1)
     fail = {"on": False}
 

@@ -32,7 +32,7 @@ from typing import Callable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from rocketstore import Message, MessageStore, StoreConfig  # noqa: E402
-from rocketstore._codec import body_crc  # noqa: E402
+from rocketstore.store._codec import body_crc  # noqa: E402
 
 GiB = 1 << 30
 POOL = 1024          # distinct messages cycled through

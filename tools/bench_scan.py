@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Consume-queue scan benchmark (rocketstore._scan), in the style of leveldb's db_bench.
+"""Consume-queue scan benchmark (rocketstore.store._scan), in the style of leveldb's db_bench.
 
 Builds --units consume-queue units in RAM (20 bytes each: 50 M units = 1 GB, as ~167 full
 RocketMQ CQ files of 300 000 units) with random sizes and random Java-hashCode-like tags codes,
@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from rocketstore import _scan  # noqa: E402
+from rocketstore.store import _scan  # noqa: E402
 
 FILLER_SIZE = 0x7FFFFFFF
 UNIT = _scan.UNIT_SIZE

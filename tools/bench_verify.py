@@ -27,7 +27,7 @@ from contextlib import redirect_stdout
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from rocketstore import Message, MessageStore, StoreConfig  # noqa: E402
-from rocketstore._verify import walk_file  # noqa: E402
+from rocketstore.store._verify import walk_file  # noqa: E402
 from rocketstore.cli import main  # noqa: E402
 from rocketstore.cli._common import detect_config  # noqa: E402
 

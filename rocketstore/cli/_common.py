@@ -47,8 +47,8 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
 
 def detect_config(root: str, args: argparse.Namespace | None = None):
     """A StoreConfig whose file sizes match the files in ``root``; the command's size options
-    (``--commitlog-file-size`` ...) win (``rocketstore.storedir.detect_config``)."""
-    from rocketstore.storedir import detect_config as detect
+    (``--commitlog-file-size`` ...) win (``rocketstore.store.storedir.detect_config``)."""
+    from rocketstore.store.storedir import detect_config as detect
     return detect(root, commit_log_file_size=getattr(args, "commitlog_file_size", None),
                   cq_file_size=getattr(args, "cq_file_size", None),
                   index_slots=getattr(args, "index_slots", None),

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rocketstore._verify import reachable_keys
+from rocketstore.store._verify import reachable_keys
 from rocketstore.cli._common import CommandError, add_store_options, open_store, progress, table
 from rocketstore.cli.lookup import list_queues, queue_phy_end
 
@@ -50,7 +50,7 @@ class _Report:
 
 def _scan_commit_log(store, report: _Report, check_crc: bool = True):
     """Walk every file; returns (records, keys, topic names, end of data)."""
-    from rocketstore._verify import KEY_DTYPE, RECORD_DTYPE, walk_file
+    from rocketstore.store._verify import KEY_DTYPE, RECORD_DTYPE, walk_file
     files = store.commit_log_queue.files
     topics: dict[bytes, int] = {}
     recs, keys = [], []
@@ -101,7 +101,7 @@ def _is_tail(mf, pos: int) -> bool:
 
 def _units(cq, lo: int, hi: int) -> np.ndarray:
     """Units [lo, hi) of a consume queue as a numpy copy (views released at once)."""
-    from rocketstore.consumequeue import unit_runs
+    from rocketstore.store.consumequeue import unit_runs
     parts = [np.frombuffer(view, dtype=_CQ_DTYPE).copy() for _, view in unit_runs(cq, lo, hi)]
     return np.concatenate(parts) if parts else np.zeros(0, _CQ_DTYPE)
 
@@ -329,10 +329,11 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _recover(args: argparse.Namespace) -> int:
-    from rocketstore import MessageStore, paths
-    from rocketstore.checkpoint import StoreCheckpoint
+    from rocketstore import MessageStore
+    from rocketstore.store import paths
+    from rocketstore.store.checkpoint import StoreCheckpoint
     from rocketstore.cli._common import detect_config
-    from rocketstore.store import _StoreLock, create_abort_marker
+    from rocketstore.store.message_store import _StoreLock, create_abort_marker
     root = args.store
     config = detect_config(root, args)
     if not os.path.isdir(config.commit_log_path(root)):

@@ -33,7 +33,7 @@ def commit_log_end(store) -> tuple[int, int]:
 def list_queues(store) -> list[tuple[str, int]]:
     """Every (topic, queue id) with a consume-queue directory, including ones a writer
     created after the store was opened."""
-    from rocketstore.storedir import list_queues as queues_of
+    from rocketstore.store.storedir import list_queues as queues_of
     return queues_of(store.root)
 
 

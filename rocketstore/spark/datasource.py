@@ -33,7 +33,7 @@ from pyspark.sql.types import StructType
 
 from rocketstore.errors import InvalidOptionError
 from rocketstore.spark.arrow import SCHEMA_DDL
-from rocketstore.storedir import list_queues
+from rocketstore.store.storedir import list_queues
 from rocketstore.spark.scan import (MAX_TAGS, ScanOptions, Split, open_reader,
                                     parse_queue_key, plan, queue_key, read_split)
 

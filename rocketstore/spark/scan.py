@@ -19,12 +19,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from rocketstore import _columns, _scan, storedir
-from rocketstore._codec import java_hash
-from rocketstore.config import StoreConfig
-from rocketstore.consumequeue import unit_runs
+from rocketstore.store import _columns, _scan, storedir
+from rocketstore.store._codec import java_hash
+from rocketstore.store.config import StoreConfig
+from rocketstore.store.consumequeue import unit_runs
 from rocketstore.errors import CorruptionError, InvalidOptionError
-from rocketstore.paths import commitlog_dir
+from rocketstore.store.paths import commitlog_dir
 from rocketstore.spark.arrow import to_record_batch
 from rocketstore.store import MessageStore
 

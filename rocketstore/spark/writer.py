@@ -38,7 +38,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
                                     WriterCommitMessage)
 from pyspark.sql.types import StructType
 
-from rocketstore._codec import Message
+from rocketstore.store._codec import Message
 from rocketstore.errors import InvalidOptionError, RocketStoreError
 from rocketstore.spark.scan import ScanOptions, detect_config
 from rocketstore.store import MessageStore

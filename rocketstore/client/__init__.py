@@ -1,0 +1,1 @@
+"""Producers and consumers (RocketMQ's client) over a transport interface."""

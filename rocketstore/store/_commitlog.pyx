@@ -1,0 +1,1087 @@
+# cython: language_level=3
+"""CommitLog: every topic's messages appended to one log of mapped files (FORMAT.md 1, 4).
+
+A put validates (the ``Message`` was validated at construction; sizes against this log's
+limits here), takes the put lock, assigns the queue offset of its topic-queue, encodes the
+record straight into the last mapped file at its write position and returns a
+``PutMessageResult``. A record never straddles files: when fewer than ``size + 8`` bytes
+remain, an 8-byte blank record fills the file and the record goes to the next one, which is
+obtained *before* the blank is written so that a failed allocation leaves the log unchanged.
+
+Thread-safety: puts are serialised by the put lock (a C lock; waiting for it releases the
+GIL). Reads (``get_message``, ``iter_messages``) take no lock: they only read bytes below the
+published read position of a file.
+"""
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING
+from libc.stdint cimport int32_t, uint32_t, int64_t
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from libc.stdlib cimport realloc, free
+cimport numpy as cnp
+from libc.string cimport memset
+
+from rocketstore.store._csrc cimport (
+    RS_END_FILE_MIN_BLANK, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED, RS_SYSFLAG_TX_ROLLBACK,
+    RS_SYSFLAG_STOREHOST_V6, RS_HOST_V6_LEN, RS_MAX_RECORD_SLACK, RS_MSGID_V4_BYTES,
+    pthread_mutex_t, pthread_mutex_init, pthread_mutex_destroy, pthread_mutex_lock,
+    pthread_mutex_trylock, pthread_mutex_unlock, rs_store_release, rs_load_acquire, rs_msync,
+    pthread_cond_t, pthread_cond_init, pthread_cond_destroy, pthread_cond_wait,
+    pthread_cond_timedwait, pthread_cond_broadcast, pthread_cond_signal, timespec,
+    clock_gettime, CLOCK_REALTIME, rs_pwrite_all, sched_yield,
+)
+from rocketstore.store._codec cimport (
+    RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,
+    write_blank, parse_record, now_ms, encode_host, format_msg_id, UNIQ_HEX_LEN,
+)
+from rocketstore.store._mapped cimport MappedFile, sync_hook_active
+
+import logging
+import numpy as np
+
+cnp.import_array()
+
+from rocketstore.errors import (InvalidMessageError, InvalidMessageTypeError, StoreClosedError,
+                                TopicPermissionError)
+from rocketstore.store.status import PutMessageStatus
+
+log = logging.getLogger("rocketstore.commitlog")
+
+cdef object PUT_OK = PutMessageStatus.PUT_OK
+cdef object CREATE_MAPPED_FILE_FAILED = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+cdef object NO_PERMISSION = PutMessageStatus.NO_PERMISSION
+cdef object MESSAGE_ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
+cdef object SERVICE_NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE
+cdef object FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
+cdef object OS_PAGE_CACHE_BUSY = PutMessageStatus.OS_PAGE_CACHE_BUSY
+
+
+class PoolBusyError(OSError):
+    """No transient-pool buffer for a new file and fast fail is on (a put is refused)."""
+
+cdef enum:
+    DENSE_QUEUES = 4096     # queue ids held in a C array per topic; larger ones in a dict
+    SPIN_WAITERS = 2        # sync puts poll before sleeping when more producers than this wait
+    SPIN_YIELDS = 500       # polls (each a sched_yield) before sleeping: about a sync's time
+
+
+# -- queue offsets ---------------------------------------------------------------------------
+
+@cython.final
+cdef class _QueueOffsets:
+    """Next queue offset of every queue of one topic (RocketMQ's topicQueueTable row).
+
+    Queue ids below DENSE_QUEUES live in a C array (the put path reads it without a dict
+    lookup); larger ids, which a topic rarely has, in a dict, so memory never grows with the
+    size of an id. Negative ids are never stored.
+    """
+    cdef int64_t *offs
+    cdef Py_ssize_t n
+    cdef dict sparse                    # queue id -> next offset, for ids >= DENSE_QUEUES
+
+    def __dealloc__(self):
+        free(self.offs)
+
+    cdef inline int64_t get(self, Py_ssize_t qid) noexcept:
+        if 0 <= qid < self.n:
+            return self.offs[qid]
+        if qid < DENSE_QUEUES or self.sparse is None:
+            return 0
+        return self.sparse.get(qid, 0)
+
+    cdef int grow(self, Py_ssize_t qid) except -1:
+        cdef Py_ssize_t n = min(max(qid + 1, self.n * 2, 8), DENSE_QUEUES)
+        cdef int64_t *p = <int64_t *>realloc(self.offs, n * sizeof(int64_t))
+        if p == NULL:
+            raise MemoryError()
+        memset(p + self.n, 0, (n - self.n) * sizeof(int64_t))
+        self.offs = p
+        self.n = n
+        return 0
+
+    cdef inline int set(self, Py_ssize_t qid, int64_t v) except -1:
+        if qid < 0:
+            raise ValueError(f"queue id {qid} is negative")
+        if qid < self.n:
+            self.offs[qid] = v
+        elif qid < DENSE_QUEUES:
+            self.grow(qid)
+            self.offs[qid] = v
+        else:
+            if self.sparse is None:
+                self.sparse = {}
+            self.sparse[qid] = v
+        return 0
+
+    cdef dict items(self):
+        cdef dict out = {}
+        cdef Py_ssize_t i
+        for i in range(self.n):
+            if self.offs[i]:
+                out[i] = self.offs[i]
+        if self.sparse:
+            out.update({k: v for k, v in self.sparse.items() if v})
+        return out
+
+
+# -- results ---------------------------------------------------------------------------------
+
+@cython.final
+@cython.freelist(64)
+@cython.no_gc       # status enum, offsets array, host bytes, an exception: no cycles back
+cdef class PutMessageResult:
+    """Outcome of a put: ``status`` and, when stored, where.
+
+    ``msg_id`` is the offset message id (FORMAT.md 7); for a batch, the ids of all its
+    messages joined with ``,`` as RocketMQ does. It is built on first access.
+    """
+    cdef readonly object status
+    cdef readonly int queue_id
+    cdef readonly int64_t queue_offset
+    cdef readonly int64_t commitlog_offset
+    cdef readonly Py_ssize_t wrote_bytes
+    cdef readonly int64_t store_timestamp
+    cdef readonly Py_ssize_t msg_count
+    cdef readonly object error          # the exception behind a failed status, or None
+    cdef bytes _host_b
+    cdef object _offsets                # int64 array of each batch message's offset, or None
+
+    @property
+    def ok(self):
+        return self.status is PUT_OK
+
+    @property
+    def msg_id(self):
+        if self.status is not PUT_OK:
+            return None
+        if self._offsets is None:
+            return format_msg_id(self._host_b, self.commitlog_offset)
+        return ",".join([format_msg_id(self._host_b, o) for o in self._offsets.tolist()])
+
+    @property
+    def commitlog_offsets(self):
+        """Commit-log offset of every message of the put (one for a single put)."""
+        if self._offsets is None:
+            return [self.commitlog_offset] if self.status is PUT_OK else []
+        return self._offsets.tolist()
+
+    def __repr__(self):
+        return (f"PutMessageResult(status={self.status.name}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
+                f"wrote_bytes={self.wrote_bytes}, msg_count={self.msg_count})")
+
+
+cdef PutMessageResult _failed(object status, object error, int queue_id):
+    cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
+    r.status = status
+    r.error = error
+    r.queue_id = queue_id
+    r.queue_offset = -1
+    r.commitlog_offset = -1
+    return r
+
+
+cdef int32_t _queue_id(object queue_id) except -1:
+    if type(queue_id) is not int:
+        if not isinstance(queue_id, int) or isinstance(queue_id, bool):
+            raise InvalidMessageTypeError("queue_id", "int", type(queue_id).__name__)
+    if not 0 <= queue_id <= 0x7FFFFFFF:
+        raise InvalidMessageError("queue_id", queue_id, "outside [0, 2147483647]",
+                                  limit=0x7FFFFFFF)
+    return <int32_t>queue_id
+
+
+cdef inline void _deadline_in(timespec *t, int64_t ms) noexcept nogil:
+    # an absolute CLOCK_REALTIME deadline ``ms`` from now, for pthread_cond_timedwait
+    clock_gettime(CLOCK_REALTIME, t)
+    t.tv_sec += ms // 1000
+    t.tv_nsec += (ms % 1000) * 1000000
+    if t.tv_nsec >= 1000000000:
+        t.tv_sec += 1
+        t.tv_nsec -= 1000000000
+
+
+# -- the log ---------------------------------------------------------------------------------
+
+@cython.final
+cdef class CommitLog:
+    """The commit log over a ``MappedFileQueue`` of fixed-size files.
+
+    Parameters
+    ----------
+    mapped_file_queue : MappedFileQueue
+        Its files (loaded, not yet recovered).
+    store_host : str
+        ``ip:port`` written as STOREHOSTADDRESS and used in offset message ids.
+    max_message_size : int
+        Largest body accepted (``StoreConfig.max_message_size``).
+    """
+    cdef readonly object mapped_file_queue
+    cdef MappedFile cur                 # last file, or None before the first put
+    cdef pthread_mutex_t put_lock       # a C mutex: no clock read per uncontended acquire
+    cdef dict queue_table               # topic str -> _QueueOffsets
+    cdef str _last_topic                # one-entry cache in front of queue_table
+    cdef _QueueOffsets _last_queues
+    cdef bytes store_host_b
+    cdef readonly str store_host
+    cdef UniqIdGenerator uniq
+    cdef readonly Py_ssize_t file_size
+    cdef readonly Py_ssize_t max_message_size
+    cdef readonly bint closed
+    cdef readonly object on_append      # called (no args) after a put once armed, outside the lock
+    cdef bint _armed                    # a waiter asked to be woken by the next put
+    cdef dict _topic_rules              # topic -> (writeable, write_queue_nums), from topics.json
+    cdef object _not_writeable          # exception making every put SERVICE_NOT_AVAILABLE
+    cdef object _roll_error             # the OSError of the last failed file creation
+    cdef object _roll_status            # and the status it gives the put
+    # transient store pool (FORMAT.md 4.5): new files borrow a write buffer; the commit
+    # service copies appends into the file. Puts wake it once enough bytes wait.
+    cdef readonly object pool
+    cdef bint _pool_fast_fail
+    cdef pthread_mutex_t commit_mu
+    cdef pthread_cond_t commit_cv
+    cdef Py_ssize_t commit_want         # the commit service sleeps until this many bytes wait
+    cdef bint commit_stop
+    cdef pthread_mutex_t copy_mu        # one committer at a time (service, or a rolling writer)
+    cdef Py_ssize_t _rolls              # rolls away from a buffered file (under the put lock)
+    cdef Py_ssize_t _rolls_seen         # ... whose files the Python path has committed
+    cdef char *_cur_wbase
+    cdef int _cur_fd
+    cdef Py_ssize_t _cur_size
+    cdef Py_ssize_t *_cur_wrote
+    cdef readonly int64_t commit_rounds     # GIL-free rounds that committed bytes
+    cdef readonly int64_t committed_bytes
+    # group commit (FORMAT.md 4.5 GroupCommitService): sync puts wait here without the GIL
+    # until the flusher has synced past their record; one sync serves every waiter
+    cdef pthread_mutex_t flush_mu
+    cdef pthread_cond_t flushed_cv      # producers wait for flushed_offset
+    cdef pthread_cond_t request_cv      # the flusher waits for request_offset
+    cdef int64_t request_offset
+    cdef int64_t flushed_offset
+    cdef bint flush_failed              # sticky: the flushed offset never passes a failed sync
+    cdef int sync_waiters               # producers inside _await_flush (under flush_mu)
+    cdef bint flusher_stop
+    cdef readonly bint sync_flush
+    cdef readonly int64_t sync_flush_timeout_ms
+    cdef readonly object flush_error
+    # the current file as C values, for the GIL-free flusher (changed under the put lock)
+    cdef char *_cur_base
+    cdef int64_t _cur_from
+    cdef Py_ssize_t *_cur_committed
+    cdef int64_t *_cur_store_ts
+    cdef readonly int64_t flushed_store_timestamp  # store time of the last record synced
+    cdef readonly int64_t sync_count
+    cdef public bint debug_ack_before_sync  # WRONG on purpose: the crash harness' negative control
+
+    def __cinit__(self):
+        pthread_mutex_init(&self.put_lock, NULL)
+        pthread_mutex_init(&self.flush_mu, NULL)
+        pthread_cond_init(&self.flushed_cv, NULL)
+        pthread_cond_init(&self.request_cv, NULL)
+        pthread_mutex_init(&self.commit_mu, NULL)
+        pthread_cond_init(&self.commit_cv, NULL)
+        pthread_mutex_init(&self.copy_mu, NULL)
+
+    def __dealloc__(self):
+        pthread_cond_destroy(&self.commit_cv)
+        pthread_mutex_destroy(&self.commit_mu)
+        pthread_mutex_destroy(&self.copy_mu)
+        pthread_mutex_destroy(&self.put_lock)
+        pthread_cond_destroy(&self.flushed_cv)
+        pthread_cond_destroy(&self.request_cv)
+        pthread_mutex_destroy(&self.flush_mu)
+
+    def __init__(self, mapped_file_queue, str store_host="127.0.0.1:10911",
+                 Py_ssize_t max_message_size=4 * 1024 * 1024, UniqIdGenerator uniq=None):
+        self.mapped_file_queue = mapped_file_queue
+        self.file_size = mapped_file_queue.file_size
+        self.store_host = store_host
+        self.store_host_b = encode_host(store_host)
+        self.max_message_size = max_message_size
+        self.queue_table = {}
+        self._topic_rules = {}
+        self.uniq = uniq if uniq is not None else UniqIdGenerator()
+        self._set_cur(mapped_file_queue.last_file())
+
+    def set_transient_pool(self, pool, bint fast_fail=False):
+        """Lend a write buffer of ``pool`` to every new file (``pool.lend(mf)``); with
+        ``fast_fail`` a put that needs a new file while no buffer is free is refused with
+        OS_PAGE_CACHE_BUSY instead of committing the full files itself to free one."""
+        self.pool = pool
+        self._pool_fast_fail = fast_fail
+        pool.commit_lock = _CopyGuard(self)
+
+    def commit_loop(self, int64_t interval_ms, Py_ssize_t least_bytes):
+        """The commit service's steady state, GIL-free: sleep until ``least_bytes`` wait in
+        the current file's write buffer (a put signals) or ``interval_ms`` passes, then copy
+        them into the file (pwrite) and publish the committed position; repeat.
+
+        Returns 0 when stopped, 1 when a round needs the Python path (files before the current
+        one still hold buffers, or the current one is full and gives its buffer back), 2 when
+        bytes were committed while the dispatcher sleeps (wake it), -errno when pwrite failed.
+        """
+        cdef timespec deadline
+        cdef int rc = 0, timed_out
+        cdef Py_ssize_t start, end, rolls
+        cdef char *wbase
+        cdef int fd
+        cdef Py_ssize_t *wrote_p
+        cdef Py_ssize_t *comm_p
+        cdef Py_ssize_t size
+        with nogil:
+            while True:
+                # a snapshot of the current file (it changes under the put lock only)
+                pthread_mutex_lock(&self.put_lock)
+                rolls = self._rolls
+                wbase = self._cur_wbase
+                fd = self._cur_fd
+                wrote_p = self._cur_wrote
+                comm_p = self._cur_committed
+                size = self._cur_size
+                pthread_mutex_unlock(&self.put_lock)
+                if rolls != self._rolls_seen:
+                    rc = 1
+                    break
+                timed_out = 0
+                if wbase == NULL or rs_load_acquire(wrote_p) - comm_p[0] < least_bytes:
+                    _deadline_in(&deadline, interval_ms)
+                    pthread_mutex_lock(&self.commit_mu)
+                    if not self.commit_stop:
+                        self.commit_want = least_bytes if least_bytes > 0 else 1
+                        timed_out = pthread_cond_timedwait(&self.commit_cv, &self.commit_mu,
+                                                           &deadline) != 0
+                        self.commit_want = 0
+                    pthread_mutex_unlock(&self.commit_mu)
+                if self.commit_stop:
+                    rc = 0
+                    break
+                if wbase == NULL:
+                    continue
+                if sync_hook_active():
+                    rc = 1          # a test's hook sees (or fails) each commit: Python path
+                    break
+                pthread_mutex_lock(&self.copy_mu)
+                if self._rolls != rolls:
+                    # a roll since the snapshot: its writer may have committed (and re-lent)
+                    # the buffer; take a fresh snapshot
+                    pthread_mutex_unlock(&self.copy_mu)
+                    continue
+                start = comm_p[0]
+                end = rs_load_acquire(wrote_p)
+                rc = 0
+                if end > start and (timed_out or end - start >= least_bytes or end == size):
+                    rc = rs_pwrite_all(fd, wbase + start, <size_t>(end - start), start)
+                    if rc == 0:
+                        rs_store_release(comm_p, end)
+                        self.commit_rounds += 1
+                        self.committed_bytes += end - start
+                pthread_mutex_unlock(&self.copy_mu)
+                if rc != 0:
+                    break
+                if end == size:
+                    rc = 1          # full and committed: the Python path gives the buffer back
+                    break
+                if end > start and self._armed:
+                    self._armed = False
+                    rc = 2
+                    break
+        return rc
+
+    @property
+    def rolls(self):
+        return self._rolls
+
+    def set_rolls_seen(self, Py_ssize_t rolls):
+        """Files lent before roll number ``rolls`` are committed (the Python path)."""
+        self._rolls_seen = rolls
+
+    # -- the commit service -----------------------------------------------------------------
+
+    def stop_commit(self):
+        with nogil:
+            pthread_mutex_lock(&self.commit_mu)
+            self.commit_stop = True
+            pthread_cond_broadcast(&self.commit_cv)
+            pthread_mutex_unlock(&self.commit_mu)
+
+    cdef inline void _maybe_wake_commit(self, MappedFile mf) noexcept:
+        # a plain read of commit_want: a put racing the service's next sleep at worst leaves
+        # the bytes to the commit interval (the next put past the mark signals again)
+        if self.commit_want > 0 and (mf.wrote_pos - mf.committed_pos >= self.commit_want
+                                     or mf.wrote_pos == mf.file_size):
+            with nogil:
+                pthread_mutex_lock(&self.commit_mu)
+                if self.commit_want > 0:
+                    self.commit_want = 0
+                    pthread_cond_signal(&self.commit_cv)
+                pthread_mutex_unlock(&self.commit_mu)
+
+    def set_on_append(self, callback):
+        """Call ``callback()`` after the next put following each ``arm_wakeup()``."""
+        self.on_append = callback
+
+    def set_topic_rule(self, str topic, rule):
+        """``rule`` = (writeable, write_queue_nums) for a configured topic, or None to drop it."""
+        if rule is None:
+            self._topic_rules.pop(topic, None)
+        else:
+            self._topic_rules[topic] = (bool(rule[0]), int(rule[1]))
+
+    def set_not_writeable(self, error):
+        """Refuse every put with SERVICE_NOT_AVAILABLE carrying ``error`` (None re-enables)."""
+        self._not_writeable = error
+
+    cdef PutMessageResult _refused(self, str topic, int32_t qid):
+        if self._not_writeable is not None:
+            return _failed(SERVICE_NOT_AVAILABLE, self._not_writeable, qid)
+        rule = self._topic_rules.get(topic)
+        if rule is not None:
+            if not rule[0]:
+                return _failed(NO_PERMISSION, TopicPermissionError(
+                    topic, "is not writeable (perm in topics.json)"), qid)
+            if qid >= <int>rule[1]:
+                return _failed(MESSAGE_ILLEGAL, TopicPermissionError(
+                    topic, f"queue id {qid} is not below its {rule[1]} write queues"), qid)
+        return None
+
+    cdef void _set_cur(self, MappedFile mf) noexcept:
+        # callers hold the put lock (or are single-threaded: open, recovery)
+        self.cur = mf
+        if mf is None:
+            self._cur_base = NULL
+            self._cur_committed = NULL
+            self._cur_store_ts = NULL
+            self._cur_wbase = NULL
+        else:
+            self._cur_base = mf.base
+            self._cur_from = mf.file_from_offset
+            self._cur_committed = &mf.committed_pos
+            self._cur_store_ts = &mf.store_timestamp
+            # the GIL-free commit loop copies from here (NULL: nothing to commit)
+            self._cur_wbase = mf.wbase if mf.write_buffer is not None else NULL
+            self._cur_fd = mf.fd
+            self._cur_size = mf.file_size
+            self._cur_wrote = &mf.wrote_pos
+
+    def group_commit(self):
+        """The group-commit loop, GIL-free: wait for a request, msync everything committed in
+        the current file since the flushed offset, publish, wake the waiters, repeat.
+
+        Returns 0 when stopped, 1 when a round needs the GIL path (the range spans files),
+        or -errno when msync failed (the caller makes that sticky)."""
+        cdef int rc = 0
+        cdef int64_t start_off, comm_end, ts
+        cdef char *base
+        cdef int64_t base_from
+        with nogil:
+            while True:
+                pthread_mutex_lock(&self.flush_mu)
+                while (self.request_offset <= self.flushed_offset and not self.flusher_stop
+                       and not self.flush_failed):
+                    pthread_cond_wait(&self.request_cv, &self.flush_mu)
+                if self.flusher_stop or self.flush_failed:
+                    pthread_mutex_unlock(&self.flush_mu)
+                    rc = 0
+                    break
+                start_off = self.flushed_offset
+                pthread_mutex_unlock(&self.flush_mu)
+                # a consistent view of the current file: it only changes under the put lock
+                pthread_mutex_lock(&self.put_lock)
+                base = self._cur_base
+                base_from = self._cur_from
+                comm_end = base_from + rs_load_acquire(self._cur_committed) if base != NULL else 0
+                ts = self._cur_store_ts[0] if base != NULL else 0
+                pthread_mutex_unlock(&self.put_lock)
+                if base == NULL or start_off < base_from or sync_hook_active():
+                    rc = 1          # spans a roll, or a test hook: the GIL path syncs this round
+                    break
+                if comm_end > start_off:
+                    rc = rs_msync(base + (start_off - base_from), <size_t>(comm_end - start_off))
+                    if rc != 0:
+                        break
+                pthread_mutex_lock(&self.flush_mu)
+                if comm_end > self.flushed_offset:
+                    self.flushed_offset = comm_end
+                    self.flushed_store_timestamp = ts
+                    self.sync_count += 1
+                pthread_cond_broadcast(&self.flushed_cv)
+                pthread_mutex_unlock(&self.flush_mu)
+        return rc
+
+    # -- group commit ------------------------------------------------------------------------
+
+    def enable_sync_flush(self, int64_t timeout_ms, int64_t flushed_offset):
+        """Sync puts from now on: each waits until ``flushed_offset`` passes its record."""
+        self.sync_flush = True
+        self.sync_flush_timeout_ms = timeout_ms
+        self.flushed_offset = flushed_offset
+        self.request_offset = flushed_offset
+
+    def wait_flush_request(self):
+        """The flusher's wait (GIL released): the offset producers wait for, or -1 to stop."""
+        cdef int64_t r
+        with nogil:
+            pthread_mutex_lock(&self.flush_mu)
+            while self.request_offset <= self.flushed_offset and not self.flusher_stop:
+                pthread_cond_wait(&self.request_cv, &self.flush_mu)
+            r = -1 if self.flusher_stop else self.request_offset
+            pthread_mutex_unlock(&self.flush_mu)
+        return r
+
+    def set_flushed(self, int64_t offset):
+        """Publish that everything below ``offset`` is durable; wakes the waiting producers."""
+        with nogil:
+            pthread_mutex_lock(&self.flush_mu)
+            if offset > self.flushed_offset and not self.flush_failed:
+                self.flushed_offset = offset
+            pthread_cond_broadcast(&self.flushed_cv)
+            pthread_mutex_unlock(&self.flush_mu)
+
+    def set_flush_error(self, error):
+        """A sync failed: sticky. Waiting and later sync puts fail; every put is refused."""
+        self.flush_error = error
+        self._not_writeable = error
+        with nogil:
+            pthread_mutex_lock(&self.flush_mu)
+            self.flush_failed = True
+            pthread_cond_broadcast(&self.flushed_cv)
+            pthread_mutex_unlock(&self.flush_mu)
+
+    def stop_flusher(self):
+        with nogil:
+            pthread_mutex_lock(&self.flush_mu)
+            self.flusher_stop = True
+            pthread_cond_broadcast(&self.request_cv)
+            pthread_cond_broadcast(&self.flushed_cv)
+            pthread_mutex_unlock(&self.flush_mu)
+
+    @property
+    def flushed_where(self):
+        return self.flushed_offset
+
+    cdef int _await_flush(self, int64_t target) noexcept nogil:
+        """0 once durable past ``target``, -1 on timeout, -2 after a failed sync."""
+        cdef timespec deadline
+        cdef int rc = 0
+        _deadline_in(&deadline, self.sync_flush_timeout_ms)
+        cdef int i
+        pthread_mutex_lock(&self.flush_mu)
+        if self.request_offset < target:
+            self.request_offset = target
+            pthread_cond_signal(&self.request_cv)
+        self.sync_waiters += 1
+        if self.sync_waiters > SPIN_WAITERS:
+            # many producers wait: poll, yielding the CPU, before sleeping. Sleepers woken by
+            # the flush each need a wake-up and then the GIL in turn; on a VM an idle vCPU's
+            # wake-up costs tens of us, so busy waiters refill the next group much sooner
+            # (64 producers: ~1.6x msgs/s here). One producer gains nothing: it just sleeps.
+            pthread_mutex_unlock(&self.flush_mu)
+            for i in range(SPIN_YIELDS):
+                if (rs_load_acquire(<Py_ssize_t *>&self.flushed_offset) >= target
+                        or self.flush_failed or self.flusher_stop):
+                    break
+                sched_yield()
+            pthread_mutex_lock(&self.flush_mu)
+        while self.flushed_offset < target and not self.flush_failed and not self.flusher_stop:
+            if pthread_cond_timedwait(&self.flushed_cv, &self.flush_mu, &deadline) != 0:
+                break
+        rc = 0 if self.flushed_offset >= target else (-2 if self.flush_failed else -1)
+        self.sync_waiters -= 1
+        pthread_mutex_unlock(&self.flush_mu)
+        return rc
+
+    cdef PutMessageResult _sync_result(self, PutMessageResult r, int64_t target):
+        cdef int rc
+        with nogil:
+            rc = self._await_flush(target)
+        if rc == -1:
+            r.status = FLUSH_DISK_TIMEOUT
+        elif rc == -2:
+            r.status = FLUSH_DISK_TIMEOUT
+            r.error = self.flush_error
+        return r
+
+    def arm_wakeup(self):
+        """Ask the next put to call ``on_append`` (a sleeping dispatcher), once."""
+        self._armed = True
+
+    # -- locking ------------------------------------------------------------------------------
+
+    cdef inline void _lock(self) noexcept:
+        # never block holding the GIL: the holder may need it (a roll waits on the allocator)
+        if pthread_mutex_trylock(&self.put_lock) != 0:
+            with nogil:
+                pthread_mutex_lock(&self.put_lock)
+
+    cdef inline void _unlock(self) noexcept:
+        pthread_mutex_unlock(&self.put_lock)
+
+    # -- queue offsets ---------------------------------------------------------------------
+
+    cdef _QueueOffsets _queues(self, str topic):
+        if topic is self._last_topic:
+            return self._last_queues
+        cdef object q = self.queue_table.get(topic)
+        if q is None:
+            q = _QueueOffsets()
+            self.queue_table[topic] = q
+        self._last_topic = topic
+        self._last_queues = <_QueueOffsets>q
+        return <_QueueOffsets>q
+
+    def get_queue_offset(self, str topic, int64_t queue_id):
+        """Next queue offset the topic-queue will assign (0 for an unknown queue)."""
+        q = self.queue_table.get(topic)
+        return (<_QueueOffsets>q).get(queue_id) if q is not None else 0
+
+    def set_queue_offset(self, str topic, int64_t queue_id, int64_t offset):
+        if not 0 <= queue_id <= 0x7FFFFFFF:
+            raise InvalidMessageError("queue_id", queue_id, "outside [0, 2147483647]",
+                                      limit=0x7FFFFFFF)
+        self._queues(topic).set(queue_id, offset)
+
+    def queue_offsets(self):
+        """{(topic, queue_id): next offset} of every queue that has one."""
+        cdef _QueueOffsets q
+        out = {}
+        for topic, q in self.queue_table.items():
+            for qid, off in q.items().items():
+                out[(topic, qid)] = off
+        return out
+
+    # -- writing -----------------------------------------------------------------------------
+
+    cdef int _check_open(self) except -1:
+        if self.closed:
+            raise StoreClosedError("commit log")
+        return 0
+
+    cdef int _check_size(self, Message msg, Py_ssize_t total) except -1:
+        if msg._body_len > self.max_message_size:
+            raise InvalidMessageError(
+                "body", f"{msg._body_len} bytes",
+                f"longer than max_message_size={self.max_message_size} "
+                "(StoreConfig.max_message_size)", limit=self.max_message_size)
+        if total > self.max_message_size + RS_MAX_RECORD_SLACK:
+            raise InvalidMessageError(
+                "record", f"{total} bytes",
+                f"longer than max_message_size + 64 KiB = {self.max_message_size + RS_MAX_RECORD_SLACK}",
+                limit=self.max_message_size + RS_MAX_RECORD_SLACK)
+        if total + RS_END_FILE_MIN_BLANK > self.file_size:
+            raise InvalidMessageError(
+                "record", f"{total} bytes",
+                f"does not fit a commit-log file of {self.file_size} bytes with its 8-byte "
+                "end-of-file reserve (StoreConfig.mapped_file_size_commit_log)",
+                limit=self.file_size - RS_END_FILE_MIN_BLANK)
+        return 0
+
+    cdef MappedFile _file_for(self, Py_ssize_t need):
+        """The file to append ``need`` bytes to: the last one, or the next one after writing a
+        blank record into the last. The next file is obtained first, so an allocation
+        failure (raised here) leaves the log untouched."""
+        cdef MappedFile cur = self.cur
+        cdef MappedFile nxt
+        cdef Py_ssize_t left = 0
+        if cur is not None and cur.wrote_pos != cur.file_size:
+            left = cur.file_size - cur.wrote_pos
+            if need + RS_END_FILE_MIN_BLANK <= left:
+                return cur
+        if self.pool is not None and self._pool_fast_fail and not self.pool.available:
+            # refuse instead of committing here; close the current file first (a blank, as a
+            # roll writes) so the commit service can commit it whole and free its buffer
+            if cur is not None and cur.wrote_pos != cur.file_size:
+                self._close_file(cur, left)
+            raise PoolBusyError(11, "no free buffer in the transient store pool "
+                                    "(fast_fail_if_no_buffer_in_store_pool)",
+                                self.mapped_file_queue.store_path)
+        if cur is None:
+            nxt = self.mapped_file_queue.create_next(self.mapped_file_queue.next_start_offset())
+        elif cur.wrote_pos == cur.file_size:
+            nxt = self.mapped_file_queue.create_next(cur.file_from_offset + cur.file_size)
+        else:
+            nxt = self.mapped_file_queue.create_next(cur.file_from_offset + cur.file_size)
+            self._close_file(cur, left)
+        if self.pool is not None:
+            if cur is not None and cur.write_buffer is not None:
+                self._rolls += 1    # the commit loop hands files before nxt to Python
+            self.pool.lend(nxt)     # may commit the full files itself when no buffer is free
+        self._set_cur(nxt)
+        return nxt
+
+    cdef void _close_file(self, MappedFile cur, Py_ssize_t left) noexcept:
+        # the end-of-file blank fills the rest; the file is full from here
+        write_blank(cur.wbase + cur.wrote_pos, <int32_t>left)
+        if cur.write_buffer is None:
+            cur.wrote_pos = cur.file_size
+            rs_store_release(&cur.committed_pos, cur.file_size)
+        else:
+            rs_store_release(&cur.wrote_pos, cur.file_size)
+
+    cdef MappedFile _file_or_none(self, Py_ssize_t need):
+        """``_file_for``, or None with the OSError in ``_roll_error`` (a full disk is a
+        CREATE_MAPPED_FILE_FAILED status, not an exception, and leaves the log unchanged)."""
+        try:
+            return self._file_for(need)
+        except PoolBusyError as e:
+            self._roll_error = e
+            self._roll_status = OS_PAGE_CACHE_BUSY
+            return None
+        except OSError as e:
+            log.error("commit log: cannot create the next file: %s", e)
+            self._roll_error = e
+            self._roll_status = CREATE_MAPPED_FILE_FAILED
+            return None
+
+    cdef inline void _fill_store(self, RecordFields *f) noexcept:
+        f.store_host = PyBytes_AS_STRING(self.store_host_b)
+        f.store_host_len = <int>len(self.store_host_b)
+        if f.store_host_len == RS_HOST_V6_LEN:
+            f.sys_flag |= RS_SYSFLAG_STOREHOST_V6
+
+    cpdef PutMessageResult put_message(self, object msg, object queue_id=0):
+        """Append one message to ``queue_id`` of its topic; see the module doc."""
+        cdef RecordFields f
+        cdef const char *body = NULL
+        cdef char uniq[UNIQ_HEX_LEN]
+        cdef MappedFile mf
+        cdef _QueueOffsets qs
+        cdef int64_t qoff, ts
+        cdef Py_ssize_t total, pos
+        cdef int tx
+        self._check_open()
+        if type(msg) is not Message:
+            raise InvalidMessageTypeError("msg", "Message", type(msg).__name__)
+        cdef Message m = <Message>msg
+        cdef int32_t qid = _queue_id(queue_id)
+        cdef PutMessageResult refused
+        if self._topic_rules or self._not_writeable is not None:
+            refused = self._refused(m.topic, qid)
+            if refused is not None:
+                return refused
+        m._fill(&f, &body)
+        self._fill_store(&f)
+        f.queue_id = qid
+        f.uniq = uniq if not m._has_uniq else NULL
+        total = record_size(&f)
+        self._check_size(m, total)
+        tx = f.sys_flag & RS_SYSFLAG_TX_MASK
+        self._lock()
+        try:
+            mf = self._file_or_none(total)
+            if mf is None:
+                return _failed(self._roll_status, self._roll_error, qid)
+            ts = now_ms()
+            f.store_ts = ts
+            f.born_ts = ts if m.born_timestamp is None else <int64_t>m.born_timestamp
+            qs = self._queues(m.topic)
+            if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
+                qoff = 0        # half/rollback messages take no queue offset
+            else:
+                qoff = qs.get(qid)
+                qs.set(qid, qoff + 1)
+            f.queue_offset = qoff
+            pos = mf.wrote_pos
+            f.phy_offset = mf.file_from_offset + pos
+            if f.uniq != NULL:
+                self.uniq.next_into(uniq, ts)
+            write_record(mf.wbase + pos, &f, total)
+            # a GIL-free dispatcher (or the commit service) reads this position: bytes
+            # first, then the position
+            if mf.write_buffer is None:
+                mf.wrote_pos = pos + total
+                rs_store_release(&mf.committed_pos, mf.wrote_pos)
+            else:
+                rs_store_release(&mf.wrote_pos, pos + total)
+            mf.store_timestamp = ts
+        finally:
+            self._unlock()
+        if mf.write_buffer is not None:
+            self._maybe_wake_commit(mf)
+        cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
+        r.status = PUT_OK
+        r.queue_id = qid
+        r.queue_offset = qoff
+        r.commitlog_offset = f.phy_offset
+        r.wrote_bytes = total
+        r.store_timestamp = ts
+        r.msg_count = 1
+        r._host_b = self.store_host_b
+        if self._armed:
+            self._armed = False
+            if self.on_append is not None:
+                self.on_append()
+        if self.sync_flush and not m._no_wait and not self.debug_ack_before_sync:
+            return self._sync_result(r, f.phy_offset + total)
+        return r
+
+    cpdef PutMessageResult put_messages(self, object msgs, object queue_id=0):
+        """Append a batch of one topic to one queue: consecutive queue offsets, one store
+        timestamp, all in one file (the whole batch moves to the next file if needed)."""
+        if not isinstance(msgs, (list, tuple)):
+            raise InvalidMessageTypeError("msgs", "list of Message", type(msgs).__name__)
+        cdef tuple batch = tuple(msgs)      # the pointers below borrow from these objects
+        cdef Py_ssize_t n = len(batch), i, total = 0, pos
+        cdef int32_t qid
+        cdef const char *body = NULL
+        cdef char uniq[UNIQ_HEX_LEN]
+        cdef Message m
+        cdef MappedFile mf
+        cdef _QueueOffsets qs
+        cdef int64_t qoff, ts, start_phy
+        cdef int tx
+        cdef RecordFields *f
+        self._check_open()
+        qid = _queue_id(queue_id)
+        if n == 0:
+            raise InvalidMessageError("msgs", msgs, "a batch needs at least one message")
+        if not isinstance(batch[0], Message):
+            raise InvalidMessageTypeError("msgs[0]", "Message", type(batch[0]).__name__)
+        cdef str topic = (<Message>batch[0]).topic
+        cdef PutMessageResult refused
+        if self._topic_rules or self._not_writeable is not None:
+            refused = self._refused(topic, qid)
+            if refused is not None:
+                return refused
+        cdef RecordFields *fields = <RecordFields *>PyMem_Malloc(n * sizeof(RecordFields))
+        cdef Py_ssize_t *sizes = <Py_ssize_t *>PyMem_Malloc(n * sizeof(Py_ssize_t))
+        cdef char *need_uniq = <char *>PyMem_Malloc(n)
+        cdef char *born_now = <char *>PyMem_Malloc(n)
+        if fields == NULL or sizes == NULL or need_uniq == NULL or born_now == NULL:
+            PyMem_Free(fields); PyMem_Free(sizes); PyMem_Free(need_uniq); PyMem_Free(born_now)
+            raise MemoryError()
+        try:
+            # validate, fill and size everything before the lock: a bad message writes nothing
+            for i in range(n):
+                o = batch[i]
+                if not isinstance(o, Message):
+                    raise InvalidMessageTypeError(f"msgs[{i}]", "Message", type(o).__name__)
+                m = <Message>o
+                if m.topic is not topic and m.topic != topic:
+                    raise InvalidMessageError(f"msgs[{i}].topic", m.topic,
+                                              f"differs from the batch's topic {topic!r}")
+                tx = m.sys_flag & RS_SYSFLAG_TX_MASK
+                if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
+                    raise InvalidMessageError(f"msgs[{i}].sys_flag", hex(m.sys_flag),
+                                              "a batch cannot hold transactional half messages")
+                if m._delayed:
+                    raise InvalidMessageError(f"msgs[{i}].properties['DELAY']",
+                                              m._user["DELAY"],
+                                              "a batch cannot hold delayed messages")
+                f = &fields[i]
+                m._fill(f, &body)
+                self._fill_store(f)
+                f.queue_id = qid
+                need_uniq[i] = not m._has_uniq
+                f.uniq = uniq if need_uniq[i] else NULL
+                born_now[i] = m.born_timestamp is None
+                if not born_now[i]:
+                    f.born_ts = <int64_t>m.born_timestamp
+                sizes[i] = record_size(f)
+                self._check_size(m, sizes[i])
+                total += sizes[i]
+            if total + RS_END_FILE_MIN_BLANK > self.file_size:
+                raise InvalidMessageError(
+                    "msgs", f"{n} messages, {total} bytes",
+                    f"a batch must fit one commit-log file of {self.file_size} bytes with its "
+                    "8-byte reserve (StoreConfig.mapped_file_size_commit_log); split it",
+                    limit=self.file_size - RS_END_FILE_MIN_BLANK)
+            offsets = np.empty(n, dtype=np.int64)
+            offs = <int64_t *>cnp.PyArray_DATA(offsets)
+            self._lock()
+            try:
+                mf = self._file_or_none(total)
+                if mf is None:
+                    return _failed(self._roll_status, self._roll_error, qid)
+                ts = now_ms()
+                qs = self._queues(topic)
+                qoff = qs.get(qid)
+                pos = mf.wrote_pos
+                start_phy = mf.file_from_offset + pos
+                for i in range(n):
+                    f = &fields[i]
+                    f.store_ts = ts
+                    if born_now[i]:
+                        f.born_ts = ts
+                    f.queue_offset = qoff + i
+                    f.phy_offset = mf.file_from_offset + pos
+                    if need_uniq[i]:
+                        self.uniq.next_into(uniq, ts)
+                    write_record(mf.wbase + pos, f, sizes[i])
+                    offs[i] = f.phy_offset
+                    pos += sizes[i]
+                qs.set(qid, qoff + n)
+                if mf.write_buffer is None:
+                    mf.wrote_pos = pos
+                    rs_store_release(&mf.committed_pos, pos)
+                else:
+                    rs_store_release(&mf.wrote_pos, pos)
+                mf.store_timestamp = ts
+            finally:
+                self._unlock()
+            if mf.write_buffer is not None:
+                self._maybe_wake_commit(mf)
+        finally:
+            PyMem_Free(fields)
+            PyMem_Free(sizes)
+            PyMem_Free(need_uniq)
+            PyMem_Free(born_now)
+        cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
+        r.status = PUT_OK
+        r.queue_id = qid
+        r.queue_offset = qoff
+        r.commitlog_offset = start_phy
+        r.wrote_bytes = total
+        r.store_timestamp = ts
+        r.msg_count = n
+        r._host_b = self.store_host_b
+        r._offsets = offsets
+        if self._armed:
+            self._armed = False
+            if self.on_append is not None:
+                self.on_append()
+        if self.sync_flush and not self.debug_ack_before_sync:
+            return self._sync_result(r, start_phy + total)
+        return r
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get_min_offset(self):
+        """Commit-log offset of the first byte still stored (-1 when there is no file)."""
+        return self.mapped_file_queue.get_min_offset()
+
+    def get_max_offset(self):
+        """Commit-log offset one past the last readable byte."""
+        cdef MappedFile mf
+        if self.pool is not None:
+            # with write buffers, the first file still holding one ends what is readable
+            # (files after it may be further along in the pool, not in the files)
+            lent = list(self.pool.lent)     # a copy: the commit service removes entries
+            if lent:                        # (and boundscheck is off: test, then index)
+                mf = lent[0]
+                return mf.file_from_offset + mf.committed_pos
+        return self.mapped_file_queue.get_max_offset()
+
+    def get_message(self, int64_t offset, bint raw=False):
+        """The message whose record starts at commit-log ``offset``, or None.
+
+        None when the offset is outside the stored range or is not the start of a valid
+        record (its PHYSICALOFFSET field must equal ``offset``).
+        """
+        cdef RecordInfo info
+        cdef Py_ssize_t pos, rc, end
+        cdef MappedFile mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None or mf.base == NULL:
+            return None
+        pos = offset - mf.file_from_offset
+        end = mf.committed_pos
+        if pos < 0 or pos >= end:
+            return None
+        rc = parse_record(mf.base + pos, end - pos, False, &info)
+        if rc <= 0 or info.phy_offset != offset:
+            return None
+        cdef MessageExt m = MessageExt.new(&info, None, mf, mf.base + pos, raw, None)
+        m._verify_crc = True
+        return m
+
+    def next_record(self, int64_t offset):
+        """(MessageExt or None, next offset) for the record at ``offset``.
+
+        A blank record gives (None, start of the next file); the end of data gives
+        (None, -1).
+        """
+        cdef RecordInfo info
+        cdef Py_ssize_t pos, rc, end
+        cdef MappedFile mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None or mf.base == NULL:
+            return None, -1
+        pos = offset - mf.file_from_offset
+        end = mf.committed_pos
+        if pos >= end:
+            if end == mf.file_size:
+                return None, mf.file_from_offset + mf.file_size
+            return None, -1
+        rc = parse_record(mf.base + pos, end - pos, False, &info)
+        if rc == 0:
+            return None, mf.file_from_offset + mf.file_size
+        if rc < 0:
+            return None, -1
+        return MessageExt.new(&info, None, mf, mf.base + pos, False, None), offset + rc
+
+    def iter_messages(self, int64_t from_offset=0):
+        """Every message from ``from_offset`` (a record start) to the end, across files."""
+        cdef int64_t off = max(from_offset, self.get_min_offset())
+        while off >= 0:
+            msg, nxt = self.next_record(off)
+            if msg is not None:
+                yield msg
+            off = nxt
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def scan_file(self, MappedFile mf, bint check_crc, bint rebuild_queues=True):
+        """Walk the records of one file from position 0 to the end of valid data.
+
+        Returns (end_pos, messages, blank): the position after the last valid record (the file
+        size after a blank), how many messages were read, and whether a blank closed the file.
+        With ``rebuild_queues`` every NOT/COMMIT record advances its queue's next offset.
+        """
+        cdef RecordInfo info
+        cdef Py_ssize_t pos = 0, rc, count = 0
+        cdef Py_ssize_t size = mf.file_size
+        cdef int64_t from_off = mf.file_from_offset
+        cdef int tx
+        cdef _QueueOffsets qs
+        cdef dict topics = {}
+        while pos < size:
+            rc = parse_record(mf.base + pos, size - pos, check_crc, &info)
+            if rc == 0:
+                # a blank must fill the rest of the file exactly
+                if info.total_size != size - pos:
+                    break
+                return size, count, True
+            if rc < 0 or info.phy_offset != from_off + pos:
+                break
+            count += 1
+            if rebuild_queues:
+                tx = info.sys_flag & RS_SYSFLAG_TX_MASK
+                if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
+                    tb = info.topic[:info.topic_len]
+                    topic = topics.get(tb)
+                    if topic is None:
+                        topic = tb.decode("utf-8", "replace")
+                        topics[tb] = topic
+                    if info.queue_id >= 0:      # QUEUEID has no CRC: never trust it blindly
+                        qs = self._queues(topic)
+                        if info.queue_offset + 1 > qs.get(info.queue_id):
+                            qs.set(info.queue_id, info.queue_offset + 1)
+            pos += rc
+        return pos, count, False
+
+    def reset_write_file(self):
+        """Point the writer at the queue's last file (after load, recovery or truncation)."""
+        self._set_cur(self.mapped_file_queue.last_file())
+
+    def close(self):
+        self._lock()
+        try:
+            self.closed = True
+        finally:
+            self._unlock()
+
+
+@cython.final
+cdef class _CopyGuard:
+    """The commit log's copy lock as a context manager, for the pool's Python commits: the
+    GIL-free commit loop and a rolling writer must never copy the same file at once."""
+    cdef CommitLog cl
+
+    def __cinit__(self, CommitLog cl):
+        self.cl = cl
+
+    def __enter__(self):
+        with nogil:
+            pthread_mutex_lock(&self.cl.copy_mu)
+        return self
+
+    def __exit__(self, *exc):
+        pthread_mutex_unlock(&self.cl.copy_mu)
+        return False

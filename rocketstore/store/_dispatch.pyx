@@ -1,0 +1,457 @@
+# cython: language_level=3
+"""The dispatch core: commit-log records -> consume-queue units (RocketMQ's ReputMessageService
+loop body, FORMAT.md 3, 5.2, 5.6).
+
+``DispatchCore.dispatch`` walks records from the reput offset up to a bound. Records whose
+queue is in a small C cache and whose unit lands at the end of that queue's current file are
+dispatched without the GIL (the common case: a run of puts to known queues), so producers
+keep running while a backlog is indexed. Anything else -- a queue seen for the first time, a
+full queue file, a gap, an extra dispatcher such as the index -- takes the GIL path for that
+one record. Units become visible to readers when the run ends (``ConsumeQueue.publish``).
+
+Not thread-safe: one dispatcher thread (or the put path under the store's dispatch lock in
+inline mode) calls ``dispatch``.
+"""
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.ref cimport PyObject
+from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
+from libc.string cimport memcmp, memset
+
+from rocketstore.store._csrc cimport (
+    rs_java_hash, rs_load_acquire, rs_prefetch_write, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED,
+    RS_SYSFLAG_TX_ROLLBACK,
+)
+from rocketstore.store._codec cimport (RecordInfo, PropRefs, parse_record, MessageExt, find_prop,
+                                 find_dispatch_props)
+from rocketstore.store._mapped cimport MappedFile
+from rocketstore.store._consumequeue cimport ConsumeQueue, CQState, cq_append_fast
+from rocketstore.store._indexfile cimport (IndexFile, index_key_hash, index_topic_prefix,
+                                     index_key_hash_from)
+
+import logging
+
+log = logging.getLogger("rocketstore.store.dispatch")
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+cdef const char *SCHEDULE_TOPIC_C = b"SCHEDULE_TOPIC_XXXX"
+
+cdef enum:
+    CACHE_SLOTS = 256           # queues dispatched without the GIL (direct-mapped)
+    MAX_DELAY_LEVELS = 64
+    MAX_FAST_KEYS = 32          # index keys of one record handled without the GIL
+    STOP_END = 0                # reached the bound
+    STOP_BLANK = 1              # end-of-file blank: go to the next file
+    STOP_INVALID = 2            # not a record (yet): stop this round
+    STOP_SLOW = 3               # this record needs the GIL path
+    STOP_LIMIT = 4              # record budget used
+
+
+cdef struct CacheSlot:
+    const char *topic           # borrowed from the queue's topic_b
+    int topic_len
+    int32_t queue_id
+    CQState *state              # inside the ConsumeQueue object (kept alive by the store)
+    PyObject *cq
+
+
+cdef inline uint32_t _slot_of(const char *topic, int n, int32_t qid) noexcept nogil:
+    cdef uint32_t h = 2166136261u
+    cdef int i
+    for i in range(n):
+        h = (h ^ <unsigned char>topic[i]) * 16777619u
+    h = (h ^ <uint32_t>qid) * 16777619u
+    return h % CACHE_SLOTS
+
+
+@cython.final
+cdef class DispatchCore:
+    """Dispatches commit-log records into consume queues (and extra dispatchers).
+
+    Parameters
+    ----------
+    commit_log_queue : MappedFileQueue
+        The commit log's files.
+    find_queue : callable
+        ``find_queue(topic, queue_id) -> ConsumeQueue``: finds or creates a queue.
+    delay_levels_ms : list of int
+        Delay of each level (index 1..N; index 0 unused), for the tags code of
+        ``SCHEDULE_TOPIC_XXXX`` records (FORMAT.md 3).
+    """
+    cdef object cl_mfq
+    cdef object find_queue
+    cdef public int64_t reput_offset
+    cdef CacheSlot cache[CACHE_SLOTS]
+    cdef list _cached                   # strong refs of the cached queues
+    cdef int64_t delay_ms[MAX_DELAY_LEVELS]
+    cdef int max_delay_level
+    cdef bytes schedule_topic_b
+    cdef public list dispatchers        # extra dispatchers: callables taking a MessageExt
+    cdef public int64_t dispatched      # records dispatched so far (statistics)
+    # the index (FORMAT.md 6): keys of each record go to the service's last file
+    cdef object index_service
+    cdef IndexFile index_file
+    cdef public int64_t index_last_phy  # offset of the last indexed record, -1 for none
+    cdef public object index_error      # the OSError that stopped index building, or None
+    cdef bint _boundary                 # indexing the record at index_last_phy again
+    # the GIL-free path indexes a record one record late: its slots are prefetched first and
+    # written while the next record is parsed, hiding the cache misses of the slot table
+    cdef int32_t pend_hashes[MAX_FAST_KEYS]
+    cdef Py_ssize_t pend_n
+    cdef int64_t pend_phy, pend_ts
+
+    def __init__(self, commit_log_queue, find_queue, delay_levels_ms, int64_t reput_offset=0):
+        self.cl_mfq = commit_log_queue
+        self.find_queue = find_queue
+        self.reput_offset = reput_offset
+        self._cached = []
+        self.dispatchers = []
+        self.index_last_phy = -1
+        memset(self.cache, 0, sizeof(self.cache))
+        self.max_delay_level = min(len(delay_levels_ms) - 1, MAX_DELAY_LEVELS - 1)
+        for i in range(self.max_delay_level + 1):
+            self.delay_ms[i] = delay_levels_ms[i]
+        self.schedule_topic_b = SCHEDULE_TOPIC.encode()
+
+    def set_index(self, index_service):
+        """Build the index too (``IndexService``), or stop building it (None)."""
+        self.index_service = index_service
+        if index_service is None:
+            self.index_file = None
+            self.index_last_phy = -1
+        else:
+            self.index_last_phy = index_service.last_indexed_offset()
+            self.index_file = index_service.last_file()
+
+    def invalidate(self):
+        """Forget the cached queues (after queues were destroyed or reloaded)."""
+        memset(self.cache, 0, sizeof(self.cache))
+        self._cached = []
+
+    # -- per record ---------------------------------------------------------------------------
+
+    cdef int64_t tags_code(self, const RecordInfo *info) noexcept nogil:
+        cdef PropRefs refs
+        find_dispatch_props(info.props, info.props_len, &refs)
+        return self.tags_code_refs(info, &refs)
+
+    cdef int64_t tags_code_refs(self, const RecordInfo *info, const PropRefs *refs) noexcept nogil:
+        """Java hashCode of TAGS; a delivery time for delayed records (FORMAT.md 3)."""
+        cdef int32_t vlen = 0
+        cdef const char *v
+        cdef int64_t level = 0
+        cdef int32_t i = 0
+        cdef bint negative = False, garbage = False
+        if info.topic_len == 19 and memcmp(info.topic, SCHEDULE_TOPIC_C, 19) == 0:
+            v = refs.delay
+            vlen = refs.delay_len
+            if v != NULL:
+                # Integer.parseInt: an optional sign, then digits that fit an int
+                if vlen > 0 and (v[0] == 45 or v[0] == 43):
+                    negative = v[0] == 45
+                    i = 1
+                garbage = i >= vlen
+                while i < vlen and not garbage:
+                    if v[i] < 48 or v[i] > 57:
+                        garbage = True
+                    else:
+                        level = level * 10 + (v[i] - 48)
+                        garbage = level > <int64_t>2147483647 + <int64_t>negative
+                    i += 1
+                if garbage:
+                    return info.store_ts + 1000     # not a level: as an unknown level
+                if negative:
+                    level = -level
+                if level > self.max_delay_level:
+                    level = self.max_delay_level
+                if level > 0:
+                    return info.store_ts + self.delay_ms[level]
+        if refs.tags == NULL or refs.tags_len == 0:
+            return 0
+        return <int64_t>rs_java_hash(refs.tags, <size_t>refs.tags_len)
+
+    cdef CacheSlot *_lookup(self, const RecordInfo *info) noexcept nogil:
+        cdef CacheSlot *s = &self.cache[_slot_of(info.topic, info.topic_len, info.queue_id)]
+        if s.state != NULL and s.queue_id == info.queue_id and s.topic_len == info.topic_len \
+                and memcmp(s.topic, info.topic, info.topic_len) == 0:
+            return s
+        return NULL
+
+    cdef ConsumeQueue _queue_slow(self, const RecordInfo *info):
+        topic = info.topic[:info.topic_len].decode("utf-8", "replace")
+        cdef ConsumeQueue cq = self.find_queue(topic, info.queue_id)
+        cdef CacheSlot *s = &self.cache[_slot_of(info.topic, info.topic_len, info.queue_id)]
+        s.topic = PyBytes_AS_STRING(cq.topic_b)
+        s.topic_len = <int>PyBytes_GET_SIZE(cq.topic_b)
+        s.queue_id = cq.queue_id
+        s.state = &cq.state
+        s.cq = <PyObject *>cq
+        self._cached.append(cq)
+        if len(self._cached) > 4 * CACHE_SLOTS:
+            # drop refs of queues no longer cached
+            live = {<object>self.cache[i].cq for i in range(CACHE_SLOTS) if self.cache[i].cq != NULL}
+            self._cached = [q for q in self._cached if q in live]
+        return cq
+
+    cdef void _publish_all(self) noexcept:
+        cdef int i
+        for i in range(CACHE_SLOTS):
+            if self.cache[i].state != NULL and self.cache[i].state.dirty:
+                (<ConsumeQueue>self.cache[i].cq).publish()
+
+    # -- index -------------------------------------------------------------------------------
+
+    cdef void _index_flush(self) noexcept nogil:
+        """Write the pending record's keys (room was checked when it was staged)."""
+        cdef Py_ssize_t k
+        if self.pend_n == 0:
+            return
+        for k in range(self.pend_n):
+            self.index_file.put_key_hash(self.pend_hashes[k], self.pend_phy, self.pend_ts, False)
+        self.index_file.write_header()
+        self.index_last_phy = self.pend_phy
+        self.pend_n = 0
+
+    cdef int _index_fast(self, const RecordInfo *info, const PropRefs *refs) noexcept nogil:
+        """Stage the record's keys (UNIQ_KEY, then each KEYS token; FORMAT.md 6.3) when they
+        all fit the current file, after writing the previously staged record's; -1 when the
+        GIL path must index it (file full, allocation to grow, the boundary record after a
+        restart, very many keys) -- with nothing staged left behind."""
+        cdef int32_t vlen = 0, i, start, prefix
+        cdef Py_ssize_t n = 0, k
+        cdef const char *v
+        if self.index_file is None or info.phy_offset < self.index_last_phy:
+            return 0
+        if info.sys_flag & RS_SYSFLAG_TX_MASK == RS_SYSFLAG_TX_ROLLBACK:
+            return 0
+        if info.phy_offset == self.index_last_phy:
+            self._index_flush()
+            return -1
+        prefix = index_topic_prefix(info.topic, info.topic_len)
+        cdef int32_t *h = self.pend_hashes + self.pend_n     # stage after the pending keys
+        cdef Py_ssize_t room = MAX_FAST_KEYS - self.pend_n
+        if refs.uniq != NULL:
+            h[n] = index_key_hash_from(prefix, refs.uniq, refs.uniq_len)
+            n += 1
+        v = refs.keys
+        vlen = refs.keys_len
+        if v != NULL:
+            start = 0
+            for i in range(vlen + 1):
+                if i == vlen or v[i] == 32:
+                    if i > start:
+                        if n == room:
+                            self._index_flush()
+                            return -1
+                        h[n] = index_key_hash_from(prefix, v + start, i - start)
+                        n += 1
+                    start = i + 1
+        if n == 0:
+            return 0
+        if not self.index_file.has_room(self.pend_n + n):
+            self._index_flush()
+            return -1       # file full (RocketMQ fills it key by key) or allocation to grow
+        for k in range(n):
+            rs_prefetch_write(self.index_file.slot_addr(h[k]))
+        # write the previous record's keys, then this one becomes the pending one
+        cdef int32_t tmp[MAX_FAST_KEYS]
+        for k in range(n):
+            tmp[k] = h[k]
+        self._index_flush()
+        for k in range(n):
+            self.pend_hashes[k] = tmp[k]
+        self.pend_n = n
+        self.pend_phy = info.phy_offset
+        self.pend_ts = info.store_ts
+        return 0
+
+    cdef int _index_slow(self, const RecordInfo *info) except -1:
+        cdef int32_t vlen = 0, i, start
+        cdef const char *v
+        if self.index_file is None or info.phy_offset < self.index_last_phy:
+            return 0
+        # the boundary record may have been cut between two keys (a crash, a dropped file):
+        # put only the keys the index does not hold yet
+        self._boundary = info.phy_offset == self.index_last_phy
+        if info.sys_flag & RS_SYSFLAG_TX_MASK == RS_SYSFLAG_TX_ROLLBACK:
+            return 0
+        v = find_prop(info.props, info.props_len, "UNIQ_KEY", 8, &vlen)
+        if v != NULL and vlen > 0:
+            self._put_key_rolling(info, v, vlen)
+        v = find_prop(info.props, info.props_len, "KEYS", 4, &vlen)
+        if v != NULL:
+            start = 0
+            for i in range(vlen + 1):
+                if i == vlen or v[i] == 32:
+                    if i > start:
+                        self._put_key_rolling(info, v + start, i - start)
+                    start = i + 1
+        self.index_last_phy = info.phy_offset
+        return 0
+
+    cdef int _put_key_rolling(self, const RecordInfo *info, const char *key, int32_t n) except -1:
+        cdef int32_t h = index_key_hash(info.topic, info.topic_len, key, n)
+        cdef int rc
+        if self._boundary:
+            for f in self.index_service.files[-2:]:
+                if (<IndexFile>f).has_entry(h, info.phy_offset):
+                    return 0
+        for attempt in range(3):
+            rc = self.index_file.put_key_hash(h, info.phy_offset, info.store_ts)
+            if rc == 1:
+                return 0
+            if rc < 0:
+                self.index_file.grow()                  # OSError (a full disk) propagates
+            else:
+                self.index_file = self.index_service.roll()     # full: a new file
+        raise RuntimeError(f"index: could not place a key of commit-log offset {info.phy_offset}")
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    cdef int _run(self, MappedFile mf, Py_ssize_t *pos, Py_ssize_t *end_p, bint follow,
+                  Py_ssize_t *budget, RecordInfo *info) noexcept nogil:
+        """Dispatch records from *pos while the fast path applies; returns the stop reason with
+        *pos at the record it stopped on (info filled for STOP_SLOW).
+
+        With ``follow``, records the writer appends meanwhile are dispatched too (its committed
+        position is read with acquire semantics), so a dispatcher keeping up with a producer
+        does not come back for the GIL after every put.
+        """
+        cdef Py_ssize_t rc
+        cdef int tx
+        cdef CacheSlot *s = NULL
+        cdef int64_t tags
+        cdef const char *base = mf.base
+        cdef int64_t file_from = mf.file_from_offset
+        cdef Py_ssize_t end = end_p[0]
+        cdef PropRefs refs
+        while True:
+            if pos[0] >= end:
+                if not follow:
+                    return STOP_END
+                end = rs_load_acquire(&mf.committed_pos)
+                end_p[0] = end          # the caller's slow path reads up to here too
+                if pos[0] >= end:
+                    return STOP_END
+            if budget[0] <= 0:
+                return STOP_LIMIT
+            rc = parse_record(base + pos[0], end - pos[0], False, info)
+            if rc == 0:
+                return STOP_BLANK
+            if rc == -2:
+                pos[0] += info.total_size   # parsed, but TOTALSIZE disagrees: skip it (5.6)
+                continue
+            if rc < 0 or info.phy_offset != file_from + pos[0]:
+                return STOP_INVALID
+            tx = info.sys_flag & RS_SYSFLAG_TX_MASK
+            if info.queue_id < 0:
+                return STOP_SLOW
+            if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
+                s = self._lookup(info)
+                if s == NULL:
+                    return STOP_SLOW
+            find_dispatch_props(info.props, info.props_len, &refs)
+            if self._index_fast(info, &refs) < 0:
+                return STOP_SLOW
+            if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
+                tags = self.tags_code_refs(info, &refs)
+                if cq_append_fast(s.state, info.phy_offset, info.total_size, tags,
+                                  info.queue_offset, info.store_ts) < 0:
+                    return STOP_SLOW
+            pos[0] += rc
+            budget[0] -= 1
+
+    def dispatch(self, int64_t bound, Py_ssize_t max_records=1 << 16, bint follow=False):
+        """Dispatch records in [reput_offset, bound); returns how many were dispatched.
+
+        Stops early at data that is not (yet) a valid record, and after ``max_records``. With
+        ``follow`` (``bound`` is the commit log's live end), records appended during the call
+        are dispatched as well.
+        """
+        cdef MappedFile mf
+        cdef RecordInfo info
+        cdef Py_ssize_t pos, end, budget = max_records, start_budget = max_records
+        cdef int stop
+        cdef int64_t tags
+        cdef ConsumeQueue cq
+        cdef bint extra
+        cdef int tx
+        while self.reput_offset < bound and budget > 0:
+            mf = self.cl_mfq.find_mapped_file_by_offset(self.reput_offset)
+            if mf is None:
+                first = self.cl_mfq.get_min_offset()
+                if 0 <= self.reput_offset < first:
+                    self.reput_offset = first       # files were deleted under us
+                    continue
+                break
+            pos = self.reput_offset - mf.file_from_offset
+            end = min(<Py_ssize_t>mf.committed_pos, <Py_ssize_t>(bound - mf.file_from_offset))
+            if pos >= end:
+                if mf.committed_pos == mf.file_size:    # full (blank-terminated) file
+                    self.reput_offset = mf.file_from_offset + mf.file_size
+                    continue
+                break
+            extra = bool(self.dispatchers)
+            if not extra:
+                with nogil:
+                    stop = self._run(mf, &pos, &end, follow, &budget, &info)
+                    if self.index_file is not None:
+                        self._index_flush()
+            else:
+                stop = STOP_END if pos >= end else STOP_SLOW
+                if stop == STOP_SLOW:
+                    rc = parse_record(mf.base + pos, end - pos, False, &info)
+                    if rc == 0:
+                        stop = STOP_BLANK
+                    elif rc < 0 or info.phy_offset != mf.file_from_offset + pos:
+                        stop = STOP_INVALID if rc != -2 else STOP_SLOW
+            self.reput_offset = mf.file_from_offset + pos
+            self._publish_all()
+            if stop == STOP_END or stop == STOP_LIMIT:
+                continue
+            if stop == STOP_BLANK:
+                self.reput_offset = mf.file_from_offset + mf.file_size
+                continue
+            if stop == STOP_INVALID:
+                break
+            # STOP_SLOW: one record under the GIL
+            rc = parse_record(mf.base + pos, end - pos, False, &info)
+            if rc == -2:
+                self.reput_offset += info.total_size
+                continue
+            if rc <= 0:
+                break
+            tx = info.sys_flag & RS_SYSFLAG_TX_MASK
+            if info.queue_id < 0:
+                # QUEUEID is outside the CRC: a damaged one must not create a queue "-1"
+                log.warning("commit log offset %d: record with queue id %d not dispatched",
+                            info.phy_offset, info.queue_id)
+            elif tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
+                s = self._lookup(&info)
+                cq = <ConsumeQueue>s.cq if s != NULL else self._queue_slow(&info)
+                tags = self.tags_code(&info)
+                cq.put_position(info.phy_offset, info.total_size, tags, info.queue_offset,
+                                info.store_ts)
+            try:
+                self._index_slow(&info)
+            except OSError as e:
+                # RocketMQ's "index file error": keys stop being indexed, consumers go on
+                log.error("index building stopped at commit-log offset %d: %s", info.phy_offset, e)
+                self.index_error = e
+                self.index_file = None
+            if extra:
+                msg = MessageExt.new(&info, None, mf, mf.base + pos, True, None)
+                for d in self.dispatchers:
+                    d(msg)
+            self.reput_offset += rc
+            budget -= 1
+        self._publish_all()
+        self.dispatched += start_budget - budget
+        return start_budget - budget
+
+    def tags_code_of(self, MessageExt msg):
+        """The tags code dispatch computes for a stored message (tests, tools)."""
+        cdef RecordInfo info
+        cdef bytes rec = msg.record()
+        parse_record(rec, len(rec), False, &info)
+        return self.tags_code(&info)

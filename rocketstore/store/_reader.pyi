@@ -1,0 +1,54 @@
+from collections.abc import Iterable, Iterator
+from typing import Any, final
+
+from rocketstore.store._codec import MessageExt
+from rocketstore.store._consumequeue import ConsumeQueue
+from rocketstore.store.status import GetMessageStatus
+
+@final
+class TagFilter:
+    def __init__(self, tags: Iterable[str]) -> None: ...
+    @property
+    def codes(self) -> list[int]: ...
+
+@final
+class GetMessageResult:
+    status: GetMessageStatus
+    messages: list[MessageExt]
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffer_total_size: int
+    units_scanned: int
+    suggest_pulling_from_slave: bool
+    msg_count4commercial: int
+    error: BaseException | None
+    @property
+    def message_count(self) -> int: ...
+    @property
+    def found(self) -> bool: ...
+    def __iter__(self) -> Iterator[MessageExt]: ...
+    def __len__(self) -> int: ...
+
+@final
+class ReadLimits:
+    bytes_in_memory: int
+    count_in_memory: int
+    bytes_in_disk: int
+    count_in_disk: int
+    memory_bytes: int
+    def __init__(self, bytes_in_memory: int = ..., count_in_memory: int = ...,
+                 bytes_in_disk: int = ..., count_in_disk: int = ...,
+                 memory_bytes: int = ...) -> None: ...
+
+def make_result(status: GetMessageStatus, next_begin_offset: int, min_offset: int,
+                max_offset: int, error: BaseException | None = ...) -> GetMessageResult: ...
+def get_message(cq: ConsumeQueue, commit_log_queue: Any, offset: int, max_msgs: int,
+                max_bytes: int, tag_filter: TagFilter | None, limits: ReadLimits,
+                max_offset_py: int, raw: bool = ...) -> GetMessageResult: ...
+def store_timestamp_at(cq: ConsumeQueue, cl_mfq: Any, index: int, min_phy: int) -> int: ...
+def offset_by_time(cq: ConsumeQueue, cl_mfq: Any, timestamp: int, upper: bool,
+                   min_phy: int) -> int: ...
+def verify_candidates(commit_log_queue: Any, candidates: Iterable[int], topic: str, key: str,
+                      max_num: int, raw: bool = ..., begin_ts: int = ...,
+                      end_ts: int = ...) -> list[MessageExt]: ...

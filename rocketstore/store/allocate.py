@@ -1,0 +1,121 @@
+"""Pre-allocation of the next mapped file (RocketMQ's AllocateMappedFileService, FORMAT.md 4.4).
+
+Asking for file N returns it (taking it from the pre-allocated set, or creating it on the
+spot) and queues file N+1 for a background thread, so the next roll finds its file
+allocated, mapped and, when warm-up is on, faulted in. A failed pre-allocation (a full disk)
+is not an error until that file is asked for: then creation is retried in the caller and its
+``OSError`` propagates.
+
+Thread-safe. ``shutdown()`` stops the thread; files it pre-allocated stay on disk, empty, and
+are picked up by the next ``load()`` as RocketMQ's are.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from rocketstore.store._mapped import MappedFile
+
+log = logging.getLogger("rocketstore.store.allocate")
+
+
+def create_mapped_file(path: str, size: int, warm: bool = False, lock: bool = False,
+                       flush_pages: int = 0) -> MappedFile:
+    """Create, allocate (posix_fallocate), map and optionally warm one file.
+
+    The file and its directory are fsynced, so the allocation survives power loss before
+    the first acknowledgement that depends on it.
+    """
+    mf = MappedFile(path, size, create=True)
+    try:
+        mf.sync_metadata()
+        if warm:
+            mf.warm(lock=lock, flush_pages=flush_pages)
+    except BaseException:
+        mf.destroy()
+        raise
+    return mf
+
+
+class AllocateMappedFileService:
+    """Creates the file asked for and pre-allocates the one after it in a background thread."""
+
+    def __init__(self, warm: bool = False, mlock: bool = False, flush_pages: int = 0) -> None:
+        self.warm = warm
+        self.mlock = mlock
+        self.flush_pages = flush_pages      # sync flush: sync the warm-up zeros as they go
+        self._cond = threading.Condition()
+        self._pending: dict[str, int] = {}        # path -> size, waiting for the thread
+        self._ready: dict[str, MappedFile] = {}   # allocated, not yet handed out
+        self._busy: str | None = None             # path being allocated right now
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        with self._cond:
+            if self._thread is None and not self._stopped:
+                self._thread = threading.Thread(target=self._run, name="AllocateMappedFileService",
+                                                daemon=True)
+                self._thread.start()
+
+    def get(self, path: str, size: int, next_path: str | None = None) -> MappedFile:
+        """File ``path`` of ``size`` bytes, ready to write; queues ``next_path`` behind it."""
+        with self._cond:
+            while self._busy == path:       # the thread is allocating it right now
+                self._cond.wait()
+            mf = self._ready.pop(path, None)
+            self._pending.pop(path, None)
+        if mf is None:
+            mf = create_mapped_file(path, size, self.warm, self.mlock, self.flush_pages)
+        if next_path is not None:
+            with self._cond:
+                if (not self._stopped and next_path not in self._ready
+                        and next_path != self._busy):
+                    self._pending[next_path] = size
+                    self._cond.notify_all()
+            self.start()
+        return mf
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                path, size = self._pending.popitem()
+                self._busy = path
+            mf = None
+            try:
+                if not os.path.exists(path):
+                    mf = create_mapped_file(path, size, self.warm, self.mlock, self.flush_pages)
+            except OSError as e:   # e.g. ENOSPC: the caller retries and sees it
+                log.warning("pre-allocation of %s failed: %s", path, e)
+            with self._cond:
+                self._busy = None
+                if mf is not None:
+                    if self._stopped:
+                        mf.release()
+                    else:
+                        self._ready[path] = mf
+                self._cond.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no pre-allocation is queued or running; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and self._busy is None, timeout)
+
+    def shutdown(self) -> None:
+        """Stop the thread (waiting for an allocation in progress) and unmap unused files."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        with self._cond:
+            for mf in self._ready.values():
+                mf.release()
+            self._ready.clear()
+            self._pending.clear()

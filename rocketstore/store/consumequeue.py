@@ -1,0 +1,148 @@
+"""ConsumeQueueStore: every topic-queue's ConsumeQueue under ``consumequeue/`` (FORMAT.md 5).
+
+Finds or creates queues for the dispatcher, loads and recovers them at open, truncates
+units past the recovered commit-log end, corrects min offsets against the commit log's min,
+flushes and closes them. Queue objects are created on first use; their directory and first
+file appear with the first unit.
+
+Thread-safety: ``find_or_create`` and the queue table are guarded by a lock (readers and the
+dispatcher both look queues up); each queue is written by the dispatcher only.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from collections.abc import Iterator
+
+from rocketstore.store._consumequeue import ConsumeQueue
+from rocketstore.store.paths import CONSUMEQUEUE_DIR
+
+
+
+def unit_runs(cq: ConsumeQueue, lo: int, hi: int,
+              max_units: int = -1) -> Iterator[tuple[int, memoryview]]:
+    """(first queue offset, zero-copy view) over the published units [lo, hi) of ``cq``: one
+    view per file (at most ``max_units`` units each), for vectorized scans. Each view is
+    released when the next is asked for, so callers copy what they keep."""
+    index = lo
+    while index < hi:
+        want = hi - index if max_units < 0 else min(hi - index, max_units)
+        view = cq.units_view(index, want)
+        if view is None:
+            return
+        n = len(view) // 20
+        try:
+            if n == 0:
+                return
+            yield index, view
+        finally:
+            view.release()
+        index += n
+
+
+class ConsumeQueueStore:
+    """The consume queues of one store directory."""
+
+    def __init__(self, root: str, file_size: int, read_only: bool = False,
+                 min_phy_offset=lambda: 0) -> None:
+        self.root = os.path.join(root, CONSUMEQUEUE_DIR)
+        self.min_phy_offset = min_phy_offset     # the commit log's, for a late-found queue
+        self.file_size = file_size
+        self.read_only = read_only
+        self._queues: dict[str, dict[int, ConsumeQueue]] = {}
+        self._lock = threading.Lock()
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue, or None when it has never had a unit (read-only: loads one that a
+        writer created since)."""
+        q = self._queues.get(topic, {}).get(queue_id)
+        if q is None and self.read_only and os.path.isdir(os.path.join(self.root, topic, str(queue_id))):
+            with self._lock:
+                q = self._queues.get(topic, {}).get(queue_id)
+                if q is None:
+                    q = ConsumeQueue(self.root, topic, queue_id, self.file_size, read_only=True)
+                    q.load()
+                    q.correct_min_offset(self.min_phy_offset())
+                    self._queues.setdefault(topic, {})[queue_id] = q
+        return q
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        q = self._queues.get(topic, {}).get(queue_id)
+        if q is not None:
+            return q
+        with self._lock:
+            per_topic = self._queues.setdefault(topic, {})
+            q = per_topic.get(queue_id)
+            if q is None:
+                q = ConsumeQueue(self.root, topic, queue_id, self.file_size, read_only=self.read_only)
+                q.load()
+                q.recover()
+                per_topic[queue_id] = q
+        return q
+
+    def queues(self) -> list[ConsumeQueue]:
+        return [q for per_topic in list(self._queues.values()) for q in list(per_topic.values())]
+
+    def topics(self) -> list[str]:
+        return sorted(self._queues)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(self._queues.get(topic, {}))
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Load every ``<topic>/<queueId>`` directory (names that are not ints are skipped)."""
+        if not os.path.isdir(self.root):
+            return
+        for topic in sorted(os.listdir(self.root)):
+            tdir = os.path.join(self.root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qname in sorted(os.listdir(tdir)):
+                try:
+                    qid = int(qname)
+                except ValueError:
+                    continue
+                if not os.path.isdir(os.path.join(tdir, qname)):
+                    continue
+                q = ConsumeQueue(self.root, topic, qid, self.file_size, read_only=self.read_only)
+                q.load()
+                self._queues.setdefault(topic, {})[qid] = q
+
+    def recover(self) -> None:
+        for q in self.queues():
+            q.recover()
+
+    def max_physic_offset(self) -> int:
+        """End (offset + size) of the furthest commit-log record any queue points at, or -1."""
+        return max((q.max_physic_offset for q in self.queues()), default=-1)
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        for q in self.queues():
+            q.truncate_dirty_logic_files(phy_offset)
+
+    def correct_min_offset(self, min_phy_offset: int) -> None:
+        for q in self.queues():
+            q.correct_min_offset(min_phy_offset)
+
+    def refresh(self) -> None:
+        """Read-only: follow the writer (new units, new files, new queues)."""
+        for q in self.queues():
+            q.refresh()
+
+    def max_offsets(self) -> dict[tuple[str, int], int]:
+        """{(topic, queue_id): max queue offset} of every queue."""
+        return {(q.topic, q.queue_id): q.get_max_offset_in_queue() for q in self.queues()}
+
+    def flush(self, least_pages: int = 0) -> None:
+        for q in self.queues():
+            q.flush(least_pages)
+
+    def close(self) -> None:
+        for q in self.queues():
+            q.close()
+        self._queues = {}

@@ -1,0 +1,154 @@
+"""DispatchService: makes new commit-log records visible to consumers (RocketMQ's
+ReputMessageService, FORMAT.md 5.6), and the long-polling arrival notifier.
+
+A thread that sleeps on an event until a put wakes it (a put only signals when the thread is
+asleep, so a busy dispatcher costs producers nothing), dispatches everything written since its
+reput offset through ``DispatchCore`` (GIL-free for runs of records to known queues), then wakes
+readers waiting for those queues. ``dispatch_behind_bytes`` is the lag.
+
+Thread-safety: ``DispatchCore`` is driven by one thread at a time (the service thread, or in
+inline mode the putting thread under ``lock``). ``shutdown()`` dispatches what is left, stops
+and joins the thread.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from rocketstore.store._dispatch import DispatchCore
+
+log = logging.getLogger("rocketstore.store.dispatch")
+
+
+class ArrivalNotifier:
+    """Readers wait here for a queue to grow past an offset; the dispatcher wakes them."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._waiters = 0
+        self._closed = False
+
+    @property
+    def has_waiters(self) -> bool:
+        return self._waiters > 0
+
+    def wait(self, ready: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``ready()`` is true (checked at each arrival), at most ``timeout`` s."""
+        with self._cond:
+            self._waiters += 1
+            try:
+                return self._cond.wait_for(lambda: self._closed or ready(), timeout)
+            finally:
+                self._waiters -= 1
+
+    def notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class DispatchService:
+    """Runs ``DispatchCore`` in a thread, or inline on each put.
+
+    Parameters
+    ----------
+    core : DispatchCore
+    bound : callable
+        The commit-log offset up to which records may be dispatched (its max offset; the
+        flushed offset under sync flush, once the flush services exist).
+    follow : bool
+        ``bound`` is the commit log's live end, so records appended while dispatching may be
+        dispatched too.
+    commit_log : CommitLog
+        Wakes the thread after a put (``set_on_append``).
+    notifier : ArrivalNotifier
+    """
+
+    def __init__(self, core: DispatchCore, bound: Callable[[], int], commit_log,
+                 notifier: ArrivalNotifier, follow: bool = True) -> None:
+        self.core = core
+        self.bound = bound
+        self.follow = follow        # the bound is the commit log's live end
+        self.commit_log = commit_log
+        self.notifier = notifier
+        self.lock = threading.Lock()        # one dispatcher at a time
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def reput_offset(self) -> int:
+        return self.core.reput_offset
+
+    def dispatch_behind_bytes(self) -> int:
+        """Bytes written to the commit log but not yet dispatched."""
+        return max(0, self.bound() - self.core.reput_offset)
+
+    def do_dispatch(self) -> int:
+        """Dispatch everything up to the bound now (any thread); returns records dispatched."""
+        with self.lock:
+            n = 0
+            while True:
+                done = self.core.dispatch(self.bound(), 1 << 16, self.follow)
+                n += done
+                if done == 0:
+                    break
+        if n and self.notifier.has_waiters:
+            self.notifier.notify()
+        return n
+
+    # -- thread ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.commit_log.set_on_append(self._wake.set)
+        self._thread = threading.Thread(target=self._run, name="DispatchService", daemon=True)
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        """New bytes are readable (the transient pool's commit): look now."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        try:
+            stuck = 0.0
+            while not self._stopped:
+                if self.do_dispatch():
+                    stuck = 0.0
+                    continue
+                # sleep until the next put signals: arm first, then look once more, so a put
+                # between the dispatch and the arming is not missed (both run under the GIL)
+                self._wake.clear()
+                self.commit_log.arm_wakeup()
+                if self.bound() > self.core.reput_offset and not self._stopped:
+                    # bytes are there but no record could be dispatched: a record still being
+                    # written, or damage; back off instead of spinning
+                    if stuck == 0.0:
+                        stuck = 0.001
+                    else:
+                        stuck = min(stuck * 2, 1.0)
+                        if stuck == 1.0:
+                            log.warning("dispatch cannot read a record at commit-log offset %d",
+                                        self.core.reput_offset)
+                    self._wake.wait(stuck)
+                    continue
+                self._wake.wait(1.0)
+        except BaseException as e:  # noqa: BLE001 - recorded and reported by the store
+            self.error = e
+            log.exception("dispatch service stopped")
+
+    def shutdown(self) -> None:
+        """Stop and join the thread, then dispatch what is left."""
+        self._stopped = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.commit_log.set_on_append(None)
+        if self.error is None:
+            self.do_dispatch()

@@ -1,0 +1,284 @@
+"""Flush services (FORMAT.md 4.5): async flush, group commit, and the transient pool's commit.
+
+``FlushRealTimeService`` (ASYNC_FLUSH): a thread that every ``flush_interval_commit_log`` ms
+msyncs the commit log when at least ``flush_commit_log_least_pages`` pages are dirty, and
+everything every ``flush_commit_log_thorough_interval`` ms.
+
+``GroupCommitService`` (SYNC_FLUSH): producers wait in the commit log, without the GIL, until
+the flushed offset passes their record; this thread wakes on their requests and msyncs
+everything written so far, so one sync serves every producer that wrote meanwhile (the
+group), and more producers make bigger groups rather than more syncs.
+
+A failed sync is sticky: the flushed offset stops, the commit log refuses every put
+(SERVICE_NOT_AVAILABLE with the cause) and no waiting sync put reports PUT_OK. Both services
+record the store time of what they flushed as the checkpoint's ``physicMsgTimestamp``.
+
+``CommitRealTimeService`` (transient store pool): copies what puts appended into the pool's
+write buffers into the files, every ``commit_interval_commit_log`` ms or as soon as a put
+leaves ``commit_commit_log_least_pages`` pages waiting; committed bytes become readable and
+flushable, so it then wakes the dispatcher.
+
+Threads stop cleanly on ``shutdown()`` (joined); they sleep on events or C conditions, never spin.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+log = logging.getLogger("rocketstore.store.flush")
+
+
+class _FlushBase:
+    def __init__(self, commit_log, checkpoint) -> None:
+        self.commit_log = commit_log
+        self.queue = commit_log.mapped_file_queue
+        self.checkpoint = checkpoint
+        self.syncs = 0                  # flush rounds that synced something (statistics)
+        self._thread: threading.Thread | None = None
+
+    def _flush(self, least_pages: int) -> int:
+        before = self.commit_log.flushed_where
+        try:
+            flushed = self.queue.flush(least_pages)
+        except OSError as e:
+            log.error("commit log flush failed: %s; the store is now read-only", e)
+            self.commit_log.set_flush_error(e)
+            raise
+        if flushed > before:
+            self.syncs += 1
+            last = self.queue.last_file()
+            if last is not None and last.store_timestamp:
+                self.checkpoint.physic_msg_timestamp = last.store_timestamp
+        self.commit_log.set_flushed(flushed)
+        return flushed
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
+        self._thread.start()
+
+
+class FlushRealTimeService(_FlushBase):
+    """Async flush: periodic, by dirty pages, thorough every so often."""
+
+    def __init__(self, commit_log, checkpoint, interval_ms: int = 500, least_pages: int = 4,
+                 thorough_interval_ms: int = 10_000) -> None:
+        super().__init__(commit_log, checkpoint)
+        self.interval = interval_ms / 1000.0
+        self.least_pages = least_pages
+        self.thorough_interval = thorough_interval_ms / 1000.0
+        self._stop = threading.Event()
+
+    def _run(self) -> None:
+        last_thorough = time.monotonic()
+        while not self._stop.wait(self.interval):
+            least = self.least_pages
+            if time.monotonic() - last_thorough >= self.thorough_interval:
+                least = 0
+                last_thorough = time.monotonic()
+            try:
+                self._flush(least)
+            except OSError:
+                return
+
+    def shutdown(self) -> None:
+        """Stop, join, and flush everything once more (RocketMQ retries up to 10 times)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.commit_log.flush_error is None:
+            for _ in range(10):
+                try:
+                    self._flush(0)
+                    break
+                except OSError:
+                    break
+
+
+class GroupCommitService(_FlushBase):
+    """Sync flush: one msync for every producer that wrote since the last one."""
+
+    def _run(self) -> None:
+        from rocketstore.store._mapped import sync_hook_installed
+        while True:
+            if not sync_hook_installed():
+                # the whole round in C, without the GIL: dozens of producer threads holding
+                # the GIL between puts would otherwise delay every round by a GIL handoff
+                rc = self.commit_log.group_commit()
+                if rc == 0:
+                    return
+                if rc < 0:
+                    e = OSError(-rc, os.strerror(-rc), self.queue.store_path)
+                    log.error("commit log sync failed: %s; the store is now read-only", e)
+                    self.commit_log.set_flush_error(e)
+                    return
+            # a round spanning files, or a test's sync hook: the Python path
+            target = self.commit_log.wait_flush_request()      # GIL released while waiting
+            if target < 0:
+                return
+            try:
+                self._flush(0)
+            except OSError:
+                return
+
+    def shutdown(self) -> None:
+        self.commit_log.stop_flusher()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.commit_log.flush_error is None:
+            try:
+                self._flush(0)
+            except OSError:
+                pass
+
+
+class CommitRealTimeService:
+    """Commits the transient pool's write buffers into the commit-log files.
+
+    Parameters
+    ----------
+    commit_log : CommitLog
+        Its puts wake this service (``commit_loop``); a failed copy is made sticky there.
+        A wake by the interval commits everything (RocketMQ's thorough commit interval is
+        the commit interval by default, 200 ms), a wake by puts once ``least_pages`` wait.
+    pool : TransientStorePool
+    on_commit : callable
+        Called after a round that committed bytes (wakes the dispatcher).
+    """
+
+    def __init__(self, commit_log, pool, on_commit=None, interval_ms: int = 200,
+                 least_pages: int = 4) -> None:
+        self.commit_log = commit_log
+        self.pool = pool
+        self.on_commit = on_commit
+        self.interval_ms = interval_ms
+        self.least_pages = least_pages
+        self.python_rounds = 0          # rounds of the Python path that committed bytes
+        self.python_bytes = 0
+        self._thread: threading.Thread | None = None
+
+    def commit(self, least_pages: int) -> int:
+        """One round; returns the bytes committed. A failed copy turns the store read-only."""
+        try:
+            n = self.pool.commit(least_pages)
+        except OSError as e:
+            log.error("commit log commit failed: %s; the store is now read-only", e)
+            self.commit_log.set_flush_error(e)
+            raise
+        if n:
+            self.python_rounds += 1
+            self.python_bytes += n
+            if self.on_commit is not None:
+                self.on_commit()
+        return n
+
+    @property
+    def rounds(self) -> int:
+        """Rounds that committed bytes (GIL-free and Python ones)."""
+        return self.commit_log.commit_rounds + self.python_rounds
+
+    def _run(self) -> None:
+        from rocketstore.store._mapped import PAGE_SIZE
+        cl = self.commit_log
+        least_bytes = max(1, self.least_pages) * PAGE_SIZE
+        while True:
+            # steady state in C without the GIL: producers holding the GIL between puts would
+            # otherwise delay every round (and grow the bytes a crash can lose)
+            rc = cl.commit_loop(self.interval_ms, least_bytes)
+            if rc == 0:
+                return
+            if rc < 0:
+                e = OSError(-rc, os.strerror(-rc), self.pool.lent[0].path if self.pool.lent else "")
+                log.error("commit log commit failed: %s; the store is now read-only", e)
+                cl.set_flush_error(e)
+                return
+            if rc == 2:
+                if self.on_commit is not None:
+                    self.on_commit()
+                continue
+            # files to hand back, or files before the current one: the pool's ordered commit
+            rolls = cl.rolls
+            try:
+                self.commit(0)
+            except OSError:
+                return
+            if len(self.pool.lent) <= 1:
+                cl.set_rolls_seen(rolls)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="CommitRealTimeService",
+                                        daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop, join, and commit everything once more."""
+        self.commit_log.stop_commit()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.commit_log.flush_error is None:
+            try:
+                self.commit(0)
+            except OSError:
+                pass
+
+
+class FlushConsumeQueueService:
+    """Flushes consume queues (FORMAT.md 5.3): every ``interval_ms`` those with at least
+    ``least_pages`` dirty pages, all of them every ``thorough_interval_ms``. A thorough round
+    reads the consume queues' store time *before* flushing and then writes it, with the commit
+    log's flushed store time, to the checkpoint, so the checkpoint never claims more than is
+    on disk -- abnormal recovery starts from it."""
+
+    def __init__(self, consume_queues, commit_log, checkpoint, interval_ms: int = 1000,
+                 least_pages: int = 2, thorough_interval_ms: int = 60_000) -> None:
+        self.consume_queues = consume_queues
+        self.commit_log = commit_log
+        self.checkpoint = checkpoint
+        self.interval = interval_ms / 1000.0
+        self.least_pages = least_pages
+        self.thorough_interval = thorough_interval_ms / 1000.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def flush(self, thorough: bool) -> None:
+        logics = max((q.get_last_store_timestamp() for q in self.consume_queues.queues()),
+                     default=0)
+        self.consume_queues.flush(0 if thorough else self.least_pages)
+        if thorough:
+            if logics:
+                self.checkpoint.logics_msg_timestamp = logics
+            physic = self.commit_log.flushed_store_timestamp
+            if physic > self.checkpoint.physic_msg_timestamp:
+                self.checkpoint.physic_msg_timestamp = physic
+            self.checkpoint.flush()
+
+    def _run(self) -> None:
+        last_thorough = time.monotonic()
+        while not self._stop.wait(self.interval):
+            thorough = time.monotonic() - last_thorough >= self.thorough_interval
+            if thorough:
+                last_thorough = time.monotonic()
+            try:
+                self.flush(thorough)
+            except OSError as e:
+                log.error("consume queue flush failed: %s; the store is now read-only", e)
+                self.commit_log.set_flush_error(e)
+                return
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="FlushConsumeQueueService",
+                                        daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

@@ -1,0 +1,384 @@
+"""MappedFileQueue: an ordered run of fixed-size mapped files (FORMAT.md 4.1, 4.3).
+
+Files are named by the 20-digit offset of their first byte; file k of a queue starts at
+``first.file_from_offset + k * file_size``. The queue finds the file holding an offset,
+creates the next file on a roll (through ``AllocateMappedFileService`` when given one), loads
+the files of a directory and truncates the files past a recovered end.
+
+Thread-safety: ``files`` is replaced, never mutated in place, so readers in other threads
+iterate a consistent list without a lock; mutations happen under the owner's lock (the
+commit log's put lock, or single-threaded open/close). Retention deletes files at the front
+from its own thread: the list swaps of ``create_next`` and of the deletions also take
+``_files_lock``, so a roll and a deletion never lose each other's update.
+
+Deletion (retention) takes a file out of the list and unlinks it at once, but *retires* its
+mapping rather than releasing it: a thread that picked the file from the list a moment ago
+(a flush loop, a reader between its lookup and its read) still finds it mapped.
+``release_retired(grace)`` releases retired files later; a file pinned by a message view
+is unmapped only when its last view goes (``MappedFile.release``). The disk space of an
+unlinked file is freed when its mapping goes.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from rocketstore.store._mapped import MappedFile
+from rocketstore.store.allocate import AllocateMappedFileService, create_mapped_file
+from rocketstore.errors import CorruptionError
+from rocketstore.store.paths import is_segment_name, offset_to_file_name
+
+log = logging.getLogger("rocketstore.store.mapped_file_queue")
+
+
+class MappedFileQueue:
+    """The files of one directory, each ``file_size`` bytes.
+
+    Parameters
+    ----------
+    store_path : str
+        Directory of the files (created when missing, unless read-only).
+    file_size : int
+        Size of every file.
+    allocator : AllocateMappedFileService, optional
+        Creates files and pre-allocates the next one; without it files are created inline.
+    read_only : bool
+        Map files read-only and never create any.
+    """
+
+    def __init__(self, store_path: str, file_size: int,
+                 allocator: AllocateMappedFileService | None = None,
+                 read_only: bool = False, warm: bool = False, create_dir: bool = True) -> None:
+        self.store_path = store_path
+        self.file_size = file_size
+        self.allocator = allocator
+        self.read_only = read_only
+        self.warm = warm
+        self.files: list[MappedFile] = []
+        self._files_lock = threading.Lock()
+        self._retired: list[tuple[float, MappedFile]] = []     # (monotonic time, file)
+        if create_dir and not read_only:
+            os.makedirs(store_path, exist_ok=True)
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map every segment file of the directory, in name order.
+
+        Loaded files start with all positions at ``file_size``; recovery truncates them. A
+        last file of length 0 (a crash during creation) is deleted. Any other file whose
+        size is not ``file_size`` raises ``CorruptionError``; so do gaps between files.
+        """
+        if not os.path.isdir(self.store_path):
+            return
+        names = sorted(n for n in os.listdir(self.store_path)
+                       if is_segment_name(n) and os.path.isfile(os.path.join(self.store_path, n)))
+        files: list[MappedFile] = []
+        try:
+            for i, name in enumerate(names):
+                path = os.path.join(self.store_path, name)
+                try:
+                    size = os.path.getsize(path)
+                except FileNotFoundError:
+                    if self.read_only and not files:
+                        continue    # retention in the writer deleted it after our listing
+                    raise
+                if size != self.file_size and i == len(names) - 1 and self.read_only:
+                    break           # the writer is creating it: the next refresh maps it
+                if size == 0 and i == len(names) - 1 and not self.read_only:
+                    log.warning("%s: deleting empty last file (crash during its creation)", path)
+                    os.unlink(path)
+                    continue
+                mf = MappedFile(path, self.file_size, read_only=self.read_only)
+                if files and mf.file_from_offset != files[-1].file_from_offset + self.file_size:
+                    expected = files[-1].file_from_offset + self.file_size
+                    mf.release()
+                    raise CorruptionError(path, 0, f"file starts at offset {int(name)}, expected "
+                                          f"{expected}: files are missing between them")
+                mf.set_positions(self.file_size)
+                files.append(mf)
+        except BaseException:
+            for mf in files:
+                mf.release()
+            raise
+        self.files = files
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def first_file(self) -> MappedFile | None:
+        files = self.files
+        return files[0] if files else None
+
+    def last_file(self) -> MappedFile | None:
+        files = self.files
+        return files[-1] if files else None
+
+    def get_min_offset(self) -> int:
+        files = self.files
+        return files[0].file_from_offset if files else -1
+
+    def get_max_offset(self) -> int:
+        files = self.files
+        if not files:
+            return 0
+        return files[-1].file_from_offset + files[-1].read_pos
+
+    def next_start_offset(self) -> int:
+        """Where the next file starts: after the last one, or 0 for an empty queue."""
+        last = self.last_file()
+        return 0 if last is None else last.file_from_offset + self.file_size
+
+    def find_mapped_file_by_offset(self, offset: int,
+                                   return_first_on_not_found: bool = False) -> MappedFile | None:
+        """The file holding ``offset``: computed by index, as the files are contiguous."""
+        files = self.files
+        if files:
+            first = files[0].file_from_offset
+            idx = (offset - first) // self.file_size if offset >= first else -1
+            if 0 <= idx < len(files):
+                mf = files[idx]
+                if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                    return mf
+            if return_first_on_not_found:
+                return files[0]
+        return None
+
+    # -- growth --------------------------------------------------------------------------------
+
+    def create_next(self, start_offset: int) -> MappedFile:
+        """Create the file starting at ``start_offset`` and append it to the queue."""
+        if self.read_only:
+            raise OSError(30, "mapped file queue is read-only", self.store_path)
+        if start_offset % self.file_size:
+            raise ValueError(f"{self.store_path}: start offset {start_offset} is not a multiple "
+                             f"of the file size {self.file_size}")
+        path = os.path.join(self.store_path, offset_to_file_name(start_offset))
+        if not self.files:
+            os.makedirs(self.store_path, exist_ok=True)
+        if self.allocator is not None:
+            nxt = os.path.join(self.store_path, offset_to_file_name(start_offset + self.file_size))
+            mf = self.allocator.get(path, self.file_size, nxt)
+        else:
+            mf = create_mapped_file(path, self.file_size, warm=self.warm)
+        mf.set_positions(0)
+        with self._files_lock:
+            self.files = self.files + [mf]
+        return mf
+
+    # -- truncation ----------------------------------------------------------------------------
+
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Drop everything at and after commit-log ``offset``.
+
+        The file holding ``offset`` keeps its positions at ``offset``; files starting after
+        it are deleted (FORMAT.md 4.3 ``truncateDirtyFiles``).
+        """
+        keep: list[MappedFile] = []
+        for mf in self.files:
+            tail = mf.file_from_offset + self.file_size
+            if tail <= offset:
+                keep.append(mf)
+            elif offset >= mf.file_from_offset:
+                mf.set_positions(offset - mf.file_from_offset)
+                keep.append(mf)
+            else:
+                log.info("%s: deleting dirty file past offset %d", mf.path, offset)
+                mf.destroy()
+        self.files = keep
+
+    def flush(self, least_pages: int = 0) -> int:
+        """msync every file's committed-but-unflushed bytes (a file with fewer than
+        ``least_pages`` dirty pages waits, unless full: FORMAT.md 4.5). Returns the offset
+        below which everything is flushed."""
+        flushed_where = -1
+        for mf in self.files:
+            if mf.flushed_pos < mf.committed_pos:
+                mf.flush(least_pages)
+            if mf.flushed_pos < mf.file_size:
+                return mf.file_from_offset + mf.flushed_pos
+            flushed_where = mf.file_from_offset + mf.file_size
+        return max(flushed_where, 0)
+
+    def delete_last_file(self) -> None:
+        """Delete the last file (consume-queue truncation drops whole files)."""
+        files = self.files
+        if files:
+            self.files = files[:-1]
+            files[-1].destroy()
+
+    # -- retention (FORMAT.md 4.3, 9) --------------------------------------------------------------
+
+    def delete_expired_file_by_time(self, expired_ms: int, interval_ms: int = 0,
+                                    clean_immediately: bool = False, batch_max: int = 10, *,
+                                    now_ms: int | None = None, safe_end: int | None = None,
+                                    sleep: Callable[[float], object] = time.sleep) -> int:
+        """Delete files from the front whose mtime is ``expired_ms`` old (any age with
+        ``clean_immediately``); RocketMQ ``deleteExpiredFileByTime``.
+
+        Never the last (active) file, never from the middle: stops at the first file that is
+        not expired, after ``batch_max`` deletions, or at a file ending past ``safe_end`` (data
+        not yet flushed or dispatched). Sleeps ``interval_ms`` between deletions through
+        ``sleep`` (the caller's stoppable wait). Returns the number of files deleted.
+        """
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        deleted = 0
+        while deleted < batch_max:
+            files = self.files
+            if len(files) < 2:
+                break
+            mf = files[0]
+            if safe_end is not None and mf.file_from_offset + self.file_size > safe_end:
+                break
+            try:
+                mtime_ms = int(os.stat(mf.path).st_mtime * 1000)
+            except FileNotFoundError:
+                mtime_ms = 0                # already gone from disk: drop it from the queue
+            if not clean_immediately and now < mtime_ms + expired_ms:
+                break
+            if not self._retire_first(mf):
+                break
+            deleted += 1
+            if interval_ms > 0 and deleted < batch_max and len(self.files) > 1:
+                if sleep(interval_ms / 1000.0):
+                    break                   # the caller's wait says stop
+        return deleted
+
+    def delete_expired_file_by_offset(self, min_phy_offset: int, unit_size: int = 20) -> int:
+        """Delete consume-queue files from the front whose last unit points below the commit
+        log's ``min_phy_offset`` (RocketMQ ``deleteExpiredFileByOffset``); never the last file.
+        Returns the number of files deleted."""
+        deleted = 0
+        while True:
+            files = self.files
+            if len(files) < 2:
+                break
+            mf = files[0]
+            if not mf.is_mapped:
+                break
+            last_unit = int.from_bytes(mf.read_bytes(self.file_size - unit_size, 8), "big",
+                                       signed=True)
+            if last_unit >= min_phy_offset:
+                break
+            if not self._retire_first(mf):
+                break
+            deleted += 1
+        return deleted
+
+    def _retire_first(self, mf: MappedFile) -> bool:
+        """Take ``mf`` (the first file) out of the queue, unlink it, retire its mapping."""
+        with self._files_lock:
+            files = self.files
+            if len(files) < 2 or files[0] is not mf:
+                return False
+            self.files = files[1:]
+        log.info("%s: deleting expired file", mf.path)
+        try:
+            os.unlink(mf.path)
+        except FileNotFoundError:
+            pass
+        with self._files_lock:
+            self._retired.append((time.monotonic(), mf))
+        return True
+
+    def release_retired(self, grace_s: float = 0.0) -> int:
+        """Release the mappings of files deleted at least ``grace_s`` seconds ago (pinned
+        ones unmap when their last view goes). Returns how many were released."""
+        now = time.monotonic()
+        keep: list[tuple[float, MappedFile]] = []
+        done: list[tuple[float, MappedFile]] = []
+        with self._files_lock:
+            for item in self._retired:
+                (done if now - item[0] >= grace_s else keep).append(item)
+            self._retired = keep
+        for _, mf in done:
+            mf.release()
+        return len(done)
+
+    @property
+    def retired_count(self) -> int:
+        """Deleted files whose mapping is not released yet."""
+        return len(self._retired)
+
+    def drop_deleted_front(self) -> int:
+        """Read-only: retire leading files a writer's retention deleted (their names are
+        gone). Returns how many were dropped."""
+        dropped = 0
+        while True:
+            files = self.files
+            if len(files) < 1 or os.path.exists(files[0].path):
+                break
+            with self._files_lock:
+                if not self.files or self.files[0] is not files[0]:
+                    continue
+                self.files = self.files[1:]
+                self._retired.append((time.monotonic(), files[0]))
+            dropped += 1
+        return dropped
+
+    def refresh_files(self) -> list[MappedFile]:
+        """Map files another process created after ours (read-only tailing).
+
+        New files are appended with positions 0; returns them. A file still being created
+        (size 0, or not yet ``file_size``) is left for the next refresh. The last two files
+        already mapped are checked against the directory: one the writer deleted and created
+        again (a restart's recovery may) is mapped anew.
+        """
+        if not os.path.isdir(self.store_path):
+            return []
+        self._remap_replaced(self.files[-2:])
+        known = self.files[-1].file_from_offset if self.files else -1
+        names = sorted(n for n in os.listdir(self.store_path)
+                       if is_segment_name(n) and int(n) > known)
+        added: list[MappedFile] = []
+        expected = known + self.file_size if self.files else None
+        for name in names:
+            path = os.path.join(self.store_path, name)
+            try:
+                if os.path.getsize(path) != self.file_size:
+                    break
+            except FileNotFoundError:
+                break
+            if expected is not None and int(name) != expected:
+                break
+            mf = MappedFile(path, self.file_size, read_only=self.read_only)
+            mf.set_positions(0)
+            added.append(mf)
+            expected = int(name) + self.file_size
+        if added:
+            self.files = self.files + added
+        return added
+
+    def _remap_replaced(self, candidates: list[MappedFile]) -> None:
+        files = list(self.files)
+        changed = False
+        for mf in candidates:
+            try:
+                st = os.stat(mf.path)
+            except FileNotFoundError:
+                st = None
+            if st is not None and st.st_ino == os.fstat(mf.fileno()).st_ino:
+                continue
+            i = files.index(mf)
+            if st is None or st.st_size != self.file_size:
+                for gone in files[i:]:
+                    gone.release()
+                files = files[:i]
+                changed = True
+                break
+            fresh = MappedFile(mf.path, self.file_size, read_only=self.read_only)
+            fresh.set_positions(mf.committed_pos)
+            files[i] = fresh
+            mf.release()
+            changed = True
+        if changed:
+            self.files = files
+
+    def close(self) -> None:
+        """Release every mapping (views already handed out stay valid)."""
+        for mf in self.files:
+            mf.release()
+        self.files = []
+        self.release_retired()

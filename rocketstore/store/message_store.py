@@ -1,0 +1,914 @@
+"""MessageStore: the public facade over one store directory (DESIGN.md "Public API").
+
+Opening for writing takes the directory's ``lock`` file (one writer process per store), loads
+the commit-log and consume-queue files, recovers the end of valid data, truncates consume-queue
+units past it, dispatches records the queues have not seen yet, takes each queue's next offset
+from its consume queue and creates the ``abort`` marker; a clean ``close()`` dispatches and
+flushes everything and removes it, so the next open knows whether the previous one ended
+cleanly (FORMAT.md 8). Opening ``read_only`` takes no lock, writes nothing and follows what the
+writer process dispatches.
+
+Thread-safe: puts are serialised by the commit log's put lock; the dispatch service appends
+consume-queue units; reads take no lock.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from rocketstore.store import _reader, paths
+from rocketstore.store._codec import Message, MessageExt, decode_msg_id
+from rocketstore.store._commitlog import CommitLog, PutMessageResult
+from rocketstore.store._dispatch import DispatchCore
+from rocketstore.store._mapped import fsync_dir, metadata_event
+from rocketstore.store._reader import GetMessageResult, ReadLimits, TagFilter
+from rocketstore.store.allocate import AllocateMappedFileService
+from rocketstore.store.checkpoint import StoreCheckpoint
+from rocketstore.store.cleanup import RETIRE_GRACE_S, CleanResult, CleanupService
+from rocketstore.store.index import IndexService
+from rocketstore.store.config import StoreConfig
+from rocketstore.store.consumequeue import ConsumeQueueStore, unit_runs
+from rocketstore.store.dispatch import ArrivalNotifier, DispatchService
+from rocketstore.store.flush import (CommitRealTimeService, FlushConsumeQueueService,
+                               FlushRealTimeService, GroupCommitService)
+from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError,
+                                InvalidMessageTypeError, StoreClosedError, StoreLockedError,
+                                StoreReadOnlyError, TopicPermissionError)
+from rocketstore.store.mapped_file_queue import MappedFileQueue
+from rocketstore.store.offsets import ConsumerOffsetManager
+from rocketstore.store.status import BoundaryType, GetMessageStatus
+from rocketstore.store.topics import TopicConfig, TopicConfigManager
+from rocketstore.store.transient_pool import TransientStorePool
+
+_PHYS_MEMORY = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+log = logging.getLogger("rocketstore.store")
+
+# Locks taken in this process, by real path: flock conflicts between two open file
+# descriptions of one process, but we also want a clear error before even trying.
+_open_paths: set[str] = set()
+_open_paths_lock = threading.Lock()
+
+
+class _Progress:
+    """A progress line on stderr for long recoveries, when stderr is a terminal."""
+
+    def __init__(self, what: str, total: int) -> None:
+        import sys
+        self.what = what
+        self.total = total
+        self.stream = sys.stderr
+        self.on = total >= (1 << 30) and self.stream.isatty()
+        self.t0 = time.monotonic()
+        self.last = 0.0
+
+    def update(self, done: int) -> None:
+        if not self.on or time.monotonic() - self.last < 0.2:
+            return
+        self.last = time.monotonic()
+        rate = done / max(self.last - self.t0, 1e-9) / 1e9
+        self.stream.write(f"\r{self.what}: {done * 100 // max(self.total, 1)}% "
+                          f"({done / 1e9:.1f} of {self.total / 1e9:.1f} GB, {rate:.2f} GB/s)")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.on:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class _StoreLock:
+    """The ``lock`` file held with flock (other opens) and fcntl on byte 0 (a Java broker:
+    FileChannel.tryLock is a POSIX record lock). Holds the 4 ASCII bytes ``lock``."""
+
+    def __init__(self, root: str) -> None:
+        self.path = paths.lock_path(root)
+        self.key = os.path.realpath(root)
+        with _open_paths_lock:
+            if self.key in _open_paths:
+                raise StoreLockedError(root)
+            _open_paths.add(self.key)
+        try:
+            if not os.path.exists(self.path):
+                metadata_event("create", self.path)     # the one sync function sees it
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except BaseException:
+            self._forget()
+            raise
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except OSError as e:
+            os.close(self.fd)
+            self._forget()
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StoreLockedError(root) from None
+            raise
+        os.pwrite(self.fd, b"lock", 0)
+
+    def _forget(self) -> None:
+        with _open_paths_lock:
+            _open_paths.discard(self.key)
+
+    def release(self) -> None:
+        os.close(self.fd)       # drops both locks
+        self._forget()
+
+
+def create_abort_marker(root: str) -> None:
+    """Create the ``abort`` file (the next open runs abnormal recovery) durably, through the
+    one sync function: a power loss after it must still mean "recover"."""
+    path = paths.abort_path(root)
+    metadata_event("create", path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    os.close(fd)
+    fsync_dir(root)
+
+
+class MessageStore:
+    """A RocketMQ-compatible message store in one directory.
+
+    Use ``MessageStore.open(path, config)``; the store is a context manager.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from rocketstore import MessageStore, Message, StoreConfig
+    >>> with MessageStore.open(tempfile.mkdtemp(), StoreConfig(mapped_file_size_commit_log=65536)) as store:
+    ...     r = store.put_message(Message("TopicA", b"hello", tags="TagA"))
+    ...     store.look_message_by_offset(r.commitlog_offset).tags
+    'TagA'
+    """
+
+    def __init__(self, root: str, config: StoreConfig, lock: _StoreLock | None,
+                 read_only: bool = False) -> None:
+        self.root = root
+        self.config = config
+        self.read_only = read_only
+        self._lock = lock
+        self._closed = False
+        self.recovery: dict[str, Any] = {}
+        self.flush_service: FlushRealTimeService | GroupCommitService | None = None
+        self.cq_flush_service: FlushConsumeQueueService | None = None
+        self.commit_service: CommitRealTimeService | None = None
+        self.transient_pool: TransientStorePool | None = None
+        self.cleanup_service: CleanupService | None = None
+        self._retention_checked = 0.0       # read-only: last look for deleted files
+        self.last_exit_ok = not os.path.exists(paths.abort_path(root))
+        self.allocator = AllocateMappedFileService(
+            warm=config.warm_maped_file_enable, mlock=config.mlock_maped_file,
+            flush_pages=(config.flush_least_pages_when_warm_maped_file
+                         if config.flush_disk_type == "SYNC_FLUSH" else 0))
+        self.commit_log_queue = MappedFileQueue(config.commit_log_path(root),
+                                                config.mapped_file_size_commit_log,
+                                                allocator=None if read_only else self.allocator,
+                                                read_only=read_only)
+        self.consume_queues = ConsumeQueueStore(
+            root, config.mapped_file_size_consume_queue, read_only=read_only,
+            min_phy_offset=lambda: max(0, self.commit_log_queue.get_min_offset()))
+        self.notifier = ArrivalNotifier()
+        self._limits = ReadLimits(config.max_transfer_bytes_on_message_in_memory,
+                                  config.max_transfer_count_on_message_in_memory,
+                                  config.max_transfer_bytes_on_message_in_disk,
+                                  config.max_transfer_count_on_message_in_disk,
+                                  _PHYS_MEMORY * config.access_message_in_memory_max_ratio // 100)
+        self._tag_filters: dict[Any, TagFilter] = {}
+        self._read_forbidden: set[str] = set()
+        self.checkpoint = StoreCheckpoint(paths.checkpoint_path(root), read_only=read_only)
+        self.index_service = IndexService(paths.index_dir(root), config.max_hash_slot_num,
+                                          config.max_index_num, self.checkpoint,
+                                          read_only=read_only,
+                                          max_msgs_num_batch=config.max_msgs_num_batch)
+        self.topic_config_manager = TopicConfigManager(paths.config_dir(root))
+        self.consumer_offset_manager = ConsumerOffsetManager(paths.config_dir(root),
+                                                             config.flush_consumer_offset_interval)
+        try:
+            self.commit_log_queue.load()
+            self.consume_queues.load()
+            if config.message_index_enable:
+                self.index_service.load(self.last_exit_ok)
+            self.commit_log = CommitLog(self.commit_log_queue, store_host=config.store_host,
+                                        max_message_size=config.max_message_size)
+            self.dispatch_core = DispatchCore(self.commit_log_queue,
+                                              self.consume_queues.find_or_create,
+                                              config.delay_levels_ms())
+            if config.message_index_enable and not read_only:
+                self.dispatch_core.set_index(self.index_service)
+            self.dispatch_service = DispatchService(self.dispatch_core,
+                                                    self.commit_log.get_max_offset,
+                                                    self.commit_log, self.notifier)
+            self.topic_config_manager.load()
+            self.consumer_offset_manager.load()
+            if read_only:
+                self._open_read_only()
+            else:
+                self._recover()
+                if config.transient_store_pool_enable and config.flush_disk_type == "ASYNC_FLUSH":
+                    # only new files borrow buffers; recovered ones are written in place
+                    self.transient_pool = TransientStorePool(
+                        config.transient_store_pool_size, config.mapped_file_size_commit_log)
+                    self.commit_log.set_transient_pool(
+                        self.transient_pool, config.fast_fail_if_no_buffer_in_store_pool)
+                for name, tc in self.topic_config_manager.all().items():
+                    self._apply_topic_rule(tc)
+                self._create_abort()
+                self._start_flush()
+                self.consumer_offset_manager.start()
+                if config.dispatch_inline:
+                    self.put_message = self._put_inline  # type: ignore[method-assign]
+                    self.put_messages = self._put_batch_inline  # type: ignore[method-assign]
+                else:
+                    self.dispatch_service.start()
+                    # the hot calls go straight to the compiled commit log (no Python frame
+                    # per put); it checks types and the closed state itself
+                    self.put_message = self.commit_log.put_message  # type: ignore[method-assign]
+                    self.put_messages = self.commit_log.put_messages  # type: ignore[method-assign]
+                self.cleanup_service = CleanupService(self, config)
+                self.cleanup_service.start()
+        except BaseException:
+            self._release_files()
+            raise
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None,
+             config: StoreConfig | None = None, *, read_only: bool = False) -> "MessageStore":
+        """Open (creating when missing) the store at ``path``; only one writer at a time.
+
+        ``path`` defaults to ``config.store_path_root_dir``. Raises ``StoreLockedError`` when
+        another process, or another open store object, holds the directory. With
+        ``read_only=True`` no lock is taken and nothing is written: the store follows what a
+        writer in another process dispatches.
+        """
+        config = config if config is not None else StoreConfig()
+        if not isinstance(config, StoreConfig):
+            raise InvalidMessageTypeError("config", "StoreConfig", type(config).__name__)
+        root = os.fspath(path) if path is not None else config.store_path_root_dir
+        if read_only:
+            if not os.path.isdir(root):
+                raise FileNotFoundError(2, "no store directory", root)
+            return cls(root, config, None, read_only=True)
+        os.makedirs(root, exist_ok=True)
+        lock = _StoreLock(root)
+        try:
+            return cls(root, config, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    def __enter__(self) -> "MessageStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Dispatch and flush everything, stop the services, remove ``abort``, unlock.
+
+        Message bodies already read stay valid (they pin their mapping). Idempotent. The
+        ``abort`` marker stays when dispatch could not catch up, so the next open recovers.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self.read_only:
+            self._release_files()
+            return
+        try:
+            if self.cleanup_service is not None:
+                self.cleanup_service.shutdown()
+            self.commit_log.close()
+            if self.commit_service is not None:
+                self.commit_service.shutdown()      # everything into the files, then flush
+            if self.flush_service is not None:
+                self.flush_service.shutdown()
+            if self.cq_flush_service is not None:
+                self.cq_flush_service.shutdown()
+            self.dispatch_service.shutdown()
+            self.consumer_offset_manager.shutdown()
+            self.allocator.shutdown()
+            self.notifier.close()
+            if self.commit_log.flush_error is None:
+                self.commit_log_queue.flush(0)
+            self.consume_queues.flush(0)
+            self.index_service.flush()
+            last = self.commit_log_queue.last_file()
+            if last is not None and last.store_timestamp and self.commit_log.flush_error is None:
+                self.checkpoint.physic_msg_timestamp = last.store_timestamp
+            logics = max((q.get_last_store_timestamp() for q in self.consume_queues.queues()),
+                         default=0)
+            if logics:
+                self.checkpoint.logics_msg_timestamp = logics
+            self.checkpoint.flush()
+            caught_up = (self.dispatch_service.error is None
+                         and self.dispatch_service.dispatch_behind_bytes() == 0
+                         and (self.transient_pool is None
+                              or self.transient_pool.uncommitted_bytes() == 0))
+            if self.transient_pool is not None:
+                self.transient_pool.close()
+            self._release_files()
+            if caught_up:
+                try:
+                    metadata_event("delete", paths.abort_path(self.root))
+                    os.unlink(paths.abort_path(self.root))
+                    fsync_dir(self.root)
+                except FileNotFoundError:
+                    pass
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+    def _release_files(self) -> None:
+        self.allocator.shutdown()
+        self.consume_queues.close()
+        self.commit_log_queue.close()
+        self.index_service.close()
+        self.checkpoint.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("store " + self.root)
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Find the end of valid data, drop what lies past it, catch dispatch up.
+
+        After a clean close only the last 3 files are walked and CRC-checked (RocketMQ's
+        normal recovery); after a crash (``abort`` present) every file is. Consume-queue units
+        pointing past the end are truncated; records past the queues' end are dispatched now;
+        each queue's next offset is then its consume queue's max offset.
+        """
+        t0 = time.perf_counter()
+        self.consume_queues.recover()
+        files = self.commit_log_queue.files
+        if self.last_exit_ok:
+            start = max(0, len(files) - 3)
+        else:
+            start = self._abnormal_start(files)
+        end = files[0].file_from_offset if files else 0
+        scanned = messages = 0
+        total = sum(mf.file_size for mf in files[start:])
+        progress = _Progress("recovering commit log", total)
+        for mf in files[start:]:
+            end_pos, count, blank = self.commit_log.scan_file(mf, self.config.check_crc_on_recover,
+                                                              False)
+            scanned += end_pos
+            messages += count
+            end = mf.file_from_offset + end_pos
+            progress.update(scanned)
+            if not blank:
+                break
+        progress.close()
+        scan_seconds = time.perf_counter() - t0
+        # what lies past the end: the torn record's claimed size, and the files dropped
+        tail_mf = self.commit_log_queue.find_mapped_file_by_offset(end)
+        torn = 0
+        if tail_mf is not None and end - tail_mf.file_from_offset + 8 <= tail_mf.file_size:
+            head = tail_mf.read_bytes(end - tail_mf.file_from_offset, 4)
+            torn = max(0, int.from_bytes(head, "big", signed=True))
+        files_dropped = sum(1 for mf in files if mf.file_from_offset > end)
+        self.commit_log_queue.truncate_dirty_files(end)
+        zeroed = self._zero_tail(end)
+        self.commit_log.reset_write_file()
+        if not self.last_exit_ok and files:
+            # units written after the checkpoint may be torn or point at records a power loss
+            # took: drop every unit from the re-dispatch start on and rebuild them from the
+            # commit log, the one source of truth (units before it were synced before the
+            # checkpoint was)
+            self.consume_queues.truncate_dirty(min(end, files[start].file_from_offset))
+        elif self.consume_queues.max_physic_offset() > end:
+            self.consume_queues.truncate_dirty(end)
+        min_phy = max(0, self.commit_log.get_min_offset())
+        self.consume_queues.correct_min_offset(min_phy)
+        reput = max(self.consume_queues.max_physic_offset(), min_phy)
+        if self.config.message_index_enable:
+            # records after the last indexed one need their keys (the queues skip them)
+            last_indexed = self.index_service.last_indexed_offset()
+            if last_indexed < min_phy:
+                reput = min_phy
+            elif self.last_exit_ok:
+                # a clean close indexed every key of its last record: start after it
+                _, after = self.commit_log.next_record(last_indexed)
+                reput = min(reput, after if after > last_indexed else last_indexed)
+            else:
+                # after a crash its keys may be cut short: index it again (missing keys only)
+                reput = min(reput, last_indexed)
+        if not self.last_exit_ok and files:
+            # after a crash every record from the checkpoint's file on is dispatched again:
+            # consume-queue units and index entries written after their last flush may be lost
+            reput = min(reput, max(files[start].file_from_offset, min_phy))
+        self.dispatch_core.reput_offset = reput
+        redispatch_from = self.dispatch_core.reput_offset
+        dispatched = self.dispatch_service.do_dispatch()
+        for (topic, qid), max_offset in self.consume_queues.max_offsets().items():
+            self.commit_log.set_queue_offset(topic, qid, max_offset)
+        self.recovery = {
+            "last_exit_ok": self.last_exit_ok,
+            "files": len(files),
+            "files_scanned": len(files) - start,
+            "bytes_scanned": scanned,
+            "messages_scanned": messages,
+            "max_offset": end,
+            "redispatched_from": redispatch_from,
+            "messages_redispatched": dispatched,
+            "torn_record_bytes": torn,
+            "bytes_zeroed": zeroed,
+            "files_dropped": files_dropped,
+            "scan_seconds": scan_seconds,
+            "seconds": time.perf_counter() - t0,
+        }
+
+    def _start_flush(self) -> None:
+        cfg = self.config
+        # what recovery kept is taken as durable (a clean close flushed it; after a crash it
+        # is what survived): flush it once so the claim holds
+        flushed = self.commit_log_queue.flush(0)
+        if self.transient_pool is not None:
+            self.commit_service = CommitRealTimeService(
+                self.commit_log, self.transient_pool, self._after_commit,
+                cfg.commit_interval_commit_log, cfg.commit_commit_log_least_pages)
+            self.commit_service.start()
+        if cfg.flush_disk_type == "SYNC_FLUSH":
+            self.commit_log.enable_sync_flush(cfg.sync_flush_timeout, flushed)
+            self.flush_service = GroupCommitService(self.commit_log, self.checkpoint)
+        else:
+            self.flush_service = FlushRealTimeService(
+                self.commit_log, self.checkpoint, cfg.flush_interval_commit_log,
+                cfg.flush_commit_log_least_pages, cfg.flush_commit_log_thorough_interval)
+            self.commit_log.set_flushed(flushed)
+        self.flush_service.start()
+        self.cq_flush_service = FlushConsumeQueueService(
+            self.consume_queues, self.commit_log, self.checkpoint,
+            cfg.flush_interval_consume_queue, cfg.flush_consume_queue_least_pages,
+            cfg.flush_consume_queue_thorough_interval)
+        self.cq_flush_service.start()
+
+    def _zero_tail(self, end: int) -> int:
+        """Zero what a crash left after the recovered end (a torn record, stale bytes), page
+        by page until a page that is already all zeros: the files then hold only the log,
+        for any reader of the directory. Returns the bytes zeroed."""
+        mf = self.commit_log_queue.find_mapped_file_by_offset(end)
+        if mf is None:
+            return 0
+        pos = end - mf.file_from_offset
+        zeroed = 0
+        page = 4096
+        while pos < mf.file_size:
+            n = min(page - pos % page, mf.file_size - pos)
+            if mf.read_bytes(pos, n) == bytes(n):
+                if zeroed or pos % page == 0:
+                    break
+            else:
+                mf.write_at(pos, bytes(n))
+                zeroed += n
+            pos += n
+        if zeroed:
+            log.info("commit log: zeroed %d bytes after the recovered end %d", zeroed, end)
+            mf.flushed_pos = min(mf.flushed_pos, end - mf.file_from_offset)
+        return zeroed
+
+    def _abnormal_start(self, files: list) -> int:
+        """Index of the file abnormal recovery starts from (FORMAT.md 8.4): the newest whose
+        first record was stored no later than the checkpoint's min timestamp; 0 when none is,
+        or when the checkpoint is zeroed or unreadable (a full scan)."""
+        from rocketstore.store._codec import decode
+        limit = self.checkpoint.min_timestamp()
+        if limit <= 0 or limit > time.time() * 1000 + 86_400_000:
+            return 0        # zeroed, or not a time this store could have written: scan it all
+        for i in range(len(files) - 1, -1, -1):
+            try:
+                first = decode(files[i].view(0, min(files[i].file_size, 1 << 16)), 0)
+            except (ValueError, OSError):
+                continue
+            if first is not None and 0 < first.store_timestamp <= limit:
+                return i
+        return 0
+
+    def _open_read_only(self) -> None:
+        min_phy = max(0, self.commit_log.get_min_offset())
+        self.consume_queues.correct_min_offset(min_phy)
+        for name, tc in self.topic_config_manager.all().items():
+            self._apply_topic_rule(tc)
+        self.put_message = self._refuse_write  # type: ignore[method-assign]
+        self.put_messages = self._refuse_write  # type: ignore[method-assign]
+
+    def _refuse_write(self, *args: object, **kwargs: object) -> PutMessageResult:
+        self._check_open()
+        raise StoreReadOnlyError(self.root)
+
+    def _after_commit(self) -> None:
+        # committed bytes are readable now: dispatch them (inline mode has no thread)
+        if self.config.dispatch_inline:
+            self.dispatch_service.do_dispatch()
+        else:
+            self.dispatch_service.wakeup()
+
+    def _create_abort(self) -> None:
+        create_abort_marker(self.root)
+
+    # -- topics ----------------------------------------------------------------------------------
+
+    def _apply_topic_rule(self, tc: TopicConfig) -> None:
+        self.commit_log.set_topic_rule(tc.topic_name, (tc.is_writeable(), tc.write_queue_nums))
+        if tc.is_readable():
+            self._read_forbidden.discard(tc.topic_name)
+        else:
+            self._read_forbidden.add(tc.topic_name)
+
+    def update_topic_config(self, tc: TopicConfig) -> None:
+        """Create or change a topic's configuration (``config/topics.json``): its perm bits and
+        write queue count then govern puts, its read perm governs gets."""
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(self.root)
+        self.topic_config_manager.update(tc)
+        self._apply_topic_rule(tc)
+
+    def delete_topic_config(self, topic: str) -> None:
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(self.root)
+        self.topic_config_manager.delete(topic)
+        self.commit_log.set_topic_rule(topic, None)
+        self._read_forbidden.discard(topic)
+
+    # -- consumer offsets ------------------------------------------------------------------------
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` as the next offset ``group`` consumes (``consumerOffset.json``)."""
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(self.root)
+        self.consumer_offset_manager.commit_offset(group, topic, queue_id, offset)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed next offset of ``group`` in the queue, or -1."""
+        self._check_open()
+        return self.consumer_offset_manager.query_offset(group, topic, queue_id)
+
+    # -- puts ----------------------------------------------------------------------------------
+
+    def put_message(self, msg: Message, queue_id: int = 0) -> PutMessageResult:
+        """Append ``msg`` to ``queue_id`` of its topic.
+
+        Returns a ``PutMessageResult`` (``status``, ``msg_id``, ``queue_offset``,
+        ``commitlog_offset``, ...). Bad input raises ``InvalidMessageError`` and writes nothing.
+        """
+        return self.commit_log.put_message(msg, queue_id)
+
+    def put_messages(self, msgs: Sequence[Message], queue_id: int = 0) -> PutMessageResult:
+        """Append a batch of one topic to one queue with consecutive queue offsets."""
+        return self.commit_log.put_messages(msgs, queue_id)
+
+    def _put_inline(self, msg: Message, queue_id: int = 0) -> PutMessageResult:
+        r = self.commit_log.put_message(msg, queue_id)
+        if r.ok:
+            self.dispatch_service.do_dispatch()
+        return r
+
+    def _put_batch_inline(self, msgs: Sequence[Message], queue_id: int = 0) -> PutMessageResult:
+        r = self.commit_log.put_messages(msgs, queue_id)
+        if r.ok:
+            self.dispatch_service.do_dispatch()
+        return r
+
+    def dispatch_behind_bytes(self) -> int:
+        """Commit-log bytes not yet dispatched to consume queues (consumers cannot see them)."""
+        self._check_open()
+        if self.read_only:
+            return 0
+        return self.dispatch_service.dispatch_behind_bytes()
+
+    # -- consume queues --------------------------------------------------------------------------
+
+    def _queue(self, topic: str, queue_id: int, offset: int = -1):
+        if not self.read_only:
+            per_topic = self.consume_queues._queues.get(topic)
+            if per_topic is not None:
+                cq = per_topic.get(queue_id)
+                if cq is not None:
+                    return cq
+        if not isinstance(topic, str):
+            raise InvalidMessageTypeError("topic", "str", type(topic).__name__)
+        if not isinstance(queue_id, int) or isinstance(queue_id, bool):
+            raise InvalidMessageTypeError("queue_id", "int", type(queue_id).__name__)
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is not None and self.read_only:
+            self._follow_retention(cq, offset)
+            cq.refresh()
+            max_offset = cq.get_max_offset_in_queue()
+            if max_offset > cq.get_min_offset_in_queue():
+                last = cq.get_unit(max_offset - 1)
+                # the writer's newest record must be readable: if not, it rolled to a file we
+                # have not mapped, or replaced one we have (a restart)
+                if last is not None and (last[0] + last[1] > self.commit_log_queue.get_max_offset()
+                                         or self.commit_log.get_message(last[0]) is None):
+                    self.commit_log_queue.refresh_files()
+                    for mf in self.commit_log_queue.files:
+                        if mf.committed_pos == 0:
+                            mf.set_positions(mf.file_size)
+        return cq
+
+    def _follow_retention(self, cq, offset: int) -> None:
+        """Read-only: drop the files the writer's retention deleted at the front (commit log,
+        this queue) and move min offsets past them. Looked for at most once a second, and
+        on every read from the queue's first file (where deleted data would be served)."""
+        files = cq.mapped_file_queue.files
+        if offset < 0 or not files or offset * 20 >= files[0].file_from_offset + cq.file_size:
+            now = time.monotonic()
+            if now - self._retention_checked < 1.0:
+                return
+            self._retention_checked = now
+        cl = self.commit_log_queue
+        dropped = cl.drop_deleted_front()
+        if dropped:
+            min_phy = max(0, cl.get_min_offset())
+            for q in self.consume_queues.queues():
+                q.mapped_file_queue.drop_deleted_front()
+                q.correct_min_offset(min_phy)
+            self.index_service.drop_deleted_front()
+            self.index_service.release_retired(RETIRE_GRACE_S)
+        elif cq.mapped_file_queue.drop_deleted_front():
+            cq.correct_min_offset(max(0, cl.get_min_offset()))
+        if cl.retired_count:
+            cl.release_retired(RETIRE_GRACE_S)
+        if cq.mapped_file_queue.retired_count:
+            cq.mapped_file_queue.release_retired(RETIRE_GRACE_S)
+
+    def _tag_filter(self, tags: Any) -> TagFilter | None:
+        # RocketMQ's FilterAPI: None, "" and "*" subscribe to every message
+        if tags is None or (isinstance(tags, str) and tags.strip() in ("", "*")):
+            return None
+        f = self._tag_filters.get(tags) if isinstance(tags, (str, tuple)) else None
+        if f is not None:
+            return f
+        if isinstance(tags, str):
+            wanted = [t.strip() for t in tags.split("||") if t.strip()]
+        elif isinstance(tags, (list, tuple, set, frozenset)):
+            wanted = list(tags)
+            for t in wanted:
+                if not isinstance(t, str) or not t:
+                    raise InvalidMessageTypeError("tags", "non-empty str", type(t).__name__)
+        else:
+            raise InvalidMessageTypeError("tags", "str or list of str", type(tags).__name__)
+        if not wanted or wanted == ["*"]:
+            return None
+        try:
+            f = TagFilter(wanted)
+        except ValueError as e:
+            raise InvalidMessageError("tags", tags, str(e), limit=8) from None
+        if isinstance(tags, (str, tuple)) and len(self._tag_filters) < 1024:
+            self._tag_filters[tags] = f
+        return f
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int,
+                    max_msgs: int = 32, max_bytes: int | None = None, tags: Any = None, *,
+                    timeout_ms: int = 0, raw: bool = False) -> GetMessageResult:
+        """Up to ``max_msgs`` messages of a queue from queue ``offset`` (FORMAT.md 13).
+
+        ``tags``: None or ``"*"`` for every message; a tag, ``"TagA || TagB"`` or a list of up
+        to 8 tags. With ``timeout_ms`` a get that finds nothing new waits (long polling) for
+        the dispatcher to bring messages past ``offset``. Returns a ``GetMessageResult``
+        (``status``, ``messages``, ``next_begin_offset``, ``min_offset``, ``max_offset``).
+        """
+        if self._closed:
+            raise StoreClosedError("store " + self.root)
+        if type(offset) is not int or type(max_msgs) is not int:
+            if not isinstance(offset, int) or not isinstance(max_msgs, int):
+                raise InvalidMessageTypeError("offset/max_msgs", "int",
+                                              f"{type(offset).__name__}/{type(max_msgs).__name__}")
+        if max_msgs <= 0 or max_msgs > 0x7FFFFFFF:
+            raise InvalidMessageError("max_msgs", max_msgs, "must be in [1, 2147483647]", limit=1)
+        if not -(1 << 63) <= offset < (1 << 63):
+            raise InvalidMessageError("offset", offset, "outside the 64-bit range", limit=(1 << 63) - 1)
+        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
+            raise InvalidMessageError("max_bytes", max_bytes, "must be a non-negative int or None")
+        if self._read_forbidden and topic in self._read_forbidden:
+            return _reader.make_result(GetMessageStatus.NO_PERMISSION, offset, 0, 0,
+                                       TopicPermissionError(topic, "is not readable (perm in topics.json)"))
+        tag_filter = None if tags is None else self._tag_filter(tags)
+        cap = max(max_bytes, 100) if max_bytes is not None else 0
+        deadline = time.monotonic() + timeout_ms / 1000.0 if timeout_ms > 0 else 0.0
+        delay = 0.001
+        while True:
+            cq = self._queue(topic, queue_id, offset)
+            if cq is None:
+                r = _reader.make_result(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+            else:
+                r = _reader.get_message(cq, self.commit_log_queue, offset, max_msgs, cap,
+                                        tag_filter, self._limits,
+                                        self.commit_log_queue.get_max_offset(), raw)
+            if not deadline or r.status not in (GetMessageStatus.OFFSET_OVERFLOW_ONE,
+                                                GetMessageStatus.NO_MESSAGE_IN_QUEUE):
+                return r
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return r
+            if self.read_only:
+                # the dispatcher lives in another process: look again after a short sleep
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.05)
+                continue
+
+            def arrived() -> bool:
+                q = self.consume_queues.find(topic, queue_id)
+                return q is not None and q.get_max_offset_in_queue() > offset
+            self.notifier.wait(arrived, left)
+            if self._closed:
+                return r
+            deadline = 0.0          # one more look, whatever woke us: the answer is current
+
+    def match_offsets(self, topic: str, queue_id: int, tags: Any, start: int | None = None,
+                      end: int | None = None):
+        """Queue offsets in [start, end) whose tags code matches ``tags`` (≤ 8 tags), found by
+        one vectorized pass over the consume-queue files (numpy int64 array).
+
+        Matching is by tags code, as RocketMQ's consume-queue filter; a hash collision can
+        match here, and ``get_message`` then drops it by the real tag.
+        """
+        return self._scan_queue(topic, queue_id, tags, start, end, count_only=False)
+
+    def count_matches(self, topic: str, queue_id: int, tags: Any, start: int | None = None,
+                      end: int | None = None) -> int:
+        """How many queue offsets in [start, end) match ``tags`` by tags code (one pass)."""
+        return int(self._scan_queue(topic, queue_id, tags, start, end, count_only=True))
+
+    def _scan_queue(self, topic: str, queue_id: int, tags: Any, start: int | None,
+                    end: int | None, count_only: bool):
+        import numpy as np
+
+        from rocketstore.store import _scan
+        self._check_open()
+        tag_filter = self._tag_filter(tags)
+        cq = self._queue(topic, queue_id)
+        found: list = []
+        total = 0
+        if cq is not None:
+            lo = cq.get_min_offset_in_queue() if start is None else max(start, cq.get_min_offset_in_queue())
+            hi = cq.get_max_offset_in_queue() if end is None else min(end, cq.get_max_offset_in_queue())
+            for index, view in unit_runs(cq, lo, hi):
+                n = len(view) // 20
+                if count_only:
+                    total += n if tag_filter is None else _scan.count_matches(view, tag_filter.codes)
+                elif tag_filter is None:
+                    found.append(np.arange(index, index + n, dtype=np.int64))
+                else:
+                    found.append(_scan.match_indices(view, tag_filter.codes) + index)
+        if count_only:
+            return total
+        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset still stored (0 for an unknown queue)."""
+        self._check_open()
+        cq = self._queue(topic, queue_id)
+        return cq.get_min_offset_in_queue() if cq is not None else 0
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """One past the queue's last dispatched offset (0 for an unknown queue)."""
+        self._check_open()
+        cq = self._queue(topic, queue_id)
+        return cq.get_max_offset_in_queue() if cq is not None else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int,
+                                    boundary: BoundaryType | str = BoundaryType.LOWER) -> int:
+        """Queue offset of the message stored at ``timestamp_ms`` (5.x semantics, FORMAT.md 5.4):
+        LOWER is the first message stored at or after it, UPPER the last one at or before it."""
+        self._check_open()
+        if isinstance(boundary, str):
+            try:
+                boundary = BoundaryType[boundary.upper()]
+            except KeyError:
+                raise InvalidMessageError("boundary", boundary, "must be LOWER or UPPER") from None
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        return _reader.offset_by_time(cq, self.commit_log_queue, timestamp_ms,
+                                      boundary is BoundaryType.UPPER,
+                                      max(0, self.commit_log.get_min_offset()))
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
+        """Store time of the message at a queue offset, or -1."""
+        self._check_open()
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return -1
+        return _reader.store_timestamp_at(cq, self.commit_log_queue, consume_queue_offset,
+                                          max(0, self.commit_log.get_min_offset()))
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def query_message(self, topic: str, key: str, max_num: int = 64, begin_ts: int = 0,
+                      end_ts: int | None = None, *, raw: bool = False) -> list[MessageExt]:
+        """Messages of ``topic`` whose KEYS hold ``key`` (or whose UNIQ_KEY is ``key``), stored
+        in [begin_ts, end_ts] ms, at most ``max_num`` (capped by ``max_msgs_num_batch``), in
+        commit-log order.
+
+        The index files are searched newest first, each slot chain walked as RocketMQ does;
+        every candidate is then checked against its stored record, so a key that merely
+        shares a hash with another ("Aa" / "BB") never returns the other's messages.
+        """
+        self._check_open()
+        if not isinstance(topic, str) or not isinstance(key, str):
+            raise InvalidMessageTypeError("topic/key", "str",
+                                          f"{type(topic).__name__}/{type(key).__name__}")
+        if not isinstance(max_num, int) or max_num <= 0:
+            raise InvalidMessageError("max_num", max_num, "must be a positive int", limit=1)
+        end = int(time.time() * 1000) if end_ts is None else end_ts
+        if self.read_only:
+            self.index_service.refresh()
+        limit = min(max_num, self.config.max_msgs_num_batch)
+        # the index keeps whole seconds since its file's begin time (an entry reads up to 999 ms
+        # early): walk a window widened by that, then check each record's real store time
+        found = _reader.verify_candidates(self.commit_log_queue,
+                                          self.index_service.candidates(topic, key,
+                                                                        begin_ts - 999, end),
+                                          topic, key, limit, raw, begin_ts, end)
+        found.sort(key=lambda m: m.commitlog_offset)
+        return found
+
+    def query_message_by_uniq_key(self, topic: str, uniq_key: str, *,
+                                  raw: bool = False) -> list[MessageExt]:
+        """Messages of ``topic`` with UNIQ_KEY ``uniq_key`` (RocketMQ caps this lookup at 32;
+        a retried or re-sent message can share one)."""
+        return [m for m in self.query_message(topic, uniq_key, 32, raw=raw)
+                if m.uniq_key == uniq_key]
+
+    def look_message_by_offset(self, commitlog_offset: int, raw: bool = False) -> MessageExt | None:
+        """The message stored at ``commitlog_offset``, or None if no record starts there.
+
+        Compressed bodies are returned decompressed unless ``raw``.
+        """
+        self._check_open()
+        return self.commit_log.get_message(commitlog_offset, raw)
+
+    def look_message_by_id(self, msg_id: str, raw: bool = False) -> MessageExt | None:
+        """The message with offset message id ``msg_id`` (store host + commit-log offset).
+
+        None when no record starts at that offset or it was stored by another host.
+        Raises ``InvalidMessageIdError`` for a string that is not an offset message id.
+        """
+        self._check_open()
+        host, offset = decode_msg_id(msg_id)
+        msg = self.commit_log.get_message(offset, raw)
+        if msg is None or msg.msg_id != msg_id.upper():
+            return None
+        return msg
+
+    def iter_messages(self, from_offset: int = 0) -> Iterator[MessageExt]:
+        """Every stored message from commit-log offset ``from_offset``, in log order."""
+        self._check_open()
+        return self.commit_log.iter_messages(from_offset)
+
+    # -- retention -------------------------------------------------------------------------------
+
+    def execute_delete_files_manually(self) -> None:
+        """RocketMQ's manual delete: the next 20 retention runs delete expired commit-log
+        files whatever the hour of ``delete_when`` (FORMAT.md 9)."""
+        self._check_open()
+        if self.cleanup_service is None:
+            raise StoreReadOnlyError(self.root)
+        self.cleanup_service.execute_delete_files_manually()
+
+    def clean_now(self, force: bool = False) -> CleanResult:
+        """Run retention once, now, on this thread (the service's run, same rules), and say
+        what it deleted. ``force`` deletes the oldest commit-log files whatever their age or
+        the hour, still at most ``delete_file_batch_max`` and never the active file."""
+        self._check_open()
+        if self.cleanup_service is None:
+            raise StoreReadOnlyError(self.root)
+        return self.cleanup_service.run_once(force=force)
+
+    @property
+    def disk_full(self) -> bool:
+        """RocketMQ's DISK_FULL running flag: puts answer SERVICE_NOT_AVAILABLE while set."""
+        return self.cleanup_service is not None and self.cleanup_service.disk_full
+
+    def get_min_phy_offset(self) -> int:
+        """Commit-log offset of the oldest byte still stored."""
+        self._check_open()
+        return max(0, self.commit_log.get_min_offset())
+
+    def get_max_phy_offset(self) -> int:
+        """Commit-log offset one past the last stored record."""
+        self._check_open()
+        return self.commit_log.get_max_offset()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"max_phy_offset={self.commit_log.get_max_offset()}"
+        return f"MessageStore({self.root!r}, {state})"
+
+
+__all__ = ["MessageStore", "InvalidMessageIdError"]

@@ -1,0 +1,303 @@
+"""ConsumerOffsetManager: each consumer group's next queue offset, kept in consumerOffset.json.
+
+Structure (FORMAT.md 10): ``config/consumerOffset.json`` =
+``{"offsetTable":{"<topic>@<group>":{<queueId>:<nextQueueOffset>,...}}}``, written by
+:class:`rocketstore.store.configfile.ConfigFile` in fastjson's layout (unquoted queue-id keys) and
+replaced atomically, with the previous version kept as ``.bak``. It follows RocketMQ's
+``broker/.../offset/ConsumerOffsetManager.java``. A value is a ``queue_offset``, the number of
+the next consume-queue entry the group will read, not a byte position. A 5.x file's extra
+properties (``dataVersion``) are ignored on load and not written back, as in 4.9.x.
+
+The persist service persists every ``flush_interval_ms`` (RocketMQ's
+``flushConsumerOffsetInterval``, 5000 ms), but only when the table changed since the last
+persist. Rewriting a clean table would leave the bytes the same, but it would turn ``.bak``
+into a copy of the current file and lose the older version. ``shutdown()`` persists once more.
+
+Thread safety: every method may be called from any thread. One lock guards the table. A
+second lock serialises persists, so an older snapshot never overwrites a newer one on disk.
+Commits do not wait for a persist's fsync.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from types import TracebackType
+from typing import Any
+
+from rocketstore.store.configfile import ConfigFile
+
+__all__ = ["ConsumerOffsetManager", "CONSUMER_OFFSET_FILE", "TOPIC_GROUP_SEPARATOR"]
+
+log = logging.getLogger(__name__)
+
+CONSUMER_OFFSET_FILE = "consumerOffset.json"
+TOPIC_GROUP_SEPARATOR = "@"  # RocketMQ's TOPIC_GROUP_SEPARATOR, between topic and group in a key
+_MAX_QUEUE_ID = 2**31 - 1  # queueId is a Java int
+_MAX_OFFSET = 2**63 - 1  # offsets are Java longs
+_INT_KEY = re.compile(r"-?\d+")
+
+
+def _check_name(arg: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{arg} must not be empty")
+    if TOPIC_GROUP_SEPARATOR in value:
+        raise ValueError(f"{arg}={value!r} must not contain {TOPIC_GROUP_SEPARATOR!r} "
+                         "(it separates topic and group in consumerOffset.json keys)")
+    return value
+
+
+def _check_int(arg: str, value: object, limit: int) -> int:
+    # bool is an int subclass; True as a queue id is a caller's mistake, not queue 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{arg} must be an int, got {type(value).__name__}")
+    if not 0 <= value <= limit:
+        raise ValueError(f"{arg}={value} is out of range 0..{limit}")
+    return value
+
+
+def _split_key(key: str) -> tuple[str, str] | None:
+    """(topic, group) of an offsetTable key, or None when it is not ``topic@group``."""
+    parts = key.split(TOPIC_GROUP_SEPARATOR)
+    # RocketMQ's whichTopicByConsumer also skips keys that do not split into exactly two
+    return (parts[0], parts[1]) if len(parts) == 2 else None
+
+
+def _decode(doc: Any) -> dict[str, dict[int, int]]:
+    """offsetTable of a parsed consumerOffset.json; ValueError/TypeError if malformed."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"top level is a {type(doc).__name__}, not an object")
+    raw = doc.get("offsetTable")
+    if raw is None:  # fastjson leaves the field's default (an empty map) when absent
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"offsetTable is a {type(raw).__name__}, not an object")
+    table: dict[str, dict[int, int]] = {}
+    for key, queues in raw.items():
+        if not isinstance(queues, dict):
+            raise ValueError(f"offsetTable[{key!r}] is a {type(queues).__name__}, not an object")
+        decoded: dict[int, int] = {}
+        for queue_id, offset in queues.items():
+            if not _INT_KEY.fullmatch(queue_id):
+                raise ValueError(f"offsetTable[{key!r}]: queue id {queue_id!r} is not an integer")
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise ValueError(f"offsetTable[{key!r}][{queue_id}]: offset {offset!r} "
+                                 "is not an integer")
+            decoded[int(queue_id)] = offset
+        table[key] = decoded
+    return table
+
+
+class ConsumerOffsetManager:
+    """Consumer offsets by group, topic and queue id, persisted to ``consumerOffset.json``.
+
+    Parameters
+    ----------
+    config_dir
+        The store's ``config`` directory (``rocketstore.store.paths.config_dir(root)``). It is
+        created on the first persist.
+    flush_interval_ms
+        Period of the persist service started by :meth:`start`.
+
+    Nothing is read at construction. Call :meth:`load` before committing, or the first
+    persist replaces what an earlier run left (the old version survives only as ``.bak``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with ConsumerOffsetManager(tempfile.mkdtemp(), flush_interval_ms=1000) as offsets:
+    ...     offsets.commit_offset("group1", "TopicTest", 0, 250)
+    ...     offsets.query_offset("group1", "TopicTest", 0)
+    250
+    """
+
+    def __init__(self, config_dir: str | os.PathLike[str], flush_interval_ms: int = 5000) -> None:
+        if isinstance(flush_interval_ms, bool) or not isinstance(flush_interval_ms, int):
+            raise TypeError(
+                f"flush_interval_ms must be an int, got {type(flush_interval_ms).__name__}")
+        if flush_interval_ms <= 0:
+            raise ValueError(f"flush_interval_ms={flush_interval_ms} must be > 0")
+        self.config_dir = os.fspath(config_dir)
+        self.flush_interval_ms = flush_interval_ms
+        self._file = ConfigFile(os.path.join(self.config_dir, CONSUMER_OFFSET_FILE))
+        self._lock = threading.Lock()  # guards _table and the two counts
+        self._persist_lock = threading.Lock()  # one snapshot+write at a time
+        self._table: dict[str, dict[int, int]] = {}
+        # dirty when they differ; counts (not a flag) so a change made during a persist's
+        # write is not marked clean by it, and a failed persist leaves the table dirty
+        self._change_count = 0
+        self._persisted_count = 0
+        # persist service; the condition's own lock guards _thread, _stopping and _service_rounds
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._service_rounds = 0  # wake-ups of the service, whether it persisted or not
+
+    @property
+    def path(self) -> str:
+        """The ``consumerOffset.json`` path."""
+        return self._file.path
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record *offset* as the next queue offset *group* consumes from *topic*/*queue_id*.
+
+        Like RocketMQ's ``commitOffset``, this replaces the stored value even with a smaller
+        one (a consumer resetting its offset).
+        """
+        key = self._key(group, topic)
+        _check_int("queue_id", queue_id, _MAX_QUEUE_ID)
+        _check_int("offset", offset, _MAX_OFFSET)
+        with self._lock:
+            queues = self._table.setdefault(key, {})
+            if queues.get(queue_id) != offset:
+                queues[queue_id] = offset
+                self._change_count += 1
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when *group* never committed one for that queue."""
+        key = self._key(group, topic)
+        _check_int("queue_id", queue_id, _MAX_QUEUE_ID)
+        with self._lock:
+            return self._table.get(key, {}).get(queue_id, -1)
+
+    def query_offsets(self, group: str, topic: str) -> dict[int, int]:
+        """Committed offsets of *group* on *topic* by queue id (a copy; empty when none)."""
+        key = self._key(group, topic)
+        with self._lock:
+            return dict(self._table.get(key, {}))
+
+    def remove_offset(self, group: str) -> None:
+        """Forget every offset *group* committed, on every topic."""
+        _check_name("group", group)
+        with self._lock:
+            doomed = [key for key in self._table
+                      if (split := _split_key(key)) is not None and split[1] == group]
+            for key in doomed:
+                del self._table[key]
+            if doomed:
+                self._change_count += 1
+
+    def which_topics_by_group(self, group: str) -> set[str]:
+        """Topics on which *group* has committed offsets."""
+        _check_name("group", group)
+        with self._lock:
+            return {split[0] for key in self._table
+                    if (split := _split_key(key)) is not None and split[1] == group}
+
+    def which_groups_by_topic(self, topic: str) -> set[str]:
+        """Groups that have committed offsets on *topic*."""
+        _check_name("topic", topic)
+        with self._lock:
+            return {split[1] for key in self._table
+                    if (split := _split_key(key)) is not None and split[0] == topic}
+
+    def table(self) -> dict[str, dict[int, int]]:
+        """A deep copy of the offset table: ``{"topic@group": {queue_id: offset}}``."""
+        with self._lock:
+            return {key: dict(queues) for key, queues in self._table.items()}
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def load(self) -> bool:
+        """Replace the table with the file's (or ``.bak``'s) content.
+
+        Returns False when neither file exists or has content; the table is then empty.
+        Raises ``CorruptionError`` when neither can be decoded (see ``ConfigFile.load``).
+        """
+        with self._persist_lock:
+            table = self._file.load(_decode)
+            from_bak = self._file.loaded_path == self._file.bak_path
+            with self._lock:
+                self._table = table if table is not None else {}
+                self._persisted_count = self._change_count
+                if from_bak:
+                    # <file> is missing or bad: leave the table dirty, so the next persist
+                    # writes a good <file> (.bak is kept, because a bad <file> is not rotated)
+                    self._change_count += 1
+        return table is not None
+
+    def persist(self) -> None:
+        """Write the table to ``consumerOffset.json`` now (atomic; see ``ConfigFile.persist``)."""
+        with self._persist_lock:
+            with self._lock:
+                snapshot = {key: dict(queues) for key, queues in self._table.items()}
+                count = self._change_count
+            self._file.persist({"offsetTable": snapshot})
+            with self._lock:
+                self._persisted_count = count
+
+    def _dirty(self) -> bool:
+        with self._lock:
+            return self._change_count != self._persisted_count
+
+    # -- persist service -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread that persists every ``flush_interval_ms`` when the table changed."""
+        with self._cond:
+            if self._thread is not None:
+                raise RuntimeError("ConsumerOffsetManager: persist service already started")
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="ConsumerOffsetPersistService",
+                                            daemon=True)
+            self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop and join the persist service, then persist if anything is unsaved.
+
+        Safe to call more than once, and without :meth:`start`.
+        """
+        with self._cond:
+            thread = self._thread
+            self._stopping = True
+            self._cond.notify_all()
+        if thread is not None:
+            thread.join()
+            with self._cond:
+                self._thread = None
+        if self._dirty():
+            self.persist()
+
+    def __enter__(self) -> ConsumerOffsetManager:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.shutdown()
+
+    def _run(self) -> None:
+        interval_s = self.flush_interval_ms / 1000
+        while True:
+            with self._cond:
+                # sleep on the condition: shutdown() wakes it at once, and spurious wake-ups
+                # go back to sleep until the deadline
+                deadline = time.monotonic() + interval_s
+                while not self._stopping:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                if self._stopping:
+                    return
+            if self._dirty():
+                try:
+                    self.persist()
+                except OSError:
+                    # a full disk must not kill the service: the table stays dirty and the
+                    # next round retries
+                    log.exception("%s: periodic persist failed", self.path)
+            with self._cond:
+                self._service_rounds += 1
+                self._cond.notify_all()
+
+    def _key(self, group: str, topic: str) -> str:
+        _check_name("group", group)
+        _check_name("topic", topic)
+        return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
