@@ -23,6 +23,9 @@ __all__ = [
     "TopicPermissionError",
     "DiskFullError",
     "InvalidOptionError",
+    "TransportError",
+    "MQClientError",
+    "MQBrokerError",
 ]
 
 
@@ -185,3 +188,43 @@ class InvalidOptionError(RocketStoreError, ValueError):
 
     def __str__(self) -> str:
         return f"rocketstore option {self.option}={self.value!r}: {self.reason}"
+
+
+class TransportError(RocketStoreError):
+    """A client could not reach its broker (not started, closed, connection lost, timed out);
+    ``broker`` names it. The broker's own refusals are response codes, not this."""
+
+    def __init__(self, broker: str, reason: str) -> None:
+        super().__init__(broker, reason)
+        self.broker = broker
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"broker {self.broker!r}: {self.reason}"
+
+
+class MQClientError(RocketStoreError):
+    """A client refused a call before sending it (RocketMQ's ``MQClientException``): a bad
+    topic, group or body, a client not started, no route for a topic."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class MQBrokerError(RocketStoreError):
+    """A broker answered a request with an error code (RocketMQ's ``MQBrokerException``);
+    ``code`` is the ``ResponseCode`` and ``remark`` the broker's reason."""
+
+    def __init__(self, code: int, remark: str | None, broker: str | None = None) -> None:
+        super().__init__(code, remark, broker)
+        self.code = code
+        self.remark = remark
+        self.broker = broker
+
+    def __str__(self) -> str:
+        where = f" from broker {self.broker!r}" if self.broker else ""
+        return f"CODE: {int(self.code)} DESC: {self.remark}{where}"

@@ -1,0 +1,142 @@
+"""The transport interface: everything a client asks of a broker, and what a broker asks back.
+
+A client (``Producer``, ``PushConsumer``, ...) holds one ``Transport`` and never imports the
+broker or the store: the in-process transport (``rocketstore.client.inprocess``) calls a
+``Broker`` directly and hands out zero-copy messages; the TCP transport of the wire-protocol
+work sends the same requests as RocketMQ remoting commands. Every messaging semantic therefore
+lives once, in ``Broker``.
+
+Requests a broker sends to a client (``CHECK_TRANSACTION_STATE``, ``NOTIFY_CONSUMER_IDS_CHANGED``)
+go to the ``ClientChannel`` the client registered with its heartbeat.
+"""
+from __future__ import annotations
+
+import abc
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Protocol
+
+from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
+                                         EndTransactionRequest, HeartbeatData, MessageQueue,
+                                         PullMessageRequest, PullMessageResponse, RemotingResult,
+                                         SendMessageRequest, SendMessageResponse, TopicRouteData)
+
+if TYPE_CHECKING:
+    from rocketstore.store.types import MessageExt
+
+
+class ClientChannel(Protocol):
+    """What a broker can ask of a connected client instance (oneway calls)."""
+
+    client_id: str
+
+    def check_transaction_state(self, broker_name: str, request: CheckTransactionStateRequest,
+                                msg: MessageExt) -> None:
+        """A half message of one of this client's producer groups needs an answer."""
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        """The members of a consumer group changed: rebalance now."""
+
+
+class Transport(abc.ABC):
+    """One client instance's way to its broker(s). Methods are thread-safe.
+
+    Calls that a RocketMQ client makes synchronously return the response; the pull (which the
+    broker may hold for up to ``suspend_timeout_millis``) and async sends return futures.
+    Errors of the transport itself (broker unreachable, closed) raise
+    ``rocketstore.errors.TransportError``; broker-side refusals come back as response codes.
+    """
+
+    # routes
+    @abc.abstractmethod
+    def get_topic_route(self, topic: str) -> TopicRouteData | None:
+        """The topic's brokers and queue counts; None when no broker has the topic."""
+
+    @abc.abstractmethod
+    def broker_names(self) -> list[str]:
+        """Names of the brokers this transport reaches."""
+
+    # produce
+    @abc.abstractmethod
+    def send_message(self, broker_name: str, request: SendMessageRequest,
+                     timeout_ms: int = 3000) -> SendMessageResponse:
+        """``SEND_MESSAGE_V2`` / ``SEND_BATCH_MESSAGE``: store and answer."""
+
+    @abc.abstractmethod
+    def send_message_async(self, broker_name: str,
+                           request: SendMessageRequest) -> Future[SendMessageResponse]:
+        """The same send; the future completes when the broker answers (after the sync flush
+        under SYNC_FLUSH), without a thread waiting per send."""
+
+    @abc.abstractmethod
+    def send_message_oneway(self, broker_name: str, request: SendMessageRequest) -> None:
+        """The same send, no answer."""
+
+    @abc.abstractmethod
+    def end_transaction(self, broker_name: str, request: EndTransactionRequest) -> None:
+        """``END_TRANSACTION`` (oneway)."""
+
+    # consume
+    @abc.abstractmethod
+    def pull_message(self, broker_name: str,
+                     request: PullMessageRequest) -> Future[PullMessageResponse]:
+        """``PULL_MESSAGE``; with the suspend flag the broker holds it until a message arrives
+        or ``suspend_timeout_millis`` passes."""
+
+    @abc.abstractmethod
+    def query_consumer_offset(self, broker_name: str, group: str, topic: str,
+                              queue_id: int) -> RemotingResult:
+        """``QUERY_CONSUMER_OFFSET``: SUCCESS with the offset, or QUERY_NOT_FOUND."""
+
+    @abc.abstractmethod
+    def update_consumer_offset(self, broker_name: str, group: str, topic: str, queue_id: int,
+                               offset: int) -> None:
+        """``UPDATE_CONSUMER_OFFSET`` (oneway)."""
+
+    @abc.abstractmethod
+    def get_max_offset(self, broker_name: str, topic: str, queue_id: int) -> int:
+        """``GET_MAX_OFFSET``."""
+
+    @abc.abstractmethod
+    def get_min_offset(self, broker_name: str, topic: str, queue_id: int) -> int:
+        """``GET_MIN_OFFSET``."""
+
+    @abc.abstractmethod
+    def search_offset(self, broker_name: str, topic: str, queue_id: int,
+                      timestamp_ms: int) -> int:
+        """``SEARCH_OFFSET_BY_TIMESTAMP``."""
+
+    @abc.abstractmethod
+    def consumer_send_msg_back(self, broker_name: str,
+                               request: ConsumerSendMsgBackRequest) -> RemotingResult:
+        """``CONSUMER_SEND_MSG_BACK``: retry topic with a delay, or the DLQ."""
+
+    @abc.abstractmethod
+    def view_message(self, broker_name: str, commit_log_offset: int) -> MessageExt | None:
+        """``VIEW_MESSAGE_BY_ID``: the record at a commit-log offset."""
+
+    # group membership
+    @abc.abstractmethod
+    def heartbeat(self, broker_name: str, data: HeartbeatData, channel: ClientChannel) -> None:
+        """``HEART_BEAT``: register (or refresh) this client's producer and consumer groups."""
+
+    @abc.abstractmethod
+    def unregister_client(self, broker_name: str, client_id: str, producer_group: str | None,
+                          consumer_group: str | None) -> None:
+        """``UNREGISTER_CLIENT``: leave a group now (the others rebalance at once)."""
+
+    @abc.abstractmethod
+    def get_consumer_id_list(self, broker_name: str, group: str) -> list[str]:
+        """``GET_CONSUMER_LIST_BY_GROUP``: client ids of the group's live members."""
+
+    @abc.abstractmethod
+    def lock_batch_mq(self, broker_name: str, group: str, client_id: str,
+                      mqs: set[MessageQueue]) -> set[MessageQueue]:
+        """``LOCK_BATCH_MQ``: the subset of ``mqs`` now locked by this client."""
+
+    @abc.abstractmethod
+    def unlock_batch_mq(self, broker_name: str, group: str, client_id: str,
+                        mqs: set[MessageQueue]) -> None:
+        """``UNLOCK_BATCH_MQ``."""
+
+    def close(self) -> None:
+        """Release what the transport holds (connections); the broker is not closed."""
