@@ -16,8 +16,10 @@ Every disagreement is listed (a whole missing queue as one line). Exit code 1 wh
 recover takes the store's lock, removes the consume queues and index files, zeroes the
 checkpoint and marks the store aborted, so that opening it runs RocketMQ's abnormal recovery
 from the first file: a CRC-checked scan of the whole commit log and a re-dispatch of every
-record. A log with a bad record before its end would be truncated there, so recover checks
-first and refuses unless ``--truncate`` is given.
+record. A record that frames correctly but fails its integrity check (record CRC, body CRC,
+PHYSICALOFFSET) is skipped by recovery, which keeps what follows; a structural break before
+the end of the log would be truncated there, so recover checks first and refuses unless
+``--truncate`` is given.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from rocketstore.store._verify import reachable_keys
+from rocketstore.store._verify import SKIPPED, reachable_keys
 from rocketstore.cli._common import CommandError, add_store_options, open_store, progress, table
 from rocketstore.cli.lookup import list_queues, queue_phy_end
 
@@ -344,7 +346,8 @@ def _recover(args: argparse.Namespace) -> int:
         with MessageStore.open(root, config, read_only=True) as store:
             report = _Report()
             _, _, _, end = _scan_commit_log(store, report)
-            bad = [p for p in report.problems if p[0] == "commitlog"]
+            # a damaged record with intact framing is skipped, not cut at (docs/recovery.md)
+            bad = [p for p in report.problems if p[0] == "commitlog" and SKIPPED not in p[2]]
         if bad and not args.truncate:
             _, where, what = bad[0]
             raise CommandError(f"commitlog {where}: {what}; recovery would drop everything "

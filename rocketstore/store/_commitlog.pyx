@@ -23,6 +23,7 @@ from libc.string cimport memset
 from rocketstore.store._csrc cimport (
     RS_END_FILE_MIN_BLANK, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED, RS_SYSFLAG_TX_ROLLBACK,
     RS_SYSFLAG_STOREHOST_V6, RS_HOST_V6_LEN, RS_MAX_RECORD_SLACK, RS_MSGID_V4_BYTES,
+    RS_MAX_PROPERTIES_LEN, RS_CRC32_RESERVED_LEN,
     pthread_mutex_t, pthread_mutex_init, pthread_mutex_destroy, pthread_mutex_lock,
     pthread_mutex_trylock, pthread_mutex_unlock, rs_store_release, rs_load_acquire, rs_msync,
     pthread_cond_t, pthread_cond_init, pthread_cond_destroy, pthread_cond_wait,
@@ -31,7 +32,8 @@ from rocketstore.store._csrc cimport (
 )
 from rocketstore.store._codec cimport (
     RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,
-    write_blank, parse_record, now_ms, encode_host, format_msg_id, UNIQ_HEX_LEN,
+    write_blank, parse_record, now_ms, encode_host, format_msg_id, UNIQ_HEX_LEN, UNIQ_PROP_LEN,
+    checked_record, report_bad_record, REC_SKIP,
 )
 from rocketstore.store._mapped cimport MappedFile, sync_hook_active
 
@@ -271,6 +273,8 @@ cdef class CommitLog:
     cdef readonly int64_t flushed_store_timestamp  # store time of the last record synced
     cdef readonly int64_t sync_count
     cdef public bint debug_ack_before_sync  # WRONG on purpose: the crash harness' negative control
+    cdef public bint prop_crc           # append the 5.x record CRC property (off, as RocketMQ's
+                                        # default: the store turns it on from its config)
 
     def __cinit__(self):
         pthread_mutex_init(&self.put_lock, NULL)
@@ -655,7 +659,19 @@ cdef class CommitLog:
             raise StoreClosedError("commit log")
         return 0
 
-    cdef int _check_size(self, Message msg, Py_ssize_t total) except -1:
+    cdef int _check_size(self, Message msg, const RecordFields *f, Py_ssize_t total) except -1:
+        cdef Py_ssize_t plen
+        if f.prop_crc:
+            # the record CRC property counts against RocketMQ's properties limit too
+            plen = f.props_len + (UNIQ_PROP_LEN if f.uniq != NULL else 0) + RS_CRC32_RESERVED_LEN
+            if f.uniq == NULL and f.props_len and f.props[f.props_len - 1] != 2:
+                plen += 1
+            if plen > RS_MAX_PROPERTIES_LEN:
+                raise InvalidMessageError("properties", f"{plen} bytes encoded",
+                                          f"exceed {RS_MAX_PROPERTIES_LEN} bytes with the record "
+                                          "CRC property (StoreConfig.enabled_append_prop_crc)",
+                                          limit=RS_MAX_PROPERTIES_LEN,
+                                          status="PROPERTIES_SIZE_EXCEEDED")
         if msg._body_len > self.max_message_size:
             raise InvalidMessageError(
                 "body", f"{msg._body_len} bytes",
@@ -736,6 +752,7 @@ cdef class CommitLog:
         f.store_host_len = <int>len(self.store_host_b)
         if f.store_host_len == RS_HOST_V6_LEN:
             f.sys_flag |= RS_SYSFLAG_STOREHOST_V6
+        f.prop_crc = self.prop_crc
 
     cpdef PutMessageResult put_message(self, object msg, object queue_id=0):
         """Append one message to ``queue_id`` of its topic; see the module doc."""
@@ -762,7 +779,7 @@ cdef class CommitLog:
         f.queue_id = qid
         f.uniq = uniq if not m._has_uniq else NULL
         total = record_size(&f)
-        self._check_size(m, total)
+        self._check_size(m, &f, total)
         tx = f.sys_flag & RS_SYSFLAG_TX_MASK
         self._lock()
         try:
@@ -876,7 +893,7 @@ cdef class CommitLog:
                 if not born_now[i]:
                     f.born_ts = <int64_t>m.born_timestamp
                 sizes[i] = record_size(f)
-                self._check_size(m, sizes[i])
+                self._check_size(m, f, sizes[i])
                 total += sizes[i]
             if total + RS_END_FILE_MIN_BLANK > self.file_size:
                 raise InvalidMessageError(
@@ -975,12 +992,12 @@ cdef class CommitLog:
         end = mf.committed_pos
         if pos < 0 or pos >= end:
             return None
-        rc = parse_record(mf.base + pos, end - pos, False, &info)
-        if rc <= 0 or info.phy_offset != offset:
+        rc = checked_record(mf.base + pos, end - pos, offset, &info)
+        if rc == REC_SKIP:
+            report_bad_record(self.mapped_file_queue.store_path, offset, mf.base + pos, end - pos)
+        if rc <= 0:
             return None
-        cdef MessageExt m = MessageExt.new(&info, None, mf, mf.base + pos, raw, None)
-        m._verify_crc = True
-        return m
+        return MessageExt.new(&info, None, mf, mf.base + pos, raw, None)
 
     def next_record(self, int64_t offset):
         """(MessageExt or None, next offset) for the record at ``offset``.
@@ -999,9 +1016,13 @@ cdef class CommitLog:
             if end == mf.file_size:
                 return None, mf.file_from_offset + mf.file_size
             return None, -1
-        rc = parse_record(mf.base + pos, end - pos, False, &info)
+        rc = checked_record(mf.base + pos, end - pos, offset, &info)
         if rc == 0:
             return None, mf.file_from_offset + mf.file_size
+        if rc == REC_SKIP:
+            # intact framing, failed check: skip it (never handed out), go on after it
+            report_bad_record(self.mapped_file_queue.store_path, offset, mf.base + pos, end - pos)
+            return None, offset + info.total_size
         if rc < 0:
             return None, -1
         return MessageExt.new(&info, None, mf, mf.base + pos, False, None), offset + rc
@@ -1039,6 +1060,12 @@ cdef class CommitLog:
                     break
                 return size, count, True
             if rc < 0 or info.phy_offset != from_off + pos:
+                if check_crc and self._skippable(mf, pos, &info):
+                    # one damaged record mid-log: skip it (never handed out), keep what follows
+                    report_bad_record(self.mapped_file_queue.store_path, from_off + pos,
+                                      mf.base + pos, size - pos)
+                    pos += info.total_size
+                    continue
                 break
             count += 1
             if rebuild_queues:
@@ -1055,6 +1082,21 @@ cdef class CommitLog:
                             qs.set(info.queue_id, info.queue_offset + 1)
             pos += rc
         return pos, count, False
+
+    cdef bint _skippable(self, MappedFile mf, Py_ssize_t pos, RecordInfo *info):
+        """The record at ``pos`` frames correctly but fails its check, and a valid record (or
+        the file's blank) follows it: damage inside the log, not its torn end."""
+        cdef RecordInfo nxt
+        cdef Py_ssize_t size = mf.file_size, rc, after
+        if checked_record(mf.base + pos, size - pos, mf.file_from_offset + pos, info) != REC_SKIP:
+            return False
+        after = pos + info.total_size
+        if after >= size:
+            return False
+        rc = parse_record(mf.base + after, size - after, True, &nxt)
+        if rc == 0:
+            return nxt.total_size == size - after
+        return rc > 0 and nxt.phy_offset == mf.file_from_offset + after
 
     def reset_write_file(self):
         """Point the writer at the queue's last file (after load, recovery or truncation)."""

@@ -17,7 +17,8 @@ from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
 from libc.string cimport memcmp
 
 from rocketstore.store._csrc cimport RS_CQ_UNIT_SIZE, RS_CQ_FILLER_SIZE, rs_java_hash
-from rocketstore.store._codec cimport RecordInfo, parse_record, MessageExt, find_prop
+from rocketstore.store._codec cimport (RecordInfo, parse_record, MessageExt, find_prop,
+                                       checked_record, report_bad_record, REC_SKIP)
 from rocketstore.store._mapped cimport MappedFile
 from rocketstore.store._bytes cimport get_i64 as _be64, get_i32 as _be32
 from rocketstore.store._consumequeue cimport ConsumeQueue
@@ -246,8 +247,11 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
             next_phy_file = phy + cl_file_size - phy % cl_file_size
             mf = None
             continue
-        rc = parse_record(mf.base + pos, size, False, &info)
-        if rc != size or info.phy_offset != phy:
+        rc = checked_record(mf.base + pos, size, phy, &info)
+        if rc == REC_SKIP:
+            report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, size)
+            continue                    # damaged: never handed out, the queue goes on
+        if rc != size:
             if total == 0:
                 r.status = MESSAGE_WAS_REMOVING
             continue
@@ -257,7 +261,6 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
         if tag_filter is not None and not tag_filter.record_matches(&info):
             continue                    # same hash, another tag
         m = MessageExt.new(&info, None, mf, mf.base + pos, raw, topic)
-        m._verify_crc = True
         msgs.append(m)
         total += size
         count += 1
@@ -370,7 +373,7 @@ def verify_candidates(commit_log_queue, candidates, str topic, str key, Py_ssize
     cdef MappedFile mf = None
     cdef MessageExt m
     cdef RecordInfo info
-    cdef Py_ssize_t pos
+    cdef Py_ssize_t pos, rc
     cdef int64_t phy
     for c in candidates:
         if len(out) >= max_num:
@@ -385,13 +388,14 @@ def verify_candidates(commit_log_queue, candidates, str topic, str key, Py_ssize
                 mf = None
                 continue
         pos = phy - mf.file_from_offset
-        if pos >= mf.committed_pos or parse_record(mf.base + pos, mf.committed_pos - pos, False, &info) <= 0:
+        if pos >= mf.committed_pos:
             continue
-        if info.phy_offset != phy or info.topic_len != tlen or memcmp(info.topic, tp, <size_t>tlen) != 0:
+        rc = checked_record(mf.base + pos, mf.committed_pos - pos, phy, &info)
+        if rc == REC_SKIP:
+            report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, mf.committed_pos - pos)
+        if rc <= 0 or info.topic_len != tlen or memcmp(info.topic, tp, <size_t>tlen) != 0:
             continue
         if info.store_ts < begin_ts or info.store_ts > end_ts or not _has_key(&info, kp, klen):
             continue
-        m = MessageExt.new(&info, None, mf, mf.base + pos, raw, topic)
-        m._verify_crc = True
-        out.append(m)
+        out.append(MessageExt.new(&info, None, mf, mf.base + pos, raw, topic))
     return out

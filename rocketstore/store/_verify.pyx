@@ -24,7 +24,12 @@ from libc.string cimport memcmp
 
 from rocketstore.store._csrc cimport (RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED,
                                 RS_SYSFLAG_TX_ROLLBACK, rs_java_hash)
-from rocketstore.store._codec cimport RecordInfo, PropRefs, parse_record, find_dispatch_props
+from rocketstore.store._codec cimport (RecordInfo, PropRefs, parse_record, find_dispatch_props,
+                                       record_check)
+from rocketstore.store._codec import REC_REASONS
+
+# what recovery and every read path do with such a record (verify and recover say so)
+SKIPPED = "skipped by recovery and every read path, never handed out"
 from rocketstore.store._mapped cimport MappedFile
 from rocketstore.store._indexfile cimport IndexFile, index_topic_prefix, index_key_hash_from
 
@@ -131,10 +136,10 @@ def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t l
             break
         if info.phy_offset != from_off + pos:
             problems.append((pos, f"PHYSICALOFFSET field says {info.phy_offset}, record is at "
-                                  f"{from_off + pos}"))
-        if crc_bad:
-            problems.append((pos, f"BODYCRC {info.body_crc & 0xFFFFFFFF:#010x} does not "
-                                  f"match the body ({info.body_len} bytes)"))
+                                  f"{from_off + pos}: {SKIPPED}"))
+            crc_bad = True
+        elif crc_bad:
+            problems.append((pos, f"{REC_REASONS[record_check(&info, base + pos)]}: {SKIPPED}"))
         if n == cap:
             cap *= 2
             records = _grow(records, cap)

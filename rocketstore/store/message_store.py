@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from rocketstore.store import _reader, paths
+from rocketstore.store import _reader, integrity, paths
 from rocketstore.store._codec import Message, MessageExt, decode_msg_id
 from rocketstore.store._commitlog import CommitLog, PutMessageResult
 from rocketstore.store._dispatch import DispatchCore
@@ -195,6 +195,7 @@ class MessageStore:
                 self.index_service.load(self.last_exit_ok)
             self.commit_log = CommitLog(self.commit_log_queue, store_host=config.store_host,
                                         max_message_size=config.max_message_size)
+            self.commit_log.prop_crc = config.enabled_append_prop_crc
             self.dispatch_core = DispatchCore(self.commit_log_queue,
                                               self.consume_queues.find_or_create,
                                               config.delay_levels_ms())
@@ -332,6 +333,13 @@ class MessageStore:
         self.index_service.close()
         self.checkpoint.close()
 
+    def bad_records(self) -> list[tuple[int, str]]:
+        """(commit-log offset, reason) of every record of this store that failed its integrity
+        check (record CRC, body CRC, PHYSICALOFFSET) or could not be dispatched (topic, queue
+        id or queue offset no queue can hold), as recovery and the read paths met them: none
+        of them is ever handed out."""
+        return integrity.reported(self.commit_log_queue.store_path)
+
     @property
     def closed(self) -> bool:
         return self._closed
@@ -410,6 +418,8 @@ class MessageStore:
             # consume-queue units and index entries written after their last flush may be lost
             reput = min(reput, max(files[start].file_from_offset, min_phy))
         self.dispatch_core.reput_offset = reput
+        # every record found on disk is checked before it becomes a unit or an index entry
+        self.dispatch_core.verify_below = end
         redispatch_from = self.dispatch_core.reput_offset
         dispatched = self.dispatch_service.do_dispatch()
         for (topic, qid), max_offset in self.consume_queues.max_offsets().items():
@@ -426,6 +436,8 @@ class MessageStore:
             "torn_record_bytes": torn,
             "bytes_zeroed": zeroed,
             "files_dropped": files_dropped,
+            "records_skipped": self.bad_records(),
+            "records_not_dispatched": self.dispatch_core.rejected,
             "scan_seconds": scan_seconds,
             "seconds": time.perf_counter() - t0,
         }
