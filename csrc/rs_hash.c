@@ -2,6 +2,8 @@
 #include "rs_hash.h"
 
 #include <limits.h>
+#include <pthread.h>
+#include <string.h>
 #include <zlib.h>
 
 int32_t rs_java_hash_update(int32_t h0, const char *utf8, size_t len)
@@ -57,8 +59,58 @@ int32_t rs_java_hash(const char *utf8, size_t len)
     return rs_java_hash_update(0, utf8, len);
 }
 
+/* Slice-by-8 CRC-32 (reflected polynomial 0xEDB88320) for short inputs: zlib's braided
+ * crc32 handles buffers below a few hundred bytes one byte per table step, and records
+ * (a header, a 100-byte body, properties) are that short. Eight tables of 256 entries,
+ * built once; table k maps a byte to its CRC contribution k bytes further on. */
+#define RS_CRC_SHORT 512
+
+static uint32_t crc_tab[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_tables(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_tab[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int k = 1; k < 8; k++)
+            crc_tab[k][n] = crc_tab[0][crc_tab[k - 1][n] & 0xFF] ^ (crc_tab[k - 1][n] >> 8);
+}
+
+static uint32_t crc32_short(uint32_t crc, const unsigned char *p, size_t len)
+{
+    uint32_t c = ~crc;
+    while (len >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);                      /* little-endian loads (x86, arm64) */
+        memcpy(&hi, p + 4, 4);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        lo = __builtin_bswap32(lo);
+        hi = __builtin_bswap32(hi);
+#endif
+        lo ^= c;
+        c = crc_tab[7][lo & 0xFF] ^ crc_tab[6][(lo >> 8) & 0xFF]
+          ^ crc_tab[5][(lo >> 16) & 0xFF] ^ crc_tab[4][lo >> 24]
+          ^ crc_tab[3][hi & 0xFF] ^ crc_tab[2][(hi >> 8) & 0xFF]
+          ^ crc_tab[1][(hi >> 16) & 0xFF] ^ crc_tab[0][hi >> 24];
+        p += 8;
+        len -= 8;
+    }
+    while (len--)
+        c = crc_tab[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return ~c;
+}
+
 uint32_t rs_crc32(uint32_t crc, const unsigned char *buf, size_t len)
 {
+    if (len < RS_CRC_SHORT) {
+        pthread_once(&crc_once, crc_tables);
+        return crc32_short(crc, buf, len);
+    }
     /* zlib takes uInt lengths: feed in chunks so bodies over 4 GiB stay correct */
     uLong c = (uLong)crc;
     while (len > 0) {

@@ -105,9 +105,10 @@ def baseline_mmap_struct(workdir: str, bodies: list[bytes], num: int, record_siz
 
 # -- rocketstore workloads ---------------------------------------------------------------------
 
-def open_store(workdir: str, warm: bool) -> MessageStore:
+def open_store(workdir: str, warm: bool, crc: bool = True) -> MessageStore:
     root = tempfile.mkdtemp(prefix="store-", dir=workdir)
-    cfg = StoreConfig(mapped_file_size_commit_log=GiB, warm_maped_file_enable=warm)
+    cfg = StoreConfig(mapped_file_size_commit_log=GiB, warm_maped_file_enable=warm,
+                      enabled_append_prop_crc=crc)
     store = MessageStore.open(root, cfg)
     # create (and warm) the first file and let the next one's pre-allocation finish, so
     # the timed part measures puts, not a one-off 1 GiB allocation
@@ -368,10 +369,13 @@ WORKLOADS = {
     "put_1k": "one put_message call per message, 1 KiB bodies",
     "put_batch_1k": f"put_messages in batches of {BATCH}, 1 KiB bodies, warmed files",
     "put_fresh": "a new Message built per put (tags set), 100 B bodies",
+    "put_nocrc": "put without the record CRC property (enabled_append_prop_crc=False): its cost",
+    "put_batch_nocrc": f"put_messages in batches of {BATCH} without the record CRC property",
     "get_seq": "look_message_by_offset over every stored message, in order, 100 B",
     "crc32": "body CRC (zlib CRC-32) of 1 KiB bodies",
     "get_batch": "get_message 32 per call over 4 queues, zero-copy bodies touched, 100 B",
     "get_batch_1k": "get_message 32 per call over 4 queues, zero-copy bodies touched, 1 KiB",
+    "get_batch_nocrc": "get_batch over records without the record CRC (body CRC checked), 100 B",
     "dispatch_thread": "put in batches until consume queues hold all (dispatch thread), 100 B",
     "dispatch_inline": "put in batches until consume queues hold all (dispatch on put), 100 B",
     "tag_scan": "vectorized tag filter over 50 M consume-queue units at 1 % (tools/bench_scan.py)",
@@ -455,7 +459,9 @@ def main(argv: list[str] | None = None) -> int:
                     r = bench_dispatch(workdir, msgs, num, name == "dispatch_inline")
                     print(fmt(r, baselines))
                     continue
-                store = open_store(workdir, warm)
+                crc = not name.endswith("_nocrc")
+                store = open_store(workdir, warm, crc)
+                name = name.removesuffix("_nocrc")
                 try:
                     if name in ("put", "put_1k"):
                         r = Result(name, *timed(lambda: bench_put(store, msgs, num)))
@@ -472,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
                         while store.dispatch_behind_bytes() > 0 and time.time() < deadline:
                             time.sleep(0.01)
                         per_queue = (per_queue // BATCH) * BATCH
-                        r = Result(name, *timed(lambda: bench_get_batch(store, 4, per_queue)))
+                        r = Result(name if crc else name + "_nocrc",
+                                   *timed(lambda: bench_get_batch(store, 4, per_queue)))
                         base = baseline_read_struct(bodies, num, record)
                         print(fmt(r, baselines + [base]))
                         continue
@@ -485,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
                         r = Result(name, *timed(lambda: bench_get_seq(store, offsets)))
                     else:
                         raise AssertionError(name)
+                    if not crc:
+                        r.name += "_nocrc"
                     print(fmt(r, baselines))
                 finally:
                     close_store(store)
