@@ -279,3 +279,15 @@ def test_an_on_disk_topic_never_becomes_a_path(store_dir, tmp_path, cfg, name):
     assert set(os.listdir(tmp_path)) == before
     assert not os.path.exists(os.path.join(store_dir, "..", "..", "..", "escaped"))
     shutil.rmtree(store_dir)
+
+
+def test_crc32_equals_zlib_for_every_length_alignment_and_start(rand):
+    """rs_crc32's own paths (carry-less multiply folding, slice-by-8 tables, zlib above)."""
+    import zlib
+    data = rand.randbytes(70_000)
+    for n in [*range(0, 300), 511, 512, 513, 1024, 4095, 4096, 65_537]:
+        for off in (0, 1, 7):
+            chunk = data[off:off + n]
+            start = rand.getrandbits(32)
+            assert _codec.crc32(chunk) == zlib.crc32(chunk), (n, off)
+            assert _codec.crc32(chunk, start) == zlib.crc32(chunk, start), (n, off)
