@@ -15,7 +15,7 @@ import pytest
 import refreader
 from conftest import corrupt
 from test_cli import expected, jsonl, run  # noqa: F401 (expected: a fixture)
-from rocketstore import CorruptionError, Message, MessageStore, StoreConfig
+from rocketstore import CorruptionError, InvalidMessageError, Message, MessageStore, StoreConfig
 from rocketstore.store import _codec, _columns
 
 CFG = StoreConfig(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=100 * 20)
@@ -291,3 +291,31 @@ def test_crc32_equals_zlib_for_every_length_alignment_and_start(rand):
             start = rand.getrandbits(32)
             assert _codec.crc32(chunk) == zlib.crc32(chunk), (n, off)
             assert _codec.crc32(chunk, start) == zlib.crc32(chunk, start), (n, off)
+
+
+# -- the bulk read ------------------------------------------------------------------------------
+
+def test_get_message_bodies_returns_checked_bodies_in_one_buffer(store_dir):
+    with MessageStore.open(store_dir, CFG.replace(dispatch_inline=True)) as store:
+        rs = [store.put_message(Message("T", b"body-%d" % i * (i + 1), properties={"CLUSTER": "c"}))
+              for i in range(50)]
+        store.put_message(Message("T", b"other queue"), 1)
+        b = store.get_message_bodies("T", 0, 0, 20)
+        assert b.status.name == "FOUND" and len(b) == 20 and b.next_begin_offset == 20
+        assert list(b.queue_offsets) == list(range(20))
+        assert [bytes(x) for x in b] == [b"body-%d" % i * (i + 1) for i in range(20)]
+        assert b.buffer[b.offsets[3]:b.offsets[4]] == b"body-3" * 4
+        assert store.get_message_bodies("T", 0, 45, 100, max_bytes=20).next_begin_offset == 46
+        assert store.get_message_bodies("T", 0, 50).status.name == "OFFSET_OVERFLOW_ONE"
+        assert store.get_message_bodies("T", 0, 70).status.name == "OFFSET_OVERFLOW_BADLY"
+        assert store.get_message_bodies("T", 5, 0).status.name == "NO_MESSAGE_IN_QUEUE"
+        # a damaged record is left out (and reported), the rest still come
+        mf = store.commit_log_queue.find_mapped_file_by_offset(rs[7].commitlog_offset)
+        raw = store.look_message_by_offset(rs[7].commitlog_offset).record()
+        mf.write_at(rs[7].commitlog_offset + raw.index(b"CLUSTER"), b"K")
+        b = store.get_message_bodies("T", 0, 0, 1000)
+        assert list(b.queue_offsets) == [i for i in range(50) if i != 7]
+        assert b.next_begin_offset == 50
+        assert [off for off, _ in store.bad_records()] == [rs[7].commitlog_offset]
+        with pytest.raises(InvalidMessageError):
+            store.get_message_bodies("T", 0, 0, 0)
