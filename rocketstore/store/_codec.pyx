@@ -22,7 +22,7 @@ from rocketstore.store._csrc cimport (
     rs_java_hash, rs_body_crc, rs_crc32,
     RS_MAGIC_V1, RS_MAGIC_V2, RS_BLANK_MAGIC, RS_RECORD_FIXED_V1, RS_BORNHOST_POS,
     RS_HOST_V4_LEN, RS_HOST_V6_LEN, RS_SYSFLAG_BORNHOST_V6, RS_SYSFLAG_STOREHOST_V6,
-    RS_SYSFLAG_COMPRESSED, RS_SYSFLAG_COMPRESS_TYPE, RS_SYSFLAG_COMPRESS_LZ4,
+    RS_SYSFLAG_COMPRESSED, RS_SYSFLAG_COMPRESS_TYPE, RS_SYSFLAG_COMPRESS_LZ4, RS_SYSFLAG_COMPRESS_ZLIB,
     RS_SYSFLAG_COMPRESS_ZSTD, RS_SYSFLAG_TX_MASK, RS_MAX_TOPIC_LEN_V1, RS_MAX_TOPIC_LEN,
     RS_MAX_PROPERTIES_LEN, RS_MSGID_V4_BYTES, RS_MSGID_V6_BYTES, RS_CRC32_RESERVED_LEN,
     RS_CRC32_NAME_LEN,
@@ -263,7 +263,7 @@ cdef int prop_crc_state(const char *props, int32_t props_len) noexcept nogil:
             bad += 1
     if t[RS_CRC32_RESERVED_LEN - 1] != 2:
         bad += 1
-    if props_len > RS_CRC32_RESERVED_LEN and t[-1] != 2:
+    if props_len > RS_CRC32_RESERVED_LEN and props[props_len - RS_CRC32_RESERVED_LEN - 1] != 2:
         bad += 1                                    # not a property of its own
     if bad == 0:
         return 1
@@ -483,7 +483,7 @@ cdef bytes _check_topic(object topic):
         return <bytes>hit
     if not isinstance(topic, str):
         raise InvalidMessageTypeError("topic", "str", type(topic).__name__)
-    cdef bytes b = PyUnicode_AsUTF8String(topic)
+    cdef bytes b = _utf8("topic", topic, None)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(b), i
     cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(b)
     if n == 0:
@@ -509,7 +509,7 @@ cdef bytes _text_utf8(str field, object value, bint allow_space, object key=None
     """
     if type(value) is not str and not isinstance(value, str):
         raise InvalidMessageTypeError(_field(field, key), "str", type(value).__name__)
-    cdef bytes b = PyUnicode_AsUTF8String(value)
+    cdef bytes b = _utf8(field, value, key)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
     cdef const char *p = PyBytes_AS_STRING(b)
     if n == 0:
@@ -521,6 +521,15 @@ cdef bytes _text_utf8(str field, object value, bint allow_space, object key=None
     if not allow_space and memchr(p, 32, <size_t>n) != NULL:
         raise InvalidMessageError(_field(field, key), value, "contains a space, the KEYS separator")
     return b
+
+
+cdef bytes _utf8(str field, str value, object key):
+    try:
+        return PyUnicode_AsUTF8String(value)
+    except UnicodeEncodeError as e:
+        # a lone surrogate (from surrogateescape, a bad decode) has no UTF-8 form
+        raise InvalidMessageError(_field(field, key), value,
+                                  f"is not valid Unicode: {e.reason} at {e.start}") from None
 
 
 cdef str _field(str field, object key):
@@ -670,10 +679,13 @@ cdef class Message:
             if not isinstance(prepared_transaction_offset, int):
                 raise InvalidMessageTypeError("prepared_transaction_offset", "int",
                                               type(prepared_transaction_offset).__name__)
+            _int64("prepared_transaction_offset", prepared_transaction_offset)
             self.prepared_transaction_offset = prepared_transaction_offset
-        if born_timestamp is not None and not isinstance(born_timestamp, int):
-            raise InvalidMessageTypeError("born_timestamp", "int (ms) or None",
-                                          type(born_timestamp).__name__)
+        if born_timestamp is not None:
+            if not isinstance(born_timestamp, int):
+                raise InvalidMessageTypeError("born_timestamp", "int (ms) or None",
+                                              type(born_timestamp).__name__)
+            _int64("born_timestamp", born_timestamp)
         self.born_timestamp = born_timestamp
         if born_host is not None:
             if not isinstance(born_host, str):
@@ -761,32 +773,63 @@ cdef int32_t _int32(str field, object v) except? -1:
     return v
 
 
+cdef int _int64(str field, object v) except -1:
+    # a Java long on disk
+    if not -0x8000000000000000 <= v <= 0x7FFFFFFFFFFFFFFF:
+        raise InvalidMessageError(field, v, "outside the 64-bit signed range (a Java long)",
+                                  limit=0x7FFFFFFFFFFFFFFF)
+    return 0
+
+
 # -- MessageExt --------------------------------------------------------------------------------
 
 cdef object _decompress(object stored, int sys_flag, int64_t offset):
     cdef int kind = sys_flag & RS_SYSFLAG_COMPRESS_TYPE
+    cdef bytes head = bytes(stored[:4])
     if kind == RS_SYSFLAG_COMPRESS_LZ4:
+        # an LZ4 frame starts with its magic: without it the SYSFLAG is what is wrong
+        _frame_or_corrupt(head, b"\x04\x22\x4d\x18", "LZ4", sys_flag, offset)
         try:
             import lz4.frame
         except ImportError as e:
             raise ModuleNotFoundError(
                 f"message at commit-log offset {offset} is LZ4-compressed (sysflag {sys_flag:#x}): "
                 "install lz4 to read it, or read it with raw=True") from e
-        return lz4.frame.decompress(bytes(stored))
+        try:
+            return lz4.frame.decompress(bytes(stored))
+        except RuntimeError as e:
+            raise CorruptionError("commitlog", offset, f"LZ4 body does not decompress: {e}") from e
     if kind == RS_SYSFLAG_COMPRESS_ZSTD:
+        _frame_or_corrupt(head, b"\x28\xb5\x2f\xfd", "ZSTD", sys_flag, offset)
         try:
             import zstandard
         except ImportError as e:
             raise ModuleNotFoundError(
                 f"message at commit-log offset {offset} is ZSTD-compressed (sysflag {sys_flag:#x}): "
                 "install zstandard to read it, or read it with raw=True") from e
-        return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(stored))
+        try:
+            return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(stored))
+        except zstandard.ZstdError as e:
+            raise CorruptionError("commitlog", offset, f"ZSTD body does not decompress: {e}") from e
+    if kind != 0 and kind != RS_SYSFLAG_COMPRESS_ZLIB:
+        raise CorruptionError("commitlog", offset,
+                              f"SYSFLAG {sys_flag:#x} names compression type {kind >> 8}, "
+                              "which RocketMQ does not define")
     try:
         return zlib.decompress(stored)  # 0x300 ZLIB, or legacy 0 = zlib
     except zlib.error as e:
         raise CorruptionError("commitlog", offset,
                               f"body flagged zlib-compressed (sysflag {sys_flag:#x}) does not "
                               f"decompress: {e}") from e
+
+
+cdef int _frame_or_corrupt(bytes head, bytes magic, str kind, int sys_flag,
+                           int64_t offset) except -1:
+    if head != magic:
+        raise CorruptionError("commitlog", offset,
+                              f"SYSFLAG {sys_flag:#x} says {kind}-compressed, but the body is "
+                              f"not a {kind} frame")
+    return 0
 
 
 @cython.final

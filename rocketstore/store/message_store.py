@@ -37,7 +37,8 @@ from rocketstore.store.consumequeue import ConsumeQueueStore, unit_runs
 from rocketstore.store.dispatch import ArrivalNotifier, DispatchService
 from rocketstore.store.flush import (CommitRealTimeService, FlushConsumeQueueService,
                                FlushRealTimeService, GroupCommitService)
-from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError,
+from rocketstore.errors import (InvalidArgumentError, InvalidArgumentTypeError,
+                                InvalidMessageError, InvalidMessageIdError,
                                 InvalidMessageTypeError, StoreClosedError, StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
 from rocketstore.store.mapped_file_queue import MappedFileQueue
@@ -54,6 +55,27 @@ log = logging.getLogger("rocketstore.store")
 # descriptions of one process, but we also want a clear error before even trying.
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
+
+
+MAX_TIMEOUT_MS = 10**12        # ~31 years: longer is a mistake, not a wait
+
+
+def _java_long(name: str, value: Any) -> int:
+    """``value`` when it is an int that fits a Java long (what offsets and times are on
+    disk), else the rocketstore error naming it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentTypeError(name, "int", type(value).__name__)
+    if not -(1 << 63) <= value < (1 << 63):
+        raise InvalidArgumentError(name, value, "outside the 64-bit signed range (a Java long)")
+    return value
+
+
+def _check_timeout(timeout_ms: Any) -> None:
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
+        raise InvalidArgumentTypeError("timeout_ms", "int or float (ms)", type(timeout_ms).__name__)
+    if not 0 <= timeout_ms <= MAX_TIMEOUT_MS:       # NaN fails both comparisons
+        raise InvalidArgumentError("timeout_ms", timeout_ms,
+                                   f"must be a number of ms in [0, {MAX_TIMEOUT_MS}]")
 
 
 class _Progress:
@@ -712,6 +734,7 @@ class MessageStore:
                                        TopicPermissionError(topic, "is not readable (perm in topics.json)"))
         tag_filter = None if tags is None else self._tag_filter(tags)
         cap = max(max_bytes, 100) if max_bytes is not None else 0
+        _check_timeout(timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0 if timeout_ms > 0 else 0.0
         delay = 0.001
         while True:
@@ -829,6 +852,7 @@ class MessageStore:
                 boundary = BoundaryType[boundary.upper()]
             except KeyError:
                 raise InvalidMessageError("boundary", boundary, "must be LOWER or UPPER") from None
+        _java_long("timestamp_ms", timestamp_ms)
         cq = self._queue(topic, queue_id)
         if cq is None:
             return 0
@@ -839,6 +863,7 @@ class MessageStore:
     def get_message_store_timestamp(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
         """Store time of the message at a queue offset, or -1."""
         self._check_open()
+        _java_long("consume_queue_offset", consume_queue_offset)
         cq = self._queue(topic, queue_id)
         if cq is None:
             return -1
@@ -863,7 +888,8 @@ class MessageStore:
                                           f"{type(topic).__name__}/{type(key).__name__}")
         if not isinstance(max_num, int) or max_num <= 0:
             raise InvalidMessageError("max_num", max_num, "must be a positive int", limit=1)
-        end = int(time.time() * 1000) if end_ts is None else end_ts
+        _java_long("begin_ts", begin_ts)
+        end = int(time.time() * 1000) if end_ts is None else _java_long("end_ts", end_ts)
         if self.read_only:
             self.index_service.refresh()
         limit = min(max_num, self.config.max_msgs_num_batch)
@@ -889,7 +915,7 @@ class MessageStore:
         Compressed bodies are returned decompressed unless ``raw``.
         """
         self._check_open()
-        return self.commit_log.get_message(commitlog_offset, raw)
+        return self.commit_log.get_message(_java_long("commitlog_offset", commitlog_offset), raw)
 
     def look_message_by_id(self, msg_id: str, raw: bool = False) -> MessageExt | None:
         """The message with offset message id ``msg_id`` (store host + commit-log offset).
@@ -907,7 +933,7 @@ class MessageStore:
     def iter_messages(self, from_offset: int = 0) -> Iterator[MessageExt]:
         """Every stored message from commit-log offset ``from_offset``, in log order."""
         self._check_open()
-        return self.commit_log.iter_messages(from_offset)
+        return self.commit_log.iter_messages(_java_long("from_offset", from_offset))
 
     # -- retention -------------------------------------------------------------------------------
 
