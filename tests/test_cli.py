@@ -366,8 +366,10 @@ def test_recover_skips_a_damaged_body_mid_way_and_keeps_the_rest(rocketmq_store,
     proc = run("verify", rocketmq_store, check_rc=1)
     assert f"offset {victim['physicalOffset']}" in proc.stdout
     assert "never handed out" in proc.stdout
-    rows = jsonl(run("export", rocketmq_store).stdout)
-    assert sorted(r["commitlog_offset"] for r in rows) == sorted(
+    # export leaves it out, names it, and does not exit 0
+    proc = run("export", rocketmq_store, check_rc=1)
+    assert f"commit-log offset {victim['physicalOffset']} skipped: body CRC mismatch" in proc.stderr
+    assert sorted(r["commitlog_offset"] for r in jsonl(proc.stdout)) == sorted(
         e["physicalOffset"] for e in expected["msg"] if e is not victim)
 
 
@@ -383,13 +385,16 @@ def test_recover_refuses_to_truncate_a_log_with_a_bad_record_mid_way(rocketmq_st
     assert proc.stderr.count("\n") == 1 and "--truncate" in proc.stderr
     assert f"offset {victim['physicalOffset']}" in proc.stderr
     assert sorted(str(p) for p in Path(rocketmq_store, "consumequeue").rglob("*")) == queues_before
-    # asked to, it recovers: the log ends before the bad record, and what is left is consistent
+    # asked to, it recovers: the rest of the victim's file is closed with a blank record, the
+    # files after it are kept, and what is left is consistent
     out = run("recover", rocketmq_store, "--truncate").stdout
-    assert f"truncated: the log now ends at {victim['physicalOffset']:,}" in out
+    next_file = victim["physicalOffset"] - start + file_size
+    assert f"blanked {next_file - victim['physicalOffset']:,} unreadable bytes" in out
     assert run("verify", rocketmq_store).stdout.rstrip().endswith(": OK")
     rows = jsonl(run("export", rocketmq_store).stdout)
     assert sorted(r["commitlog_offset"] for r in rows) == sorted(
-        e["physicalOffset"] for e in expected["msg"] if e["physicalOffset"] < victim["physicalOffset"])
+        e["physicalOffset"] for e in expected["msg"]
+        if not victim["physicalOffset"] <= e["physicalOffset"] < next_file)
 
 
 # -- offsets ---------------------------------------------------------------------------------

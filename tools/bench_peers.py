@@ -678,6 +678,8 @@ def check_targets(rows: list[Row], sizes: list[int]) -> None:
             for r in ours:      # the put as it returns, then (async modes) until readable
                 ratio = r.rate / best
                 how = ", until readable" if r.how.endswith("until readable") else ""
+                if mode == "read":
+                    how = ", " + r.how.split(" x")[0]       # get_message, get_message_bodies
                 print(f"{size:5d} B  {desc + how:72s} {ratio:8.2f}x  "
                       f"{'met' if ratio >= want else 'NOT met'}")
 

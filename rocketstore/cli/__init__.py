@@ -59,9 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from rocketstore.errors import RocketStoreError
     command = " ".join(c for c in (args.command, getattr(args, "offsets_command", None)) if c)
+    from rocketstore.store import integrity
+    since = integrity.mark()
     try:
         rc = args.func(args)
-        return _report_skipped(args.command, rc)
+        return _report_skipped(args.command, rc, since)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -84,11 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
 
-def _report_skipped(command: str, rc: int) -> int:
+def _report_skipped(command: str, rc: int, since: int) -> int:
     """Name on stderr every record a command skipped because it failed its integrity check;
     a read that left a message out this way does not exit 0."""
     from rocketstore.store import integrity
-    skipped = integrity.reported()
+    skipped = integrity.reported(since=since)
     for offset, reason in skipped:
         print(f"rocketstore {command}: commit-log offset {offset} skipped: {reason}",
               file=sys.stderr)

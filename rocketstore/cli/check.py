@@ -60,7 +60,8 @@ def _scan_commit_log(store, report: _Report, check_crc: bool = True):
     walked = []
     with progress(sum(mf.file_size for mf in files), "verify commit log", "B", True) as bar:
         for mf in files:
-            r, k, problems, end_pos, blank = walk_file(mf, check_crc, topics)
+            r, k, problems, end_pos, blank = walk_file(
+                mf, check_crc, topics, crc_from=store.commit_log_queue.record_crc_from)
             recs.append(r)
             keys.append(k)
             walked.append((mf, end_pos, blank, problems))
@@ -350,9 +351,10 @@ def _recover(args: argparse.Namespace) -> int:
             bad = [p for p in report.problems if p[0] == "commitlog" and SKIPPED not in p[2]]
         if bad and not args.truncate:
             _, where, what = bad[0]
-            raise CommandError(f"commitlog {where}: {what}; recovery would drop everything "
-                               f"after it ({len(bad)} problem(s) in all; see `rocketstore verify`)."
-                               f" Pass --truncate to recover anyway")
+            raise CommandError(f"commitlog {where}: {what}; recovery would drop what follows "
+                               f"it in its file, or the whole log after it when no later file "
+                               f"starts intact ({len(bad)} problem(s) in all; see `rocketstore "
+                               f"verify`). Pass --truncate to recover anyway")
         for sub in (paths.CONSUMEQUEUE_DIR, paths.INDEX_DIR):
             if os.path.isdir(os.path.join(root, sub)):
                 shutil.rmtree(os.path.join(root, sub))
@@ -372,6 +374,10 @@ def _recover(args: argparse.Namespace) -> int:
           f"commit-log file(s) in {rec['scan_seconds']:.2f} s; commit log ends at "
           f"{rec['max_offset']:,}; re-dispatched {rec['messages_redispatched']:,} message(s) "
           f"into {len(queues)} queue(s) and {index_files} index file(s)")
+    if rec["bytes_blanked"]:
+        print(f"blanked {rec['bytes_blanked']:,} unreadable bytes: files whose records broke off "
+              f"before their end now end there with a blank record; the files after them are "
+              f"kept")
     if rec["torn_record_bytes"] or rec["files_dropped"] or rec["max_offset"] < end:
         print(f"truncated: the log now ends at {rec['max_offset']:,} (data reached {end:,}; "
               f"{rec['files_dropped']} file(s) dropped)")

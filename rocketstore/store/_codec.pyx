@@ -213,23 +213,24 @@ cdef Py_ssize_t parse_record(const char *p, Py_ssize_t avail, bint check_crc,
     q += info.props_len
     if q != total:
         return -2                                   # parsed, but TOTALSIZE disagrees
-    if check_crc and record_check(info, p) != REC_OK:
+    if check_crc and record_check(info, p, False) != REC_OK:
         return -1
     return total
 
 
 cdef Py_ssize_t checked_record(const char *p, Py_ssize_t avail, int64_t offset,
-                               RecordInfo *info) noexcept nogil:
+                               RecordInfo *info, int64_t crc_from) noexcept nogil:
     cdef Py_ssize_t rc = parse_record(p, avail, False, info)
     if rc <= 0:
         return -1 if rc == -2 else rc
-    if info.phy_offset != offset or record_check(info, p) != REC_OK:
+    if info.phy_offset != offset or \
+            record_check(info, p, 0 <= crc_from <= offset) != REC_OK:
         return REC_SKIP
     return rc
 
 
 cdef int report_bad_record(object where, int64_t offset, const char *p,
-                           Py_ssize_t avail) except -1:
+                           Py_ssize_t avail, int64_t crc_from) except -1:
     """Tell ``integrity.report`` why the record at ``offset`` was skipped."""
     cdef RecordInfo info
     cdef str reason
@@ -238,7 +239,7 @@ cdef int report_bad_record(object where, int64_t offset, const char *p,
     elif info.phy_offset != offset:
         reason = f"its PHYSICALOFFSET field says {info.phy_offset}"
     else:
-        reason = REC_REASONS[record_check(&info, p)]
+        reason = REC_REASONS[record_check(&info, p, 0 <= crc_from <= offset)]
     from rocketstore.store import integrity
     integrity.report(str(where), offset, reason)
     return 0
@@ -270,9 +271,15 @@ cdef int prop_crc_state(const char *props, int32_t props_len) noexcept nogil:
     return -1 if bad <= 2 else 0
 
 
-cdef int record_check(const RecordInfo *info, const char *rec) noexcept nogil:
-    """REC_OK, or why the parsed record at ``rec`` must not be handed out."""
-    cdef int state = prop_crc_state(info.props, info.props_len)
+cdef int record_check(const RecordInfo *info, const char *rec, bint need_crc) noexcept nogil:
+    """REC_OK, or why the parsed record at ``rec`` must not be handed out. ``need_crc``: it
+    was written where the store appends the record CRC property, so it must carry one."""
+    cdef int state
+    if info.props_len and memchr(info.props, 0, <size_t>info.props_len) != NULL:
+        # properties are text: a NUL is a zeroed page or sector (it could also hide the
+        # record CRC property, making the record look like one without it)
+        return REC_BAD_PROPS
+    state = prop_crc_state(info.props, info.props_len)
     cdef uint64_t want = 0
     cdef uint32_t crc
     cdef const char *d
@@ -280,6 +287,8 @@ cdef int record_check(const RecordInfo *info, const char *rec) noexcept nogil:
     if state < 0:
         return REC_BAD_CRC_PROP
     if state == 0:
+        if need_crc:
+            return REC_NO_CRC_PROP
         if rs_body_crc(<const unsigned char *>info.body, <size_t>info.body_len) != info.body_crc:
             return REC_BAD_BODY_CRC
         return REC_OK
@@ -518,6 +527,9 @@ cdef bytes _text_utf8(str field, object value, bint allow_space, object key=None
     if memchr(p, 1, <size_t>n) != NULL or memchr(p, 2, <size_t>n) != NULL:
         raise InvalidMessageError(_field(field, key), value,
                                   "contains \\x01 or \\x02, the properties separators")
+    if memchr(p, 0, <size_t>n) != NULL:
+        raise InvalidMessageError(_field(field, key), value,
+                                  "contains NUL, which readers take for a damaged record")
     if not allow_space and memchr(p, 32, <size_t>n) != NULL:
         raise InvalidMessageError(_field(field, key), value, "contains a space, the KEYS separator")
     return b
@@ -1083,12 +1095,15 @@ def check_reason(buf, Py_ssize_t pos=0):
     cdef const char *p = <const char *>&mv[0] + pos
     if parse_record(p, mv.shape[0] - pos, False, &info) <= 0:
         return "malformed"
-    return REC_REASONS[record_check(&info, p)]
+    return REC_REASONS[record_check(&info, p, False)]
 
 
 REC_REASONS = {REC_OK: "", REC_BAD_BODY_CRC: "body CRC mismatch",
                REC_BAD_RECORD_CRC: "record CRC (__CRC32#) mismatch",
-               REC_BAD_CRC_PROP: "damaged record CRC property (__CRC32#)"}
+               REC_BAD_CRC_PROP: "damaged record CRC property (__CRC32#)",
+               REC_BAD_PROPS: "NUL bytes in the properties",
+               REC_NO_CRC_PROP: "no record CRC property (__CRC32#), which the store appended "
+                                "to every record from its offset on (config/recordCrc.json)"}
 
 
 def check_record(buf, Py_ssize_t pos=0, bint check_crc=True):

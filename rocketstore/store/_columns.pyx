@@ -445,6 +445,7 @@ def decode_units(const unsigned char[::1] units not None, const int64_t[::1] pos
     cdef Py_ssize_t nunits = units.shape[0] // RS_CQ_UNIT_SIZE
     cdef Py_ssize_t count = nunits if positions is None else positions.shape[0]
     cdef Py_ssize_t k, i, pos, rc
+    cdef int64_t crc_from = commit_log_queue.record_crc_from
     cdef const char *u
     cdef int64_t phy, records = 0
     cdef int32_t size
@@ -479,9 +480,9 @@ def decode_units(const unsigned char[::1] units not None, const int64_t[::1] pos
                 continue
             records += 1
             with nogil:
-                rc = checked_record(mf.base + pos, size, phy, &info)
+                rc = checked_record(mf.base + pos, size, phy, &info, crc_from)
             if rc == REC_SKIP:
-                report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, size)
+                report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, size, crc_from)
             if rc != size:
                 continue
             if (info.queue_id != queue_id

@@ -992,9 +992,11 @@ cdef class CommitLog:
         end = mf.committed_pos
         if pos < 0 or pos >= end:
             return None
-        rc = checked_record(mf.base + pos, end - pos, offset, &info)
+        cdef int64_t crc_from = self.mapped_file_queue.record_crc_from
+        rc = checked_record(mf.base + pos, end - pos, offset, &info, crc_from)
         if rc == REC_SKIP:
-            report_bad_record(self.mapped_file_queue.store_path, offset, mf.base + pos, end - pos)
+            report_bad_record(self.mapped_file_queue.store_path, offset, mf.base + pos, end - pos,
+                              crc_from)
         if rc <= 0:
             return None
         return MessageExt.new(&info, None, mf, mf.base + pos, raw, None)
@@ -1016,12 +1018,14 @@ cdef class CommitLog:
             if end == mf.file_size:
                 return None, mf.file_from_offset + mf.file_size
             return None, -1
-        rc = checked_record(mf.base + pos, end - pos, offset, &info)
+        cdef int64_t crc_from = self.mapped_file_queue.record_crc_from
+        rc = checked_record(mf.base + pos, end - pos, offset, &info, crc_from)
         if rc == 0:
             return None, mf.file_from_offset + mf.file_size
         if rc == REC_SKIP:
             # intact framing, failed check: skip it (never handed out), go on after it
-            report_bad_record(self.mapped_file_queue.store_path, offset, mf.base + pos, end - pos)
+            report_bad_record(self.mapped_file_queue.store_path, offset, mf.base + pos, end - pos,
+                              crc_from)
             return None, offset + info.total_size
         if rc < 0:
             return None, -1
@@ -1052,8 +1056,12 @@ cdef class CommitLog:
         cdef int tx
         cdef _QueueOffsets qs
         cdef dict topics = {}
+        cdef int64_t crc_from = self.mapped_file_queue.record_crc_from
         while pos < size:
-            rc = parse_record(mf.base + pos, size - pos, check_crc, &info)
+            if check_crc:
+                rc = checked_record(mf.base + pos, size - pos, from_off + pos, &info, crc_from)
+            else:
+                rc = parse_record(mf.base + pos, size - pos, False, &info)
             if rc == 0:
                 # a blank must fill the rest of the file exactly
                 if info.total_size != size - pos:
@@ -1063,7 +1071,7 @@ cdef class CommitLog:
                 if check_crc and self._skippable(mf, pos, &info):
                     # one damaged record mid-log: skip it (never handed out), keep what follows
                     report_bad_record(self.mapped_file_queue.store_path, from_off + pos,
-                                      mf.base + pos, size - pos)
+                                      mf.base + pos, size - pos, crc_from)
                     pos += info.total_size
                     continue
                 break
@@ -1088,7 +1096,8 @@ cdef class CommitLog:
         the file's blank) follows it: damage inside the log, not its torn end."""
         cdef RecordInfo nxt
         cdef Py_ssize_t size = mf.file_size, rc, after
-        if checked_record(mf.base + pos, size - pos, mf.file_from_offset + pos, info) != REC_SKIP:
+        if checked_record(mf.base + pos, size - pos, mf.file_from_offset + pos, info,
+                          self.mapped_file_queue.record_crc_from) != REC_SKIP:
             return False
         after = pos + info.total_size
         if after >= size:

@@ -107,6 +107,7 @@ cdef class DispatchCore:
     # each is checked (record_check, PHYSICALOFFSET, topic, queue offset) before dispatch
     cdef public int64_t verify_below
     cdef public int64_t rejected        # records not dispatched because they failed that
+    cdef public int64_t crc_from        # records from here on must carry the record CRC
     # the index (FORMAT.md 6): keys of each record go to the service's last file
     cdef object index_service
     cdef IndexFile index_file
@@ -126,6 +127,7 @@ cdef class DispatchCore:
         self._cached = []
         self.dispatchers = []
         self.index_last_phy = -1
+        self.crc_from = -1
         memset(self.cache, 0, sizeof(self.cache))
         self.max_delay_level = min(len(delay_levels_ms) - 1, MAX_DELAY_LEVELS - 1)
         for i in range(self.max_delay_level + 1):
@@ -366,7 +368,8 @@ cdef class DispatchCore:
                 continue
             if rc < 0 or info.phy_offset != file_from + pos[0]:
                 return STOP_SLOW if file_from + pos[0] < self.verify_below else STOP_INVALID
-            if file_from + pos[0] < self.verify_below and record_check(info, base + pos[0]) != REC_OK:
+            if file_from + pos[0] < self.verify_below and record_check(
+                    info, base + pos[0], 0 <= self.crc_from <= file_from + pos[0]) != REC_OK:
                 return STOP_SLOW
             tx = info.sys_flag & RS_SYSFLAG_TX_MASK
             if info.queue_id < 0:
@@ -441,11 +444,12 @@ cdef class DispatchCore:
                 break
             # STOP_SLOW: one record under the GIL
             if self.reput_offset < self.verify_below:
-                rc = checked_record(mf.base + pos, end - pos, self.reput_offset, &info)
+                rc = checked_record(mf.base + pos, end - pos, self.reput_offset, &info,
+                                    self.crc_from)
                 if rc == REC_SKIP:
                     # found on disk, failed its check: recovery kept what follows it
                     report_bad_record(self.cl_mfq.store_path, self.reput_offset, mf.base + pos,
-                                      end - pos)
+                                      end - pos, self.crc_from)
                     self.rejected += 1
                     self.reput_offset += info.total_size
                     continue

@@ -222,6 +222,7 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
     cdef GetMessageResult r = GetMessageResult.__new__(GetMessageResult)
     cdef list msgs = []
     cdef str topic = cq.topic
+    cdef int64_t crc_from = commit_log_queue.record_crc_from
     r.status = NO_MATCHED_MESSAGE
     while i < nbytes and i < limit:
         phy = _be64(u + i)
@@ -248,9 +249,9 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
             next_phy_file = phy + cl_file_size - phy % cl_file_size
             mf = None
             continue
-        rc = checked_record(mf.base + pos, size, phy, &info)
+        rc = checked_record(mf.base + pos, size, phy, &info, crc_from)
         if rc == REC_SKIP:
-            report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, size)
+            report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, size, crc_from)
             continue                    # damaged: never handed out, the queue goes on
         if rc != size:
             if total == 0:
@@ -376,6 +377,7 @@ def verify_candidates(commit_log_queue, candidates, str topic, str key, Py_ssize
     cdef RecordInfo info
     cdef Py_ssize_t pos, rc
     cdef int64_t phy
+    cdef int64_t crc_from = commit_log_queue.record_crc_from
     for c in candidates:
         if len(out) >= max_num:
             break
@@ -391,9 +393,10 @@ def verify_candidates(commit_log_queue, candidates, str topic, str key, Py_ssize
         pos = phy - mf.file_from_offset
         if pos >= mf.committed_pos:
             continue
-        rc = checked_record(mf.base + pos, mf.committed_pos - pos, phy, &info)
+        rc = checked_record(mf.base + pos, mf.committed_pos - pos, phy, &info, crc_from)
         if rc == REC_SKIP:
-            report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, mf.committed_pos - pos)
+            report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, mf.committed_pos - pos,
+                              crc_from)
         if rc <= 0 or info.topic_len != tlen or memcmp(info.topic, tp, <size_t>tlen) != 0:
             continue
         if info.store_ts < begin_ts or info.store_ts > end_ts or not _has_key(&info, kp, klen):
@@ -490,6 +493,7 @@ def get_bodies(ConsumeQueue cq, commit_log_queue, int64_t offset, Py_ssize_t max
     cdef MappedFile mf = None
     cdef bint lost = False
     cdef char *dst
+    cdef int64_t crc_from = commit_log_queue.record_crc_from
     cqf.pin()
     pinned.append(cqf)
     try:
@@ -512,9 +516,9 @@ def get_bodies(ConsumeQueue cq, commit_log_queue, int64_t offset, Py_ssize_t max
             if pos + size > mf.committed_pos:
                 lost = n == 0
                 continue
-            rc = checked_record(mf.base + pos, size, phy, &info)
+            rc = checked_record(mf.base + pos, size, phy, &info, crc_from)
             if rc == REC_SKIP:
-                report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, size)
+                report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, size, crc_from)
                 continue
             if rc != size or info.queue_id != cq.queue_id or info.queue_offset != offset + i - 1:
                 continue                # a damaged unit (or record) is not this queue's message

@@ -17,13 +17,14 @@ import errno
 import fcntl
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rocketstore.store import _reader, integrity, paths
-from rocketstore.store._codec import Message, MessageExt, decode_msg_id
+from rocketstore.store._codec import BLANK_MAGIC_CODE, Message, MessageExt, decode_msg_id
 from rocketstore.store._commitlog import CommitLog, PutMessageResult
 from rocketstore.store._dispatch import DispatchCore
 from rocketstore.store._mapped import fsync_dir, metadata_event
@@ -37,10 +38,11 @@ from rocketstore.store.consumequeue import ConsumeQueueStore, unit_runs
 from rocketstore.store.dispatch import ArrivalNotifier, DispatchService
 from rocketstore.store.flush import (CommitRealTimeService, FlushConsumeQueueService,
                                FlushRealTimeService, GroupCommitService)
-from rocketstore.errors import (InvalidArgumentError, InvalidArgumentTypeError,
+from rocketstore.errors import (CorruptionError, InvalidArgumentError, InvalidArgumentTypeError,
                                 InvalidMessageError, InvalidMessageIdError,
                                 InvalidMessageTypeError, StoreClosedError, StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
+from rocketstore.store.configfile import ConfigFile
 from rocketstore.store.mapped_file_queue import MappedFileQueue
 from rocketstore.store.offsets import ConsumerOffsetManager
 from rocketstore.store.status import BoundaryType, GetMessageStatus
@@ -76,6 +78,16 @@ def _check_timeout(timeout_ms: Any) -> None:
     if not 0 <= timeout_ms <= MAX_TIMEOUT_MS:       # NaN fails both comparisons
         raise InvalidArgumentError("timeout_ms", timeout_ms,
                                    f"must be a number of ms in [0, {MAX_TIMEOUT_MS}]")
+
+
+RECORD_CRC_FILE = "recordCrc.json"     # ours: where the record CRC starts (config/)
+
+
+def _decode_record_crc(doc: Any) -> int:
+    v = doc.get("recordCrcFrom") if isinstance(doc, dict) else None
+    if isinstance(v, bool) or not isinstance(v, int) or v < -1:
+        raise ValueError(f"recordCrcFrom is {v!r}, not an offset or -1")
+    return v
 
 
 class _Progress:
@@ -223,6 +235,8 @@ class MessageStore:
                                               config.delay_levels_ms())
             if config.message_index_enable and not read_only:
                 self.dispatch_core.set_index(self.index_service)
+            self._record_crc = ConfigFile(os.path.join(paths.config_dir(root), RECORD_CRC_FILE))
+            self._set_record_crc_from(self._load_record_crc_from())
             self.dispatch_service = DispatchService(self.dispatch_core,
                                                     self.commit_log.get_max_offset,
                                                     self.commit_log, self.notifier)
@@ -240,6 +254,7 @@ class MessageStore:
                         self.transient_pool, config.fast_fail_if_no_buffer_in_store_pool)
                 for name, tc in self.topic_config_manager.all().items():
                     self._apply_topic_rule(tc)
+                self._mark_record_crc()
                 self._create_abort()
                 self._start_flush()
                 self.consumer_offset_manager.start()
@@ -355,6 +370,33 @@ class MessageStore:
         self.index_service.close()
         self.checkpoint.close()
 
+    # -- the record CRC range ------------------------------------------------------------------
+
+    def _load_record_crc_from(self) -> int:
+        try:
+            v = self._record_crc.load(_decode_record_crc)
+        except CorruptionError as e:
+            log.warning("%s; the record CRC is checked where present only", e)
+            return -1
+        return -1 if v is None else v
+
+    def _set_record_crc_from(self, offset: int) -> None:
+        self.commit_log_queue.record_crc_from = offset
+        self.dispatch_core.crc_from = offset
+
+    def _mark_record_crc(self) -> None:
+        """Record from which commit-log offset on every record carries the record CRC (the
+        end of the recovered log when the option is turned on), or that none must (off): a
+        record there without it is damaged, whatever hid the property."""
+        start = self.commit_log_queue.record_crc_from
+        if self.config.enabled_append_prop_crc and start < 0:
+            start = self.commit_log.get_max_offset()
+        elif not self.config.enabled_append_prop_crc:
+            start = -1
+        if start != self._load_record_crc_from():
+            self._record_crc.persist({"recordCrcFrom": start})
+        self._set_record_crc_from(start)
+
     def bad_records(self) -> list[tuple[int, str]]:
         """(commit-log offset, reason) of every record of this store that failed its integrity
         check (record CRC, body CRC, PHYSICALOFFSET) or could not be dispatched (topic, queue
@@ -391,13 +433,23 @@ class MessageStore:
         scanned = messages = 0
         total = sum(mf.file_size for mf in files[start:])
         progress = _Progress("recovering commit log", total)
-        for mf in files[start:]:
+        blanked = 0
+        for i in range(start, len(files)):
+            mf = files[i]
             end_pos, count, blank = self.commit_log.scan_file(mf, self.config.check_crc_on_recover,
                                                               False)
             scanned += end_pos
             messages += count
             end = mf.file_from_offset + end_pos
             progress.update(scanned)
+            if not blank and i + 1 < len(files) and end_pos + 8 <= mf.file_size \
+                    and self.commit_log.next_record(files[i + 1].file_from_offset)[0] is not None:
+                # a break inside the log, and the next file starts with a valid record: end
+                # this file at the break with a blank record (what the rest of it held cannot
+                # be read) and keep the files after it (docs/recovery.md)
+                blanked += self._blank_rest(mf, end_pos)
+                end = mf.file_from_offset + mf.file_size
+                continue
             if not blank:
                 break
         progress.close()
@@ -422,6 +474,10 @@ class MessageStore:
             self.consume_queues.truncate_dirty(end)
         min_phy = max(0, self.commit_log.get_min_offset())
         self.consume_queues.correct_min_offset(min_phy)
+        if self.dispatch_core.index_last_phy >= end:
+            # the index holds keys of records the truncation removed (queries check each
+            # record, so they find nothing); the records written from ``end`` on need theirs
+            self.dispatch_core.index_last_phy = end - 1
         reput = max(self.consume_queues.max_physic_offset(), min_phy)
         if self.config.message_index_enable:
             # records after the last indexed one need their keys (the queues skip them)
@@ -458,6 +514,7 @@ class MessageStore:
             "torn_record_bytes": torn,
             "bytes_zeroed": zeroed,
             "files_dropped": files_dropped,
+            "bytes_blanked": blanked,
             "records_skipped": self.bad_records(),
             "records_not_dispatched": self.dispatch_core.rejected,
             "scan_seconds": scan_seconds,
@@ -488,6 +545,16 @@ class MessageStore:
             cfg.flush_interval_consume_queue, cfg.flush_consume_queue_least_pages,
             cfg.flush_consume_queue_thorough_interval)
         self.cq_flush_service.start()
+
+    def _blank_rest(self, mf, pos: int) -> int:
+        """Close ``mf`` at ``pos`` with an end-of-file blank record (FORMAT.md 1.6)."""
+        left = mf.file_size - pos
+        mf.write_at(pos, struct.pack(">iI", left, BLANK_MAGIC_CODE & 0xFFFFFFFF))
+        mf.set_positions(mf.file_size)
+        mf.flushed_pos = min(mf.flushed_pos, pos)
+        log.warning("commit log %s: unreadable from position %d, the next file is intact: "
+                    "%d bytes blanked, the files after it kept", mf.path, pos, left)
+        return left
 
     def _zero_tail(self, end: int) -> int:
         """Zero what a crash left after the recovered end (a torn record, stale bytes), page
