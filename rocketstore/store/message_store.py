@@ -345,7 +345,10 @@ class MessageStore:
             if logics:
                 self.checkpoint.logics_msg_timestamp = logics
             self.checkpoint.flush()
-            caught_up = (self.dispatch_service.error is None
+            # a failed sync leaves what it covered of unknown durability: keep `abort`, so
+            # the next open scans and re-dispatches as after a crash (docs/recovery.md)
+            caught_up = (self.commit_log.flush_error is None
+                         and self.dispatch_service.error is None
                          and self.dispatch_service.dispatch_behind_bytes() == 0
                          and (self.transient_pool is None
                               or self.transient_pool.uncommitted_bytes() == 0))
@@ -812,9 +815,14 @@ class MessageStore:
                 r = _reader.get_message(cq, self.commit_log_queue, offset, max_msgs, cap,
                                         tag_filter, self._limits,
                                         self.commit_log_queue.get_max_offset(), raw)
-            if not deadline or r.status not in (GetMessageStatus.OFFSET_OVERFLOW_ONE,
-                                                GetMessageStatus.NO_MESSAGE_IN_QUEUE):
+            # a tag-filtered poll waits for a match (docs/recovery.md): what did not match is
+            # stepped over, and the wait goes on from after it
+            skipped = tag_filter is not None and r.status is GetMessageStatus.NO_MATCHED_MESSAGE
+            if not deadline or not skipped and r.status not in (
+                    GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
                 return r
+            if skipped:
+                offset = max(offset, r.next_begin_offset)
             left = deadline - time.monotonic()
             if left <= 0:
                 return r
@@ -830,7 +838,8 @@ class MessageStore:
             self.notifier.wait(arrived, left)
             if self._closed:
                 return r
-            deadline = 0.0          # one more look, whatever woke us: the answer is current
+            if tag_filter is None:
+                deadline = 0.0      # one more look, whatever woke us: the answer is current
 
     def get_message_bodies(self, topic: str, queue_id: int, offset: int,
                            max_msgs: int = 1024, max_bytes: int = 0) -> "_reader.BodyBatch":
