@@ -24,6 +24,7 @@ import traceback
 
 import pytest
 
+from conftest import flip_bits
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.errors import RocketStoreError
 
@@ -97,12 +98,7 @@ def _damage(root: str, rng: random.Random) -> str:
             # most damage lands where data is: the first quarter of a sparse file
             hot = max(1, size // 4) if rng.random() < 0.7 else size
             if action == "flip":
-                for _ in range(rng.randint(1, 4)):
-                    pos = rng.randrange(hot)
-                    f.seek(pos)
-                    b = f.read(1)
-                    f.seek(pos)
-                    f.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
+                flip_bits(f, rng, rng.randint(1, 4), hot)
             elif action == "bytes":
                 pos = rng.randrange(hot)
                 f.seek(pos)
