@@ -356,6 +356,26 @@ def bench_recover(workdir: str, gib: float) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def bench_prop_crc(workdir: str, msgs: list[Message], num: int, rounds: int = 10) -> None:
+    """The record CRC property's cost: put and put_messages into a store with it and one
+    without, interleaved in short rounds so the machine's other load hits both alike."""
+    stores = {crc: open_store(workdir, False, crc) for crc in (True, False)}
+    spent = {(crc, k): 0.0 for crc in (True, False) for k in ("put", "put_batch")}
+    per = max(BATCH, num // rounds)
+    try:
+        for _ in range(rounds):
+            for crc, store in stores.items():
+                spent[(crc, "put")] += timed(lambda: bench_put(store, msgs, per))[2]
+                spent[(crc, "put_batch")] += timed(lambda: bench_put_batch(store, msgs, per))[2]
+    finally:
+        for store in stores.values():
+            close_store(store)
+    for k in ("put", "put_batch"):
+        on, off = rounds * per / spent[(True, k)], rounds * per / spent[(False, k)]
+        print(f"{k:14s} record CRC on {on / 1e6:6.2f} M msgs/s, off {off / 1e6:6.2f} M msgs/s: "
+              f"{on / off:5.2f}x ({(off / on - 1) * 100:.0f} % more time per message)")
+
+
 def bench_crc32(bodies: list[bytes], num: int) -> tuple[int, int]:
     mask = POOL - 1
     for i in range(num):
@@ -370,6 +390,7 @@ WORKLOADS = {
     "put_batch_1k": f"put_messages in batches of {BATCH}, 1 KiB bodies, warmed files",
     "put_fresh": "a new Message built per put (tags set), 100 B bodies",
     "put_nocrc": "put without the record CRC property (enabled_append_prop_crc=False): its cost",
+    "prop_crc": "record CRC on vs off, put and put_messages interleaved in rounds, 100 B",
     "put_batch_nocrc": f"put_messages in batches of {BATCH} without the record CRC property",
     "get_seq": "look_message_by_offset over every stored message, in order, 100 B",
     "crc32": "body CRC (zlib CRC-32) of 1 KiB bodies",
@@ -431,6 +452,12 @@ def main(argv: list[str] | None = None) -> int:
             bench_dispatch_index(workdir, min(args.num, 2_000_000))
         print()
         names = [n for n in names if n not in ("query_key", "dispatch_index")]
+    if "prop_crc" in names:
+        print("-- record CRC property (enabled_append_prop_crc), 100 B bodies")
+        bench_prop_crc(workdir, [Message(TOPIC, os.urandom(100)) for _ in range(POOL)],
+                       min(args.num, 1_000_000))
+        print()
+        names = [n for n in names if n != "prop_crc"]
     warm = not args.no_warm
     print(f"rocketstore bench: {os.cpu_count()} cpus, work dir {workdir}, warm={warm}")
     for n in names:
