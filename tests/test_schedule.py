@@ -1,0 +1,174 @@
+"""ScheduleMessageService: delayed delivery on short test levels, restored records' bytes,
+delayOffset.json, and a restart with delays pending (MESSAGING.md §9)."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import zlib
+from pathlib import Path
+
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.broker.schedule import ScheduleMessageService
+from rocketstore.common.constants import SCHEDULE_TOPIC
+
+LEVELS = "1s 2s 3s 30s"
+TOPIC = "DelayTopic"
+
+
+def _config(**kw) -> StoreConfig:
+    return StoreConfig(message_delay_level=LEVELS, **kw)
+
+
+def schedule_put(store: MessageStore, body: bytes, level: int, *, topic: str = TOPIC,
+                 queue_id: int = 0, props: dict | None = None, **fields):
+    """Store a delayed message as 4.9.8's put-side rewrite does (FORMAT.md 11): DELAY stays,
+    REAL_TOPIC/REAL_QID added, SCHEDULE_TOPIC_XXXX queue level-1."""
+    properties = {"WAIT": "true", **(props or {}), "DELAY": str(level),
+                  "REAL_TOPIC": topic, "REAL_QID": str(queue_id)}
+    r = store.put_message(Message(SCHEDULE_TOPIC, body, properties=properties, **fields),
+                          level - 1)
+    assert r.ok, r.status
+    return r
+
+
+def wait_for(store: MessageStore, topic: str, count: int, queue_id: int = 0,
+             timeout_s: float = 30.0) -> list:
+    """Long-poll the queue until ``count`` messages are there (event-driven, generous limit)."""
+    out: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < count:
+        left = deadline - time.monotonic()
+        assert left > 0, f"only {len(out)} of {count} messages reached {topic} in {timeout_s} s"
+        r = store.get_message("test", topic, queue_id, len(out), 32,
+                              timeout_ms=int(min(left, 1.0) * 1000))
+        out += r.messages
+    return out
+
+
+def test_delivery_waits_for_the_level_and_keeps_order(store_dir):
+    with MessageStore.open(store_dir, _config()) as store, \
+            ScheduleMessageService(store) as svc:
+        sent = {1: [], 2: []}
+        for i in range(10):
+            level = 1 + i % 2
+            sent[level].append(schedule_put(store, f"L{level}-{i}".encode(), level,
+                                            queue_id=level))
+        got1 = wait_for(store, TOPIC, 5, queue_id=1)
+        got2 = wait_for(store, TOPIC, 5, queue_id=2)
+        for level, got in ((1, got1), (2, got2)):
+            assert [bytes(m.body) for m in got] == \
+                [f"L{level}-{i}".encode() for i in range(level - 1, 10, 2)]
+            for m, r in zip(got, sent[level]):
+                # no earlier than the level's delay after the scheduled record was stored
+                assert m.store_timestamp >= r.store_timestamp + level * 1000
+        assert svc.delivered == 10
+        # nothing else went anywhere
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 0
+    assert svc.offsets() == {1: 5, 2: 5}
+
+
+def test_restored_record_keeps_the_stored_properties_and_fields(store_dir):
+    body = zlib.compress(b"x" * 5000, 5)
+    with MessageStore.open(store_dir, _config()) as store, ScheduleMessageService(store):
+        r = schedule_put(store, body, 1, queue_id=3, tags="TagA", keys=["k1", "k2"],
+                         props={"UNIQ_KEY": "0A0000017F0018B4AAC2000000000001", "user": "v"},
+                         flag=7, sys_flag=0x1, reconsume_times=2,
+                         born_timestamp=1_700_000_000_000, born_host="10.0.0.7:4321")
+        scheduled = store.look_message_by_offset(r.commitlog_offset, raw=True)
+        [m] = wait_for(store, TOPIC, 1, queue_id=3)
+        m = store.look_message_by_offset(m.commitlog_offset, raw=True)
+        assert (m.topic, m.queue_id) == (TOPIC, 3)
+        # messageTimeup serializes before removing DELAY / setting WAIT=false: the stored
+        # string is the scheduled record's, DELAY, REAL_TOPIC, REAL_QID and WAIT=true included
+        assert m.properties == scheduled.properties
+        assert list(m.properties) == list(scheduled.properties)
+        assert m.properties["DELAY"] == "1" and m.properties["WAIT"] == "true"
+        assert m.properties["REAL_TOPIC"] == TOPIC and m.properties["REAL_QID"] == "3"
+        assert m.uniq_key == "0A0000017F0018B4AAC2000000000001"
+        assert bytes(m.stored_body) == body and m.sys_flag == 0x1 and m.flag == 7
+        assert m.reconsume_times == 2
+        assert (m.born_timestamp, m.born_host) == (1_700_000_000_000, "10.0.0.7:4321")
+        assert m.prepared_transaction_offset == 0
+        assert m.msg_id != scheduled.msg_id
+        # read as a consumer reads it: decompressed
+        assert bytes(store.look_message_by_offset(m.commitlog_offset).body) == b"x" * 5000
+
+
+def test_half_topic_and_broken_destinations_are_not_delivered(store_dir):
+    with MessageStore.open(store_dir, _config()) as store, ScheduleMessageService(store) as svc:
+        schedule_put(store, b"half", 1, topic="RMQ_SYS_TRANS_HALF_TOPIC")
+        store.put_message(Message(SCHEDULE_TOPIC, b"nowhere", properties={"DELAY": "1"}), 0)
+        schedule_put(store, b"ok", 1)
+        [m] = wait_for(store, TOPIC, 1)
+        assert bytes(m.body) == b"ok"
+        assert store.get_max_offset_in_queue("RMQ_SYS_TRANS_HALF_TOPIC", 0) == 0
+        assert svc.delivered == 1
+    assert svc.offsets() == {1: 3}
+
+
+def test_delay_offset_json_layout_and_restart_with_pending_delays(store_dir):
+    cfg = _config()
+    with MessageStore.open(store_dir, cfg) as store:
+        with ScheduleMessageService(store):
+            for i in range(3):
+                schedule_put(store, b"fast%d" % i, 1)
+            wait_for(store, TOPIC, 3)
+            for i in range(4):                       # 30 s: still pending at close
+                schedule_put(store, b"slow%d" % i, 4, queue_id=1)
+        path = os.path.join(store_dir, "config", "delayOffset.json")
+        # fastjson layout, unquoted integer level keys; level 4 never delivered: absent
+        assert Path(path).read_text() == '{\n\t"offsetTable":{1:3\n\t}\n}'
+    # reopened: level 1 resumes after its 3 delivered units; level 4's units are 30 s away
+    with MessageStore.open(store_dir, cfg) as store, ScheduleMessageService(store) as svc:
+        assert svc.offsets() == {1: 3}
+        time.sleep(0.5)
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 3      # no redelivery of level 1
+        assert store.get_max_offset_in_queue(TOPIC, 1) == 0      # not due yet
+        assert svc.delivered == 0
+
+
+def test_pending_delays_are_delivered_after_a_restart(store_dir):
+    cfg = _config()
+    with MessageStore.open(store_dir, cfg) as store:
+        with ScheduleMessageService(store):
+            sent = [schedule_put(store, b"p%d" % i, 3) for i in range(4)]   # 3 s
+        # closed at once: nothing was due yet
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 0
+    with MessageStore.open(store_dir, cfg) as store, ScheduleMessageService(store) as svc:
+        got = wait_for(store, TOPIC, 4)
+        assert [bytes(m.body) for m in got] == [b"p0", b"p1", b"p2", b"p3"]
+        for m, r in zip(got, sent):
+            assert m.store_timestamp >= r.store_timestamp + 3000
+        time.sleep(0.3)
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 4
+    assert svc.offsets() == {3: 4}
+    path = os.path.join(store_dir, "config", "delayOffset.json")
+    assert Path(path).read_text() == '{\n\t"offsetTable":{3:4\n\t}\n}'
+
+
+def test_out_of_range_offsets_are_clamped_on_load(store_dir):
+    cfg = _config()
+    with MessageStore.open(store_dir, cfg) as store:
+        schedule_put(store, b"a", 1)
+        schedule_put(store, b"b", 1)
+    os.makedirs(os.path.join(store_dir, "config"), exist_ok=True)
+    with open(os.path.join(store_dir, "config", "delayOffset.json"), "w") as f:
+        f.write('{"offsetTable":{1:999,2:-5,9:1}}')
+    with MessageStore.open(store_dir, cfg) as store:
+        svc = ScheduleMessageService(store)
+        svc.load()
+        # 999 > max 2: clamped (issue #1869 stalled such a level forever); -5 -> 0; level 9
+        # is not one of the 4 levels
+        assert svc.offsets() == {1: 2, 2: 0}
+
+
+def test_close_stops_the_thread_while_a_delay_is_pending(store_dir):
+    with MessageStore.open(store_dir, _config()) as store:
+        svc = ScheduleMessageService(store)
+        svc.start()
+        schedule_put(store, b"later", 4)
+        t0 = time.monotonic()
+        svc.close()
+        assert time.monotonic() - t0 < 5       # woken, not waiting out the 30 s delay
+        assert not any(t.name == "ScheduleMessageService" for t in threading.enumerate())
