@@ -21,6 +21,13 @@ class Message:
                  properties: dict[str, str] | None = ..., flag: int = ..., *, sys_flag: int = ...,
                  reconsume_times: int = ..., prepared_transaction_offset: int = ...,
                  born_timestamp: int | None = ..., born_host: str | None = ...) -> None: ...
+    @staticmethod
+    def from_properties_string(topic: str, body: bytes | bytearray | memoryview,
+                               properties_string: str | bytes, *, wait: bool = ..., flag: int = ...,
+                               sys_flag: int = ..., reconsume_times: int = ...,
+                               prepared_transaction_offset: int = ...,
+                               born_timestamp: int | None = ...,
+                               born_host: str | None = ...) -> Message: ...
     @property
     def body(self) -> bytes: ...
     @property
@@ -36,6 +43,8 @@ class Message:
 class MessageExt:
     @property
     def topic(self) -> str: ...
+    @topic.setter
+    def topic(self, value: str) -> None: ...
     @property
     def body(self) -> memoryview | bytes: ...
     @property

@@ -46,6 +46,7 @@ cdef bytes UNIQ_KEY_HEAD = b"UNIQ_KEY\x01"
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_DELAY = "DELAY"
 
 
 # -- clock ------------------------------------------------------------------------------------
@@ -577,6 +578,41 @@ cdef class Message:
             self._born_host_b = LOCAL_BORN_HOST
         self.born_host = born_host
 
+    @staticmethod
+    def from_properties_string(topic, body, properties_string, *, bint wait=True, flag=0,
+                               sys_flag=0, reconsume_times=0, prepared_transaction_offset=0,
+                               born_timestamp=None, born_host=None):
+        """A message whose stored properties are exactly ``properties_string`` (str or bytes).
+
+        What a broker stores: RocketMQ writes ``MessageExtBrokerInner.propertiesString``, which
+        may differ from the property map (MESSAGING.md 0.4) and has no trailing ``\\x02``. The
+        string is stored verbatim: no UNIQ_KEY is added. ``wait=False`` is the map's
+        ``WAIT=false`` (a sync-flush put does not wait), which the string may not show.
+        """
+        cdef bytes pb
+        if isinstance(properties_string, str):
+            pb = PyUnicode_AsUTF8String(properties_string)
+        elif isinstance(properties_string, (bytes, bytearray, memoryview)):
+            pb = bytes(properties_string)
+        else:
+            raise InvalidMessageTypeError("properties_string", "str or bytes",
+                                          type(properties_string).__name__)
+        if PyBytes_GET_SIZE(pb) > RS_MAX_PROPERTIES_LEN:
+            raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(pb)} bytes encoded",
+                                      f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
+                                      limit=RS_MAX_PROPERTIES_LEN, status="PROPERTIES_SIZE_EXCEEDED")
+        cdef Message m = Message(topic, body, flag=flag, sys_flag=sys_flag,
+                                 reconsume_times=reconsume_times,
+                                 prepared_transaction_offset=prepared_transaction_offset,
+                                 born_timestamp=born_timestamp, born_host=born_host)
+        cdef dict user = parse_properties(pb)
+        m._user = user if user else None
+        m._props_b = pb
+        m._has_uniq = True          # verbatim: the broker decides whether a UNIQ_KEY is there
+        m._delayed = PROPERTY_DELAY in user
+        m._no_wait = not wait
+        return m
+
     @property
     def body(self):
         """The body bytes."""
@@ -755,6 +791,12 @@ cdef class MessageExt:
             self._topic = PyUnicode_DecodeUTF8(self._rec + self._topic_off, self._topic_len,
                                                "replace")
         return self._topic
+
+    @topic.setter
+    def topic(self, str value):
+        # the client shows a retried message under its RETRY_TOPIC (resetRetryAndNamespace);
+        # the record's bytes are untouched
+        self._topic = value
 
     @property
     def stored_body(self):
