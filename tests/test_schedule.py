@@ -9,6 +9,7 @@ import zlib
 from pathlib import Path
 
 from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.broker.records import stored_properties
 from rocketstore.broker.schedule import ScheduleMessageService
 from rocketstore.common.constants import SCHEDULE_TOPIC
 
@@ -81,8 +82,7 @@ def test_restored_record_keeps_the_stored_properties_and_fields(store_dir):
         assert (m.topic, m.queue_id) == (TOPIC, 3)
         # messageTimeup serializes before removing DELAY / setting WAIT=false: the stored
         # string is the scheduled record's, DELAY, REAL_TOPIC, REAL_QID and WAIT=true included
-        assert m.properties == scheduled.properties
-        assert list(m.properties) == list(scheduled.properties)
+        assert stored_properties(m) == stored_properties(scheduled)
         assert m.properties["DELAY"] == "1" and m.properties["WAIT"] == "true"
         assert m.properties["REAL_TOPIC"] == TOPIC and m.properties["REAL_QID"] == "3"
         assert m.uniq_key == "0A0000017F0018B4AAC2000000000001"

@@ -71,9 +71,10 @@ class ScheduleMessageService:
 
     Parameters
     ----------
-    store
-        The broker's open, writable ``MessageStore``; its ``message_delay_level`` gives the
-        levels (the same table its dispatcher uses for the delivery times).
+    owner
+        The ``Broker`` (its ``store``), or an open, writable ``MessageStore``; the store's
+        ``message_delay_level`` gives the levels (the table its dispatcher uses for the
+        delivery times).
     put
         Stores a rebuilt record on ``(message, queue_id)`` with no broker rewrite; default
         ``store.put_message``.
@@ -84,8 +85,9 @@ class ScheduleMessageService:
     Use ``start()`` and ``close()``, or ``with``. ``close()`` must come before the store's.
     """
 
-    def __init__(self, store: MessageStore, put: PutFn | None = None, *,
+    def __init__(self, owner: Any, put: PutFn | None = None, *,
                  flush_interval_ms: int | None = None) -> None:
+        store: MessageStore = getattr(owner, "store", owner)
         self.store = store
         self._put: PutFn = put if put is not None else store.put_message
         self.delays_ms = store.config.delay_levels_ms()[1:]   # index 0 = level 1
@@ -168,6 +170,8 @@ class ScheduleMessageService:
             dirty = self._changes != self._persisted
         if dirty:
             self.persist()
+
+    shutdown = close        # the Broker's name for stopping a service
 
     def __enter__(self) -> ScheduleMessageService:
         self.start()
