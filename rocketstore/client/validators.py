@@ -1,0 +1,61 @@
+"""Client-side checks before anything is sent (RocketMQ's ``Validators``, MESSAGING.md §1.6)."""
+from __future__ import annotations
+
+import re
+
+from rocketstore.common import constants as C
+from rocketstore.errors import MQClientError
+
+_VALID_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+
+def check_group(group: object) -> str:
+    """A producer/consumer group name: not blank, at most 255 chars of ``[%|a-zA-Z0-9_-]``."""
+    if not isinstance(group, str) or not group.strip():
+        raise MQClientError(f"the specified group is blank: {group!r}")
+    if len(group) > C.GROUP_MAX_LENGTH:
+        raise MQClientError(f"the specified group {group[:40]!r}... is longer than group max "
+                            f"length {C.GROUP_MAX_LENGTH}")
+    if not _VALID_NAME.match(group):
+        raise MQClientError(f"the specified group {group!r} contains illegal characters, "
+                            "allowing only ^[%|a-zA-Z0-9_-]+$")
+    return group
+
+
+def check_topic(topic: object) -> str:
+    """A topic name: not blank, at most 127 chars of ``[%|a-zA-Z0-9_-]``."""
+    if not isinstance(topic, str) or not topic.strip():
+        raise MQClientError(f"the specified topic is blank: {topic!r}")
+    if len(topic) > C.TOPIC_MAX_LENGTH:
+        raise MQClientError(f"the specified topic {topic[:40]!r}... is longer than topic max "
+                            f"length {C.TOPIC_MAX_LENGTH}")
+    if not _VALID_NAME.match(topic):
+        raise MQClientError(f"the specified topic {topic!r} contains illegal characters, "
+                            "allowing only ^[%|a-zA-Z0-9_-]+$")
+    return topic
+
+
+def check_send_topic(topic: object) -> str:
+    """A topic a producer may send to (not one of the broker's own system topics)."""
+    check_topic(topic)
+    if topic in C.NOT_ALLOWED_SEND_TOPICS:
+        raise MQClientError(f"sending message to topic {topic!r} is forbidden "
+                            "(a broker system topic)")
+    return topic  # type: ignore[return-value]
+
+
+def check_message(msg: object, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+    """A message a producer may send: a valid topic and a body of 1 .. max_message_size bytes."""
+    from rocketstore.common import Message
+    if not isinstance(msg, Message):
+        raise MQClientError(f"the message is null or not a rocketstore Message: "
+                            f"{type(msg).__name__}")
+    check_send_topic(msg.topic)
+    n = len(msg.body)
+    if n == 0:
+        raise MQClientError(f"the message body length is zero (topic {msg.topic!r})")
+    if n > max_message_size:
+        raise MQClientError(f"the message body size {n} is over the max message size "
+                            f"{max_message_size} (topic {msg.topic!r})")
