@@ -84,6 +84,11 @@ class ConsumerBase:
             subs.setdefault(rt, self._retry_sub)
         return subs
 
+    def assignment(self, topic: str | None = None) -> set[MessageQueue]:
+        """The queues this consumer owns now (of ``topic``, or of every subscribed topic)."""
+        return {mq for mq in list(self.rebalance.process_queue_table)
+                if topic is None or mq.topic == topic}
+
     def consumer_data(self) -> ConsumerData:
         return ConsumerData(self.group, self.consume_type, self.message_model,
                             self.consume_from_where,

@@ -156,9 +156,9 @@ class PullConsumer(ConsumerBase):
         self._assigned.pop(mq, None)
         return super().remove_unnecessary_message_queue(mq, pq)
 
-    def assignment(self) -> set[MessageQueue]:
+    def assignment(self, topic: str | None = None) -> set[MessageQueue]:
         """The queues this consumer currently pulls."""
-        return set(self._assigned)
+        return {mq for mq in list(self._assigned) if topic is None or mq.topic == topic}
 
     # -- pulling (pull service thread) --------------------------------------------------------
     def _later(self, a: _Assigned, delay_ms: float) -> None:
