@@ -243,6 +243,8 @@ class DeadLetterQueue:
             resp = self.broker.send_message(SendMessageRequest(
                 producer_group="TOOLS_CONSUMER", topic=dl.topic, queue_id=-1,
                 messages=[msg]))
+            if hasattr(resp, "add_done_callback"):      # the broker answers with a future
+                resp = resp.result()
             if resp.code != ResponseCode.SUCCESS:
                 raise DLQResendError(f"resend of {dl.msg_id} to {dl.topic}: "
                                      f"{resp.code.name} {resp.remark or ''}".strip())

@@ -183,6 +183,7 @@ class MessageStore:
                                   _PHYS_MEMORY * config.access_message_in_memory_max_ratio // 100)
         self._tag_filters: dict[Any, TagFilter] = {}
         self._read_forbidden: set[str] = set()
+        self._topic_rules_on = True
         self.checkpoint = StoreCheckpoint(paths.checkpoint_path(root), read_only=read_only)
         self.index_service = IndexService(paths.index_dir(root), config.max_hash_slot_num,
                                           config.max_index_num, self.checkpoint,
@@ -532,7 +533,23 @@ class MessageStore:
 
     # -- topics ----------------------------------------------------------------------------------
 
+    def enforce_topic_rules(self, enforce: bool) -> None:
+        """Whether topics.json's perm bits and write queue counts govern puts and gets here
+        (the default). A broker turns this off: it applies RocketMQ's own rules, under which
+        a plain send checks neither the topic's write perm nor its write queue count."""
+        self._check_open()
+        self._topic_rules_on = enforce
+        for name, tc in self.topic_config_manager.all().items():
+            if enforce:
+                self._apply_topic_rule(tc)
+            else:
+                self.commit_log.set_topic_rule(name, None)
+        if not enforce:
+            self._read_forbidden.clear()
+
     def _apply_topic_rule(self, tc: TopicConfig) -> None:
+        if not self._topic_rules_on:
+            return
         self.commit_log.set_topic_rule(tc.topic_name, (tc.is_writeable(), tc.write_queue_nums))
         if tc.is_readable():
             self._read_forbidden.discard(tc.topic_name)
