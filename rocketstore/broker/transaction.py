@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rocketstore.broker.channels import call_oneway
 from rocketstore.broker.records import copy_record, stored_properties
 from rocketstore.common.constants import (PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
                                           PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_QUEUE_ID,
@@ -414,19 +415,13 @@ class TransactionalMessageCheckService:
             offset_msg_id=copy.msg_id, msg_id=uniq, transaction_id=uniq)
         msg = _as_real_destination(copy)
         self.checks_sent += 1
+        args = ("CHECK_TRANSACTION_STATE", channel.check_transaction_state,
+                self.broker.broker_name, request, msg)
         executor = self._executor
         if executor is None:
-            self._call_channel(channel, request, msg)
+            call_oneway(*args)
         else:
-            self._sent.append(executor.submit(self._call_channel, channel, request, msg))
-
-    def _call_channel(self, channel: Any, request: CheckTransactionStateRequest,
-                      msg: MessageExt) -> None:
-        try:
-            channel.check_transaction_state(self.broker.broker_name, request, msg)
-        except Exception:   # noqa: BLE001 - oneway: a broken client is logged, not fatal
-            log.exception("transaction: check-back to %s failed",
-                          getattr(channel, "client_id", channel))
+            self._sent.append(executor.submit(call_oneway, *args))
 
     # -- lifecycle -----------------------------------------------------------------------------
 
