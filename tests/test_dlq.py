@@ -158,3 +158,35 @@ def test_cli_errors_are_one_line(dlq_store, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "a running broker holds the store" in err
         assert store.get_max_offset_in_queue(TOPIC, 0) == 3
+
+
+# -- on a live Broker: real send-back to the DLQ, in-process resend through the send path ----
+
+def test_live_broker_dead_letters_are_listed_and_resent(store_dir):
+    from rocketstore.broker.broker import Broker
+    from rocketstore.broker.config import BrokerConfig
+    from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, ResponseCode,
+                                             SendMessageRequest)
+    with Broker.open(store_dir, BrokerConfig(), StoreConfig()) as broker:
+        msg = Message(TOPIC, b"poison", tags="TagP", keys=["order-7"],
+                      properties={"tenant": "acme"})
+        sent = broker.send_message(SendMessageRequest("P", TOPIC, 0, [msg])).result(30)
+        assert sent.code == ResponseCode.SUCCESS
+        orig = broker.store.look_message_by_id(sent.msg_id)
+        # the consumer gave up (delay level -1: straight to the DLQ, MESSAGING.md §5.5 step 7)
+        back = broker.consumer_send_msg_back(ConsumerSendMsgBackRequest(
+            GROUP, orig.commitlog_offset, -1, origin_msg_id=orig.uniq_key, origin_topic=TOPIC,
+            max_reconsume_times=16)).result(30)
+        assert back.code == ResponseCode.SUCCESS, back
+        store = broker.store
+        assert store.notifier.wait(lambda: store.get_max_offset_in_queue(DLQ, 0) == 1, 30)
+        dlq = DeadLetterQueue(broker, GROUP)
+        [dl] = dlq.list()
+        assert (dl.msg_id, dl.topic, dl.origin_message_id) == (orig.uniq_key, TOPIC, orig.msg_id)
+        assert (dl.tags, dl.keys, dl.properties) == ("TagP", ["order-7"], {"tenant": "acme"})
+        [r] = dlq.resend()
+        assert r.outcome == "resent" and dlq.resend()[0].outcome == "already"
+        copy = store.look_message_by_id(r.resent_as)
+        assert (copy.topic, bytes(copy.body), copy.tags) == (TOPIC, b"poison", "TagP")
+        assert copy.properties["tenant"] == "acme" and copy.uniq_key == dl.offset_msg_id
+        assert "RETRY_TOPIC" not in copy.properties and copy.reconsume_times == 0

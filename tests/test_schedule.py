@@ -172,3 +172,45 @@ def test_close_stops_the_thread_while_a_delay_is_pending(store_dir):
         svc.close()
         assert time.monotonic() - t0 < 5       # woken, not waiting out the 30 s delay
         assert not any(t.name == "ScheduleMessageService" for t in threading.enumerate())
+
+
+# -- through a real Broker: the send path's DELAY rewrite, then this service ------------------
+
+def _broker(store_dir):
+    from rocketstore.broker.broker import Broker
+    from rocketstore.broker.config import BrokerConfig
+    return Broker.open(store_dir, BrokerConfig(), _config())
+
+
+def _send(broker, body: bytes, level: int, queue_id: int = 0):
+    from rocketstore.common.protocol import ResponseCode, SendMessageRequest
+    msg = Message(TOPIC, body, tags="TagD", properties={"DELAY": str(level), "WAIT": "true"})
+    resp = broker.send_message(SendMessageRequest("P", TOPIC, queue_id, [msg])).result(30)
+    assert resp.code == ResponseCode.SUCCESS, resp
+    return broker.store.look_message_by_id(resp.msg_id, raw=True)
+
+
+def test_broker_send_with_delay_level_is_delivered_after_its_delay(store_dir):
+    with _broker(store_dir) as broker:
+        assert broker.schedule_service is not None
+        scheduled = [_send(broker, b"d%d" % i, 2) for i in range(3)]
+        assert {(m.topic, m.queue_id) for m in scheduled} == {(SCHEDULE_TOPIC, 1)}
+        got = wait_for(broker.store, TOPIC, 3)
+        assert [bytes(m.body) for m in got] == [b"d0", b"d1", b"d2"]
+        for m, s in zip(got, scheduled):
+            assert m.store_timestamp >= s.store_timestamp + 2000
+            # the scheduled record's string: DELAY=2, REAL_TOPIC/REAL_QID, the client's WAIT
+            assert stored_properties(m) == stored_properties(s)
+            assert m.properties["DELAY"] == "2" and m.uniq_key == s.uniq_key
+    assert Path(store_dir, "config", "delayOffset.json").read_text() == \
+        '{\n\t"offsetTable":{2:3\n\t}\n}'
+
+
+def test_broker_restart_keeps_pending_delays(store_dir):
+    with _broker(store_dir) as broker:
+        sent = [_send(broker, b"r%d" % i, 3) for i in range(2)]
+    with _broker(store_dir) as broker:
+        got = wait_for(broker.store, TOPIC, 2)
+        assert [bytes(m.body) for m in got] == [b"r0", b"r1"]
+        assert all(m.store_timestamp >= s.store_timestamp + 3000 for m, s in zip(got, sent))
+        assert broker.schedule_service.offsets() == {3: 2}
