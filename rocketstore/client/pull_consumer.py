@@ -33,6 +33,8 @@ class _Assigned:
     """One queue's pull state: its cache, next pull offset and seek generation."""
 
     __slots__ = ("mq", "pq", "pull_offset", "generation", "paused", "in_flight")
+    # in_flight: the generation whose pull is out (a held pull survives a seek; the seek's
+    # generation pulls at once and the old answer is dropped)
 
     def __init__(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         self.mq = mq
@@ -40,7 +42,7 @@ class _Assigned:
         self.pull_offset = offset
         self.generation = 0
         self.paused = False
-        self.in_flight = False
+        self.in_flight = -1
 
 
 class PullConsumer(ConsumerBase):
@@ -167,7 +169,7 @@ class PullConsumer(ConsumerBase):
                 delay_ms, lambda: self.instance.pull_service.execute(self._pull, a))
 
     def _pull(self, a: _Assigned) -> None:
-        if a.pq.dropped or not self._running or a.in_flight:
+        if a.pq.dropped or not self._running or a.in_flight == a.generation:
             return
         if a.paused or a.pq.msg_count > self.pull_threshold_for_queue or \
                 self._cached > self.pull_threshold_for_all:
@@ -188,16 +190,15 @@ class PullConsumer(ConsumerBase):
             log.warning("pull %s: %s", a.mq, e)
             self._later(a, DELAY_WHEN_EXCEPTION_MS)
             return
-        a.in_flight = True
+        a.in_flight = gen
         execute = self.instance.pull_service.execute
         fut.add_done_callback(lambda f: execute(self._on_response, a, gen, f))
 
     def _on_response(self, a: _Assigned, gen: int, fut: Future[PullMessageResponse]) -> None:
-        a.in_flight = False
-        if a.pq.dropped or not self._running:
+        if gen != a.generation:          # sought meanwhile: the new generation pulls itself
             return
-        if gen != a.generation:          # a seek happened meanwhile: pull from the new offset
-            self._pull(a)
+        a.in_flight = -1
+        if a.pq.dropped or not self._running:
             return
         try:
             resp = fut.result()
