@@ -9,7 +9,6 @@ import zlib
 from pathlib import Path
 
 from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore.broker.records import stored_properties
 from rocketstore.broker.schedule import ScheduleMessageService
 from rocketstore.common.constants import SCHEDULE_TOPIC
 
@@ -82,7 +81,7 @@ def test_restored_record_keeps_the_stored_properties_and_fields(store_dir):
         assert (m.topic, m.queue_id) == (TOPIC, 3)
         # messageTimeup serializes before removing DELAY / setting WAIT=false: the stored
         # string is the scheduled record's, DELAY, REAL_TOPIC, REAL_QID and WAIT=true included
-        assert stored_properties(m) == stored_properties(scheduled)
+        assert m.properties_bytes == scheduled.properties_bytes
         assert m.properties["DELAY"] == "1" and m.properties["WAIT"] == "true"
         assert m.properties["REAL_TOPIC"] == TOPIC and m.properties["REAL_QID"] == "3"
         assert m.uniq_key == "0A0000017F0018B4AAC2000000000001"
@@ -200,7 +199,7 @@ def test_broker_send_with_delay_level_is_delivered_after_its_delay(store_dir):
         for m, s in zip(got, scheduled):
             assert m.store_timestamp >= s.store_timestamp + 2000
             # the scheduled record's string: DELAY=2, REAL_TOPIC/REAL_QID, the client's WAIT
-            assert stored_properties(m) == stored_properties(s)
+            assert m.properties_bytes == s.properties_bytes
             assert m.properties["DELAY"] == "2" and m.uniq_key == s.uniq_key
     assert Path(store_dir, "config", "delayOffset.json").read_text() == \
         '{\n\t"offsetTable":{2:3\n\t}\n}'

@@ -12,7 +12,6 @@ import pytest
 from rocketstore import Message, StoreConfig
 from rocketstore.broker.broker import Broker
 from rocketstore.broker.config import BrokerConfig
-from rocketstore.broker.records import stored_properties
 from rocketstore.broker.transaction import OP_PROPERTIES
 from rocketstore.common.constants import (TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC,
                                           TRANS_OP_HALF_TOPIC)
@@ -117,7 +116,7 @@ def test_commit_stores_the_final_record_as_4_9_8_and_an_op_message(store_dir):
         assert r.code == ResponseCode.SUCCESS
         [final] = queue(broker, TOPIC, 1)
         # the half's properties string as stored: REAL_TOPIC, REAL_QID, TRAN_MSG, PGROUP stay
-        assert stored_properties(final) == stored_properties(half)
+        assert final.properties_bytes == half.properties_bytes
         p = final.properties
         assert (p["REAL_TOPIC"], p["REAL_QID"], p["TRAN_MSG"], p["PGROUP"]) == \
             (TOPIC, "1", "true", GROUP)
@@ -127,7 +126,7 @@ def test_commit_stores_the_final_record_as_4_9_8_and_an_op_message(store_dir):
         assert (final.born_timestamp, final.uniq_key) == (half.born_timestamp, half.uniq_key)
         [op] = queue(broker, TRANS_OP_HALF_TOPIC)
         assert bytes(op.body) == str(half.queue_offset).encode()
-        assert stored_properties(op) == OP_PROPERTIES.encode()   # no UNIQ_KEY, WAIT=true
+        assert op.properties_bytes == OP_PROPERTIES.encode()   # no UNIQ_KEY, WAIT=true
         assert op.tags == "d" and op.sys_flag == 0 and op.queue_id == half.queue_id
 
 

@@ -17,7 +17,7 @@ from rocketstore.store.types import Message
 if TYPE_CHECKING:
     from rocketstore.store.types import MessageExt
 
-__all__ = ["copy_record", "stored_properties", "HOST_V6_BITS"]
+__all__ = ["copy_record", "HOST_V6_BITS"]
 
 # born/store host IPv6 bits: the store sets them from the addresses, a Message must not carry them
 HOST_V6_BITS = 0x30
@@ -36,30 +36,10 @@ def copy_record(ext: MessageExt, topic: str, *, properties: str | bytes | None =
     """
     return Message.from_properties_string(
         topic, ext.stored_body,
-        stored_properties(ext) if properties is None else properties, wait=wait,
+        ext.properties_bytes if properties is None else properties, wait=wait,
         flag=ext.flag if flag else 0,
         sys_flag=(ext.sys_flag if sys_flag is None else sys_flag) & ~HOST_V6_BITS,
         reconsume_times=ext.reconsume_times if reconsume_times else 0,
         prepared_transaction_offset=prepared_transaction_offset,
         born_timestamp=ext.born_timestamp, born_host=ext.born_host)
 
-
-_MAGIC_V2 = 0xDAA320AB
-# TOTALSIZE .. SYSFLAG, BORNTIMESTAMP; STORETIMESTAMP; RECONSUMETIMES, PREPARED OFFSET, BODYLENGTH
-_FIXED_HEAD = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 4 + 8 + 4
-
-
-def stored_properties(ext: MessageExt) -> bytes:
-    """The record's properties segment exactly as stored (FORMAT.md 1.1: the record's tail).
-
-    Broker copies (delivery, commit, discard) store the source's string, not a re-encoding of
-    the parsed map: 4.9.x strings have no trailing ``\\x02`` and keep their writer's order.
-    """
-    rec = ext.record()
-    born = 20 if ext.sys_flag & 0x10 else 8
-    store = 20 if ext.sys_flag & 0x20 else 8
-    at = _FIXED_HEAD + born + store + ext.body_size
-    tls = 2 if ext.magic & 0xFFFFFFFF == _MAGIC_V2 else 1
-    at += tls + int.from_bytes(rec[at:at + tls], "big")
-    n = int.from_bytes(rec[at:at + 2], "big")
-    return bytes(rec[at + 2:at + 2 + n])

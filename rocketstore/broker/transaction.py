@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rocketstore.broker.channels import call_oneway
-from rocketstore.broker.records import copy_record, stored_properties
+from rocketstore.broker.records import copy_record
 from rocketstore.common.constants import (PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
                                           PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_QUEUE_ID,
                                           PROPERTY_REAL_TOPIC, PROPERTY_TRANSACTION_CHECK_TIMES,
@@ -105,7 +105,7 @@ class _Pull:
 def _props_map(ext: MessageExt) -> Any:
     """The stored properties as the broker's ordered Java-HashMap stand-in (``PropertiesMap``)."""
     from rocketstore.broker.inner import PropertiesMap
-    return PropertiesMap.from_string(stored_properties(ext).decode("utf-8"))
+    return PropertiesMap.from_string(ext.properties_bytes.decode("utf-8"))
 
 
 class TransactionalMessageCheckService:
@@ -498,7 +498,7 @@ def _as_real_destination(copy: MessageExt) -> MessageExt:
         queue_id = 0
     rec = encode_record(
         topic=props.get(PROPERTY_REAL_TOPIC) or copy.topic, body=copy.stored_body,
-        properties_raw=stored_properties(copy), queue_id=queue_id, flag=copy.flag,
+        properties_raw=copy.properties_bytes, queue_id=queue_id, flag=copy.flag,
         queue_offset=copy.queue_offset, physical_offset=copy.commitlog_offset,
         sys_flag=copy.sys_flag, born_timestamp=copy.born_timestamp, born_host=copy.born_host,
         store_timestamp=copy.store_timestamp, store_host=copy.store_host,

@@ -840,6 +840,12 @@ cdef class MessageExt:
         return self._props
 
     @property
+    def properties_bytes(self):
+        """The properties segment exactly as stored (a broker copies it verbatim: MESSAGING.md
+        0.4; 4.9.x strings have no trailing \\x02 and keep the writer's order)."""
+        return self._rec[self._props_off:self._props_off + self._props_len]
+
+    @property
     def born_host(self):
         return decode_host(self._rec + self._born_host_off, self._born_host_len)
 
