@@ -23,6 +23,7 @@ running broker holds (its lock).
 """
 from __future__ import annotations
 
+import builtins
 import datetime as _dt
 import os
 import threading
@@ -143,7 +144,7 @@ class DeadLetterQueue:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _queue_ids(self) -> list[int]:
+    def _queue_ids(self) -> builtins.list[int]:
         return sorted(self.store.consume_queues.queue_ids(self.topic))
 
     def _records(self):
@@ -163,7 +164,7 @@ class DeadLetterQueue:
         table = self._file.load(_decode_table) or {}
         return dict(table.get(self.group, {}))
 
-    def list(self) -> list[DeadLetter]:
+    def list(self) -> builtins.list[DeadLetter]:
         """Every dead letter of the group still stored, in queue order."""
         resent = self._resent()
         return [self._describe(m, resent) for m in self._records()]
@@ -184,7 +185,7 @@ class DeadLetterQueue:
 
     # -- resending -----------------------------------------------------------------------------
 
-    def resend(self, msg_ids: Iterable[str] | None = None) -> list[ResendResult]:
+    def resend(self, msg_ids: Iterable[str] | None = None) -> builtins.list[ResendResult]:
         """Send dead letters back to their original topics; ``msg_ids`` (UNIQ_KEY or offset
         msg id) selects them, None means all. Dead letters resent before are skipped
         (outcome ``already``). Raises ``DLQResendError`` for an id that is not a dead letter
@@ -216,7 +217,7 @@ class DeadLetterQueue:
                 if earlier is not None:
                     outcome, new_id, queue_id = "recovered", earlier.msg_id, earlier.queue_id
                 else:
-                    new_id, queue_id = self._send(m, dl)
+                    new_id, queue_id = self._send(m, dl, dl.topic)
                     outcome = "resent"
                 resent[m.msg_id] = new_id
                 self._record(resent)
@@ -229,30 +230,30 @@ class DeadLetterQueue:
         found = self.store.query_message_by_uniq_key(dl.topic, dl.offset_msg_id)
         return found[0] if found else None
 
-    def _message(self, m: Any, dl: DeadLetter) -> Message:
+    def _message(self, m: Any, dl: DeadLetter, topic: str) -> Message:
         props = dict(dl.properties)
         # the resent copy's id: unique per dead letter, so an interrupted resend is found again
         props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = dl.offset_msg_id
-        return Message(dl.topic, bytes(m.body), tags=dl.tags, keys=dl.keys or None,
+        return Message(topic, bytes(m.body), tags=dl.tags, keys=dl.keys or None,
                        properties=props, flag=m.flag)
 
-    def _send(self, m: Any, dl: DeadLetter) -> tuple[str, int]:
-        msg = self._message(m, dl)
+    def _send(self, m: Any, dl: DeadLetter, topic: str) -> tuple[str, int]:
+        msg = self._message(m, dl, topic)
         if self.broker is not None:
             from rocketstore.common.protocol import ResponseCode, SendMessageRequest
             resp = self.broker.send_message(SendMessageRequest(
-                producer_group="TOOLS_CONSUMER", topic=dl.topic, queue_id=-1,
+                producer_group="TOOLS_CONSUMER", topic=topic, queue_id=-1,
                 messages=[msg]))
             if hasattr(resp, "add_done_callback"):      # the broker answers with a future
                 resp = resp.result()
             if resp.code != ResponseCode.SUCCESS:
-                raise DLQResendError(f"resend of {dl.msg_id} to {dl.topic}: "
+                raise DLQResendError(f"resend of {dl.msg_id} to {topic}: "
                                      f"{resp.code.name} {resp.remark or ''}".strip())
-            return resp.msg_id, resp.queue_id
-        queue_id = self._pick_queue(dl.topic)
+            return str(resp.msg_id), resp.queue_id
+        queue_id = self._pick_queue(topic)
         r = self.store.put_message(msg, queue_id)
         if not r.ok:
-            raise DLQResendError(f"resend of {dl.msg_id} to {dl.topic}/{queue_id}: {r.status.name}")
+            raise DLQResendError(f"resend of {dl.msg_id} to {topic}/{queue_id}: {r.status.name}")
         return r.msg_id, queue_id
 
     def _pick_queue(self, topic: str) -> int:

@@ -504,4 +504,6 @@ def _as_real_destination(copy: MessageExt) -> MessageExt:
         store_timestamp=copy.store_timestamp, store_host=copy.store_host,
         reconsume_times=copy.reconsume_times,
         prepared_transaction_offset=copy.prepared_transaction_offset, body_crc=copy.body_crc)
-    return decode(rec).copy()
+    out = decode(rec)
+    assert out is not None          # a record just encoded is never a blank
+    return out.copy()
