@@ -34,6 +34,7 @@ from rocketstore.broker.records import copy_record
 from rocketstore.common.constants import (PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
                                           PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_QUEUE_ID,
                                           PROPERTY_REAL_TOPIC, PROPERTY_TRANSACTION_CHECK_TIMES,
+                                          PROPERTY_TRANSACTION_PREPARED,
                                           PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
                                           PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
                                           PROPERTY_WAIT_STORE_MSG_OK, TRANS_CHECK_GROUP,
@@ -177,14 +178,21 @@ class TransactionalMessageCheckService:
         real_topic = props.get(PROPERTY_REAL_TOPIC)
         if not real_topic:
             return RemotingResult(ResponseCode.SYSTEM_ERROR, "half message has no REAL_TOPIC")
-        # endMessageTransaction: the half's string as stored; the map it then edits was
-        # replaced by the half's, so the put waits for the flush as the half's WAIT says
-        final = copy_record(half, real_topic,
-                            wait=props.get(PROPERTY_WAIT_STORE_MSG_OK, "true").lower() == "true",
-                            sys_flag=(half.sys_flag & ~_TX_TYPE_MASK) | int(kind),
-                            prepared_transaction_offset=req.commit_log_offset)
+        # endMessageTransaction: the half's string is stored as is; REAL_TOPIC, REAL_QID and
+        # TRAN_MSG leave only the map (which decides the flush wait and, through the
+        # store's CommitLog rule, a DELAY rewrite of the COMMIT-type record)
+        from rocketstore.broker.inner import MessageInner
+        inner = MessageInner(real_topic, queue_id, bytes(half.stored_body), _props_map(half),
+                             properties_string=half.properties_bytes.decode("utf-8"),
+                             flag=half.flag,
+                             sys_flag=((half.sys_flag & ~_TX_TYPE_MASK) | int(kind)) & ~0x30,
+                             born_timestamp=half.born_timestamp, born_host=half.born_host,
+                             reconsume_times=half.reconsume_times,
+                             prepared_transaction_offset=req.commit_log_offset)
+        for name in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED):
+            inner.properties.remove(name)
         try:
-            result = self.store.put_message(final, queue_id)
+            result = self.broker.put_inner(inner).result()
         except RocketStoreError as e:
             return RemotingResult(ResponseCode.SYSTEM_ERROR, str(e))
         if result.status in _FINAL_OK:
