@@ -21,7 +21,7 @@ from rocketstore.client.instance import ClientInstance, build_client_id, local_a
     transport_for
 from rocketstore.client.selector import MessageQueueSelector, TopicPublishInfo
 from rocketstore.common import (LocalTransactionState, Message, MessageExt, MessageQueue,
-                                ResponseCode, SendStatus, UniqIdGenerator)
+                                ResponseCode, SendStatus, UniqIdGenerator, stamp_for_send)
 from rocketstore.common import constants as C
 from rocketstore.common.protocol import (CheckTransactionStateRequest, EndTransactionRequest,
                                          SendMessageRequest, SendMessageResponse,
@@ -64,13 +64,14 @@ _uniq_lock = threading.Lock()
 _uniq_gen: UniqIdGenerator | None = None
 
 
-def new_uniq_key() -> str:
-    """A UNIQ_KEY in MessageClientIDSetter's layout (one generator per process, as in Java)."""
+def stamp(msgs: list[Message]) -> tuple[list[Message], list[str]]:
+    """The messages with UNIQ_KEY (MessageClientIDSetter, one generator per process as in Java)
+    and WAIT=true added where absent, and their keys."""
     global _uniq_gen
     with _uniq_lock:
         if _uniq_gen is None:
             _uniq_gen = UniqIdGenerator(local_address())
-        return _uniq_gen.next()
+        return stamp_for_send(msgs, _uniq_gen)
 
 
 def commit_log_offset_of(offset_msg_id: str) -> int:
@@ -203,24 +204,11 @@ class Producer:
         ``Message`` constructors and ``MessageClientIDSetter`` do; body compressed when
         eligible) and its UNIQ_KEY."""
         validators.check_message(msg, self.max_message_size)
-        props = msg.properties
-        changed = False
-        uniq = props.get(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if uniq is None:
-            uniq = props[C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_uniq_key()
-            changed = True
-        if C.PROPERTY_WAIT_STORE_MSG_OK not in props:
-            props[C.PROPERTY_WAIT_STORE_MSG_OK] = "true"
-            changed = True
-        body = None
-        sys_flag = None
+        (msg,), (uniq,) = stamp([msg])
         if (compress and len(msg.body) >= self.compress_msg_body_over_howmuch
                 and not msg.sys_flag & 0x1):
-            body = self._compress(bytes(msg.body))
-            sys_flag = msg.sys_flag | self._compress_bits
-            changed = True
-        if changed:
-            msg = _rebuilt(msg, props, body, sys_flag)
+            msg = _rebuilt(msg, msg.properties, self._compress(bytes(msg.body)),
+                           msg.sys_flag | self._compress_bits)
         return msg, uniq
 
     def _request(self, msg: Message, mq: MessageQueue, batch: list[Message] | None = None
@@ -385,28 +373,25 @@ class Producer:
         if not msgs:
             raise MQClientError("send_batch: the batch is empty")
         topic = msgs[0].topic
-        out: list[Message] = []
-        keys: list[str] = []
         wait = None
+        check = validators.check_message
+        max_size = self.max_message_size
         for m in msgs:
-            if not isinstance(m, Message):
-                raise MQClientError(f"send_batch: {type(m).__name__} is not a Message")
+            check(m, max_size)
             if m.topic != topic:
                 raise MQClientError(f"send_batch: the topic of the messages in one batch should "
                                     f"be the same ({topic!r} and {m.topic!r})")
-            if topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
-                raise MQClientError("send_batch: retry group topic is not supported for batching")
-            props = m.properties
-            w = props.get(C.PROPERTY_WAIT_STORE_MSG_OK, "true")
+            if m.delayed and \
+                    int(m.properties.get(C.PROPERTY_DELAY_TIME_LEVEL) or 0) > 0:
+                raise MQClientError("send_batch: TimeDelayLevel is not supported for batching")
+            w = m.wait_store_msg_ok
             if wait is not None and w != wait:
                 raise MQClientError("send_batch: the waitStoreMsgOK of the messages in one batch "
                                     "should be the same")
             wait = w
-            if int(props.get(C.PROPERTY_DELAY_TIME_LEVEL, "0") or 0) > 0:
-                raise MQClientError("send_batch: TimeDelayLevel is not supported for batching")
-            p, uniq = self._prepare(m, compress=False)
-            out.append(p)
-            keys.append(uniq)
+        if topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
+            raise MQClientError("send_batch: retry group topic is not supported for batching")
+        out, keys = stamp(msgs)
         joined = ",".join(keys)
         timeout = self.send_msg_timeout if timeout is None else timeout
         if message_queue is not None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from rocketstore.common import Message
 from rocketstore.common import constants as C
 from rocketstore.errors import MQClientError
 
@@ -46,13 +47,19 @@ def check_send_topic(topic: object) -> str:
     return topic  # type: ignore[return-value]
 
 
+_send_topics_ok: set[str] = set()     # topics already checked (applications use few)
+
+
 def check_message(msg: object, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
     """A message a producer may send: a valid topic and a body of 1 .. max_message_size bytes."""
-    from rocketstore.common import Message
-    if not isinstance(msg, Message):
+    if type(msg) is not Message:
         raise MQClientError(f"the message is null or not a rocketstore Message: "
                             f"{type(msg).__name__}")
-    check_send_topic(msg.topic)
+    topic = msg.topic
+    if topic not in _send_topics_ok:
+        check_send_topic(topic)
+        if len(_send_topics_ok) < 10000:
+            _send_topics_ok.add(topic)
     n = len(msg.body)
     if n == 0:
         raise MQClientError(f"the message body length is zero (topic {msg.topic!r})")

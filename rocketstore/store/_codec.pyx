@@ -669,6 +669,16 @@ cdef class Message:
     def needs_uniq_key(self):
         return not self._has_uniq
 
+    @property
+    def delayed(self):
+        """True when the message carries a ``DELAY`` property (a batch refuses level > 0)."""
+        return self._delayed
+
+    @property
+    def wait_store_msg_ok(self):
+        """False only for ``WAIT=false`` (RocketMQ's ``isWaitStoreMsgOK``)."""
+        return not self._no_wait
+
     def __reduce__(self):
         return (_rebuild_message, (self.topic, self._body, self.properties, self.flag,
                                    self.sys_flag, self.reconsume_times,
@@ -1042,3 +1052,78 @@ def encode_record(*, str topic, body, properties=None, int queue_id=0, int flag=
 BLANK_MAGIC_CODE = RS_BLANK_MAGIC
 MESSAGE_MAGIC_CODE = RS_MAGIC_V1
 MESSAGE_MAGIC_CODE_V2 = RS_MAGIC_V2
+
+
+# -- a producer's send-time stamping -------------------------------------------------------------
+
+cdef bytes _WAIT_TRUE_PROP = b"WAIT\x01true\x02"
+
+
+def stamp_for_send(list msgs, UniqIdGenerator gen not None):
+    """The messages as a RocketMQ producer sends them, and their UNIQ_KEYs.
+
+    A message without ``UNIQ_KEY`` gets a new one from ``gen`` (MessageClientIDSetter), one
+    without ``WAIT`` gets ``WAIT=true`` (what Java's ``Message`` constructors set); a message
+    that has both is returned as is. The copies append the two properties to the encoded
+    properties, so the cost is one small bytes concatenation per message (the client's batch
+    path). ``gen`` is not thread-safe: callers serialise calls on it.
+    """
+    cdef list out = [], keys = []
+    cdef Message m, c
+    cdef char buf[32]
+    cdef int64_t now = now_ms()
+    cdef bint need_uniq, need_wait
+    cdef dict user
+    cdef bytes extra
+    cdef str key
+    for obj in msgs:
+        if type(obj) is not Message:
+            raise InvalidMessageTypeError("message", "Message", type(obj).__name__)
+        m = <Message>obj
+        need_uniq = not (m._user and PROPERTY_UNIQ_KEY in m._user)
+        need_wait = not (m._user and "WAIT" in m._user)
+        if not need_uniq and not need_wait:
+            out.append(m)
+            keys.append(m._user[PROPERTY_UNIQ_KEY])
+            continue
+        user = dict(m._user) if m._user else {}
+        extra = b""
+        if need_uniq:
+            gen.next_into(buf, now)
+            key = buf[:32].decode("ascii")
+            user[PROPERTY_UNIQ_KEY] = key
+            extra = UNIQ_KEY_HEAD + buf[:32] + b"\x02"
+        else:
+            key = user[PROPERTY_UNIQ_KEY]
+        if need_wait:
+            user["WAIT"] = "true"
+            extra += _WAIT_TRUE_PROP
+        c = Message.__new__(Message)
+        c.topic = m.topic
+        c._body = m._body
+        c._user = user
+        c._tags = m._tags
+        c._keys = m._keys
+        c.flag = m.flag
+        c.sys_flag = m.sys_flag
+        c.reconsume_times = m.reconsume_times
+        c.prepared_transaction_offset = m.prepared_transaction_offset
+        c.born_timestamp = m.born_timestamp
+        c.born_host = m.born_host
+        c._topic_b = m._topic_b
+        c._props_b = m._props_b + extra
+        if PyBytes_GET_SIZE(c._props_b) > RS_MAX_PROPERTIES_LEN:
+            raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(c._props_b)} bytes encoded",
+                                      f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
+                                      limit=RS_MAX_PROPERTIES_LEN,
+                                      status="PROPERTIES_SIZE_EXCEEDED")
+        c._born_host_b = m._born_host_b
+        c._has_uniq = True
+        c._delayed = m._delayed
+        c._no_wait = m._no_wait
+        c._crc_cached = m._crc_cached
+        c._crc = m._crc
+        c._body_len = m._body_len
+        out.append(c)
+        keys.append(key)
+    return out, keys
