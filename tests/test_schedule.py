@@ -12,6 +12,8 @@ from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.broker.schedule import ScheduleMessageService
 from rocketstore.common.constants import SCHEDULE_TOPIC
 
+from pulling import pull_all
+
 LEVELS = "1s 2s 3s 30s"
 TOPIC = "DelayTopic"
 
@@ -213,3 +215,44 @@ def test_broker_restart_keeps_pending_delays(store_dir):
         assert [bytes(m.body) for m in got] == [b"r0", b"r1"]
         assert all(m.store_timestamp >= s.store_timestamp + 3000 for m, s in zip(got, sent))
         assert broker.schedule_service.offsets() == {3: 2}
+
+
+def test_delayed_records_written_by_rocketmq_4_9_8_are_delivered_byte_for_byte(rocketmq_store):
+    """The fixture store holds 27 DELAY=18 records RocketMQ 4.9.8 scheduled (2 h, long due)
+    and its own delayOffset.json ({"offsetTable":{}})."""
+    from rocketstore.store.storedir import detect_config
+    with _broker_cfg(rocketmq_store, detect_config(rocketmq_store)) as broker:
+        store = broker.store
+        scheduled = store.get_message("t", SCHEDULE_TOPIC, 17, 0, 64, raw=True).messages
+        assert len(scheduled) == 27
+        wait = store.notifier.wait
+        assert wait(lambda: broker.schedule_service.offsets().get(18) == 27, 30)
+        assert wait(lambda: store.dispatch_behind_bytes() == 0, 30)
+        delivered = {}
+        for topic in ("TopicA", "TopicB"):
+            for q in range(4):
+                for m in pull_all(store, topic, q):
+                    if m.store_timestamp > scheduled[-1].store_timestamp + 7_200_000 - 1:
+                        delivered[m.uniq_key] = m
+        assert len(delivered) == 27
+        for s in scheduled:
+            d = delivered[s.uniq_key]
+            assert (d.topic, d.queue_id) == (s.properties["REAL_TOPIC"],
+                                              int(s.properties["REAL_QID"]))
+            # 4.9.8's own string (no trailing \x02, HashMap order), DELAY=18 and WAIT kept
+            assert d.properties_bytes == s.properties_bytes
+            assert bytes(d.stored_body) == bytes(s.stored_body)
+            assert (d.sys_flag, d.flag, d.reconsume_times) == (s.sys_flag, s.flag,
+                                                               s.reconsume_times)
+            assert (d.born_host, d.born_timestamp) == (s.born_host, s.born_timestamp)
+        # the fixture's variety reached the copies: compressed (0x301), flag 7, reconsumed 3
+        kinds = {(d.flag, d.reconsume_times, d.sys_flag) for d in delivered.values()}
+        assert {(0, 0, 0x301), (7, 0, 0), (0, 3, 0)} <= kinds
+    assert Path(rocketmq_store, "config", "delayOffset.json").read_text() == \
+        '{\n\t"offsetTable":{18:27\n\t}\n}'
+
+
+def _broker_cfg(root, store_config):
+    from rocketstore.broker.broker import Broker
+    from rocketstore.broker.config import BrokerConfig
+    return Broker.open(root, BrokerConfig(), store_config)
