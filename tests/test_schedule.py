@@ -261,3 +261,18 @@ def _broker_cfg(root, store_config):
     from rocketstore.broker.broker import Broker
     from rocketstore.broker.config import BrokerConfig
     return Broker.open(root, BrokerConfig(), store_config)
+
+
+def test_the_thread_sleeps_until_due_and_wakes_for_a_new_record(store_dir):
+    with MessageStore.open(store_dir, _config()) as store, ScheduleMessageService(store) as svc:
+        schedule_put(store, b"in 30 s", 4)
+        time.sleep(0.3)
+        idle_from = svc.rounds
+        time.sleep(1.0)
+        # asleep on the 30 s delivery time: no polling in between
+        assert svc.rounds - idle_from <= 1
+        t0 = time.monotonic()
+        schedule_put(store, b"in 1 s", 1)
+        [m] = wait_for(store, TOPIC, 1)
+        assert bytes(m.body) == b"in 1 s" and time.monotonic() - t0 < 20
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 1

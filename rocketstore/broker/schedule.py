@@ -105,6 +105,7 @@ class ScheduleMessageService:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.delivered = 0                       # records put to their real topic (all levels)
+        self.rounds = 0                          # walks over the levels (wake-ups of the thread)
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -185,6 +186,7 @@ class ScheduleMessageService:
     def _run(self) -> None:
         next_persist = time.monotonic() + self.flush_interval_ms / 1000
         while not self._stopping and not self.store.closed:
+            self.rounds += 1
             try:
                 wait_ms = self.deliver_due()
             except Exception:   # noqa: BLE001 - the service outlives one bad round, as 4.9.8's
