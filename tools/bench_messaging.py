@@ -56,9 +56,9 @@ def now_ms() -> int:
 
 
 def pct(values: list[int], p: float) -> float:
+    """``values`` sorted ascending."""
     if not values:
         return float("nan")
-    values = sorted(values)
     return float(values[min(len(values) - 1, int(len(values) * p))])
 
 
@@ -66,8 +66,9 @@ class Row:
     def __init__(self, name: str, count: int, seconds: float, lat: list[int] | None = None,
                  note: str = "") -> None:
         self.name, self.count, self.seconds, self.note = name, count, seconds, note
-        self.p50 = pct(lat, 0.50) if lat else float("nan")
-        self.p99 = pct(lat, 0.99) if lat else float("nan")
+        lat = sorted(lat) if lat else []
+        self.p50 = pct(lat, 0.50)
+        self.p99 = pct(lat, 0.99)
 
     @property
     def rate(self) -> float:

@@ -9,8 +9,8 @@ queue and retries the same messages locally.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -70,24 +70,67 @@ def retry_message(msg: MessageExt, group: str, reconsume_times: int, max_times: 
     return Message(C.retry_topic(group), bytes(msg.body), properties=props, flag=msg.flag)
 
 
+class ConsumePool:
+    """The consume threads: a fixed pool reading (fn, args) from one queue.
+
+    Nothing per task but a tuple on a C-level queue (a ThreadPoolExecutor builds a Future, a
+    Condition and its locks per submit, which with one-message requests cost more than the
+    listener). Threads start with the consumer; ``shutdown`` lets running tasks finish and
+    drops the queued ones.
+    """
+
+    _STOP = object()
+
+    def __init__(self, threads: int, name: str) -> None:
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._dropping = False
+        self._stopped = False
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+                         for i in range(threads)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        if not self._stopped:
+            self._q.put((fn, args))
+
+    def _run(self) -> None:
+        q = self._q
+        while True:
+            item = q.get()
+            if item is self._STOP:
+                return
+            if self._dropping:
+                continue
+            fn, args = item
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("consume task failed")
+
+    def shutdown(self) -> None:
+        self._stopped = True
+        self._dropping = True
+        for _ in self._threads:
+            self._q.put(self._STOP)
+        me = threading.current_thread()
+        for t in self._threads:
+            if t is not me:
+                t.join()
+
+
 class ConsumeServiceBase:
     def __init__(self, consumer: PushConsumer, listener: Callable[..., Any]) -> None:
         self.c = consumer
         self.listener = listener
         self.retry_topic = C.retry_topic(consumer.group)
-        self.executor = ThreadPoolExecutor(consumer.consume_thread_nums,
-                                           thread_name_prefix=f"consume-{consumer.group}")
+        self.pool = ConsumePool(consumer.consume_thread_nums, f"consume-{consumer.group}")
+        self._submit = self.pool.submit
 
     def shutdown(self) -> None:
         # queued requests are dropped: their messages stay in flight, so the committed offset
         # stays below them and the group's next owner consumes them
-        self.executor.shutdown(wait=True, cancel_futures=True)
-
-    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
-        try:
-            self.executor.submit(fn, *args)
-        except RuntimeError:
-            pass          # shut down
+        self.pool.shutdown()
 
     def _later(self, delay_ms: float, fn: Callable[..., None], *args: Any) -> None:
         self.c.instance.scheduler.schedule(delay_ms, lambda: self._submit(fn, *args))
@@ -151,6 +194,8 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
         offset = pq.remove_message(done)
         if offset >= 0 and not pq.dropped:
             self.c.offset_store.update_offset(mq, offset, True)
+        if pq.parked_pull is not None:
+            self.c.resume_parked_pull(pq)
 
     def send_message_back(self, msg: MessageExt, ctx: ConsumeConcurrentlyContext,
                           mq: MessageQueue) -> bool:
@@ -268,6 +313,8 @@ class ConsumeMessageOrderlyService(ConsumeServiceBase):
             # SUCCESS without auto-commit: nothing committed
         if commit_offset >= 0 and not pq.dropped:
             self.c.offset_store.update_offset(mq, commit_offset, False)
+        if pq.parked_pull is not None:
+            self.c.resume_parked_pull(pq)
         return cont
 
     def _check_reconsume_times(self, msgs: list[MessageExt], pq: ProcessQueue) -> bool:

@@ -41,6 +41,7 @@ class ProcessQueue:
         self.consuming = False                 # orderly: a consume task runs for the queue
         self.consume_lock = threading.Lock()   # orderly: held while the listener runs
         self.reconsume: dict[int, int] = {}    # orderly: in-memory reconsume times by offset
+        self.parked_pull: object | None = None  # a pull held back by flow control
 
     # -- concurrent and orderly: put ---------------------------------------------------------
     def put_message(self, msgs: list[MessageExt]) -> bool:
@@ -155,6 +156,18 @@ class ProcessQueue:
         with self._lock:
             taken = list(self._consuming.values())
         self.make_message_to_consume_again(taken)
+
+    # -- flow control -------------------------------------------------------------------------
+    def park_pull(self, request: object) -> None:
+        """Hold the queue's pull request until consumption makes room (``take_parked_pull``)."""
+        with self._lock:
+            self.parked_pull = request
+
+    def take_parked_pull(self) -> object | None:
+        """The held pull request, once: whoever takes it sends it."""
+        with self._lock:
+            r, self.parked_pull = self.parked_pull, None
+            return r
 
     # -- lifecycle ----------------------------------------------------------------------------
     def has_temp_message(self) -> bool:

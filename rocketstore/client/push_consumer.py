@@ -209,6 +209,20 @@ class PushConsumer(ConsumerBase):
             self.instance.scheduler.schedule(
                 delay_ms, lambda: self.instance.pull_service.execute(self._pull, req))
 
+    def _flow_controlled(self, pq: ProcessQueue) -> bool:
+        """§4.2 step 3: too many or too large cached messages, or (concurrent) too wide a span."""
+        return (pq.msg_count > self.pull_threshold_for_queue
+                or (pq.msg_size >> 20) > self.pull_threshold_size_for_queue
+                or (not self._orderly and pq.max_span() > self.consume_concurrently_max_span))
+
+    def resume_parked_pull(self, pq: ProcessQueue) -> None:
+        """Send the queue's flow-controlled pull if there is room now (consume service)."""
+        if pq.parked_pull is None or self._flow_controlled(pq):
+            return
+        req = pq.take_parked_pull()
+        if req is not None:
+            self.instance.pull_service.execute(self._pull, req)
+
     def _pull(self, req: PullRequest) -> None:
         pq = req.process_queue
         if pq.dropped or not self._running:
@@ -217,15 +231,18 @@ class PushConsumer(ConsumerBase):
         if self._paused:
             self._later(req, PULL_TIME_DELAY_MILLS_WHEN_SUSPEND)
             return
-        if pq.msg_count > self.pull_threshold_for_queue or \
-                (pq.msg_size >> 20) > self.pull_threshold_size_for_queue:
-            self._later(req, PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL)
+        if self._flow_controlled(pq):
+            # RocketMQ re-tries after 50 ms; here the request waits on the ProcessQueue and the
+            # consume service sends it as soon as consumption makes room (the timer stays as
+            # a backstop), so a fast consumer never idles behind a fixed delay
+            pq.park_pull(req)
+            if not self._flow_controlled(pq):
+                self.resume_parked_pull(pq)
+            else:
+                self.instance.scheduler.schedule(PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL * 20,
+                                                  lambda: self.resume_parked_pull(pq))
             return
-        if not self._orderly:
-            if pq.max_span() > self.consume_concurrently_max_span:
-                self._later(req, PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL)
-                return
-        elif self.message_model is MessageModel.CLUSTERING:
+        if self._orderly and self.message_model is MessageModel.CLUSTERING:
             if not pq.locked:
                 self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
                 return
