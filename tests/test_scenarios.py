@@ -9,28 +9,9 @@ import time
 
 import pytest
 
-from rocketstore.client import (ConsumeConcurrentlyStatus, ConsumeOrderlyStatus,
-                                LocalTransactionState, Message, MessageQueue, Producer,
-                                PullConsumer, PushConsumer, SelectMessageQueueByHash, SendStatus,
-                                TransactionProducer)
-
-broker_mod = pytest.importorskip("rocketstore.broker.broker")
-from rocketstore import StoreConfig  # noqa: E402
-from rocketstore.broker.config import BrokerConfig  # noqa: E402
-
-OK = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
-# short delay levels: level 1..4 = 1 s, 2 s, 1 s, 1 s (retry levels 3 + n stay short)
-SHORT_LEVELS = "1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
-
-
-def open_broker(path, **broker_cfg):
-    store_cfg = StoreConfig(mapped_file_size_commit_log=4 * 1024 * 1024,
-                            mapped_file_size_consume_queue=6000 * 20,
-                            message_delay_level=SHORT_LEVELS)
-    cfg = dict(transaction_check_interval=500, transaction_time_out=300)
-    cfg.update(broker_cfg)
-    return broker_mod.Broker.open(path, BrokerConfig(**cfg), store_cfg)
+from messaging_support import OK, Collector, client_kw, make_topic, open_broker, push, wait_until
+from rocketstore.client import (ConsumeOrderlyStatus, LocalTransactionState, Message, Producer,
+                                PullConsumer, SelectMessageQueueByHash, TransactionProducer)
 
 
 @pytest.fixture(params=["inprocess"])
@@ -43,66 +24,6 @@ def broker(tmp_path, transport):
     b = open_broker(tmp_path / "store")
     yield b
     b.close()
-
-
-def client_kw(broker, transport):
-    assert transport == "inprocess"
-    return {"broker": broker}
-
-
-def wait_until(cond, timeout=20.0, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def make_topic(producer, topic, queues):
-    """Auto-create ``topic`` with ``queues`` queues (first send) and return its queues."""
-    p = producer
-    saved = p.default_topic_queue_nums
-    p.default_topic_queue_nums = queues
-    try:
-        r = p.send(Message(topic, b"create"))
-    finally:
-        p.default_topic_queue_nums = saved
-    assert r.status is SendStatus.SEND_OK
-    return [MessageQueue(topic, r.message_queue.broker_name, i) for i in range(queues)]
-
-
-class Collector:
-    """A listener that records what it consumed (by UNIQ_KEY) and can be told to fail."""
-
-    def __init__(self, status=OK):
-        self.lock = threading.Lock()
-        self.seen = collections.Counter()
-        self.msgs = []
-        self.status = status
-        self.cond = threading.Condition(self.lock)
-
-    def __call__(self, msgs, ctx):
-        with self.cond:
-            for m in msgs:
-                self.seen[m.uniq_key] += 1
-                self.msgs.append(m.copy())
-            self.cond.notify_all()
-        return self.status
-
-    def wait_keys(self, keys, timeout=30.0):
-        keys = set(keys)
-        with self.cond:
-            ok = self.cond.wait_for(lambda: keys <= set(self.seen), timeout)
-        assert ok, f"{len(keys - set(self.seen))} of {len(keys)} messages never consumed"
-
-
-def push(group, broker, transport, listener, topic, expr="*", orderly=False, **kw):
-    c = PushConsumer(group, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-                     **client_kw(broker, transport), **kw)
-    c.subscribe(topic, expr)
-    c.register_message_listener(listener, orderly=orderly)
-    return c.start()
 
 
 # -- rebalance --------------------------------------------------------------------------------
@@ -139,25 +60,28 @@ def test_eight_consumers_on_six_queues_leave_two_idle(broker, transport):
 
 
 def test_join_and_leave_mid_stream_loses_nothing(broker, transport):
-    total = 3000
+    total, cache = 3000, 100
+    kw = dict(pull_threshold_for_queue=cache)
     with Producer("pg", **client_kw(broker, transport)) as p:
         make_topic(p, "TJ", 4)
         col = Collector()
-        a = push("gj", broker, transport, col, "TJ")
+        a = push("gj", broker, transport, col, "TJ", **kw)
         keys = []
         b = None
         for i in range(total):
             keys.append(p.send(Message("TJ", b"m%d" % i)).msg_id)
             if i == total // 3:
-                b = push("gj", broker, transport, col, "TJ")          # joins
+                b = push("gj", broker, transport, col, "TJ", **kw)        # joins
             if i == 2 * total // 3:
                 a.shutdown()                                           # leaves cleanly
         col.wait_keys(keys)
         b.shutdown()
-    dups = sum(n - 1 for k, n in col.seen.items() if k in set(keys))
-    # at-least-once: nothing lost; duplicates only around the two rebalances, at most what
-    # was pulled but not yet committed on the moving queues
-    assert dups <= 4 * 32 * 2, dups
+    dups = sum(col.seen[k] - 1 for k in keys)
+    print(f"duplicates: {dups} of {total}")
+    # at-least-once: nothing lost; duplicates only where a queue moved (2 queues at the join,
+    # 2 at the leave), at most what the old owner had pulled past its committed offset:
+    # its cache (pull_threshold_for_queue) plus one pull, per moved queue
+    assert dups <= 4 * (cache + 1 + 32), dups
 
 
 def test_concurrent_commit_is_the_smallest_offset_in_flight(broker, transport):
