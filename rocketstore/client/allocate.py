@@ -145,7 +145,7 @@ class AllocateMessageQueueByMachineRoom:
         return out
 
 
-_BY_NAME = {"AVG": AllocateMessageQueueAveragely,
+_BY_NAME: dict[str, type] = {"AVG": AllocateMessageQueueAveragely,
             "AVG_BY_CIRCLE": AllocateMessageQueueAveragelyByCircle,
             "CONSISTENT_HASH": AllocateMessageQueueConsistentHash}
 
@@ -157,10 +157,10 @@ def allocate_strategy(spec: str | AllocateMessageQueueStrategy) -> AllocateMessa
     if not isinstance(spec, str):
         if not callable(getattr(spec, "allocate", None)):
             raise MQClientError(f"allocate_strategy {spec!r} has no allocate() method")
-        return spec
+        return spec  # type: ignore[return-value]
     cls = _BY_NAME.get(spec.upper())
     if cls is not None:
-        return cls()
+        return cls()  # type: ignore[return-value]
     if spec.upper() == "CONFIG":
         raise MQClientError("allocate_strategy 'CONFIG' needs its queue list: pass "
                             "AllocateMessageQueueByConfig(queues)")

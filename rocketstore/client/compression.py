@@ -29,7 +29,7 @@ def compressor(kind: str, level: int = 5) -> tuple[int, Callable[[bytes], bytes]
         return bits, lambda body: zlib.compress(body, level)
     if kind == "LZ4":
         try:
-            import lz4.frame
+            import lz4.frame  # type: ignore[import-untyped]
         except ImportError as e:
             raise MQClientError("compress_type LZ4 needs the 'lz4' package "
                                 "(pip install lz4)") from e

@@ -9,12 +9,12 @@ queue and retries the same messages locally.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from rocketstore.client.process_queue import ProcessQueue, now_ms
+from rocketstore.client.scheduler import TaskThreads
 from rocketstore.common import (ConsumeConcurrentlyStatus, ConsumeOrderlyStatus, Message,
                                 MessageExt, MessageModel, MessageQueue, ResponseCode)
 from rocketstore.common import constants as C
@@ -70,61 +70,12 @@ def retry_message(msg: MessageExt, group: str, reconsume_times: int, max_times: 
     return Message(C.retry_topic(group), bytes(msg.body), properties=props, flag=msg.flag)
 
 
-class ConsumePool:
-    """The consume threads: a fixed pool reading (fn, args) from one queue.
-
-    Nothing per task but a tuple on a C-level queue (a ThreadPoolExecutor builds a Future, a
-    Condition and its locks per submit, which with one-message requests cost more than the
-    listener). Threads start with the consumer; ``shutdown`` lets running tasks finish and
-    drops the queued ones.
-    """
-
-    _STOP = object()
-
-    def __init__(self, threads: int, name: str) -> None:
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._dropping = False
-        self._stopped = False
-        self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
-                         for i in range(threads)]
-        for t in self._threads:
-            t.start()
-
-    def submit(self, fn: Callable[..., None], *args: Any) -> None:
-        if not self._stopped:
-            self._q.put((fn, args))
-
-    def _run(self) -> None:
-        q = self._q
-        while True:
-            item = q.get()
-            if item is self._STOP:
-                return
-            if self._dropping:
-                continue
-            fn, args = item
-            try:
-                fn(*args)
-            except Exception:
-                log.exception("consume task failed")
-
-    def shutdown(self) -> None:
-        self._stopped = True
-        self._dropping = True
-        for _ in self._threads:
-            self._q.put(self._STOP)
-        me = threading.current_thread()
-        for t in self._threads:
-            if t is not me:
-                t.join()
-
-
 class ConsumeServiceBase:
     def __init__(self, consumer: PushConsumer, listener: Callable[..., Any]) -> None:
         self.c = consumer
         self.listener = listener
         self.retry_topic = C.retry_topic(consumer.group)
-        self.pool = ConsumePool(consumer.consume_thread_nums, f"consume-{consumer.group}")
+        self.pool = TaskThreads(consumer.consume_thread_nums, f"consume-{consumer.group}")
         self._submit = self.pool.submit
 
     def shutdown(self) -> None:

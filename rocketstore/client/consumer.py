@@ -119,6 +119,18 @@ class ConsumerBase:
             inst.release()
             raise
 
+    def start(self) -> Any:
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self.start() if not self._running else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
     def _leave(self) -> None:
         """Persist offsets, unregister (the broker tells the others to rebalance), release."""
         try:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import socket
 import threading
 import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable
 
-from rocketstore.client.scheduler import Scheduler
+from rocketstore.client.scheduler import Scheduler, TaskThreads
 from rocketstore.client.transport import Transport
 from rocketstore.common.protocol import (CheckTransactionStateRequest, HeartbeatData,
                                          TopicRouteData)
@@ -81,40 +80,16 @@ def transport_for(broker: Any, namesrv_addr: str | None) -> tuple[object, Callab
     return id(broker), make
 
 
-class PullMessageService:
+class PullMessageService(TaskThreads):
     """One thread that sends pull requests and handles their responses (RocketMQ's
     ``PullMessageService``). A pull returns a future; its completion (possibly on a broker
     thread, for a long-polled pull) only queues the response here, so no thread is held per
     queue and the broker's threads do no client work."""
 
     def __init__(self, name: str) -> None:
-        self._q: queue.SimpleQueue[tuple[Callable[..., None], tuple]] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._stopped = False
+        super().__init__(1, name)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def execute(self, fn: Callable[..., None], *args: Any) -> None:
-        if not self._stopped:
-            self._q.put((fn, args))
-
-    def _run(self) -> None:
-        q = self._q
-        while True:
-            fn, args = q.get()
-            if self._stopped:
-                return
-            try:
-                fn(*args)
-            except Exception:
-                log.exception("pull service task failed")
-
-    def shutdown(self) -> None:
-        self._stopped = True
-        self._q.put((lambda: None, ()))
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+    execute = TaskThreads.submit
 
 
 class ClientInstance:
@@ -163,7 +138,6 @@ class ClientInstance:
     # -- lifecycle ----------------------------------------------------------------------------
     def _start(self) -> None:
         self.scheduler.start()
-        self.pull_service.start()
         self._rebalance_thread.start()
         self.scheduler.schedule_at_fixed_rate(1000, HEARTBEAT_BROKER_INTERVAL_MS,
                                               self.send_heartbeat_to_all_brokers)
@@ -239,26 +213,23 @@ class ClientInstance:
             return None
 
     # -- offsets and rebalance ----------------------------------------------------------------
-    def persist_all_consumer_offset(self) -> None:
+    def _each_consumer(self, what: str, fn: Callable[[Any], None]) -> None:
         with self._lock:
             consumers = list(self.consumers.values())
         for c in consumers:
             try:
-                c.persist_consumer_offset()
-            except Exception:
-                log.exception("persist offsets of %s failed", c.group)
+                fn(c)
+            except Exception:          # one consumer's failure must not stop the others
+                log.exception("%s of %s failed", what, c.group)
+
+    def persist_all_consumer_offset(self) -> None:
+        self._each_consumer("persist offsets", lambda c: c.persist_consumer_offset())
 
     def rebalance_immediately(self) -> None:
         self._rebalance_wakeup.set()
 
     def do_rebalance(self) -> None:
-        with self._lock:
-            consumers = list(self.consumers.values())
-        for c in consumers:
-            try:
-                c.do_rebalance()
-            except Exception:
-                log.exception("rebalance of %s failed", c.group)
+        self._each_consumer("rebalance", lambda c: c.do_rebalance())
 
     def _rebalance_loop(self) -> None:
         while not self._stopping.is_set():

@@ -116,7 +116,7 @@ class ProcessQueue:
         """Move up to ``batch_size`` lowest-offset messages into the consuming map; when none is
         left, mark the queue not consuming (the next put dispatches a task)."""
         with self._lock:
-            out = []
+            out: list[MessageExt] = []
             self.last_consume_timestamp = now_ms()
             while len(out) < batch_size:
                 first = self._first_key()

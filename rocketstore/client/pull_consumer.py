@@ -125,12 +125,6 @@ class PullConsumer(ConsumerBase):
             self._cond.notify_all()
         self._leave()
 
-    def __enter__(self) -> PullConsumer:
-        return self.start() if not self._running else self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
     # -- assignment ---------------------------------------------------------------------------
     def _apply_assignment(self, queues: set[MessageQueue]) -> None:
         table = self.rebalance.process_queue_table

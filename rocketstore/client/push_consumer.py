@@ -163,12 +163,6 @@ class PushConsumer(ConsumerBase):
                 self.rebalance.unlock_all()
         self._leave()
 
-    def __enter__(self) -> PushConsumer:
-        return self.start() if not self._running else self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
     def suspend(self) -> None:
         """Pause pulling (``suspend()``); ``resume()`` continues."""
         self._paused = True

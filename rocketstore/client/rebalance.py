@@ -26,7 +26,7 @@ log = logging.getLogger("rocketstore.client")
 
 def readable_queues(topic: str, route) -> list[MessageQueue]:  # noqa: ANN001
     """The topic's queues of every broker whose perm allows reading."""
-    out = []
+    out: list[MessageQueue] = []
     for qd in route.queue_datas:
         if qd.perm & PermName.PERM_READ:
             out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
@@ -160,11 +160,14 @@ class RebalanceImpl:
             pq.last_lock_timestamp = now_ms()
         return ok
 
-    def lock_all(self) -> None:
-        by_broker: dict[str, set[MessageQueue]] = {}
+    def _by_broker(self) -> dict[str, set[MessageQueue]]:
+        out: dict[str, set[MessageQueue]] = {}
         for mq in list(self.process_queue_table):
-            by_broker.setdefault(mq.broker_name, set()).add(mq)
-        for broker, mqs in by_broker.items():
+            out.setdefault(mq.broker_name, set()).add(mq)
+        return out
+
+    def lock_all(self) -> None:
+        for broker, mqs in self._by_broker().items():
             try:
                 locked = self.c.transport.lock_batch_mq(broker, self.c.group, self.c.client_id,
                                                         mqs)
@@ -189,10 +192,7 @@ class RebalanceImpl:
             log.warning("unlock %s: %s", mq, e)
 
     def unlock_all(self) -> None:
-        by_broker: dict[str, set[MessageQueue]] = {}
-        for mq in list(self.process_queue_table):
-            by_broker.setdefault(mq.broker_name, set()).add(mq)
-        for broker, mqs in by_broker.items():
+        for broker, mqs in self._by_broker().items():
             try:
                 self.c.transport.unlock_batch_mq(broker, self.c.group, self.c.client_id, mqs)
             except TransportError as e:

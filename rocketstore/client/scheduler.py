@@ -1,4 +1,5 @@
-"""One timer thread per client instance: delayed and periodic tasks on a heap.
+"""The client's threads: one timer thread per client instance (delayed and periodic tasks on a
+heap) and task threads (the pull service, the consume pools).
 
 RocketMQ's client uses scheduled executors for re-pulls after flow control, orderly re-locks,
 the 5 s offset persistence and the 30 s heartbeat; here they share one thread that sleeps on a
@@ -10,9 +11,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import queue
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 log = logging.getLogger("rocketstore.client")
 
@@ -77,3 +79,53 @@ class Scheduler:
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join()
+
+
+class TaskThreads:
+    """A fixed set of threads running (fn, args) tasks from one queue, in order of submission.
+
+    Nothing per task but a tuple on a C-level queue (a ThreadPoolExecutor builds a Future, a
+    Condition and its locks per submit, which with one-message consume requests cost more
+    than the listener). The consume pool and the pull service; ``shutdown`` lets running
+    tasks finish and drops the queued ones.
+    """
+
+    _STOP = object()
+
+    def __init__(self, threads: int, name: str) -> None:
+        self._name = name
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._dropping = False
+        self._stopped = False
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+                         for i in range(threads)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        if not self._stopped:
+            self._q.put((fn, args))
+
+    def _run(self) -> None:
+        q = self._q
+        while True:
+            item = q.get()
+            if item is self._STOP:
+                return
+            if self._dropping:
+                continue
+            fn, args = item
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("%s: task failed", self._name)
+
+    def shutdown(self) -> None:
+        self._stopped = True
+        self._dropping = True
+        for _ in self._threads:
+            self._q.put(self._STOP)
+        me = threading.current_thread()
+        for t in self._threads:
+            if t is not me:
+                t.join()

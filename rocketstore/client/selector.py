@@ -49,13 +49,12 @@ class TopicPublishInfo:
     def from_route(cls, topic: str, route: TopicRouteData) -> TopicPublishInfo:
         """§1.2: ``orderTopicConf`` literally when present; else the write queues of every
         writable broker that has a master, brokers sorted by name."""
+        mqs: list[MessageQueue] = []
         if route.order_topic_conf:
-            mqs = []
             for part in route.order_topic_conf.split(";"):
                 name, _, nums = part.partition(":")
                 mqs.extend(MessageQueue(topic, name, i) for i in range(int(nums)))
             return cls(topic, mqs, order_topic=True, route=route)
-        mqs = []
         for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
             if not qd.perm & PermName.PERM_WRITE:
                 continue

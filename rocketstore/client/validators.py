@@ -12,30 +12,26 @@ _VALID_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 
+def _check_name(kind: str, value: object, max_len: int) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise MQClientError(f"the specified {kind} is blank: {value!r}")
+    if len(value) > max_len:
+        raise MQClientError(f"the specified {kind} {value[:40]!r}... is longer than {kind} max "
+                            f"length {max_len}")
+    if not _VALID_NAME.match(value):
+        raise MQClientError(f"the specified {kind} {value!r} contains illegal characters, "
+                            "allowing only ^[%|a-zA-Z0-9_-]+$")
+    return value
+
+
 def check_group(group: object) -> str:
     """A producer/consumer group name: not blank, at most 255 chars of ``[%|a-zA-Z0-9_-]``."""
-    if not isinstance(group, str) or not group.strip():
-        raise MQClientError(f"the specified group is blank: {group!r}")
-    if len(group) > C.GROUP_MAX_LENGTH:
-        raise MQClientError(f"the specified group {group[:40]!r}... is longer than group max "
-                            f"length {C.GROUP_MAX_LENGTH}")
-    if not _VALID_NAME.match(group):
-        raise MQClientError(f"the specified group {group!r} contains illegal characters, "
-                            "allowing only ^[%|a-zA-Z0-9_-]+$")
-    return group
+    return _check_name("group", group, C.GROUP_MAX_LENGTH)
 
 
 def check_topic(topic: object) -> str:
     """A topic name: not blank, at most 127 chars of ``[%|a-zA-Z0-9_-]``."""
-    if not isinstance(topic, str) or not topic.strip():
-        raise MQClientError(f"the specified topic is blank: {topic!r}")
-    if len(topic) > C.TOPIC_MAX_LENGTH:
-        raise MQClientError(f"the specified topic {topic[:40]!r}... is longer than topic max "
-                            f"length {C.TOPIC_MAX_LENGTH}")
-    if not _VALID_NAME.match(topic):
-        raise MQClientError(f"the specified topic {topic!r} contains illegal characters, "
-                            "allowing only ^[%|a-zA-Z0-9_-]+$")
-    return topic
+    return _check_name("topic", topic, C.TOPIC_MAX_LENGTH)
 
 
 def check_send_topic(topic: object) -> str:
