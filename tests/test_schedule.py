@@ -276,3 +276,60 @@ def test_the_thread_sleeps_until_due_and_wakes_for_a_new_record(store_dir):
         [m] = wait_for(store, TOPIC, 1)
         assert bytes(m.body) == b"in 1 s" and time.monotonic() - t0 < 20
         assert store.get_max_offset_in_queue(TOPIC, 0) == 1
+
+
+SCHEDULE_CHILD = """
+import sys, threading
+from rocketstore import MessageStore, StoreConfig
+from rocketstore.broker.schedule import ScheduleMessageService
+store = MessageStore.open(sys.argv[1], StoreConfig(message_delay_level="1s 2s 3s 30s",
+                                                   flush_delay_offset_interval=20))
+ScheduleMessageService(store).start()
+print("delivering", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_kill_9_during_delivery_loses_nothing_and_repeats_only_unpersisted(store_dir, tmp_path):
+    import json
+    import signal
+    import subprocess
+    import sys
+    n = 60_000
+    with MessageStore.open(store_dir, _config()) as store:
+        for i in range(n):
+            schedule_put(store, b"m%05d" % i, 1)
+    time.sleep(1.1)                                 # every record is due
+    script = tmp_path / "child.py"
+    script.write_text(SCHEDULE_CHILD)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, str(script), store_dir], stdout=subprocess.PIPE,
+                            env=env, text=True)
+    offsets = Path(store_dir, "config", "delayOffset.json")
+    try:
+        assert proc.stdout.readline() == "delivering\n"
+        deadline = time.monotonic() + 60
+        while not offsets.exists():                 # the first persist: delivery is under way
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.002)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+    from rocketstore.store.configfile import loads
+    persisted = loads(offsets.read_text())["offsetTable"].get("1", 0)
+    assert 0 < persisted < n, "the kill did not land during delivery"
+    with MessageStore.open(store_dir, _config()) as store:
+        svc = ScheduleMessageService(store)
+        svc.load()
+        assert svc.offsets()[1] == persisted          # resumes from the persisted offset
+        svc.start()
+        assert store.notifier.wait(lambda: svc.offsets().get(1) == n, 120)
+        assert store.notifier.wait(lambda: store.dispatch_behind_bytes() == 0, 30)
+        seen: dict[bytes, int] = {}
+        for m in pull_all(store, TOPIC, 0):
+            seen[bytes(m.body)] = seen.get(bytes(m.body), 0) + 1
+        svc.close()
+    assert set(seen) == {b"m%05d" % i for i in range(n)}                 # nothing lost
+    # only records past the persisted offset can have been delivered twice
+    assert all(seen[b"m%05d" % i] == 1 for i in range(persisted))
+    assert json.loads(offsets.read_text().replace("1:", '"1":'))["offsetTable"] == {"1": n}

@@ -106,6 +106,7 @@ class ScheduleMessageService:
         self._thread: threading.Thread | None = None
         self.delivered = 0                       # records put to their real topic (all levels)
         self.rounds = 0                          # walks over the levels (wake-ups of the thread)
+        self._next_persist = float("inf")        # monotonic time of the next periodic persist
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -184,7 +185,7 @@ class ScheduleMessageService:
     # -- delivery ------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        next_persist = time.monotonic() + self.flush_interval_ms / 1000
+        self._next_persist = time.monotonic() + self.flush_interval_ms / 1000
         while not self._stopping and not self.store.closed:
             self.rounds += 1
             try:
@@ -193,21 +194,27 @@ class ScheduleMessageService:
                 log.exception("schedule: delivery round failed; retrying in %d ms",
                               RETRY_ERROR_MS)
                 wait_ms = RETRY_ERROR_MS
-            now = time.monotonic()
-            if now >= next_persist:
-                next_persist = now + self.flush_interval_ms / 1000
-                with self._lock:
-                    dirty = self._changes != self._persisted
-                if dirty:
-                    try:
-                        self.persist()
-                    except OSError:
-                        log.exception("%s: periodic persist failed", self.path)
-            timeout = next_persist - now
+            self._maybe_persist()
+            timeout = self._next_persist - time.monotonic()
             if wait_ms is not None:
                 timeout = min(timeout, wait_ms / 1000)
             if timeout > 0:
                 self.store.notifier.wait(self._ready, timeout)
+
+    def _maybe_persist(self) -> None:
+        """Persist changed offsets when the interval is up (also in the middle of a long
+        burst of deliveries: a crash then repeats at most one interval's worth)."""
+        now = time.monotonic()
+        if now < self._next_persist:
+            return
+        self._next_persist = now + self.flush_interval_ms / 1000
+        with self._lock:
+            dirty = self._changes != self._persisted
+        if dirty:
+            try:
+                self.persist()
+            except OSError:
+                log.exception("%s: periodic persist failed", self.path)
 
     def _ready(self) -> bool:
         """Wake-up test run by the notifier on each dispatch: stop, or a level queue grew."""
@@ -271,6 +278,9 @@ class ScheduleMessageService:
                 if ext is not None and not self._deliver(ext, level):
                     return RETRY_PUT_MS
                 offset += 1
+                if not offset & 0xFF:
+                    self._set_offset(level, offset)
+                    self._maybe_persist()
         finally:
             self._set_offset(level, offset)
         return None
