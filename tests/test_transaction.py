@@ -278,3 +278,53 @@ def test_check_immunity_time_delays_the_first_check(store_dir, immunity):
         broker.transaction_service.check(wait_check_backs=True)
         assert len(client.checks) == 1
         assert [bytes(m.body) for m in queue(broker, TOPIC, 1)] == [b"immune"]
+
+
+TX_CHILD = """
+import sys
+from rocketstore import Message, StoreConfig
+from rocketstore.broker.broker import Broker
+from rocketstore.broker.config import BrokerConfig
+from rocketstore.common.protocol import EndTransactionRequest, SendMessageRequest
+broker = Broker.open(sys.argv[1], BrokerConfig(transaction_check_interval=3_600_000),
+                     StoreConfig())
+for i in range(300):
+    msg = Message("TxTopic", b"t%03d" % i, properties={"TRAN_MSG": "true", "PGROUP": "TxProducers"},
+                  sys_flag=4)
+    r = broker.send_message(SendMessageRequest("TxProducers", "TxTopic", 1, [msg])).result()
+    half = broker.store.look_message_by_id(r.msg_id)
+    if i % 3 < 2:                         # 0: commit, 1: rollback, 2: left unknown
+        broker.end_transaction(EndTransactionRequest(
+            "TxProducers", half.queue_offset, half.commitlog_offset, 8 if i % 3 == 0 else 12))
+print("done", flush=True)
+import threading; threading.Event().wait()
+"""
+
+
+def test_kill_9_with_half_messages_pending_then_resolved_once_each(store_dir, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    script = tmp_path / "child.py"
+    script.write_text(TX_CHILD)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, str(script), store_dir], stdout=subprocess.PIPE,
+                            env=env, text=True)
+    try:
+        assert proc.stdout.readline() == "done\n"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+    with open_broker(store_dir, transaction_check_interval=200) as broker:
+        assert broker.store.recovery["last_exit_ok"] is False
+        client = TxClient(broker, "after-crash", lambda m: LocalTransactionState.COMMIT_MESSAGE)
+        store = broker.store
+        assert store.notifier.wait(lambda: len(client.checks) >= 100, 60)
+        assert broker.transaction_service.wait_rounds(2, 30)
+        bodies = sorted(bytes(m.body) for m in queue(broker, TOPIC, 1))
+    # committed before the kill, or unknown and committed by the check after it: once each;
+    # rolled back: never
+    assert bodies == sorted(b"t%03d" % i for i in range(300) if i % 3 != 1)
+    assert sorted(bytes(c[2].body) for c in client.checks) == \
+        sorted(b"t%03d" % i for i in range(300) if i % 3 == 2)
