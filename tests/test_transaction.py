@@ -328,3 +328,20 @@ def test_kill_9_with_half_messages_pending_then_resolved_once_each(store_dir, tm
     assert bodies == sorted(b"t%03d" % i for i in range(300) if i % 3 != 1)
     assert sorted(bytes(c[2].body) for c in client.checks) == \
         sorted(b"t%03d" % i for i in range(300) if i % 3 == 2)
+
+
+def test_end_transaction_rejects_malformed_requests(store_dir):
+    from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError
+    with open_broker(store_dir) as broker:
+        half = send_half(broker, b"x")
+        commit = TransactionCommitType.COMMIT_TYPE
+        with pytest.raises(InvalidMessageTypeError, match="request.commit_log_offset"):
+            broker.end_transaction(EndTransactionRequest(GROUP, 0, "12", commit))
+        with pytest.raises(InvalidMessageError, match="request.tran_state_table_offset"):
+            broker.end_transaction(EndTransactionRequest(GROUP, 1 << 70, 0, commit))
+        with pytest.raises(InvalidMessageTypeError, match="EndTransactionRequest"):
+            broker.transaction_service.end_transaction({"producer_group": GROUP})
+        r = broker.end_transaction(EndTransactionRequest(GROUP, 0, -1, commit))
+        assert r.remark == "Find prepared transaction message failed"
+        # nothing was touched: the half still commits
+        assert end(broker, half, LocalTransactionState.COMMIT_MESSAGE).code == ResponseCode.SUCCESS

@@ -42,7 +42,7 @@ from rocketstore.common.constants import (PROPERTY_CHECK_IMMUNITY_TIME_IN_SECOND
                                           TRANS_OP_HALF_TOPIC, TRANS_OP_REMOVE_TAG, PermName)
 from rocketstore.common.protocol import (CheckTransactionStateRequest, EndTransactionRequest,
                                          RemotingResult, ResponseCode, TransactionCommitType)
-from rocketstore.errors import RocketStoreError
+from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError, RocketStoreError
 from rocketstore.store.status import GetMessageStatus, PutMessageStatus
 from rocketstore.store.types import Message
 
@@ -155,6 +155,14 @@ class TransactionalMessageCheckService:
 
     def end_transaction(self, req: EndTransactionRequest) -> RemotingResult | None:
         """Commit or roll back the half message ``req`` names (None for NOT: no answer)."""
+        if not isinstance(req, EndTransactionRequest):
+            raise InvalidMessageTypeError("request", "EndTransactionRequest", type(req).__name__)
+        for name in ("commit_log_offset", "tran_state_table_offset"):
+            value = getattr(req, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidMessageTypeError(f"request.{name}", "int", type(value).__name__)
+            if not -(1 << 63) <= value < (1 << 63):
+                raise InvalidMessageError(f"request.{name}", value, "outside the 64-bit range")
         kind = req.commit_or_rollback
         if kind not in (TransactionCommitType.COMMIT_TYPE, TransactionCommitType.ROLLBACK_TYPE):
             return None
