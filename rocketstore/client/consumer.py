@@ -53,6 +53,7 @@ class ConsumerBase:
         self.instance_name = instance_name
         self.offset_store_dir = offset_store_dir
         self._subscriptions: dict[str, SubscriptionData] = {}
+        self._subs_cache: dict[str, SubscriptionData] | None = None
         self.instance: ClientInstance = None  # type: ignore[assignment]
         self.transport: Transport = None      # type: ignore[assignment]
         self.client_id = ""
@@ -65,23 +66,28 @@ class ConsumerBase:
         """Consume ``topic``'s messages whose tag matches ``expression`` ("*", "A || B")."""
         sub = build_subscription_data(topic, expression)
         self._subscriptions[topic] = sub
+        self._subs_cache = None
         if self._running:
             self.instance.send_heartbeat_to_all_brokers()
             self.instance.rebalance_immediately()
 
     def unsubscribe(self, topic: str) -> None:
         self._subscriptions.pop(topic, None)
+        self._subs_cache = None
         if self._running:
             self.instance.send_heartbeat_to_all_brokers()
             self.instance.rebalance_immediately()
 
     def subscriptions_for_rebalance(self) -> dict[str, SubscriptionData]:
-        """The user's subscriptions plus, clustering, ``%RETRY%<group>`` with ``*`` (§3.2)."""
-        subs = dict(self._subscriptions)
-        if self.message_model is MessageModel.CLUSTERING and self.consume_type is \
-                ConsumeType.CONSUME_PASSIVELY:
-            rt = C.retry_topic(self.group)
-            subs.setdefault(rt, self._retry_sub)
+        """The user's subscriptions plus, clustering, ``%RETRY%<group>`` with ``*`` (§3.2).
+        Do not modify the dict returned (it is cached until the subscriptions change)."""
+        subs = self._subs_cache
+        if subs is None:
+            subs = dict(self._subscriptions)
+            if self.message_model is MessageModel.CLUSTERING and self.consume_type is \
+                    ConsumeType.CONSUME_PASSIVELY:
+                subs.setdefault(C.retry_topic(self.group), self._retry_sub)
+            self._subs_cache = subs
         return subs
 
     def assignment(self, topic: str | None = None) -> set[MessageQueue]:
@@ -100,12 +106,17 @@ class ConsumerBase:
         if self.group == C.DEFAULT_CONSUMER_GROUP:
             raise MQClientError("consumer group DEFAULT_CONSUMER is reserved: name your group")
         self._retry_sub = build_subscription_data(C.retry_topic(self.group), "*")
+        self._subs_cache = None
         clustering = self.message_model is MessageModel.CLUSTERING
         self.client_id = build_client_id(self.instance_name, change_default=clustering)
         inst = ClientInstance.acquire(self.client_id, self._transport_key,
                                       self._transport_factory)
         try:
             inst.register_consumer(self.group, self)
+        except BaseException:
+            inst.release()
+            raise
+        try:
             self.instance = inst
             self.transport = inst.transport
             if clustering:
@@ -115,7 +126,7 @@ class ConsumerBase:
                                                          self.offset_store_dir)
             self.offset_store.load()
         except BaseException:
-            inst.consumers.pop(self.group, None)
+            inst.unregister_consumer(self.group)
             inst.release()
             raise
 

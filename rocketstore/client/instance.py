@@ -8,6 +8,7 @@ calls back (transaction checks, consumer-ids-changed).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -33,6 +34,7 @@ REBALANCE_WAIT_INTERVAL_S = 20.0
 TCP_NOT_YET = "TCP transport arrives with the wire-protocol issue"
 
 
+@functools.lru_cache(maxsize=1)
 def local_address() -> str:
     """``RemotingUtil.getLocalAddress``'s preference: a non-loopback IPv4 not in 127.0/192.168,
     else any non-loopback IPv4 found, else 127.0.0.1."""

@@ -276,6 +276,7 @@ class Producer:
         info = self.publish_info(prepared.topic)
         last_broker: str | None = None
         error: Exception | None = None
+        not_stored: SendResult | None = None
         for _attempt in range(1 + self.retry_times_when_send_failed):
             mq = info.select_one_message_queue(last_broker)
             elapsed = (time.monotonic() - begin) * 1000
@@ -296,11 +297,11 @@ class Producer:
                         not self.retry_another_broker_when_not_store_ok:
                     return res
                 error = None
-                last = res
+                not_stored = res        # retried on another broker; returned if all fail so
             last_broker = mq.broker_name
             info = self.publish_info(prepared.topic, refresh=True)
-        if error is None and "last" in locals():
-            return last  # type: ignore[return-value]
+        if error is None and not_stored is not None:
+            return not_stored
         if error is None:
             raise MQClientError(f"sendDefaultImpl call timeout: {timeout} ms spent "
                                 f"(topic {prepared.topic!r})")

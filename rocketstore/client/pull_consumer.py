@@ -95,6 +95,7 @@ class PullConsumer(ConsumerBase):
         for mq in queues:
             if mq.topic not in self._subscriptions:
                 self._subscriptions[mq.topic] = build_subscription_data(mq.topic, "*")
+                self._subs_cache = None
         self._assign_queues = queues
         if self._running:
             self._apply_assignment(queues)
