@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rocketstore.client")
 
 JAVA_INT_MAX = 0x7FFFFFFF
+_SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 MAX_TIME_CONSUME_CONTINUOUSLY_MS = 60000
 
 
@@ -110,7 +111,8 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
     def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         if pq.dropped:
             return
-        reset_retry_topic(msgs, mq, self.retry_topic)
+        if mq.topic == self.retry_topic:
+            reset_retry_topic(msgs, mq, self.retry_topic)
         ctx = ConsumeConcurrentlyContext(mq)
         try:
             status = self.listener(msgs, ctx)
@@ -119,6 +121,14 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
                           self.c.group, len(msgs), mq)
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
         if pq.dropped:      # the queue went to another consumer meanwhile: discard
+            return
+        if status is _SUCCESS and ctx.ack_index >= len(msgs) - 1:
+            # the common case, without the send-back bookkeeping
+            offset = pq.remove_message(msgs)
+            if offset >= 0:
+                self.c.offset_store.update_offset(mq, offset, True)
+            if pq.parked_pull is not None:
+                self.c.resume_parked_pull(pq)
             return
         self.process_consume_result(status, ctx, msgs, pq, mq)
 
