@@ -164,6 +164,9 @@ def test_out_of_range_offsets_are_clamped_on_load(store_dir):
         # 999 > max 2: clamped (issue #1869 stalled such a level forever); -5 -> 0; level 9
         # is not one of the 4 levels
         assert svc.offsets() == {1: 2, 2: 0}
+        svc.close()                 # never started: still writes the corrected table
+    assert Path(store_dir, "config", "delayOffset.json").read_text() == \
+        '{\n\t"offsetTable":{1:2,2:0\n\t}\n}'
 
 
 def test_close_stops_the_thread_while_a_delay_is_pending(store_dir):
@@ -273,6 +276,12 @@ def test_the_thread_sleeps_until_due_and_wakes_for_a_new_record(store_dir):
         time.sleep(1.0)
         # asleep on the 30 s delivery time: no polling in between
         assert svc.rounds - idle_from <= 1
+        before = svc.rounds
+        svc.wake()
+        deadline = time.monotonic() + 10
+        while svc.rounds == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert svc.rounds > before
         t0 = time.monotonic()
         schedule_put(store, b"in 1 s", 1)
         [m] = wait_for(store, TOPIC, 1)

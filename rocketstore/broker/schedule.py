@@ -103,6 +103,7 @@ class ScheduleMessageService:
         self._queues: list[Any] = [None] * self.max_level   # consume queue per level, once seen
         self._seen = [0] * self.max_level        # max offset of each level at the last walk
         self._stopping = False
+        self._woken = False                      # wake() asked for a walk
         self._thread: threading.Thread | None = None
         self.delivered = 0                       # records put to their real topic (all levels)
         self.rounds = 0                          # walks over the levels (wake-ups of the thread)
@@ -115,6 +116,7 @@ class ScheduleMessageService:
         loaded = self._file.load(_decode_offsets) or {}
         with self._lock:
             self._offsets = {}
+            self._persisted = self._changes     # as loaded; a clamped offset makes it dirty
             for level, offset in loaded.items():
                 if not 1 <= level <= self.max_level:
                     log.warning("%s: level %d is not one of the %d levels; ignored",
@@ -128,7 +130,6 @@ class ScheduleMessageService:
                                 self.path, level, offset, lo, hi, fixed)
                     self._changes += 1
                 self._offsets[level] = fixed
-            self._persisted = self._changes
 
     def offsets(self) -> dict[int, int]:
         """Next queue offset to deliver per level (levels that delivered or were loaded)."""
@@ -157,7 +158,8 @@ class ScheduleMessageService:
         self._thread.start()
 
     def wake(self) -> None:
-        """Look at the level queues now (the send path may call it after a delayed put)."""
+        """Walk the levels now instead of at the next due time or arrival."""
+        self._woken = True
         self.store.notifier.notify()
 
     def close(self) -> None:
@@ -188,6 +190,7 @@ class ScheduleMessageService:
         self._next_persist = time.monotonic() + self.flush_interval_ms / 1000
         while not self._stopping and not self.store.closed:
             self.rounds += 1
+            self._woken = False
             try:
                 wait_ms = self.deliver_due()
             except Exception:   # noqa: BLE001 - the service outlives one bad round, as 4.9.8's
@@ -218,7 +221,7 @@ class ScheduleMessageService:
 
     def _ready(self) -> bool:
         """Wake-up test run by the notifier on each dispatch: stop, or a level queue grew."""
-        if self._stopping:
+        if self._stopping or self._woken:
             return True
         queues = self._queues
         for i in range(self.max_level):
