@@ -36,6 +36,16 @@ def schedule_put(store: MessageStore, body: bytes, level: int, *, topic: str = T
     return r
 
 
+def until(cond, timeout_s: float) -> bool:
+    """Poll a condition no store event announces (the service's own counters)."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def wait_for(store: MessageStore, topic: str, count: int, queue_id: int = 0,
              timeout_s: float = 30.0) -> list:
     """Long-poll the queue until ``count`` messages are there (event-driven, generous limit)."""
@@ -235,7 +245,7 @@ def test_delayed_records_written_by_rocketmq_4_9_8_are_delivered_byte_for_byte(r
         scheduled = store.get_message("t", SCHEDULE_TOPIC, 17, 0, 64, raw=True).messages
         assert len(scheduled) == 27
         wait = store.notifier.wait
-        assert wait(lambda: broker.schedule_service.offsets().get(18) == 27, 30)
+        assert until(lambda: broker.schedule_service.offsets().get(18) == 27, 30)
         assert wait(lambda: store.dispatch_behind_bytes() == 0, 30)
         wanted = {m.uniq_key for m in scheduled}
         delivered = {}
@@ -278,10 +288,7 @@ def test_the_thread_sleeps_until_due_and_wakes_for_a_new_record(store_dir):
         assert svc.rounds - idle_from <= 1
         before = svc.rounds
         svc.wake()
-        deadline = time.monotonic() + 10
-        while svc.rounds == before and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert svc.rounds > before
+        assert until(lambda: svc.rounds > before, 10)
         t0 = time.monotonic()
         schedule_put(store, b"in 1 s", 1)
         [m] = wait_for(store, TOPIC, 1)
@@ -334,7 +341,7 @@ def test_kill_9_during_delivery_loses_nothing_and_repeats_only_unpersisted(store
         svc.load()
         assert svc.offsets()[1] == persisted          # resumes from the persisted offset
         svc.start()
-        assert store.notifier.wait(lambda: svc.offsets().get(1) == n, 120)
+        assert until(lambda: svc.offsets().get(1) == n, 120)
         assert store.notifier.wait(lambda: store.dispatch_behind_bytes() == 0, 30)
         seen: dict[bytes, int] = {}
         for m in pull_all(store, TOPIC, 0):
@@ -358,7 +365,7 @@ def test_stress_clean_restarts_mid_delivery_deliver_every_record_once_in_level_o
             time.sleep(0.3)
     with MessageStore.open(store_dir, _config()) as store, ScheduleMessageService(store) as svc:
         want = {level: len(range(level - 1, n, 3)) for level in (1, 2, 3)}
-        assert store.notifier.wait(lambda: svc.offsets() == want, 300)
+        assert until(lambda: svc.offsets() == want, 300)
         assert store.notifier.wait(lambda: store.dispatch_behind_bytes() == 0, 30)
         for level in (1, 2, 3):
             got = [bytes(m.body) for m in pull_all(store, TOPIC, level - 1)]
