@@ -13,6 +13,10 @@ Rows (100 B bodies unless --body):
                      last message consumed
   e2e batch-32       the same with consume_message_batch_max_size=32
   e2e single-send    the batch-32 consumer with Producer.send per message (no send batching)
+  drain one/32      the consumer alone: --count messages sent first (not timed), then a new
+                     group consumes them from offset 0 with a one-message / 32-message
+                     listener (shows what the client's consume side does without a producer
+                     competing for the GIL)
   redis streams      Debian's redis-server on 127.0.0.1 (temp dir, no persistence, started
                      here): a producer thread pipelining XADD (--batch per pipeline), a
                      consumer group reader XREADGROUP COUNT 32 BLOCK and pipelined XACK;
@@ -190,6 +194,45 @@ def bench_e2e(args: argparse.Namespace, tmp: str, name: str, consume_batch: int,
     return Row(name, count[0], dt, lat, note)
 
 
+def bench_drain(args: argparse.Namespace, tmp: str, name: str, consume_batch: int) -> Row:
+    path = os.path.join(tmp, name.replace(" ", "_"))
+    broker = open_broker(path, args)
+    done = threading.Event()
+    lock = threading.Lock()
+    count = [0]
+
+    def listener(msgs, ctx):  # noqa: ANN001, ANN202
+        with lock:
+            count[0] += len(msgs)
+            if count[0] >= args.count:
+                done.set()
+        return OK
+
+    pool = [Message(TOPIC, b) for b in bodies(1024, args.body)]
+    try:
+        with Producer("bench_pg", broker=broker, default_topic_queue_nums=args.queues) as p:
+            sent = 0
+            while sent < args.count:
+                n = min(args.batch, args.count - sent)
+                p.send_batch([pool[(sent + k) & 1023] for k in range(n)])
+                sent += n
+        c = PushConsumer("bench_drain", broker=broker,
+                         consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                         consume_message_batch_max_size=consume_batch)
+        c.subscribe(TOPIC, "*")
+        c.register_message_listener(listener)
+        t0 = time.perf_counter()
+        c.start()
+        finished = done.wait(args.timeout)
+        dt = time.perf_counter() - t0
+        c.shutdown()
+    finally:
+        broker.close()
+        shutil.rmtree(path, ignore_errors=True)
+    note = f"pre-filled, listener x{consume_batch}" + ("" if finished else ", TIMED OUT")
+    return Row(name, count[0], dt, note=note)
+
+
 def bench_sync_async_send(args: argparse.Namespace, tmp: str) -> Row:
     path = os.path.join(tmp, "sync")
     broker = open_broker(path, args, sync=True)
@@ -318,7 +361,7 @@ def main() -> None:
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--window", type=int, default=4096, help="async sends in flight")
     ap.add_argument("--timeout", type=float, default=300.0)
-    ap.add_argument("--rows", default="store,one,batch32,single,redis,sync")
+    ap.add_argument("--rows", default="store,one,batch32,single,drain1,drain32,redis,sync")
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
     args.redis_count = args.redis_count or args.count
@@ -334,6 +377,10 @@ def main() -> None:
             out["batch32"] = bench_e2e(args, tmp, "e2e batch-32", 32, True)
         if "single" in rows:
             out["single"] = bench_e2e(args, tmp, "e2e single-send", 32, False)
+        if "drain1" in rows:
+            out["drain1"] = bench_drain(args, tmp, "drain one-message", 1)
+        if "drain32" in rows:
+            out["drain32"] = bench_drain(args, tmp, "drain batch-32", 32)
         if "redis" in rows:
             out["redis"] = bench_redis(args, tmp)
         if "sync" in rows:
@@ -349,7 +396,7 @@ def main() -> None:
     redis_row = out.get("redis")
     store_row = out.get("store")
     print()
-    for key in ("one", "batch32", "single"):
+    for key in ("one", "batch32", "single", "drain1", "drain32"):
         r = out.get(key)
         if r is None:
             continue
