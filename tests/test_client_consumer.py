@@ -270,3 +270,19 @@ def test_listener_returning_none_or_raising_is_reconsume_later(broker):
         finally:
             c.shutdown()
     assert attempts == [0, 1, 2]          # None and an exception both meant RECONSUME_LATER
+
+
+def test_pull_consumer_small_cache_still_delivers_everything_in_order(broker):
+    with Producer("pg", broker=broker) as p:
+        mq = make_topic(p, "TC", 1)[0]
+        for i in range(99):
+            p.send(Message("TC", b"%d" % i), message_queue=mq)
+    pc = PullConsumer("gcc", broker=broker, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                      pull_batch_size=4, pull_threshold_for_queue=5)
+    pc.assign([mq])
+    with pc:
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 100 and time.monotonic() < deadline:
+            got.extend(m.queue_offset for m in pc.poll(1000))
+    assert got == list(range(100))

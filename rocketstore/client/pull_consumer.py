@@ -166,8 +166,16 @@ class PullConsumer(ConsumerBase):
     def _pull(self, a: _Assigned) -> None:
         if a.pq.dropped or not self._running or a.in_flight == a.generation:
             return
-        if a.paused or a.pq.msg_count > self.pull_threshold_for_queue or \
-                self._cached > self.pull_threshold_for_all:
+        if a.pq.msg_count > self.pull_threshold_for_queue:
+            # waits until poll() takes this queue's messages (the timer is a backstop)
+            a.pq.park_pull(a)
+            if a.pq.msg_count <= self.pull_threshold_for_queue:
+                self._resume_parked(a)
+            else:
+                self.instance.scheduler.schedule(DELAY_WHEN_EXCEPTION_MS,
+                                                  lambda: self._resume_parked(a))
+            return
+        if a.paused or self._cached > self.pull_threshold_for_all:
             self._later(a, DELAY_WHEN_FLOW_CONTROL_MS)
             return
         sub = self._subscriptions.get(a.mq.topic)
@@ -188,6 +196,11 @@ class PullConsumer(ConsumerBase):
         a.in_flight = gen
         execute = self.instance.pull_service.execute
         fut.add_done_callback(lambda f: execute(self._on_response, a, gen, f))
+
+    def _resume_parked(self, a: _Assigned) -> None:
+        if a.pq.parked_pull is not None and a.pq.msg_count <= self.pull_threshold_for_queue:
+            if a.pq.take_parked_pull() is not None:
+                self.instance.pull_service.execute(self._pull, a)
 
     def _on_response(self, a: _Assigned, gen: int, fut: Future[PullMessageResponse]) -> None:
         if gen != a.generation:          # sought meanwhile: the new generation pulls itself
@@ -244,6 +257,8 @@ class PullConsumer(ConsumerBase):
             offset = a.pq.remove_message(msgs)
             if offset >= 0:
                 self.offset_store.update_offset(a.mq, offset, True)
+            if a.pq.parked_pull is not None:
+                self._resume_parked(a)
             return msgs
 
     def _maybe_auto_commit(self) -> None:
