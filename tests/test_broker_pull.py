@@ -214,3 +214,15 @@ def test_offsets_and_configs_survive_reopen(store_dir):
         assert b.subscription_groups.get("g").retry_max_times == 3
         assert b.topic_manager.select("RO").write_queue_nums == 4
         assert b.get_max_offset("RO", 0) == 1
+
+
+def test_a_cancelled_parked_pull_is_skipped(broker):
+    send(broker, "CX", b"first", 0)
+    wait_dispatched(broker)
+    fut = pull(broker, "CX", 0, 1, flags=SUB | SUSPEND, timeout_ms=10000)
+    other = pull(broker, "CX", 0, 1, flags=SUB | SUSPEND, group="g2", timeout_ms=10000)
+    assert fut.cancel()                 # its waiter went away
+    send(broker, "CX", b"m", 0)
+    assert other.result(10).code == ResponseCode.SUCCESS
+    assert broker.pull_processor.hold.parked_count() == 0
+    assert fut.cancelled()

@@ -237,6 +237,8 @@ class Broker:
         self._check_open()
         return self.send_processor.send_message(request)
 
+    send_message_async = send_message      # the remoting server's name for the same call
+
     def consumer_send_msg_back(self, request: ConsumerSendMsgBackRequest) -> Future:
         """``CONSUMER_SEND_MSG_BACK``: a Future of a ``RemotingResult``."""
         self._check_open()
@@ -298,6 +300,12 @@ class Broker:
         """``SEARCH_OFFSET_BY_TIMESTAMP``."""
         self._check_open()
         return self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
+
+    def get_earliest_msg_store_time(self, topic: str, queue_id: int) -> int:
+        """``GET_EARLIEST_MSG_STORETIME``: store time of the queue's first message, or -1."""
+        self._check_open()
+        return self.store.get_message_store_timestamp(
+            topic, queue_id, self.store.get_min_offset_in_queue(topic, queue_id))
 
     def view_message(self, commit_log_offset: int) -> MessageExt | None:
         """``VIEW_MESSAGE_BY_ID``: the record at a commit-log offset (zero copy)."""
@@ -364,6 +372,8 @@ class Broker:
         self.producer_manager.do_channel_close_event(channel)
         self.consumer_manager.do_channel_close_event(channel)
 
+    client_channel_closed = channel_closed
+
     def scan_not_active_channels(self) -> None:
         """One housekeeping round (120 s expiry, no notification)."""
         self.producer_manager.scan_not_active_channel()
@@ -377,6 +387,12 @@ class Broker:
         if not ids:
             return RemotingResult(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
         return RemotingResult(ResponseCode.SUCCESS, value=ids)
+
+    def get_consumer_id_list(self, group: str) -> list[str]:
+        """The group's client ids (empty when none; ``get_consumer_list_by_group`` gives the
+        response code)."""
+        r = self.get_consumer_list_by_group(group)
+        return list(r.value) if r.code == ResponseCode.SUCCESS else []
 
     def lock_batch_mq(self, group: str, client_id: str,
                       mqs: set[MessageQueue]) -> set[MessageQueue]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 log = logging.getLogger("rocketstore.broker.channels")
@@ -47,3 +48,16 @@ def call_oneway(what: str, fn: Any, *args: Any) -> None:
         fn(*args)
     except Exception:  # noqa: BLE001 - a client's fault must not break the broker
         log.exception("%s failed", what)
+
+
+def complete(fut: Future, value: Any = None, error: BaseException | None = None) -> None:
+    """Complete a caller's future unless its waiter cancelled it (a client that went away)."""
+    if fut.done():
+        return
+    try:
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(value)
+    except InvalidStateError:
+        pass

@@ -22,6 +22,7 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
+from rocketstore.broker.channels import complete
 from rocketstore.broker.inner import MessageInner, PropertiesMap
 from rocketstore.common import constants as C
 from rocketstore.common.constants import PermName
@@ -176,12 +177,14 @@ class PullRequestHoldService:
         return self.broker.store.count_matches(topic, queue_id, tags, start, end) > 0
 
     def _answer(self, p: _Parked) -> None:
+        if p.future.done():         # cancelled by its waiter: nothing to answer
+            return
         try:
             resp = self.processor.process(p.request, allow_suspend=False)
         except Exception as e:  # noqa: BLE001 - the waiter gets it
-            p.future.set_exception(e)
+            complete(p.future, error=e)
             return
-        p.future.set_result(resp)
+        complete(p.future, resp)
 
     def shutdown(self) -> None:
         """Stop the thread and answer every parked pull now (the store is still open)."""

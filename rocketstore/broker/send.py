@@ -18,6 +18,7 @@ import re
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
+from rocketstore.broker.channels import complete
 from rocketstore.broker.inner import MessageInner, PropertiesMap
 from rocketstore.common import constants as C
 from rocketstore.common.constants import PermName
@@ -243,9 +244,9 @@ class SendMessageProcessor:
 
         def finish(f: Future) -> None:
             try:
-                out.set_result(put_response(f.result(), queue_id))
+                complete(out, put_response(f.result(), queue_id))
             except BaseException as e:  # noqa: BLE001 - handed to the waiter
-                out.set_exception(e)
+                complete(out, error=e)
         put.add_done_callback(finish)
         return out
 
@@ -344,8 +345,8 @@ class SendMessageProcessor:
         def finish(f: Future) -> None:
             r = f.result()
             if r.status is PutMessageStatus.PUT_OK:
-                out.set_result(RemotingResult(ResponseCode.SUCCESS))
+                complete(out, RemotingResult(ResponseCode.SUCCESS))
             else:
-                out.set_result(RemotingResult(ResponseCode.SYSTEM_ERROR, r.status.value))
+                complete(out, RemotingResult(ResponseCode.SYSTEM_ERROR, r.status.value))
         put.add_done_callback(finish)
         return out

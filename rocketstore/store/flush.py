@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 log = logging.getLogger("rocketstore.store.flush")
 
@@ -348,7 +348,11 @@ class FlushAckService:
         for end, result, fut, _ in done:
             if end > flushed:
                 mark(result)
-            fut.set_result(result)
+            if not fut.cancelled():
+                try:
+                    fut.set_result(result)
+                except InvalidStateError:      # cancelled by its waiter meanwhile
+                    pass
         if done:
             self.groups += 1
 

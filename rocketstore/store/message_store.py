@@ -514,8 +514,8 @@ class MessageStore:
             self._apply_topic_rule(tc)
         self.put_message = self._refuse_write  # type: ignore[method-assign]
         self.put_messages = self._refuse_write  # type: ignore[method-assign]
-        self.put_message_async = self._refuse_write  # type: ignore[method-assign]
-        self.put_messages_async = self._refuse_write  # type: ignore[method-assign]
+        self.put_message_async = self._refuse_write  # type: ignore[method-assign,assignment]
+        self.put_messages_async = self._refuse_write  # type: ignore[method-assign,assignment]
 
     def _refuse_write(self, *args: object, **kwargs: object) -> PutMessageResult:
         self._check_open()
