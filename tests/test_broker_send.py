@@ -319,3 +319,18 @@ def test_topics_and_subscription_groups_json(store_dir):
     assert doc["dataVersion"]["counter"] >= 1
     assert text.startswith('{\n\t"dataVersion":{')             # fastjson pretty layout
     assert "TOOLS_CONSUMER" in doc["subscriptionGroupTable"]    # pre-created groups reach the file
+
+
+def test_memoized_order_matches_the_map(rand):
+    from rocketstore.broker.inner import java_properties
+    for _ in range(200):
+        keys = rand.sample([f"k{i}" for i in range(40)] + ["WAIT", "TAGS", "KEYS"],
+                           rand.randint(1, 20))
+        props = {k: f"v-{k}" for k in keys}
+        m = PropertiesMap.from_dict(props)
+        m.put("CLUSTER", "c")
+        removes = ("WAIT",) if "WAIT" in props else ()
+        for k in removes:
+            m.remove(k)
+        string, entries = java_properties(props, (("CLUSTER", "c"),), removes)
+        assert string == m.to_string() and entries == m.to_dict()

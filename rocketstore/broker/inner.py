@@ -10,6 +10,7 @@ string and the record fields, and becomes a store ``Message`` with exactly that 
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -219,3 +220,30 @@ class MessageInner:
     def __repr__(self) -> str:
         return (f"MessageInner(topic={self.topic!r}, queue_id={self.queue_id}, "
                 f"properties={self.properties!r})")
+
+
+@functools.lru_cache(maxsize=4096)
+def _java_order(keys: tuple[str, ...], puts: tuple[str, ...],
+                removes: tuple[str, ...]) -> tuple[str, ...]:
+    # the order depends on the key operations only, never on the values: memoized per shape
+    m = PropertiesMap()
+    for k in keys:
+        m.put(k, "")
+    for k in puts:
+        m.put(k, "")
+    for k in removes:
+        m.remove(k)
+    return tuple(m)
+
+
+def java_properties(props: dict[str, str], puts: tuple[tuple[str, str], ...] = (),
+                    removes: tuple[str, ...] = ()) -> tuple[str, dict[str, str]]:
+    """(string, entries) of a HashMap filled from ``props`` in order, then ``puts``, then
+    ``removes`` removed: what ``PropertiesMap`` gives, memoized by the keys' shape (the hot
+    send path's map)."""
+    order = _java_order(tuple(props), tuple(k for k, _ in puts), removes)
+    values = dict(props)
+    for k, v in puts:
+        values[k] = v
+    out = {k: values[k] for k in order}
+    return "\x02".join([k + "\x01" + v for k, v in out.items()]), out

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from rocketstore.broker.channels import complete
-from rocketstore.broker.inner import MessageInner, PropertiesMap
+from rocketstore.broker.inner import MessageInner, PropertiesMap, java_properties
 from rocketstore.common import constants as C
 from rocketstore.common.constants import PermName
 from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, RemotingResult,
@@ -175,6 +175,10 @@ class SendMessageProcessor:
         err = self._handle_retry_and_dlq(req, inner, tc, msg.sys_flag)
         if err is not None:
             return _done(err)
+        user = msg.properties
+        if (C.PROPERTY_DELAY_TIME_LEVEL not in user
+                and not _is_true(user.get(C.PROPERTY_TRANSACTION_PREPARED))):
+            return self._respond(self._put_plain(inner, user), queue_id)
         props = self._client_properties(msg)
         inner.properties = props
         props.put(C.PROPERTY_CLUSTER, self.cfg.broker_cluster_name)
@@ -193,6 +197,26 @@ class SendMessageProcessor:
         except InvalidMessageError as e:
             return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
         return self._respond(put, queue_id)
+
+    def _put_plain(self, inner: MessageInner, user: dict[str, str]) -> Future:
+        """The put of a send with no DELAY and no TRAN_MSG: the same stored string as the map
+        path below (client map + CLUSTER, WAIT removed), from the memoized key order."""
+        if C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in user:
+            user[C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.broker.next_uniq_id()
+        wait = user.get(C.PROPERTY_WAIT_STORE_MSG_OK)
+        string, entries = java_properties(
+            user, ((C.PROPERTY_CLUSTER, self.cfg.broker_cluster_name),),
+            (C.PROPERTY_WAIT_STORE_MSG_OK,) if wait is not None else ())
+        try:
+            m = Message.from_properties_string(
+                inner.topic, inner.body, string, wait=wait is None or _is_true(wait),
+                flag=inner.flag, sys_flag=inner.sys_flag, reconsume_times=inner.reconsume_times,
+                prepared_transaction_offset=inner.prepared_transaction_offset,
+                born_timestamp=inner.born_timestamp, born_host=inner.born_host,
+                properties=entries)
+            return self.broker.store.put_message_async(m, inner.queue_id)
+        except InvalidMessageError as e:
+            return _done(SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e)))
 
     def _client_properties(self, msg: Message) -> PropertiesMap:
         """The request's properties as the broker's map (``string2messageProperties`` of the
@@ -239,7 +263,10 @@ class SendMessageProcessor:
 
     def _respond(self, put: Future, queue_id: int) -> Future:
         if put.done():
-            return _done(put_response(put.result(), queue_id))
+            r = put.result()
+            if isinstance(r, SendMessageResponse):      # refused before the put
+                return put
+            return _done(put_response(r, queue_id))
         out: Future = Future()
 
         def finish(f: Future) -> None:
@@ -271,6 +298,8 @@ class SendMessageProcessor:
                         "true" if first_wait is None or _is_true(first_wait) else "false")
         batch_props.put(C.PROPERTY_CLUSTER, self.cfg.broker_cluster_name)
         batch_str = batch_props.to_string()
+        batch_entries = batch_props.to_dict()
+        batch_wait = batch_props.get(C.PROPERTY_WAIT_STORE_MSG_OK) == "true"
         sys_flag = first.sys_flag | (int(SysFlag.MULTI_TAGS) if tc.topic_filter_type == MULTI_TAG else 0)
         msgs = []
         for i, m in enumerate(req.messages):
@@ -279,12 +308,16 @@ class SendMessageProcessor:
             if C.PROPERTY_DELAY_TIME_LEVEL in m.properties or m.sys_flag & _TX_MASK:
                 return _refused(ResponseCode.MESSAGE_ILLEGAL,
                                 "a batch cannot hold delayed or transactional messages")
-            own = self._client_properties(m).to_string()
-            props = own + "\x02" + batch_str if own else batch_str
+            user = m.properties
+            if C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in user:
+                user[C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.broker.next_uniq_id()
+            own, entries = java_properties(user)
+            entries.update(batch_entries)
             msgs.append(Message.from_properties_string(
-                req.topic, m.body, props, wait=batch_props.get("WAIT") == "true", flag=m.flag,
+                req.topic, m.body, own + "\x02" + batch_str, wait=batch_wait, flag=m.flag,
                 sys_flag=sys_flag, born_timestamp=m.born_timestamp,
-                born_host=req.born_host or m.born_host, reconsume_times=req.reconsume_times))
+                born_host=req.born_host or m.born_host, reconsume_times=req.reconsume_times,
+                properties=entries))
         try:
             put = self.broker.store.put_messages_async(msgs, queue_id)
         except InvalidMessageError as e:

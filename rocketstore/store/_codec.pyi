@@ -28,7 +28,8 @@ class Message:
                                sys_flag: int = ..., reconsume_times: int = ...,
                                prepared_transaction_offset: int = ...,
                                born_timestamp: int | None = ...,
-                               born_host: str | None = ...) -> Message: ...
+                               born_host: str | None = ...,
+                               properties: dict[str, str] | None = ...) -> Message: ...
     @property
     def body(self) -> bytes: ...
     @property

@@ -581,13 +581,15 @@ cdef class Message:
     @staticmethod
     def from_properties_string(topic, body, properties_string, *, bint wait=True, flag=0,
                                sys_flag=0, reconsume_times=0, prepared_transaction_offset=0,
-                               born_timestamp=None, born_host=None):
+                               born_timestamp=None, born_host=None, dict properties=None):
         """A message whose stored properties are exactly ``properties_string`` (str or bytes).
 
         What a broker stores: RocketMQ writes ``MessageExtBrokerInner.propertiesString``, which
         may differ from the property map (MESSAGING.md 0.4) and has no trailing ``\\x02``. The
         string is stored verbatim: no UNIQ_KEY is added. ``wait=False`` is the map's
         ``WAIT=false`` (a sync-flush put does not wait), which the string may not show.
+        ``properties``: the same entries as a dict, when the caller has them (not parsed again;
+        they must be the string's).
         """
         cdef bytes pb
         if isinstance(properties_string, str):
@@ -605,7 +607,7 @@ cdef class Message:
                                  reconsume_times=reconsume_times,
                                  prepared_transaction_offset=prepared_transaction_offset,
                                  born_timestamp=born_timestamp, born_host=born_host)
-        cdef dict user = parse_properties(pb)
+        cdef dict user = parse_properties(pb) if properties is None else properties
         m._user = user if user else None
         m._props_b = pb
         m._has_uniq = True          # verbatim: the broker decides whether a UNIQ_KEY is there
