@@ -101,6 +101,8 @@ class SendMessageProcessor:
         self.cfg = broker.config
         self.topics = broker.topic_manager
         self.groups = broker.subscription_groups
+        # PermName is an IntFlag: test the bits once, not per send
+        self._broker_writable = bool(self.cfg.broker_permission & int(PermName.PERM_WRITE))
 
     # -- checks shared by single and batch sends -------------------------------------------
 
@@ -112,7 +114,7 @@ class SendMessageProcessor:
                 ResponseCode.SYSTEM_ERROR, "broker unable to service, until "
                 f"{cfg.start_accept_send_request_time_stamp}"), None
         topic = req.topic
-        if not PermName.PERM_WRITE & cfg.broker_permission and self.topics.is_order_topic(topic):
+        if not self._broker_writable and self.topics.is_order_topic(topic):
             return SendMessageResponse(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{cfg.broker_ip1}] sending message is forbidden"), None
@@ -198,7 +200,7 @@ class SendMessageProcessor:
             return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
         return self._respond(put, queue_id)
 
-    def _put_plain(self, inner: MessageInner, user: dict[str, str]) -> Future:
+    def _put_plain(self, inner: MessageInner, user: dict[str, str]) -> Future | PutMessageResult:
         """The put of a send with no DELAY and no TRAN_MSG: the same stored string as the map
         path below (client map + CLUSTER, WAIT removed), from the memoized key order."""
         if C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in user:
@@ -214,7 +216,10 @@ class SendMessageProcessor:
                 prepared_transaction_offset=inner.prepared_transaction_offset,
                 born_timestamp=inner.born_timestamp, born_host=inner.born_host,
                 properties=entries)
-            return self.broker.store.put_message_async(m, inner.queue_id)
+            store = self.broker.store
+            if not store.commit_log.sync_flush:
+                return store.put_message(m, inner.queue_id)     # answered now: no future
+            return store.put_message_async(m, inner.queue_id)
         except InvalidMessageError as e:
             return _done(SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e)))
 
@@ -261,7 +266,9 @@ class SendMessageProcessor:
         inner.queue_id = 0
         inner.freeze()
 
-    def _respond(self, put: Future, queue_id: int) -> Future:
+    def _respond(self, put: Future | PutMessageResult, queue_id: int) -> Future:
+        if isinstance(put, PutMessageResult):
+            return _done(put_response(put, queue_id))
         if put.done():
             r = put.result()
             if isinstance(r, SendMessageResponse):      # refused before the put
