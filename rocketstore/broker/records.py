@@ -34,9 +34,12 @@ def copy_record(ext: MessageExt, topic: str, *, properties: str | bytes | None =
     sysflag; ``flag`` and ``reconsume_times`` say whether the user flag and the reconsume
     count are copied (4.9.8's half-message re-append copies neither).
     """
+    entries = None
+    if properties is None:
+        properties = ext.properties_bytes
+        entries = ext.properties            # parsed once, from that very string
     return Message.from_properties_string(
-        topic, ext.stored_body,
-        ext.properties_bytes if properties is None else properties, wait=wait,
+        topic, ext.stored_body, properties, properties=entries, wait=wait,
         flag=ext.flag if flag else 0,
         sys_flag=(ext.sys_flag if sys_flag is None else sys_flag) & ~HOST_V6_BITS,
         reconsume_times=ext.reconsume_times if reconsume_times else 0,
