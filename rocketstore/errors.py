@@ -71,16 +71,19 @@ class InvalidMessageTypeError(RocketStoreError, TypeError):
 
 
 class InvalidConfigError(RocketStoreError, ValueError):
-    """A ``StoreConfig`` setting is out of range; ``setting`` names it."""
+    """A ``StoreConfig`` (or ``BrokerConfig``, named by ``config``) setting is out of range;
+    ``setting`` names it."""
 
-    def __init__(self, setting: str, value: object, reason: str) -> None:
+    def __init__(self, setting: str, value: object, reason: str,
+                 config: str = "StoreConfig") -> None:
         super().__init__(setting, value, reason)
         self.setting = setting
         self.value = value
         self.reason = reason
+        self.config = config
 
     def __str__(self) -> str:
-        return f"StoreConfig.{self.setting}={self.value!r}: {self.reason}"
+        return f"{self.config}.{self.setting}={self.value!r}: {self.reason}"
 
 
 class InvalidMessageIdError(RocketStoreError, ValueError):

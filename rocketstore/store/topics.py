@@ -288,6 +288,17 @@ class TopicConfigManager:
             self._table[config.topic_name] = config
             self._changed()
 
+    def register_absent(self, configs: list[TopicConfig]) -> list[TopicConfig]:
+        """Add the configs whose topic is absent, without a version bump (RocketMQ's
+        constructor-registered system topics), persisting once if any was added."""
+        with self._lock:
+            added = [c for c in configs if c.topic_name not in self._table]
+            for c in added:
+                self._table[c.topic_name] = c
+            if added:
+                self.persist()
+            return added
+
     def delete(self, topic: str) -> bool:
         """Remove *topic*. Returns False, with no version bump or write, if it did not exist."""
         with self._lock:
