@@ -8,6 +8,7 @@ Subcommands, one module per group:
   dump / export       messages to JSONL or Parquet; ``import`` puts them back (``transfer``)
   verify / recover    full CRC scan and cross-check of consume queues and index; rebuild them
   offsets             show and reset a consumer group's offsets
+  namesrv             run a NameServer on RocketMQ's wire protocol (``servers``)
 
 Read-only commands open the store with ``read_only=True``: no lock, nothing written, so they
 work beside a broker or an application holding the directory. Errors print one line saying
@@ -19,7 +20,7 @@ import argparse
 import os
 import sys
 
-from rocketstore.cli import check, demo, lookup, offsets, transfer
+from rocketstore.cli import check, demo, lookup, offsets, servers, transfer
 from rocketstore.cli.demo import DEFAULT_STORE_DIR
 
 __all__ = ["main", "build_parser", "DEFAULT_STORE_DIR"]
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.register(sub)
     check.register(sub)
     offsets.register(sub)
+    servers.register(sub)
     return ap
 
 
