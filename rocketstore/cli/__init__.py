@@ -8,7 +8,7 @@ Subcommands, one module per group:
   dump / export       messages to JSONL or Parquet; ``import`` puts them back (``transfer``)
   verify / recover    full CRC scan and cross-check of consume queues and index; rebuild them
   offsets             show and reset a consumer group's offsets
-  namesrv             run a NameServer on RocketMQ's wire protocol (``servers``)
+  namesrv / broker    run a NameServer or a broker on RocketMQ's wire protocol (``servers``)
 
 Read-only commands open the store with ``read_only=True``: no lock, nothing written, so they
 work beside a broker or an application holding the directory. Errors print one line saying
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.register(sub)
     offsets.register(sub)
     servers.register(sub)
+    servers.register_broker(sub)
     return ap
 
 
