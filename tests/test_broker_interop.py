@@ -1,0 +1,183 @@
+"""Apache RocketMQ's C++ client (PyPI ``rocketmq`` 0.4.4) against ``rocketstore namesrv`` and
+``rocketstore broker`` running as processes.
+
+Each client runs in a subprocess of its own (a native crash cannot take the test run down)
+and prints what it saw as JSON. The store is then opened read-only to check what the broker
+wrote.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import rocketmq.client  # noqa: F401  (the test extra installs rocketmq==0.4.4)
+
+from rocketstore import MessageStore
+from servers import start_broker, start_namesrv  # noqa: E402  (tests/servers.py)
+
+SHORT_DELAYS = " ".join(["1s"] * 18)
+BROKER_CONF = {"messageDelayLevel": SHORT_DELAYS, "flushDiskType": "SYNC_FLUSH",
+               "mappedFileSizeCommitLog": str(16 << 20)}
+
+PRODUCE = textwrap.dedent("""
+    import json, sys
+    from rocketmq.client import Producer, Message
+    namesrv, topic, n, orderly_n, batch_n = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+    p = Producer("PG-cpp")
+    p.set_namesrv_addr(namesrv)
+    p.start()
+    out = []
+    def msg(i, kind):
+        m = Message(topic)
+        m.set_keys("k-%s-%d" % (kind, i))
+        m.set_tags("Tag" + kind)
+        m.set_property("seq", str(i))
+        m.set_body(("%s-%d" % (kind, i)).encode())
+        return m
+    for i in range(n):
+        r = p.send_sync(msg(i, "S"))
+        out.append({"kind": "S", "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
+    for i in range(orderly_n):
+        r = p.send_orderly(msg(i, "O"), i % 3)
+        out.append({"kind": "O", "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
+    if batch_n:
+        r = p.send_batch([msg(i, "B") for i in range(batch_n)])
+        out.append({"kind": "B", "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
+    p.shutdown()
+    print(json.dumps(out), flush=True)
+""")
+
+PUSH_CONSUME = textwrap.dedent("""
+    import json, sys, threading, time
+    from rocketmq.client import PushConsumer
+    namesrv, group, topic, want, fail_first, timeout = (sys.argv[1], sys.argv[2], sys.argv[3],
+        int(sys.argv[4]), sys.argv[5] == "1", float(sys.argv[6]))
+    got, lock, done = [], threading.Lock(), threading.Event()
+    failed = set()
+    def on_message(m):
+        rec = {"topic": m.topic, "tags": m.tags.decode(), "keys": m.keys.decode(),
+               "body": m.body.decode(), "seq": m.get_property("seq").decode(),
+               "id": m.id.decode(), "reconsume_times": m.reconsume_times,
+               "queue_id": m.queue_id, "queue_offset": m.queue_offset}
+        with lock:
+            if fail_first and rec["keys"] not in failed:
+                failed.add(rec["keys"])
+                rec["failed"] = True
+                got.append(rec)
+                raise RuntimeError("fail once")
+            got.append(rec)
+            if sum(1 for r in got if not r.get("failed")) >= want:
+                done.set()
+    c = PushConsumer(group)
+    c.set_namesrv_addr(namesrv)
+    c.subscribe(topic, on_message)
+    c.start()
+    done.wait(timeout)
+    time.sleep(0.5)
+    c.shutdown()
+    print(json.dumps(got), flush=True)
+""")
+
+PULL_CONSUME = textwrap.dedent("""
+    import json, sys
+    from rocketmq.client import PullConsumer
+    namesrv, group, topic = sys.argv[1:4]
+    c = PullConsumer(group)
+    c.set_namesrv_addr(namesrv)
+    c.start()
+    got = [{"body": m.body.decode(), "tags": m.tags.decode(), "queue_id": m.queue_id,
+            "queue_offset": m.queue_offset} for m in c.pull(topic)]
+    c.shutdown()
+    print(json.dumps(got), flush=True)
+""")
+
+
+def run_client(tmp: Path, script: str, *args: object, timeout: float = 120) -> list[dict]:
+    path = tmp / f"client_{abs(hash(script))}.py"
+    path.write_text(script)
+    proc = subprocess.run([sys.executable, str(path), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, cwd=tmp, env=dict(os.environ, HOME=str(tmp)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    ns = start_namesrv(tmp_path)
+    store = tmp_path / "store"
+    broker = start_broker(store, ns.addr, BROKER_CONF)
+    yield ns, broker, store
+    assert broker.stop() == 0, broker.output[-3000:]
+    assert ns.stop() == 0
+
+
+def test_cpp_sends_are_stored_as_a_rocketmq_broker_stores_them(cluster, tmp_path):
+    ns, broker, store = cluster
+    res = run_client(tmp_path, PRODUCE, ns.addr, "CppT", 6, 6, 4)
+    assert [r["status"] for r in res] == [0] * 13          # SEND_OK for each send
+    assert all(len(r["msg_id"]) == 32 for r in res)         # the client's UNIQ_KEY
+    assert broker.stop() == 0
+    with MessageStore.open(str(store), read_only=True) as s:
+        msgs = [m for q in range(4) for m in
+                s.get_message("check", "CppT", q, 0, max_msgs=64).messages]
+        stored = {m.keys[0]: m for m in msgs}
+        # the C++ client's batch flag is "1", which RocketMQ reads as false: one record
+        assert len(msgs) == 13
+        for i in range(6):
+            m = stored[f"k-S-{i}"]
+            assert bytes(m.body) == f"S-{i}".encode() and m.tags == "TagS"
+            props = m.properties
+            assert props["seq"] == str(i) and props["CLUSTER"] == "DefaultCluster"
+            assert "WAIT" not in props                       # not persisted (4.9.2+)
+            assert m.born_host.startswith("127.0.0.1:") and m.store_host == broker.addr
+        # orderly: the same arg lands in the same queue, in send order
+        by_arg: dict[int, list] = {}
+        for i in range(6):
+            m = stored[f"k-O-{i}"]
+            by_arg.setdefault(i % 3, []).append((m.queue_id, m.queue_offset))
+        for seq in by_arg.values():
+            assert len({q for q, _ in seq}) == 1 and [o for _, o in seq] == sorted(o for _, o in seq)
+
+
+def test_cpp_push_consumer_gets_everything_exactly_as_sent(cluster, tmp_path):
+    ns, broker, store = cluster
+    run_client(tmp_path, PRODUCE, ns.addr, "CppP", 20, 0, 0)
+    got = run_client(tmp_path, PUSH_CONSUME, ns.addr, "CG-cpp", "CppP", 20, "0", 60)
+    assert sorted(r["body"] for r in got) == sorted(f"S-{i}" for i in range(20))
+    for r in got:
+        i = int(r["seq"])
+        assert (r["topic"], r["tags"], r["keys"]) == ("CppP", "TagS", f"k-S-{i}")
+        assert r["reconsume_times"] == 0 and len(r["id"]) == 32
+    # offsets were committed: a restart of the same group gets nothing new
+    again = run_client(tmp_path, PUSH_CONSUME, ns.addr, "CG-cpp", "CppP", 1, "0", 8)
+    assert again == []
+
+
+def test_cpp_listener_failure_is_retried_with_reconsume_times(cluster, tmp_path):
+    ns, broker, store = cluster
+    run_client(tmp_path, PRODUCE, ns.addr, "CppR", 5, 0, 0)
+    got = run_client(tmp_path, PUSH_CONSUME, ns.addr, "CG-retry", "CppR", 5, "1", 90)
+    first = [r for r in got if r.get("failed")]
+    retried = [r for r in got if not r.get("failed")]
+    assert sorted(r["keys"] for r in first) == [f"k-S-{i}" for i in range(5)]
+    assert sorted(r["keys"] for r in retried) == [f"k-S-{i}" for i in range(5)]
+    # the redelivery comes from %RETRY%CG-retry, shown under the original topic, once retried
+    assert all(r["reconsume_times"] == 1 and r["topic"] == "CppR" for r in retried)
+    assert all(r["reconsume_times"] == 0 for r in first)
+
+
+def test_cpp_pull_consumer_reads_every_queue(cluster, tmp_path):
+    ns, broker, store = cluster
+    run_client(tmp_path, PRODUCE, ns.addr, "CppQ", 12, 0, 0)
+    got = run_client(tmp_path, PULL_CONSUME, ns.addr, "CG-pull", "CppQ")
+    assert sorted(r["body"] for r in got) == sorted(f"S-{i}" for i in range(12))
+    per_queue: dict[int, list[int]] = {}
+    for r in got:
+        per_queue.setdefault(r["queue_id"], []).append(r["queue_offset"])
+    assert all(offs == list(range(len(offs))) for offs in per_queue.values())
