@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import logging
+import threading
+from typing import Any
 
 from rocketstore.errors import TransportError
-from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.command import FLAG_ONEWAY, RemotingCommand
 from rocketstore.remoting.connection import Connection, Processor
 from rocketstore.remoting.server import LoopThread
 
@@ -44,6 +47,10 @@ class RemotingClient:
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
         self._closed = False
+        self._opaques = itertools.count(1)
+        self._outbox: list[tuple[str, bytes, int, Any, float]] = []
+        self._outbox_lock = threading.Lock()
+        self._flush_scheduled = False
 
     async def _connection(self, addr: str) -> Connection:
         conn = self._conns.get(addr)
@@ -73,32 +80,73 @@ class RemotingClient:
         finally:
             self._connecting.pop(addr, None)
 
-    async def _invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        conn = await self._connection(addr)
-        try:
-            return await conn.request(cmd, timeout)
-        except TransportError:
-            conn.close()
-            raise
+    def _live(self, addr: str) -> Connection | None:
+        conn = self._conns.get(addr)
+        return conn if conn is not None and conn.is_open else None
 
-    async def _oneway(self, addr: str, cmd: RemotingCommand) -> None:
-        conn = await self._connection(addr)
-        conn.oneway(cmd)
+    def _enqueue(self, addr: str, cmd: RemotingCommand,
+                 fut: concurrent.futures.Future[RemotingCommand] | None, timeout: float) -> None:
+        # the frame is encoded on the caller's thread; the loop only writes. Frames queued
+        # while the loop is busy go out in one writelines per connection (one wake-up).
+        item = (addr, cmd.encode(), cmd.opaque, fut, timeout)
+        with self._outbox_lock:
+            self._outbox.append(item)
+            if self._flush_scheduled:
+                return
+            self._flush_scheduled = True
+        self._loop.call(self._flush)
+
+    def _flush(self) -> None:
+        with self._outbox_lock:
+            items, self._outbox = self._outbox, []
+            self._flush_scheduled = False
+        by_conn: dict[Connection, list[bytes]] = {}
+        for addr, frame, opaque, fut, timeout in items:
+            conn = self._live(addr)
+            if conn is None:
+                # first use of the address (or it dropped): connect, then send
+                asyncio.ensure_future(self._connect_and_send(addr, frame, opaque, fut, timeout))
+                continue
+            if fut is not None:
+                conn.expect(opaque, fut, timeout)
+            by_conn.setdefault(conn, []).append(frame)
+        for conn, frames in by_conn.items():
+            conn.write_frames(frames)
+
+    async def _connect_and_send(self, addr: str, frame: bytes, opaque: int,
+                                fut: concurrent.futures.Future[RemotingCommand] | None,
+                                timeout: float) -> None:
+        try:
+            conn = await self._connection(addr)
+        except BaseException as e:
+            if fut is not None and not fut.done():
+                fut.set_exception(e if isinstance(e, TransportError)
+                                  else TransportError(addr, f"connect failed: {e}"))
+            return
+        if fut is not None:
+            conn.expect(opaque, fut, timeout)
+        conn.write_frames([frame])
 
     def invoke_async(self, addr: str, cmd: RemotingCommand,
                      timeout: float = 3.0) -> concurrent.futures.Future[RemotingCommand]:
-        """Send a request; the future completes with the response or a ``TransportError``."""
+        """Send a request; the future completes with the response or a ``TransportError``
+        (and, as RocketMQ's client does, a timed-out call closes its connection)."""
         self._check_open(addr)
-        return self._loop.submit(self._invoke(addr, cmd, timeout))
+        fut: concurrent.futures.Future[RemotingCommand] = concurrent.futures.Future()
+        cmd.opaque = next(self._opaques)
+        self._enqueue(addr, cmd, fut, timeout)
+        return fut
 
     def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Send a request and wait for its response."""
         return self.invoke_async(addr, cmd, timeout).result()
 
     def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
-        """Send a request that gets no response (waits only until it is written)."""
+        """Send a request that gets no response."""
         self._check_open(addr)
-        self._loop.submit(self._oneway(addr, cmd)).result(self.connect_timeout + 1)
+        cmd.flag |= FLAG_ONEWAY
+        cmd.opaque = next(self._opaques)
+        self._enqueue(addr, cmd, None, 0.0)
 
     def _check_open(self, addr: str) -> None:
         if self._closed:

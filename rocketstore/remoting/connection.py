@@ -18,7 +18,7 @@ import itertools
 import logging
 import socket
 import time
-from typing import Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.errors import RemotingProtocolError, TransportError
@@ -52,7 +52,8 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self.last_active = time.monotonic()
         self.closed: asyncio.Event | None = None    # made in connection_made, on the loop
-        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # asyncio futures (requests made on the loop) or concurrent ones (client calls)
+        self._pending: dict[int, Any] = {}
         self._opaques = itertools.count(1)
         self._in_flight = 0
         self._reading_paused = False
@@ -62,8 +63,7 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  (uvloop's is not a subclass)
         self.closed = asyncio.Event()
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -187,20 +187,41 @@ class Connection(asyncio.Protocol):
             return fut
         opaque = cmd.opaque = next(self._opaques) & 0x7FFFFFFF
         self._pending[opaque] = fut
-        handle = loop.call_later(timeout, self._expire, opaque, timeout)
+        handle = loop.call_later(timeout, self._expire, opaque, timeout, False)
         fut.add_done_callback(lambda f: handle.cancel())
         self.send(cmd)
         return fut
+
+    def expect(self, opaque: int, fut: Any, timeout: float) -> None:
+        """Complete ``fut`` (any future with ``set_result``) with the response to ``opaque``,
+        or fail it after ``timeout`` (which also closes the connection, as RocketMQ does)."""
+        self._pending[opaque] = fut
+        handle = asyncio.get_running_loop().call_later(timeout, self._expire, opaque, timeout, True)
+        fut.add_done_callback(lambda f: handle.cancel())
+
+    def write_frames(self, frames: list[bytes]) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            err = TransportError(self.peer, "connection closed")
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(err)
+            self._pending.clear()
+            return
+        t.writelines(frames)
+        self.last_active = time.monotonic()
 
     def oneway(self, cmd: RemotingCommand) -> None:
         cmd.flag |= FLAG_ONEWAY
         cmd.opaque = next(self._opaques) & 0x7FFFFFFF
         self.send(cmd)
 
-    def _expire(self, opaque: int, timeout: float) -> None:
+    def _expire(self, opaque: int, timeout: float, close: bool) -> None:
         fut = self._pending.pop(opaque, None)
         if fut is not None and not fut.done():
             fut.set_exception(TransportError(self.peer, f"no response within {timeout:g} s"))
+            if close:
+                self.close()
 
     @property
     def is_open(self) -> bool:
