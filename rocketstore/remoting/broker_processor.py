@@ -111,7 +111,7 @@ class BrokerProcessor:
     def connection_closed(self, conn: Connection) -> None:
         channel = conn.attributes.get("channel")
         if channel is not None:
-            self._blocking(self.broker.client_channel_closed, channel)
+            self._blocking(self.broker.channel_closed, channel)
 
     def _blocking(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         return asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -127,7 +127,7 @@ class BrokerProcessor:
     # -- produce ------------------------------------------------------------------------------
     async def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         request = headers.decode_send(cmd, born_host=conn.peer)
-        response = await asyncio.wrap_future(self.broker.send_message_async(request))
+        response = await asyncio.wrap_future(self.broker.send_message(request))
         return headers.encode_send_response(cmd, response)
 
     async def end_transaction(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -172,8 +172,9 @@ class BrokerProcessor:
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": off})
 
     def get_earliest_msg_storetime(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        ts = self.broker.get_earliest_msg_store_time(cmd.require("topic"),
-                                                     cmd.int_field("queueId", required=True))
+        topic, qid = cmd.require("topic"), cmd.int_field("queueId", required=True)
+        store = self.broker.store
+        ts = store.get_message_store_timestamp(topic, qid, store.get_min_offset_in_queue(topic, qid))
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"timestamp": ts})
 
     def view_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -185,7 +186,8 @@ class BrokerProcessor:
         return cmd.response(ResponseCode.SUCCESS, body=msg.record())
 
     async def send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        r = await self._blocking(self.broker.consumer_send_msg_back, headers.decode_send_back(cmd))
+        r = await asyncio.wrap_future(self.broker.consumer_send_msg_back(
+            headers.decode_send_back(cmd)))
         return cmd.response(int(r.code), r.remark)
 
     # -- membership ---------------------------------------------------------------------------
@@ -198,16 +200,16 @@ class BrokerProcessor:
     async def unregister_client(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         # the C++ client sends "" for the group it does not use
         await self._blocking(self.broker.unregister_client, cmd.require("clientID"),
-                             cmd.field("producerGroup") or None, cmd.field("consumerGroup") or None)
+                             cmd.field("producerGroup") or None, cmd.field("consumerGroup") or None,
+                             conn.attributes.get("channel"))
         return cmd.response(ResponseCode.SUCCESS, ext_fields={})
 
     def consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        group = cmd.require("consumerGroup")
-        ids = self.broker.get_consumer_id_list(group)
-        if not ids:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        r = self.broker.get_consumer_list_by_group(cmd.require("consumerGroup"))
+        if r.code != ResponseCode.SUCCESS:
+            return cmd.response(int(r.code), r.remark)
         return cmd.response(ResponseCode.SUCCESS, ext_fields={},
-                            body=fastjson.dumps({"consumerIdList": ids}).encode())
+                            body=fastjson.dumps({"consumerIdList": list(r.value)}).encode())
 
     def lock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group, client_id, mqs = headers.decode_lock_body(bytes(cmd.body))
