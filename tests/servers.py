@@ -51,7 +51,12 @@ class ServerProcess:
             self.kill()
             raise
         self._pump.join(5)
+        self._close_pipe()
         return rc
+
+    def _close_pipe(self) -> None:
+        if self.proc.stderr is not None and not self._pump.is_alive():
+            self.proc.stderr.close()
 
     def kill(self) -> None:
         """SIGKILL (a crash) and reap."""
@@ -59,6 +64,7 @@ class ServerProcess:
             self.proc.kill()
         self.proc.wait()
         self._pump.join(5)
+        self._close_pipe()
 
     @property
     def output(self) -> str:
