@@ -30,7 +30,6 @@ from rocketstore.remoting.server import LoopThread, RemotingServer
 log = logging.getLogger("rocketstore.broker.remoting")
 
 REGISTER_PERIOD_MS = 30_000
-TOPIC_CHANGE_CHECK_S = 1.0
 REGISTER_TIMEOUT_S = 6.0
 
 
@@ -125,7 +124,10 @@ class BrokerServer:
             self._ns_client = RemotingClient(loop=self._ns_loop)
             await self._register_all()
             self._tasks.append(loop.create_task(self._register_periodically()))
-            self._tasks.append(loop.create_task(self._register_on_topic_change()))
+            changed = asyncio.Event()
+            self.broker.store.topic_config_manager.listeners.append(
+                lambda: loop.call_soon_threadsafe(changed.set))
+            self._tasks.append(loop.create_task(self._register_on_topic_change(changed)))
         log.info("broker %s serving %s (VIP %d), store %s", bc.broker_name, self.addr, port - 2,
                  self.store_dir)
 
@@ -173,14 +175,12 @@ class BrokerServer:
             await asyncio.sleep(period)
             await self._register_all()
 
-    async def _register_on_topic_change(self) -> None:
-        table = self.broker.store.topic_config_manager
-        seen = table.data_version
+    async def _register_on_topic_change(self, changed: asyncio.Event) -> None:
+        # RocketMQ re-registers right after a topic is created (oneway); so do we
         while True:
-            await asyncio.sleep(TOPIC_CHANGE_CHECK_S)
-            if table.data_version != seen:
-                seen = table.data_version
-                await self._register_all()
+            await changed.wait()
+            changed.clear()
+            await self._register_all()
 
     async def _unregister_all(self) -> None:
         assert self._ns_client is not None
