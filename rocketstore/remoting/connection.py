@@ -117,6 +117,9 @@ class Connection(asyncio.Protocol):
 
     # -- requests in --------------------------------------------------------------------------
     def _dispatch(self, cmd: RemotingCommand) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: request code %s opaque %s %s", self.peer, cmd.code, cmd.opaque,
+                      cmd.ext_fields)
         if self.processor is None:
             if not cmd.is_oneway:
                 self.send(cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -149,6 +152,7 @@ class Connection(asyncio.Protocol):
             self.send(result)
 
     def _answer_error(self, cmd: RemotingCommand, exc: BaseException) -> None:
+        # a failure of ours, answered as RocketMQ's exception reply: SYSTEM_ERROR with the text
         if isinstance(exc, RemotingProtocolError):
             log.info("bad request from %s code %s: %s", self.peer, cmd.code, exc)
         else:
