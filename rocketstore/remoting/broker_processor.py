@@ -73,6 +73,31 @@ class TcpClientChannel:
         return f"TcpClientChannel({self.client_id} at {self.conn.peer})"
 
 
+def _bridge(cf: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
+    """An asyncio future that follows ``cf``. Unlike ``asyncio.wrap_future``, cancelling it
+    (a connection that closed, a server that stops) does not cancel ``cf``: the broker's own
+    future stays its to complete."""
+    loop = asyncio.get_running_loop()
+    af: asyncio.Future[Any] = loop.create_future()
+
+    def copy(f: concurrent.futures.Future[Any]) -> None:
+        if af.done():
+            return
+        exc = f.exception()
+        if exc is not None:
+            af.set_exception(exc)
+        else:
+            af.set_result(f.result())
+
+    def done(f: concurrent.futures.Future[Any]) -> None:
+        try:
+            loop.call_soon_threadsafe(copy, f)
+        except RuntimeError:        # the loop closed meanwhile: nobody waits any more
+            pass
+    cf.add_done_callback(done)
+    return af
+
+
 class BrokerProcessor:
     """Serves one ``Broker`` on RocketMQ's wire protocol."""
 
@@ -127,7 +152,7 @@ class BrokerProcessor:
     # -- produce ------------------------------------------------------------------------------
     async def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         request = headers.decode_send(cmd, born_host=conn.peer)
-        response = await asyncio.wrap_future(self.broker.send_message(request))
+        response = await _bridge(self.broker.send_message(request))
         return headers.encode_send_response(cmd, response)
 
     async def end_transaction(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -142,7 +167,7 @@ class BrokerProcessor:
     # -- consume ------------------------------------------------------------------------------
     async def pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         request = headers.decode_pull(cmd)
-        response = await asyncio.wrap_future(self.broker.pull_message(request))
+        response = await _bridge(self.broker.pull_message(request))
         return headers.encode_pull_response(cmd, response)
 
     def query_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -186,7 +211,7 @@ class BrokerProcessor:
         return cmd.response(ResponseCode.SUCCESS, body=msg.record())
 
     async def send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        r = await asyncio.wrap_future(self.broker.consumer_send_msg_back(
+        r = await _bridge(self.broker.consumer_send_msg_back(
             headers.decode_send_back(cmd)))
         return cmd.response(int(r.code), r.remark)
 
