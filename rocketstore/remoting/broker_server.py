@@ -72,14 +72,17 @@ class BrokerServer:
 
     def __init__(self, store_dir: str, broker_config: Any, store_config: Any, *,
                  namesrv_addrs: list[str] | None = None, host: str = "127.0.0.1",
-                 register_period_ms: int = REGISTER_PERIOD_MS) -> None:
+                 register_period_ms: int = REGISTER_PERIOD_MS, broker: Any = None) -> None:
+        """``broker``: serve an already open ``Broker`` (its store host must be the address
+        given by ``broker_config``) instead of opening one; it is then not closed by ``stop``."""
         self.store_dir = store_dir
         self.broker_config = broker_config
         self.store_config = store_config
         self.namesrv_addrs = list(namesrv_addrs or [])
         self.host = host
         self.register_period_ms = register_period_ms
-        self.broker: Any = None
+        self.broker: Any = broker
+        self._own_broker = broker is None
         self._main = _Deferred()
         self._vip = _Deferred()
         self.server: RemotingServer | None = None
@@ -110,13 +113,14 @@ class BrokerServer:
         sc = dataclasses.replace(self.store_config, store_host=f"{bc.broker_ip1}:{port}")
         self.broker_config, self.store_config = bc, sc
         loop = asyncio.get_running_loop()
-        try:
-            self.broker = await loop.run_in_executor(self._executor, Broker.open, self.store_dir,
-                                                     bc, sc)
-        except BaseException:
-            await self.vip_server.stop()
-            await self.server.stop()
-            raise
+        if self._own_broker:
+            try:
+                self.broker = await loop.run_in_executor(self._executor, Broker.open,
+                                                         self.store_dir, bc, sc)
+            except BaseException:
+                await self.vip_server.stop()
+                await self.server.stop()
+                raise
         self._main.target = BrokerProcessor(self.broker, executor=self._executor)
         self._vip.target = BrokerProcessor(self.broker, vip=True, executor=self._executor)
         if self.namesrv_addrs:
@@ -206,7 +210,7 @@ class BrokerServer:
         for srv in (self.vip_server, self.server):
             if srv is not None:
                 await srv.stop()
-        if self.broker is not None:
+        if self.broker is not None and self._own_broker:
             await asyncio.get_running_loop().run_in_executor(self._executor, self.broker.close)
             self.broker = None
         self._executor.shutdown(wait=True)
