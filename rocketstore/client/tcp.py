@@ -131,8 +131,23 @@ class TcpTransport(Transport):
         with self._lock:
             addrs = self._brokers.get(broker_name)
         if not addrs:
-            raise TransportError(broker_name, "no address known (no route names this broker)")
+            # a broker no route named yet: the NameServer's cluster info lists every broker
+            self._learn_brokers()
+            with self._lock:
+                addrs = self._brokers.get(broker_name)
+            if not addrs:
+                raise TransportError(broker_name, "no NameServer knows this broker")
         return addrs.get(0) or next(iter(addrs.values()))
+
+    def _learn_brokers(self) -> None:
+        r = self._namesrv_call(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
+        if r.code != ResponseCode.SUCCESS:
+            return
+        table = fastjson.loads(r.body).get("brokerAddrTable", {})
+        with self._lock:
+            for name, bd in table.items():
+                self._brokers[str(name)] = {int(k): str(v)
+                                            for k, v in bd.get("brokerAddrs", {}).items()}
 
     def broker_of_addr(self, peer: str) -> str | None:
         with self._lock:
@@ -146,19 +161,20 @@ class TcpTransport(Transport):
         return self.client.invoke(self._addr(broker_name), cmd, timeout)
 
     # -- routes -------------------------------------------------------------------------------
-    def get_topic_route(self, topic: str) -> TopicRouteData | None:
-        cmd = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+    def _namesrv_call(self, cmd: RemotingCommand) -> RemotingCommand:
         last: TransportError | None = None
         for _ in range(len(self.namesrv_addrs)):
             try:
-                r = self.client.invoke(self._namesrv(), cmd, API_TIMEOUT_S)
-                break
+                return self.client.invoke(self._namesrv(), cmd, API_TIMEOUT_S)
             except TransportError as e:       # try the next NameServer
                 last = e
                 self._ns_index += 1
-        else:
-            assert last is not None
-            raise last
+        assert last is not None
+        raise last
+
+    def get_topic_route(self, topic: str) -> TopicRouteData | None:
+        r = self._namesrv_call(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                       {"topic": topic}))
         if r.code == ResponseCode.TOPIC_NOT_EXIST:
             return None
         if r.code != ResponseCode.SUCCESS:
