@@ -162,6 +162,11 @@ class BrokerProcessor:
         result = await self._blocking(self.broker.end_transaction, request)
         if result is None:
             return None
+        if result.code != ResponseCode.SUCCESS:
+            # the request is oneway: nobody else would ever see why it failed
+            log.warning("END_TRANSACTION from %s (%s, half at %d) refused: %s %s", conn.peer,
+                        request.producer_group, request.commit_log_offset, result.code,
+                        result.remark)
         return cmd.response(int(result.code), result.remark)
 
     # -- consume ------------------------------------------------------------------------------
