@@ -37,6 +37,7 @@ U = TypeVar("U")
 API_TIMEOUT_S = 3.0          # mqClientApiTimeout
 PULL_EXTRA_S = 15.0          # a suspended pull: the broker's hold plus this (Java: 30 s in all)
 SEND_BACK_TIMEOUT_S = 5.0
+CLUSTER_INFO_TTL_S = 30.0    # how often broker_names() re-reads the NameServer's broker list
 
 
 def _chain(fut: concurrent.futures.Future[T], fn: Callable[[T], U]) -> concurrent.futures.Future[U]:
@@ -122,6 +123,7 @@ class TcpTransport(Transport):
         self.channel: ClientChannel | None = None
         self._lock = threading.Lock()
         self._brokers: dict[str, dict[int, str]] = {}
+        self._learned_at = float("-inf")
 
     # -- addresses ----------------------------------------------------------------------------
     def _namesrv(self) -> str:
@@ -141,6 +143,7 @@ class TcpTransport(Transport):
 
     def _learn_brokers(self) -> None:
         r = self._namesrv_call(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
+        self._learned_at = time.monotonic()
         if r.code != ResponseCode.SUCCESS:
             return
         table = fastjson.loads(r.body).get("brokerAddrTable", {})
@@ -190,6 +193,14 @@ class TcpTransport(Transport):
         return TopicRouteData(qds, addrs, doc.get("orderTopicConf"))
 
     def broker_names(self) -> list[str]:
+        """Brokers of the routes seen and of the NameServer's cluster info (re-read every
+        30 s): a client heartbeats to each, as a Java client does to the brokers of TBW102's and
+        its topics' routes, so a producer is known to its brokers before it sends."""
+        if time.monotonic() - self._learned_at > CLUSTER_INFO_TTL_S:
+            try:
+                self._learn_brokers()
+            except TransportError:
+                pass
         with self._lock:
             return sorted(self._brokers)
 
