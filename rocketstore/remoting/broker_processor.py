@@ -24,6 +24,7 @@ from rocketstore.remoting import fastjson, headers
 from rocketstore.remoting.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
+from rocketstore.store._codec import encode_record
 
 if TYPE_CHECKING:
     from rocketstore.broker import Broker
@@ -51,12 +52,17 @@ class TcpClientChannel:
     def check_transaction_state(self, broker_name: str, request: CheckTransactionStateRequest,
                                 msg: MessageExt) -> None:
         # the body is the half record with its real topic and queue (MessageDecoder.encode)
-        real_topic = msg.properties.get(PROPERTY_REAL_TOPIC)
+        props = msg.properties
+        real_topic = props.get(PROPERTY_REAL_TOPIC)
         if real_topic is not None:
-            msg = msg.copy()
-            msg.topic = real_topic
-            msg.queue_id = int(msg.properties.get(PROPERTY_REAL_QUEUE_ID, msg.queue_id))
-            body = msg.encode()
+            body = encode_record(
+                topic=real_topic, body=msg.stored_body, properties=props,
+                queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, msg.queue_id)), flag=msg.flag,
+                queue_offset=msg.queue_offset, physical_offset=msg.commitlog_offset,
+                sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host, store_timestamp=msg.store_timestamp,
+                store_host=msg.store_host, reconsume_times=msg.reconsume_times,
+                prepared_transaction_offset=msg.prepared_transaction_offset)
         else:
             body = msg.record()
         self._oneway(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, {
