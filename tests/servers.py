@@ -1,6 +1,6 @@
 """Start ``rocketstore namesrv`` / ``rocketstore broker`` as processes for a test, stop them after.
 
-Each server prints ``... listening on HOST:PORT`` on stderr once it serves; the helpers wait for
+Each server prints ``rocketstore <command>: listening on HOST:PORT`` on stderr once it serves; the helpers wait for
 that line, keep reading stderr on a thread (so a chatty server never blocks on a full pipe) and
 terminate the process with SIGTERM, failing the test if it does not exit cleanly.
 """
@@ -25,13 +25,14 @@ class ServerProcess:
                                      env=dict(os.environ, **(env or {})))
         self.log: list[str] = []
         ready = threading.Event()
+        ready_prefix = f"rocketstore {args[0]}: listening on"
         self.addr = ""
 
         def pump() -> None:
             assert self.proc.stderr is not None
             for line in self.proc.stderr:
                 self.log.append(line)
-                if not ready.is_set() and "listening on" in line:
+                if not ready.is_set() and line.startswith(ready_prefix):
                     self.addr = line.strip().rsplit(" ", 1)[1]
                     ready.set()
             ready.set()

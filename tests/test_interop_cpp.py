@@ -71,7 +71,7 @@ def namesrv(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "rocketstore", "namesrv", "--listen",
                              "127.0.0.1:0"], stderr=subprocess.PIPE, text=True, env=env)
     line = ""
-    while "listening on" not in line:
+    while not line.startswith("rocketstore namesrv: listening on"):
         line = proc.stderr.readline()
         assert line, "namesrv exited before listening"
     yield line.strip().rsplit(" ", 1)[1]

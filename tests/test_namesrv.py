@@ -268,7 +268,7 @@ def test_namesrv_command_serves_and_stops_on_sigterm(tmp_path):
                             stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = ""
-        while "listening on" not in line:
+        while not line.startswith("rocketstore namesrv: listening on"):
             line = proc.stderr.readline()
             assert line, "namesrv exited before listening"
         addr = line.strip().rsplit(" ", 1)[1]

@@ -57,7 +57,7 @@ class RemotingServer:
                                                 reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         self._idle_task = loop.create_task(self._close_idle())
-        log.info("listening on %s:%d", self.host, self.port)
+        log.info("accepting connections on %s:%d", self.host, self.port)
 
     def _make_connection(self) -> Connection:
         conn = Connection(self.processor, max_frame=self.max_frame,
