@@ -202,12 +202,16 @@ def test_malformed_frames_never_hurt_a_well_behaved_client(namesrv, tmp_path):
                                            {"topic": "Good", "queueId": 0}).encode()
             s.setblocking(False)
             pushed = 0
+            pending = memoryview(ping * 200)
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
                 try:
-                    pushed += s.send(ping * 200)
+                    n = s.send(pending)           # whole frames only: keep the stream valid
                 except BlockingIOError:
                     time.sleep(0.01)
+                    continue
+                pushed += n
+                pending = pending[n:] if n < len(pending) else memoryview(ping * 200)
             s.close()
             stop.set()
             t.join(30)
