@@ -22,6 +22,7 @@ from rocketstore.errors import MQBrokerError, MQClientError, TransportError
 from rocketstore.remoting.client import RemotingClient
 from rocketstore.remoting.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
+from pulling import pull_all  # noqa: E402  (tests/pulling.py)
 from servers import start_broker, start_namesrv  # noqa: E402  (tests/servers.py)
 
 FILE = 16 << 20
@@ -233,7 +234,6 @@ def test_malformed_frames_never_hurt_a_well_behaved_client(namesrv, tmp_path):
         assert broker.stop() == 0
     with MessageStore.open(str(tmp_path / "store"), StoreConfig(mapped_file_size_commit_log=FILE),
                            read_only=True) as st:
-        stored = {m.uniq_key for q in range(4)
-                  for m in st.get_message("chk", "Good", q, 0, max_msgs=100000).messages}
+        stored = {m.uniq_key for q in range(4) for m in pull_all(st, "Good", q)}
     assert set(sent) <= stored
     assert not any(t.startswith("../") for t in os.listdir(tmp_path / "store" / "consumequeue"))
