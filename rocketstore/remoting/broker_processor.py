@@ -155,11 +155,23 @@ class BrokerProcessor:
             conn.attributes["channel"] = ch
         return ch
 
+    @staticmethod
+    def _answer(cmd: RemotingCommand, fut: concurrent.futures.Future[Any],
+                encode: Callable[[RemotingCommand, Any], RemotingCommand]
+                ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        # most futures are already complete (an async-flush send, a pull that found
+        # messages): answer at once, without a task and a loop round trip
+        if fut.done():
+            return encode(cmd, fut.result())
+
+        async def later() -> RemotingCommand:
+            return encode(cmd, await _bridge(fut))
+        return later()
+
     # -- produce ------------------------------------------------------------------------------
-    async def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+    def send(self, conn: Connection, cmd: RemotingCommand) -> Any:
         request = headers.decode_send(cmd, born_host=conn.peer)
-        response = await _bridge(self.broker.send_message(request))
-        return headers.encode_send_response(cmd, response)
+        return self._answer(cmd, self.broker.send_message(request), headers.encode_send_response)
 
     async def end_transaction(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         request = headers.decode_end_transaction(cmd)
@@ -176,10 +188,9 @@ class BrokerProcessor:
         return cmd.response(int(result.code), result.remark)
 
     # -- consume ------------------------------------------------------------------------------
-    async def pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        request = headers.decode_pull(cmd)
-        response = await _bridge(self.broker.pull_message(request))
-        return headers.encode_pull_response(cmd, response)
+    def pull(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        return self._answer(cmd, self.broker.pull_message(headers.decode_pull(cmd)),
+                            headers.encode_pull_response)
 
     def query_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         r = self.broker.query_consumer_offset(cmd.require("consumerGroup"), cmd.require("topic"),
@@ -221,10 +232,9 @@ class BrokerProcessor:
                                 f"can not find message by the offset, {offset}")
         return cmd.response(ResponseCode.SUCCESS, body=msg.record())
 
-    async def send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        r = await _bridge(self.broker.consumer_send_msg_back(
-            headers.decode_send_back(cmd)))
-        return cmd.response(int(r.code), r.remark)
+    def send_back(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        return self._answer(cmd, self.broker.consumer_send_msg_back(headers.decode_send_back(cmd)),
+                            lambda c, r: c.response(int(r.code), r.remark))
 
     # -- membership ---------------------------------------------------------------------------
     async def heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
