@@ -27,6 +27,18 @@ def _logging(verbose: bool) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _run(coro) -> None:
+    """Run the server on uvloop when it is installed (the event loop is the server's hot path),
+    else on asyncio's loop."""
+    from rocketstore.remoting.server import new_event_loop
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(coro)
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
 async def _serve(server, ready_line: str) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -48,7 +60,7 @@ def _namesrv(args: argparse.Namespace) -> int:
     server = NameServer(host, port, kv_config_path=kv,
                         order_message_enable=args.order_message_enable)
     try:
-        asyncio.run(_serve(server, "rocketstore namesrv: listening on {addr}"))
+        _run(_serve(server, "rocketstore namesrv: listening on {addr}"))
     except OSError as e:
         raise CommandError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     return 0
@@ -175,7 +187,7 @@ def _broker(args: argparse.Namespace) -> int:
     store_dir, bc, sc, namesrv = broker_configs(args)
     server = BrokerServer(store_dir, bc, sc, namesrv_addrs=namesrv, host=bc.broker_ip1)
     try:
-        asyncio.run(_serve(server, "rocketstore broker: listening on {addr}"))
+        _run(_serve(server, "rocketstore broker: listening on {addr}"))
     except OSError as e:
         raise CommandError(f"cannot listen on {bc.broker_ip1}:{bc.listen_port} and "
                            f"{bc.listen_port - 2}: {e.strerror or e}") from None

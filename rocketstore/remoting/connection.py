@@ -28,6 +28,7 @@ log = logging.getLogger("rocketstore.remoting")
 
 MAX_IN_FLIGHT = 1024          # requests from one peer being processed before reading pauses
 WRITE_HIGH_WATER = 4 << 20    # bytes queued to a peer before reading pauses
+JOIN_BELOW = 256 << 10        # bodies smaller than this are copied into one write with the header
 
 
 class Processor(Protocol):
@@ -178,7 +179,13 @@ class Connection(asyncio.Protocol):
         t = self.transport
         if t is None or t.is_closing():
             return
-        t.writelines(cmd.encode_parts())
+        prefix, header, body = cmd.encode_parts()
+        if len(body) < JOIN_BELOW:
+            # one write, one send(2): asyncio's writelines writes each part on its own
+            t.write(b"".join((prefix, header, body)))
+        else:
+            t.write(prefix + header)
+            t.write(body)
         self.last_active = time.monotonic()
 
     def request(self, cmd: RemotingCommand, timeout: float) -> "asyncio.Future[RemotingCommand]":
@@ -212,7 +219,7 @@ class Connection(asyncio.Protocol):
                     fut.set_exception(err)
             self._pending.clear()
             return
-        t.writelines(frames)
+        t.write(frames[0] if len(frames) == 1 else b"".join(frames))
         self.last_active = time.monotonic()
 
     def oneway(self, cmd: RemotingCommand) -> None:
