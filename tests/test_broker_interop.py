@@ -198,3 +198,40 @@ def test_cpp_pull_consumer_reads_every_queue(cluster, tmp_path):
     for r in got:
         per_queue.setdefault(r["queue_id"], []).append(r["queue_offset"])
     assert all(offs == list(range(len(offs))) for offs in per_queue.values())
+
+
+def test_cpp_and_our_client_consume_each_others_messages(cluster, tmp_path):
+    from rocketstore.client import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
+    ns, broker, store = cluster
+    # the C++ client produces, our push consumer (over TCP) consumes
+    run_client(tmp_path, PRODUCE, ns.addr, "CrossA", 8, 0, 0)
+    got: list = []
+    done = __import__("threading").Event()
+
+    def listener(msgs, ctx):
+        got.extend((m.topic, m.tags, m.keys, bytes(m.body), m.properties.get("seq")) for m in msgs)
+        if len(got) >= 8:
+            done.set()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+    c = PushConsumer("cg-ours", namesrv_addr=ns.addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    c.subscribe("CrossA", "TagS")
+    c.register_message_listener(listener)
+    c.start()
+    try:
+        assert done.wait(60)
+    finally:
+        c.shutdown()
+    assert sorted(got) == sorted(("CrossA", "TagS", [f"k-S-{i}"], f"S-{i}".encode(), str(i))
+                                 for i in range(8))
+    # our producer (over TCP) produces, the C++ push consumer consumes
+    with Producer("pg-ours", namesrv_addr=ns.addr) as p:
+        for i in range(6):
+            m = Message("CrossB", f"S-{i}".encode(), tags="TagS", keys=[f"k-S-{i}"],
+                        properties={"seq": str(i)})
+            assert p.send(m).status.value == "SEND_OK"
+    back = run_client(tmp_path, PUSH_CONSUME, ns.addr, "CG-cpp-x", "CrossB", 6, "0", 60)
+    assert sorted((r["tags"], r["keys"], r["body"], r["seq"]) for r in back) == \
+        sorted(("TagS", f"k-S-{i}", f"S-{i}", str(i)) for i in range(6))
+    assert broker.stop() == 0          # SIGTERM: offsets persisted on the way out
+    offsets = json.loads((store / "config" / "consumerOffset.json").read_text())
+    assert {"CrossA@cg-ours", "CrossB@CG-cpp-x"} <= set(offsets["offsetTable"])
