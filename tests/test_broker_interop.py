@@ -19,6 +19,7 @@ import pytest
 import rocketmq.client  # noqa: F401  (the test extra installs rocketmq==0.4.4)
 
 from rocketstore import MessageStore, StoreConfig
+from rocketstore.remoting import fastjson
 from servers import start_broker, start_namesrv  # noqa: E402  (tests/servers.py)
 
 SHORT_DELAYS = " ".join(["1s"] * 18)
@@ -233,5 +234,5 @@ def test_cpp_and_our_client_consume_each_others_messages(cluster, tmp_path):
     assert sorted((r["tags"], r["keys"], r["body"], r["seq"]) for r in back) == \
         sorted(("TagS", f"k-S-{i}", f"S-{i}", str(i)) for i in range(6))
     assert broker.stop() == 0          # SIGTERM: offsets persisted on the way out
-    offsets = json.loads((store / "config" / "consumerOffset.json").read_text())
+    offsets = fastjson.loads((store / "config" / "consumerOffset.json").read_text())
     assert {"CrossA@cg-ours", "CrossB@CG-cpp-x"} <= set(offsets["offsetTable"])
