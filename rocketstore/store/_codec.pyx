@@ -729,6 +729,12 @@ cdef class Message:
         else:
             raise InvalidMessageTypeError("properties_string", "str or bytes",
                                           type(properties_string).__name__)
+        if prop_crc_state(PyBytes_AS_STRING(pb), <int32_t>PyBytes_GET_SIZE(pb)) == 1:
+            # a stored record's own CRC property: the writing store computes a new one
+            # (RocketMQ deletes __CRC32# before encoding)
+            pb = pb[:PyBytes_GET_SIZE(pb) - RS_CRC32_RESERVED_LEN]
+            if properties is not None and PROPERTY_CRC32 in properties:
+                properties = {k: v for k, v in properties.items() if k != PROPERTY_CRC32}
         if PyBytes_GET_SIZE(pb) > RS_MAX_PROPERTIES_LEN:
             raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(pb)} bytes encoded",
                                       f"exceed {RS_MAX_PROPERTIES_LEN} bytes",

@@ -233,7 +233,7 @@ class MessageStore:
                 self.index_service.load(self.last_exit_ok)
             self.commit_log = CommitLog(self.commit_log_queue, store_host=config.store_host,
                                         max_message_size=config.max_message_size)
-            self.commit_log.prop_crc = config.enabled_append_prop_crc
+            self.commit_log.prop_crc = config.enabled_append_prop_crc is not False
             self.flush_ack = FlushAckService(self.commit_log, config.sync_flush_timeout)
             self.dispatch_core = DispatchCore(self.commit_log_queue,
                                               self.consume_queues.find_or_create,
@@ -402,9 +402,9 @@ class MessageStore:
         end of the recovered log when the option is turned on), or that none must (off): a
         record there without it is damaged, whatever hid the property."""
         start = self.commit_log_queue.record_crc_from
-        if self.config.enabled_append_prop_crc and start < 0:
+        if self.commit_log.prop_crc and start < 0:
             start = self.commit_log.get_max_offset()
-        elif not self.config.enabled_append_prop_crc:
+        elif not self.commit_log.prop_crc:
             start = -1
         if start != self._load_record_crc_from():
             self._record_crc.persist({"recordCrcFrom": start})
