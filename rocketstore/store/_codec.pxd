@@ -178,6 +178,7 @@ cdef class Message:
     cdef bytes _born_host_b
     cdef bint _has_uniq
     cdef bint _delayed              # has a DELAY property (not allowed in a batch)
+    cdef int32_t _delay             # delay_level given to the constructor (> 0), else 0
     cdef bint _no_wait              # WAIT=false: sync flush does not wait for it
     cdef bint _crc_cached           # body is bytes: its CRC is computed once
     cdef int32_t _crc
