@@ -34,6 +34,7 @@ from rocketstore.store._codec cimport (
     write_blank, parse_record, now_ms, encode_host, format_msg_id, UNIQ_HEX_LEN,
 )
 from rocketstore.store._mapped cimport MappedFile, sync_hook_active
+from rocketstore.store._dispatch cimport DispatchCore
 
 import logging
 import numpy as np
@@ -228,6 +229,7 @@ cdef class CommitLog:
     cdef readonly Py_ssize_t max_message_size
     cdef readonly bint closed
     cdef readonly object on_append      # called (no args) after a put once armed, outside the lock
+    cdef DispatchCore _inline           # inline dispatch: run after each successful put, or None
     cdef bint _armed                    # a waiter asked to be woken by the next put
     cdef dict _topic_rules              # topic -> (writeable, write_queue_nums), from topics.json
     cdef object _not_writeable          # exception making every put SERVICE_NOT_AVAILABLE
@@ -414,6 +416,11 @@ cdef class CommitLog:
                     self.commit_want = 0
                     pthread_cond_signal(&self.commit_cv)
                 pthread_mutex_unlock(&self.commit_mu)
+
+    def set_inline_dispatch(self, DispatchCore core):
+        """Dispatch on the putting thread after each successful put (``dispatch_inline``),
+        straight from the compiled put; None turns it off."""
+        self._inline = core
 
     def set_on_append(self, callback):
         """Call ``callback()`` after the next put following each ``arm_wakeup()``."""
@@ -810,7 +817,9 @@ cdef class CommitLog:
             if self.on_append is not None:
                 self.on_append()
         if self.sync_flush and not m._no_wait and not self.debug_ack_before_sync:
-            return self._sync_result(r, f.phy_offset + total)
+            self._sync_result(r, f.phy_offset + total)
+        if self._inline is not None and r.status is PUT_OK:
+            self._inline.dispatch_inline()
         return r
 
     cpdef PutMessageResult put_messages(self, object msgs, object queue_id=0):
@@ -864,7 +873,7 @@ cdef class CommitLog:
                                               "a batch cannot hold transactional half messages")
                 if m._delayed:
                     raise InvalidMessageError(f"msgs[{i}].properties['DELAY']",
-                                              m._user["DELAY"],
+                                              m.properties.get("DELAY"),
                                               "a batch cannot hold delayed messages")
                 f = &fields[i]
                 m._fill(f, &body)
@@ -939,7 +948,9 @@ cdef class CommitLog:
             if self.on_append is not None:
                 self.on_append()
         if self.sync_flush and not self.debug_ack_before_sync:
-            return self._sync_result(r, start_phy + total)
+            self._sync_result(r, start_phy + total)
+        if self._inline is not None and r.status is PUT_OK:
+            self._inline.dispatch_inline()
         return r
 
     # -- reading -------------------------------------------------------------------------------

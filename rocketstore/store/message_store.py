@@ -221,14 +221,14 @@ class MessageStore:
                 self._start_flush()
                 self.consumer_offset_manager.start()
                 if config.dispatch_inline:
-                    self.put_message = self._put_inline  # type: ignore[method-assign]
-                    self.put_messages = self._put_batch_inline  # type: ignore[method-assign]
+                    # the compiled put dispatches what it wrote before returning
+                    self.commit_log.set_inline_dispatch(self.dispatch_core)
                 else:
                     self.dispatch_service.start()
-                    # the hot calls go straight to the compiled commit log (no Python frame
-                    # per put); it checks types and the closed state itself
-                    self.put_message = self.commit_log.put_message  # type: ignore[method-assign]
-                    self.put_messages = self.commit_log.put_messages  # type: ignore[method-assign]
+                # the hot calls go straight to the compiled commit log (no Python frame per
+                # put); it checks types and the closed state itself
+                self.put_message = self.commit_log.put_message  # type: ignore[method-assign]
+                self.put_messages = self.commit_log.put_messages  # type: ignore[method-assign]
                 self.cleanup_service = CleanupService(self, config)
                 self.cleanup_service.start()
         except BaseException:
@@ -571,18 +571,6 @@ class MessageStore:
     def put_messages(self, msgs: Sequence[Message], queue_id: int = 0) -> PutMessageResult:
         """Append a batch of one topic to one queue with consecutive queue offsets."""
         return self.commit_log.put_messages(msgs, queue_id)
-
-    def _put_inline(self, msg: Message, queue_id: int = 0) -> PutMessageResult:
-        r = self.commit_log.put_message(msg, queue_id)
-        if r.ok:
-            self.dispatch_service.do_dispatch()
-        return r
-
-    def _put_batch_inline(self, msgs: Sequence[Message], queue_id: int = 0) -> PutMessageResult:
-        r = self.commit_log.put_messages(msgs, queue_id)
-        if r.ok:
-            self.dispatch_service.do_dispatch()
-        return r
 
     def dispatch_behind_bytes(self) -> int:
         """Commit-log bytes not yet dispatched to consume queues (consumers cannot see them)."""
