@@ -27,7 +27,7 @@ from rocketstore.store._csrc cimport (
     pthread_mutex_trylock, pthread_mutex_unlock, rs_store_release, rs_load_acquire, rs_msync,
     pthread_cond_t, pthread_cond_init, pthread_cond_destroy, pthread_cond_wait,
     pthread_cond_timedwait, pthread_cond_broadcast, pthread_cond_signal, timespec,
-    clock_gettime, CLOCK_REALTIME, rs_pwrite_all, sched_yield,
+    clock_gettime, CLOCK_REALTIME, rs_pwrite_all, sched_yield, rs_populate_write,
 )
 from rocketstore.store._codec cimport (
     RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,
@@ -63,6 +63,8 @@ cdef enum:
     DENSE_QUEUES = 4096     # queue ids held in a C array per topic; larger ones in a dict
     SPIN_WAITERS = 2        # sync puts poll before sleeping when more producers than this wait
     SPIN_YIELDS = 500       # polls (each a sched_yield) before sleeping: about a sync's time
+    FAULT_STEP = 1 << 20    # a put asks the fault-ahead thread for more each time it passes this
+    FAULT_PAGE = 4096
 
 
 # -- queue offsets ---------------------------------------------------------------------------
@@ -273,6 +275,14 @@ cdef class CommitLog:
     cdef readonly int64_t flushed_store_timestamp  # store time of the last record synced
     cdef readonly int64_t sync_count
     cdef public bint debug_ack_before_sync  # WRONG on purpose: the crash harness' negative control
+    # fault-ahead: a GIL-free thread faults the current file's pages in ahead of the writer
+    cdef pthread_mutex_t fault_mu
+    cdef pthread_cond_t fault_cv
+    cdef int64_t fault_want             # pages are wanted up to this commit-log offset
+    cdef int64_t fault_next             # a put ending past this offset asks for more
+    cdef int64_t fault_window           # how far ahead of the writer; 0: off
+    cdef bint fault_stop
+    cdef readonly int64_t faulted_bytes # statistics: bytes faulted in ahead of the writer
 
     def __cinit__(self):
         pthread_mutex_init(&self.put_lock, NULL)
@@ -282,8 +292,12 @@ cdef class CommitLog:
         pthread_mutex_init(&self.commit_mu, NULL)
         pthread_cond_init(&self.commit_cv, NULL)
         pthread_mutex_init(&self.copy_mu, NULL)
+        pthread_mutex_init(&self.fault_mu, NULL)
+        pthread_cond_init(&self.fault_cv, NULL)
 
     def __dealloc__(self):
+        pthread_cond_destroy(&self.fault_cv)
+        pthread_mutex_destroy(&self.fault_mu)
         pthread_cond_destroy(&self.commit_cv)
         pthread_mutex_destroy(&self.commit_mu)
         pthread_mutex_destroy(&self.copy_mu)
@@ -513,6 +527,76 @@ cdef class CommitLog:
                 pthread_cond_broadcast(&self.flushed_cv)
                 pthread_mutex_unlock(&self.flush_mu)
         return rc
+
+    # -- fault-ahead -------------------------------------------------------------------------
+
+    def enable_fault_ahead(self, int64_t window):
+        """Have puts ask ``fault_ahead_loop`` to keep ``window`` bytes ahead of the writer
+        faulted in (0 turns it off). Files not warmed at allocation otherwise take a page
+        fault -- a zero-filled page and a block reservation -- on the putting thread for
+        every 4 KiB written: the largest cost of a put of a small message."""
+        self.fault_window = window
+        self.fault_next = 0
+
+    cdef void _fault_request(self, int64_t end) noexcept:
+        self.fault_next = end + FAULT_STEP
+        pthread_mutex_lock(&self.fault_mu)      # held briefly by both sides: never a wait
+        if end + self.fault_window > self.fault_want:
+            self.fault_want = end + self.fault_window
+            pthread_cond_signal(&self.fault_cv)
+        pthread_mutex_unlock(&self.fault_mu)
+
+    def fault_ahead_loop(self):
+        """The fault-ahead thread's loop, GIL-free: wait for a request, fault the current
+        file's pages from where the last round stopped up to the wanted offset in
+        (MADV_POPULATE_WRITE: the bytes are not touched, so a writer overtaking it is safe),
+        repeat. Returns 0 when stopped, -errno when the kernel cannot do it."""
+        cdef int64_t done = 0, seen = 0, want, start, stop, base_from
+        cdef char *base
+        cdef char *wbase
+        cdef Py_ssize_t size
+        cdef int rc = 0
+        with nogil:
+            while True:
+                pthread_mutex_lock(&self.fault_mu)
+                # a new request each time (the part of a window past the file's end waits for
+                # the request a put makes once it has rolled into the next file)
+                while self.fault_want == seen and not self.fault_stop:
+                    pthread_cond_wait(&self.fault_cv, &self.fault_mu)
+                want = self.fault_want
+                if self.fault_stop:
+                    pthread_mutex_unlock(&self.fault_mu)
+                    break
+                pthread_mutex_unlock(&self.fault_mu)
+                # the current file only changes under the put lock; it stays mapped while the
+                # store is open (the store stops this thread before unmapping anything)
+                pthread_mutex_lock(&self.put_lock)
+                base = self._cur_base
+                wbase = self._cur_wbase
+                base_from = self._cur_from
+                size = self._cur_size
+                pthread_mutex_unlock(&self.put_lock)
+                if base != NULL and wbase == NULL:      # a pool buffer takes the writes: none
+                    start = done if done > base_from else base_from
+                    start -= (start - base_from) % FAULT_PAGE
+                    stop = want if want < base_from + size else base_from + size
+                    if stop > start:
+                        rc = rs_populate_write(base + (start - base_from), <size_t>(stop - start))
+                        if rc == -22 or rc == -38:      # EINVAL, ENOSYS: not this kernel
+                            break
+                        rc = 0                          # EFAULT/ENOMEM: the next round retries
+                        self.faulted_bytes += stop - start
+                        done = stop
+                seen = want
+        return rc
+
+    def stop_fault_ahead(self):
+        self.fault_window = 0
+        with nogil:
+            pthread_mutex_lock(&self.fault_mu)
+            self.fault_stop = True
+            pthread_cond_broadcast(&self.fault_cv)
+            pthread_mutex_unlock(&self.fault_mu)
 
     # -- group commit ------------------------------------------------------------------------
 
@@ -803,6 +887,8 @@ cdef class CommitLog:
             self._unlock()
         if mf.write_buffer is not None:
             self._maybe_wake_commit(mf)
+        if self.fault_window and f.phy_offset + total > self.fault_next:
+            self._fault_request(f.phy_offset + total)
         cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
         r.status = PUT_OK
         r.queue_id = qid
@@ -928,6 +1014,8 @@ cdef class CommitLog:
                 self._unlock()
             if mf.write_buffer is not None:
                 self._maybe_wake_commit(mf)
+            if self.fault_window and start_phy + total > self.fault_next:
+                self._fault_request(start_phy + total)
         finally:
             PyMem_Free(fields)
             PyMem_Free(sizes)

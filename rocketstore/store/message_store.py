@@ -26,6 +26,7 @@ from rocketstore.store import _reader, paths
 from rocketstore.store._codec import Message, MessageExt, decode_msg_id
 from rocketstore.store._commitlog import CommitLog, PutMessageResult
 from rocketstore.store._dispatch import DispatchCore
+from rocketstore.store.fault_ahead import FaultAheadService
 from rocketstore.store._mapped import fsync_dir, metadata_event
 from rocketstore.store._reader import GetMessageResult, ReadLimits, TagFilter
 from rocketstore.store.allocate import AllocateMappedFileService
@@ -159,6 +160,7 @@ class MessageStore:
         self.commit_service: CommitRealTimeService | None = None
         self.transient_pool: TransientStorePool | None = None
         self.cleanup_service: CleanupService | None = None
+        self.fault_ahead_service: FaultAheadService | None = None
         self._retention_checked = 0.0       # read-only: last look for deleted files
         self.last_exit_ok = not os.path.exists(paths.abort_path(root))
         self.allocator = AllocateMappedFileService(
@@ -219,6 +221,9 @@ class MessageStore:
                     self._apply_topic_rule(tc)
                 self._create_abort()
                 self._start_flush()
+                if not config.warm_maped_file_enable and self.transient_pool is None:
+                    self.fault_ahead_service = FaultAheadService(self.commit_log)
+                    self.fault_ahead_service.start()
                 self.consumer_offset_manager.start()
                 if config.dispatch_inline:
                     # the compiled put dispatches what it wrote before returning
@@ -285,6 +290,8 @@ class MessageStore:
             if self.cleanup_service is not None:
                 self.cleanup_service.shutdown()
             self.commit_log.close()
+            if self.fault_ahead_service is not None:
+                self.fault_ahead_service.shutdown()
             if self.commit_service is not None:
                 self.commit_service.shutdown()      # everything into the files, then flush
             if self.flush_service is not None:
@@ -326,6 +333,8 @@ class MessageStore:
                 self._lock.release()
 
     def _release_files(self) -> None:
+        if self.fault_ahead_service is not None:
+            self.fault_ahead_service.shutdown()     # before any file is unmapped
         self.allocator.shutdown()
         self.consume_queues.close()
         self.commit_log_queue.close()
