@@ -226,4 +226,5 @@ cdef class MessageExt:
 
 
 cpdef str format_msg_id(bytes host_bytes, int64_t phy_offset)
+cdef bytes _check_topic(object topic)
 cpdef bytes encode_host(str host)

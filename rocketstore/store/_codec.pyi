@@ -6,6 +6,7 @@ MESSAGE_MAGIC_CODE_V2: int
 PROPERTY_KEYS: str
 PROPERTY_TAGS: str
 PROPERTY_UNIQ_KEY: str
+PROPERTY_DELAY: str
 
 @final
 class Message:

@@ -13,7 +13,7 @@ GIL). Reads (``get_message``, ``iter_messages``) take no lock: they only read by
 published read position of a file.
 """
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, uint32_t, int64_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.stdlib cimport realloc, free
@@ -27,11 +27,13 @@ from rocketstore.store._csrc cimport (
     pthread_mutex_trylock, pthread_mutex_unlock, rs_store_release, rs_load_acquire, rs_msync,
     pthread_cond_t, pthread_cond_init, pthread_cond_destroy, pthread_cond_wait,
     pthread_cond_timedwait, pthread_cond_broadcast, pthread_cond_signal, timespec,
-    clock_gettime, CLOCK_REALTIME, rs_pwrite_all, sched_yield, rs_populate_write,
+    clock_gettime, CLOCK_REALTIME, rs_pwrite_all, sched_yield, rs_populate_write, rs_body_crc,
+    RS_MAGIC_V1, RS_MAGIC_V2, RS_MAX_TOPIC_LEN_V1, RS_MAX_PROPERTIES_LEN,
 )
 from rocketstore.store._codec cimport (
     RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,
-    write_blank, parse_record, now_ms, encode_host, format_msg_id, UNIQ_HEX_LEN,
+    write_blank, parse_record, now_ms, encode_host, format_msg_id, UNIQ_HEX_LEN, UNIQ_PROP_LEN,
+    _check_topic,
 )
 from rocketstore.store._mapped cimport MappedFile, sync_hook_active
 from rocketstore.store._dispatch cimport DispatchCore
@@ -204,6 +206,35 @@ cdef inline void _deadline_in(timespec *t, int64_t ms) noexcept nogil:
 
 
 # -- the log ---------------------------------------------------------------------------------
+
+@cython.final
+cdef class _Batch:
+    """The C arrays of one batch put, freed with it (also when a bad message raises)."""
+    cdef RecordFields *fields
+    cdef Py_ssize_t *sizes
+    cdef char *need_uniq
+    cdef char *born_now
+    cdef Py_ssize_t n
+
+    def __cinit__(self, Py_ssize_t n):
+        self.n = n
+        self.fields = <RecordFields *>PyMem_Malloc(n * sizeof(RecordFields))
+        self.sizes = <Py_ssize_t *>PyMem_Malloc(n * sizeof(Py_ssize_t))
+        self.need_uniq = <char *>PyMem_Malloc(n)
+        self.born_now = <char *>PyMem_Malloc(n)
+        if self.fields == NULL or self.sizes == NULL or self.need_uniq == NULL or self.born_now == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        PyMem_Free(self.fields)
+        PyMem_Free(self.sizes)
+        PyMem_Free(self.need_uniq)
+        PyMem_Free(self.born_now)
+
+
+cdef bytes LOCAL_HOST = encode_host("127.0.0.1:0")      # born host of rows without one
+cdef const char *_UNIQ_SLOT = b"00000000000000000000000000000000"  # "a UNIQ_KEY goes here"
+
 
 @cython.final
 cdef class CommitLog:
@@ -746,10 +777,10 @@ cdef class CommitLog:
             raise StoreClosedError("commit log")
         return 0
 
-    cdef int _check_size(self, Message msg, Py_ssize_t total) except -1:
-        if msg._body_len > self.max_message_size:
+    cdef int _check_size(self, Py_ssize_t body_len, Py_ssize_t total) except -1:
+        if body_len > self.max_message_size:
             raise InvalidMessageError(
-                "body", f"{msg._body_len} bytes",
+                "body", f"{body_len} bytes",
                 f"longer than max_message_size={self.max_message_size} "
                 "(StoreConfig.max_message_size)", limit=self.max_message_size)
         if total > self.max_message_size + RS_MAX_RECORD_SLACK:
@@ -853,7 +884,7 @@ cdef class CommitLog:
         f.queue_id = qid
         f.uniq = uniq if not m._has_uniq else NULL
         total = record_size(&f)
-        self._check_size(m, total)
+        self._check_size(m._body_len, total)
         tx = f.sys_flag & RS_SYSFLAG_TX_MASK
         self._lock()
         try:
@@ -914,14 +945,10 @@ cdef class CommitLog:
         if not isinstance(msgs, (list, tuple)):
             raise InvalidMessageTypeError("msgs", "list of Message", type(msgs).__name__)
         cdef tuple batch = tuple(msgs)      # the pointers below borrow from these objects
-        cdef Py_ssize_t n = len(batch), i, total = 0, pos
+        cdef Py_ssize_t n = len(batch), i, total = 0
         cdef int32_t qid
         cdef const char *body = NULL
-        cdef char uniq[UNIQ_HEX_LEN]
         cdef Message m
-        cdef MappedFile mf
-        cdef _QueueOffsets qs
-        cdef int64_t qoff, ts, start_phy
         cdef int tx
         cdef RecordFields *f
         self._check_open()
@@ -936,91 +963,179 @@ cdef class CommitLog:
             refused = self._refused(topic, qid)
             if refused is not None:
                 return refused
-        cdef RecordFields *fields = <RecordFields *>PyMem_Malloc(n * sizeof(RecordFields))
-        cdef Py_ssize_t *sizes = <Py_ssize_t *>PyMem_Malloc(n * sizeof(Py_ssize_t))
-        cdef char *need_uniq = <char *>PyMem_Malloc(n)
-        cdef char *born_now = <char *>PyMem_Malloc(n)
-        if fields == NULL or sizes == NULL or need_uniq == NULL or born_now == NULL:
-            PyMem_Free(fields); PyMem_Free(sizes); PyMem_Free(need_uniq); PyMem_Free(born_now)
-            raise MemoryError()
+        cdef _Batch b = _Batch(n)
+        # validate, fill and size everything before the lock: a bad message writes nothing
+        for i in range(n):
+            o = batch[i]
+            if not isinstance(o, Message):
+                raise InvalidMessageTypeError(f"msgs[{i}]", "Message", type(o).__name__)
+            m = <Message>o
+            if m.topic is not topic and m.topic != topic:
+                raise InvalidMessageError(f"msgs[{i}].topic", m.topic,
+                                          f"differs from the batch's topic {topic!r}")
+            tx = m.sys_flag & RS_SYSFLAG_TX_MASK
+            if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
+                raise InvalidMessageError(f"msgs[{i}].sys_flag", hex(m.sys_flag),
+                                          "a batch cannot hold transactional half messages")
+            if m._delayed:
+                raise InvalidMessageError(f"msgs[{i}].properties['DELAY']",
+                                          m.properties.get("DELAY"),
+                                          "a batch cannot hold delayed messages")
+            f = &b.fields[i]
+            m._fill(f, &body)
+            self._fill_store(f)
+            f.queue_id = qid
+            b.need_uniq[i] = not m._has_uniq
+            f.uniq = _UNIQ_SLOT if b.need_uniq[i] else NULL    # sized now, generated at write
+            b.born_now[i] = m.born_timestamp is None
+            if not b.born_now[i]:
+                f.born_ts = <int64_t>m.born_timestamp
+            b.sizes[i] = record_size(f)
+            self._check_size(m._body_len, b.sizes[i])
+            total += b.sizes[i]
+        return self._append_batch(topic, qid, b, total)
+
+    def put_columns(self, str topic not None, object queue_id, const int64_t[::1] rows not None,
+                    object body_data not None, const int32_t[::1] body_offsets not None,
+                    object props_data=None, const int32_t[::1] props_offsets=None,
+                    bytes const_props=None):
+        """Append rows of columnar data as one batch of ``topic``/``queue_id`` (the Spark
+        writer's path: no ``Message`` per row). Row ``r``'s body is
+        ``body_data[body_offsets[r]:body_offsets[r + 1]]`` (Arrow's binary layout); ``rows``
+        lists the rows to append, in order. Its properties are, encoded (``name\x01value\x02``
+        each), ``props_data[props_offsets[r]:props_offsets[r + 1]]`` when ``props_offsets``
+        is given, else ``const_props`` for every row; they are taken as given (the caller
+        validated them), and the store adds a UNIQ_KEY to each. Same guarantees as
+        ``put_messages``: consecutive queue offsets, one file, all or nothing."""
+        # any buffer (an Arrow buffer exports signed chars): viewed as bytes
+        cdef const unsigned char[::1] bdata = memoryview(body_data).cast("B")
+        cdef const unsigned char[::1] pdata = memoryview(props_data).cast("B") \
+            if props_data is not None else None
+        cdef Py_ssize_t n = rows.shape[0], i, total = 0, nbody = body_offsets.shape[0] - 1
+        cdef Py_ssize_t nprops = props_offsets.shape[0] - 1 if props_offsets is not None else 0
+        cdef int64_t r
+        cdef int32_t lo, hi
+        cdef RecordFields *f
+        self._check_open()
+        cdef int32_t qid = _queue_id(queue_id)
+        cdef bytes topic_b = _check_topic(topic)
+        if n == 0:
+            raise InvalidMessageError("rows", "[]", "a batch needs at least one row")
+        cdef PutMessageResult refused
+        if self._topic_rules or self._not_writeable is not None:
+            refused = self._refused(topic, qid)
+            if refused is not None:
+                return refused
+        cdef const char *bbase = <const char *>&bdata[0] if bdata.shape[0] else <const char *>""
+        cdef const char *pbase = <const char *>""
+        if props_offsets is not None:
+            if pdata is None:
+                raise InvalidMessageTypeError("props_data", "a bytes-like buffer", "None")
+            if pdata.shape[0]:
+                pbase = <const char *>&pdata[0]
+        elif const_props is not None:
+            pbase = PyBytes_AS_STRING(const_props)
+        cdef _Batch b = _Batch(n)
+        for i in range(n):
+            r = rows[i]
+            if r < 0 or r >= nbody or (props_offsets is not None and r >= nprops):
+                raise InvalidMessageError(f"rows[{i}]", r, f"not a row of the {nbody} given")
+            f = &b.fields[i]
+            lo, hi = body_offsets[r], body_offsets[r + 1]
+            if lo < 0 or hi < lo or hi > bdata.shape[0]:
+                raise InvalidMessageError(f"body_offsets[{r}]", (lo, hi),
+                                          f"outside the {bdata.shape[0]} bytes of body_data")
+            f.body = bbase + lo
+            f.body_len = hi - lo
+            f.body_crc = rs_body_crc(<const unsigned char *>f.body, <size_t>f.body_len) \
+                if f.body_len else 0
+            if props_offsets is not None:
+                lo, hi = props_offsets[r], props_offsets[r + 1]
+                if lo < 0 or hi < lo or hi > pdata.shape[0]:
+                    raise InvalidMessageError(f"props_offsets[{r}]", (lo, hi),
+                                              f"outside the {pdata.shape[0]} bytes of props_data")
+                f.props = pbase + lo
+                f.props_len = hi - lo
+            else:
+                f.props = pbase
+                f.props_len = PyBytes_GET_SIZE(const_props) if const_props is not None else 0
+            if f.props_len + UNIQ_PROP_LEN > RS_MAX_PROPERTIES_LEN:
+                raise InvalidMessageError(f"properties of row {r}", f"{f.props_len} bytes encoded",
+                                          f"exceed {RS_MAX_PROPERTIES_LEN} bytes with the UNIQ_KEY",
+                                          limit=RS_MAX_PROPERTIES_LEN,
+                                          status="PROPERTIES_SIZE_EXCEEDED")
+            f.flag = f.sys_flag = f.reconsume_times = 0
+            f.prepared_tx_offset = 0
+            f.born_host = PyBytes_AS_STRING(LOCAL_HOST)
+            f.born_host_len = <int>PyBytes_GET_SIZE(LOCAL_HOST)
+            f.topic = PyBytes_AS_STRING(topic_b)
+            f.topic_len = PyBytes_GET_SIZE(topic_b)
+            f.magic = RS_MAGIC_V2 if f.topic_len > RS_MAX_TOPIC_LEN_V1 else RS_MAGIC_V1
+            self._fill_store(f)
+            f.queue_id = qid
+            b.need_uniq[i] = 1
+            f.uniq = _UNIQ_SLOT
+            b.born_now[i] = 1
+            b.sizes[i] = record_size(f)
+            self._check_size(f.body_len, b.sizes[i])
+            total += b.sizes[i]
+        return self._append_batch(topic, qid, b, total)
+
+    cdef PutMessageResult _append_batch(self, str topic, int32_t qid, _Batch b, Py_ssize_t total):
+        """Write a filled and sized batch under the put lock (the common half of
+        ``put_messages`` and ``put_columns``)."""
+        cdef Py_ssize_t n = b.n, i, pos
+        cdef char uniq[UNIQ_HEX_LEN]
+        cdef MappedFile mf
+        cdef _QueueOffsets qs
+        cdef int64_t qoff, ts, start_phy
+        cdef RecordFields *f
+        if total + RS_END_FILE_MIN_BLANK > self.file_size:
+            raise InvalidMessageError(
+                "msgs", f"{n} messages, {total} bytes",
+                f"a batch must fit one commit-log file of {self.file_size} bytes with its "
+                "8-byte reserve (StoreConfig.mapped_file_size_commit_log); split it",
+                limit=self.file_size - RS_END_FILE_MIN_BLANK)
+        offsets = np.empty(n, dtype=np.int64)
+        cdef int64_t *offs = <int64_t *>cnp.PyArray_DATA(offsets)
+        self._lock()
         try:
-            # validate, fill and size everything before the lock: a bad message writes nothing
+            mf = self._file_or_none(total)
+            if mf is None:
+                return _failed(self._roll_status, self._roll_error, qid)
+            ts = now_ms()
+            qs = self._queues(topic)
+            qoff = qs.get(qid)
+            pos = mf.wrote_pos
+            start_phy = mf.file_from_offset + pos
             for i in range(n):
-                o = batch[i]
-                if not isinstance(o, Message):
-                    raise InvalidMessageTypeError(f"msgs[{i}]", "Message", type(o).__name__)
-                m = <Message>o
-                if m.topic is not topic and m.topic != topic:
-                    raise InvalidMessageError(f"msgs[{i}].topic", m.topic,
-                                              f"differs from the batch's topic {topic!r}")
-                tx = m.sys_flag & RS_SYSFLAG_TX_MASK
-                if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
-                    raise InvalidMessageError(f"msgs[{i}].sys_flag", hex(m.sys_flag),
-                                              "a batch cannot hold transactional half messages")
-                if m._delayed:
-                    raise InvalidMessageError(f"msgs[{i}].properties['DELAY']",
-                                              m.properties.get("DELAY"),
-                                              "a batch cannot hold delayed messages")
-                f = &fields[i]
-                m._fill(f, &body)
-                self._fill_store(f)
-                f.queue_id = qid
-                need_uniq[i] = not m._has_uniq
-                f.uniq = uniq if need_uniq[i] else NULL
-                born_now[i] = m.born_timestamp is None
-                if not born_now[i]:
-                    f.born_ts = <int64_t>m.born_timestamp
-                sizes[i] = record_size(f)
-                self._check_size(m, sizes[i])
-                total += sizes[i]
-            if total + RS_END_FILE_MIN_BLANK > self.file_size:
-                raise InvalidMessageError(
-                    "msgs", f"{n} messages, {total} bytes",
-                    f"a batch must fit one commit-log file of {self.file_size} bytes with its "
-                    "8-byte reserve (StoreConfig.mapped_file_size_commit_log); split it",
-                    limit=self.file_size - RS_END_FILE_MIN_BLANK)
-            offsets = np.empty(n, dtype=np.int64)
-            offs = <int64_t *>cnp.PyArray_DATA(offsets)
-            self._lock()
-            try:
-                mf = self._file_or_none(total)
-                if mf is None:
-                    return _failed(self._roll_status, self._roll_error, qid)
-                ts = now_ms()
-                qs = self._queues(topic)
-                qoff = qs.get(qid)
-                pos = mf.wrote_pos
-                start_phy = mf.file_from_offset + pos
-                for i in range(n):
-                    f = &fields[i]
-                    f.store_ts = ts
-                    if born_now[i]:
-                        f.born_ts = ts
-                    f.queue_offset = qoff + i
-                    f.phy_offset = mf.file_from_offset + pos
-                    if need_uniq[i]:
-                        self.uniq.next_into(uniq, ts)
-                    write_record(mf.wbase + pos, f, sizes[i])
-                    offs[i] = f.phy_offset
-                    pos += sizes[i]
-                qs.set(qid, qoff + n)
-                if mf.write_buffer is None:
-                    mf.wrote_pos = pos
-                    rs_store_release(&mf.committed_pos, pos)
+                f = &b.fields[i]
+                f.store_ts = ts
+                if b.born_now[i]:
+                    f.born_ts = ts
+                f.queue_offset = qoff + i
+                f.phy_offset = mf.file_from_offset + pos
+                if b.need_uniq[i]:
+                    self.uniq.next_into(uniq, ts)
+                    f.uniq = uniq
                 else:
-                    rs_store_release(&mf.wrote_pos, pos)
-                mf.store_timestamp = ts
-            finally:
-                self._unlock()
-            if mf.write_buffer is not None:
-                self._maybe_wake_commit(mf)
-            if self.fault_window and start_phy + total > self.fault_next:
-                self._fault_request(start_phy + total)
+                    f.uniq = NULL
+                write_record(mf.wbase + pos, f, b.sizes[i])
+                offs[i] = f.phy_offset
+                pos += b.sizes[i]
+            qs.set(qid, qoff + n)
+            if mf.write_buffer is None:
+                mf.wrote_pos = pos
+                rs_store_release(&mf.committed_pos, pos)
+            else:
+                rs_store_release(&mf.wrote_pos, pos)
+            mf.store_timestamp = ts
         finally:
-            PyMem_Free(fields)
-            PyMem_Free(sizes)
-            PyMem_Free(need_uniq)
-            PyMem_Free(born_now)
+            self._unlock()
+        if mf.write_buffer is not None:
+            self._maybe_wake_commit(mf)
+        if self.fault_window and start_phy + total > self.fault_next:
+            self._fault_request(start_phy + total)
         cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
         r.status = PUT_OK
         r.queue_id = qid
