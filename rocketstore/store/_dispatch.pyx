@@ -386,9 +386,10 @@ cdef class DispatchCore:
         self._acquire()
         try:
             while True:
+                # one call runs to the end of what is readable unless its budget ran out
                 done = self._dispatch(INT64_MAX, 1 << 16, True, INLINE_NOGIL_BYTES)
                 n += done
-                if done == 0:
+                if done < 1 << 16:
                     break
         finally:
             pthread_mutex_unlock(&self.mu)
