@@ -207,6 +207,18 @@ cdef inline void _deadline_in(timespec *t, int64_t ms) noexcept nogil:
 
 # -- the log ---------------------------------------------------------------------------------
 
+cdef Py_ssize_t _cell(const int32_t[::1] offsets, int64_t r, Py_ssize_t size, str name,
+                      Py_ssize_t *length) except -1:
+    """Start of row ``r`` of an Arrow binary layout (its length to *length), checked against
+    the ``size`` bytes of the data buffer."""
+    cdef int32_t lo = offsets[r], hi = offsets[r + 1]
+    if lo < 0 or hi < lo or hi > size:
+        raise InvalidMessageError(f"{name}_offsets[{r}]", (lo, hi),
+                                  f"outside the {size} bytes of {name}_data")
+    length[0] = hi - lo
+    return lo
+
+
 @cython.final
 cdef class _Batch:
     """The C arrays of one batch put, freed with it (also when a bad message raises)."""
@@ -788,12 +800,17 @@ cdef class CommitLog:
                 "record", f"{total} bytes",
                 f"longer than max_message_size + 64 KiB = {self.max_message_size + RS_MAX_RECORD_SLACK}",
                 limit=self.max_message_size + RS_MAX_RECORD_SLACK)
+        self._check_fits(total, "record", f"{total} bytes",
+                         "does not fit a commit-log file of {} bytes with its 8-byte "
+                         "end-of-file reserve (StoreConfig.mapped_file_size_commit_log)")
+        return 0
+
+    cdef int _check_fits(self, Py_ssize_t total, str field, str value, str why) except -1:
+        """``total`` bytes must fit one file beside the end-of-file blank (``why`` takes the
+        file size)."""
         if total + RS_END_FILE_MIN_BLANK > self.file_size:
-            raise InvalidMessageError(
-                "record", f"{total} bytes",
-                f"does not fit a commit-log file of {self.file_size} bytes with its 8-byte "
-                "end-of-file reserve (StoreConfig.mapped_file_size_commit_log)",
-                limit=self.file_size - RS_END_FILE_MIN_BLANK)
+            raise InvalidMessageError(field, value, why.format(self.file_size),
+                                      limit=self.file_size - RS_END_FILE_MIN_BLANK)
         return 0
 
     cdef MappedFile _file_for(self, Py_ssize_t need):
@@ -1014,7 +1031,6 @@ cdef class CommitLog:
         cdef Py_ssize_t n = rows.shape[0], i, total = 0, nbody = body_offsets.shape[0] - 1
         cdef Py_ssize_t nprops = props_offsets.shape[0] - 1 if props_offsets is not None else 0
         cdef int64_t r
-        cdef int32_t lo, hi
         cdef RecordFields *f
         self._check_open()
         cdef int32_t qid = _queue_id(queue_id)
@@ -1041,21 +1057,11 @@ cdef class CommitLog:
             if r < 0 or r >= nbody or (props_offsets is not None and r >= nprops):
                 raise InvalidMessageError(f"rows[{i}]", r, f"not a row of the {nbody} given")
             f = &b.fields[i]
-            lo, hi = body_offsets[r], body_offsets[r + 1]
-            if lo < 0 or hi < lo or hi > bdata.shape[0]:
-                raise InvalidMessageError(f"body_offsets[{r}]", (lo, hi),
-                                          f"outside the {bdata.shape[0]} bytes of body_data")
-            f.body = bbase + lo
-            f.body_len = hi - lo
+            f.body = bbase + _cell(body_offsets, r, bdata.shape[0], "body", &f.body_len)
             f.body_crc = rs_body_crc(<const unsigned char *>f.body, <size_t>f.body_len) \
                 if f.body_len else 0
             if props_offsets is not None:
-                lo, hi = props_offsets[r], props_offsets[r + 1]
-                if lo < 0 or hi < lo or hi > pdata.shape[0]:
-                    raise InvalidMessageError(f"props_offsets[{r}]", (lo, hi),
-                                              f"outside the {pdata.shape[0]} bytes of props_data")
-                f.props = pbase + lo
-                f.props_len = hi - lo
+                f.props = pbase + _cell(props_offsets, r, pdata.shape[0], "props", &f.props_len)
             else:
                 f.props = pbase
                 f.props_len = PyBytes_GET_SIZE(const_props) if const_props is not None else 0
@@ -1090,12 +1096,9 @@ cdef class CommitLog:
         cdef _QueueOffsets qs
         cdef int64_t qoff, ts, start_phy
         cdef RecordFields *f
-        if total + RS_END_FILE_MIN_BLANK > self.file_size:
-            raise InvalidMessageError(
-                "msgs", f"{n} messages, {total} bytes",
-                f"a batch must fit one commit-log file of {self.file_size} bytes with its "
-                "8-byte reserve (StoreConfig.mapped_file_size_commit_log); split it",
-                limit=self.file_size - RS_END_FILE_MIN_BLANK)
+        self._check_fits(total, "msgs", f"{n} messages, {total} bytes",
+                         "a batch must fit one commit-log file of {} bytes with its 8-byte "
+                         "reserve (StoreConfig.mapped_file_size_commit_log); split it")
         offsets = np.empty(n, dtype=np.int64)
         cdef int64_t *offs = <int64_t *>cnp.PyArray_DATA(offsets)
         self._lock()
