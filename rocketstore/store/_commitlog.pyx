@@ -65,7 +65,9 @@ cdef enum:
     DENSE_QUEUES = 4096     # queue ids held in a C array per topic; larger ones in a dict
     SPIN_WAITERS = 2        # sync puts poll before sleeping when more producers than this wait
     SPIN_YIELDS = 500       # polls (each a sched_yield) before sleeping: about a sync's time
-    FAULT_STEP = 1 << 20    # a put asks the fault-ahead thread for more each time it passes this
+    FAULT_STEP = 8 << 20    # a put asks the fault-ahead thread for more each time it passes this
+                            # (large requests: one 8 MiB madvise faults a page ~5x cheaper
+                            # than 1 MiB ones, ~10x cheaper than a write fault here)
     FAULT_PAGE = 4096
 
 
@@ -580,6 +582,8 @@ cdef class CommitLog:
         every 4 KiB written: the largest cost of a put of a small message."""
         self.fault_window = window
         self.fault_next = 0
+        if window and self.cur is not None:
+            self._fault_request(self.cur.file_from_offset + self.cur.wrote_pos)   # from now
 
     cdef void _fault_request(self, int64_t end) noexcept:
         self.fault_next = end + FAULT_STEP
