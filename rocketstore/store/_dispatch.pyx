@@ -374,7 +374,8 @@ cdef class DispatchCore:
                 pthread_mutex_lock(&self.mu)
 
     cdef int _notify(self, Py_ssize_t n) except -1:
-        if n and self.notifier is not None and self.notifier.has_waiters:
+        # the notifier's counter, not its property: no Python frame per inline put
+        if n and self.notifier is not None and self.notifier._waiters:
             self.notifier.notify()
         return 0
 
