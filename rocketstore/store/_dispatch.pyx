@@ -9,8 +9,10 @@ keep running while a backlog is indexed. Anything else -- a queue seen for the f
 full queue file, a gap, an extra dispatcher such as the index -- takes the GIL path for that
 one record. Units become visible to readers when the run ends (``ConsumeQueue.publish``).
 
-Not thread-safe: one dispatcher thread (or the put path under the store's dispatch lock in
-inline mode) calls ``dispatch``.
+One dispatcher at a time, under the core's own mutex: the dispatch thread through
+``dispatch``, or in inline mode the putting thread through ``dispatch_inline``, which the
+compiled put calls after each successful put (no Python frame; the GIL is kept when one put's
+records are all there is to do).
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
