@@ -2,8 +2,6 @@
 #include "rs_hash.h"
 
 #include <limits.h>
-#include <pthread.h>
-#include <string.h>
 #include <zlib.h>
 
 int32_t rs_java_hash_update(int32_t h0, const char *utf8, size_t len)
@@ -59,171 +57,8 @@ int32_t rs_java_hash(const char *utf8, size_t len)
     return rs_java_hash_update(0, utf8, len);
 }
 
-/* CRC-32 (reflected polynomial 0xEDB88320) without zlib's per-call cost: zlib's braided
- * crc32 steps one byte at a time below a few hundred bytes, and records (a header, a
- * 100-byte body, properties) are that short. Carry-less multiplication folding where the
- * CPU has it (x86-64 PCLMULQDQ), else slice-by-8 tables below RS_CRC_SHORT bytes and zlib
- * above. Eight tables of 256 entries, built once; table k maps a byte to its CRC
- * contribution k bytes further on. */
-#define RS_CRC_SHORT 512
-
-static uint32_t crc_tab[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_tables(void)
+static uint32_t crc32_zlib(uint32_t crc, const unsigned char *buf, size_t len)
 {
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = n;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_tab[0][n] = c;
-    }
-    for (uint32_t n = 0; n < 256; n++)
-        for (int k = 1; k < 8; k++)
-            crc_tab[k][n] = crc_tab[0][crc_tab[k - 1][n] & 0xFF] ^ (crc_tab[k - 1][n] >> 8);
-}
-
-/* table steps over the CRC register (pre- and post-inversion are the caller's) */
-static uint32_t crc_reg_tables(uint32_t c, const unsigned char *p, size_t len)
-{
-    while (len >= 8) {
-        uint32_t lo, hi;
-        memcpy(&lo, p, 4);                      /* little-endian loads (x86, arm64) */
-        memcpy(&hi, p + 4, 4);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        lo = __builtin_bswap32(lo);
-        hi = __builtin_bswap32(hi);
-#endif
-        lo ^= c;
-        c = crc_tab[7][lo & 0xFF] ^ crc_tab[6][(lo >> 8) & 0xFF]
-          ^ crc_tab[5][(lo >> 16) & 0xFF] ^ crc_tab[4][lo >> 24]
-          ^ crc_tab[3][hi & 0xFF] ^ crc_tab[2][(hi >> 8) & 0xFF]
-          ^ crc_tab[1][(hi >> 16) & 0xFF] ^ crc_tab[0][hi >> 24];
-        p += 8;
-        len -= 8;
-    }
-    while (len--)
-        c = crc_tab[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
-    return c;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define RS_HAVE_CLMUL 1
-static int crc_clmul_ok;
-
-/* Carry-less multiplication folding (Gopal et al., "Fast CRC Computation for Generic
- * Polynomials Using PCLMULQDQ", Intel 2009) for the reflected IEEE polynomial: four 128-bit
- * lanes folded 64 bytes at a time, then to one lane, then a Barrett reduction to 32 bits.
- * The constants are x^(k) mod P(x) for the fold distances, P(x) and floor(x^64 / P(x)).
- * Takes and returns the CRC register; consumes len & ~15 bytes (len >= 64); *used says how
- * many. */
-__attribute__((target("pclmul,sse4.1")))
-static uint32_t crc_reg_clmul(uint32_t c, const unsigned char *buf, size_t len, size_t *used)
-{
-    const __m128i k1k2 = _mm_set_epi32(0x00000001, 0xc6e41596, 0x00000001, 0x54442bd4);
-    const __m128i k3k4 = _mm_set_epi32(0x00000000, 0xccaa009e, 0x00000001, 0x751997d0);
-    const __m128i k5k0 = _mm_set_epi32(0x00000000, 0x00000000, 0x00000001, 0x63cd6124);
-    const __m128i poly = _mm_set_epi32(0x00000001, 0xf7011641, 0x00000001, 0xdb710641);
-    const unsigned char *start = buf;
-    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8;
-    x1 = _mm_loadu_si128((const __m128i *)(buf + 0));
-    x2 = _mm_loadu_si128((const __m128i *)(buf + 16));
-    x3 = _mm_loadu_si128((const __m128i *)(buf + 32));
-    x4 = _mm_loadu_si128((const __m128i *)(buf + 48));
-    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)c));
-    x0 = k1k2;
-    buf += 64;
-    len -= 64;
-    while (len >= 64) {
-        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
-        x6 = _mm_clmulepi64_si128(x2, x0, 0x00);
-        x7 = _mm_clmulepi64_si128(x3, x0, 0x00);
-        x8 = _mm_clmulepi64_si128(x4, x0, 0x00);
-        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
-        x2 = _mm_clmulepi64_si128(x2, x0, 0x11);
-        x3 = _mm_clmulepi64_si128(x3, x0, 0x11);
-        x4 = _mm_clmulepi64_si128(x4, x0, 0x11);
-        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), _mm_loadu_si128((const __m128i *)(buf + 0)));
-        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), _mm_loadu_si128((const __m128i *)(buf + 16)));
-        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), _mm_loadu_si128((const __m128i *)(buf + 32)));
-        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), _mm_loadu_si128((const __m128i *)(buf + 48)));
-        buf += 64;
-        len -= 64;
-    }
-    /* four lanes into one */
-    x0 = k3k4;
-    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
-    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
-    x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
-    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
-    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
-    x1 = _mm_xor_si128(_mm_xor_si128(x1, x3), x5);
-    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
-    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
-    x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
-    while (len >= 16) {
-        x2 = _mm_loadu_si128((const __m128i *)buf);
-        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
-        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
-        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
-        buf += 16;
-        len -= 16;
-    }
-    /* 128 -> 64 bits */
-    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);
-    x3 = _mm_setr_epi32(~0, 0, ~0, 0);
-    x1 = _mm_srli_si128(x1, 8);
-    x1 = _mm_xor_si128(x1, x2);
-    x0 = k5k0;
-    x2 = _mm_srli_si128(x1, 4);
-    x1 = _mm_and_si128(x1, x3);
-    x1 = _mm_clmulepi64_si128(x1, x0, 0x00);
-    x1 = _mm_xor_si128(x1, x2);
-    /* Barrett reduction to 32 bits */
-    x0 = poly;
-    x2 = _mm_and_si128(x1, x3);
-    x2 = _mm_clmulepi64_si128(x2, x0, 0x10);
-    x2 = _mm_and_si128(x2, x3);
-    x2 = _mm_clmulepi64_si128(x2, x0, 0x00);
-    x1 = _mm_xor_si128(x1, x2);
-    *used = (size_t)(buf - start);
-    return (uint32_t)_mm_extract_epi32(x1, 1);
-}
-#endif
-
-static void crc_init(void)
-{
-    crc_tables();
-#ifdef RS_HAVE_CLMUL
-    __builtin_cpu_init();
-    crc_clmul_ok = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-#endif
-}
-
-static uint32_t crc32_short(uint32_t crc, const unsigned char *p, size_t len)
-{
-    uint32_t c = ~crc;
-#ifdef RS_HAVE_CLMUL
-    if (len >= 64 && crc_clmul_ok) {
-        size_t used;
-        c = crc_reg_clmul(c, p, len, &used);
-        p += used;
-        len -= used;
-    }
-#endif
-    return ~crc_reg_tables(c, p, len);
-}
-
-uint32_t rs_crc32(uint32_t crc, const unsigned char *buf, size_t len)
-{
-    pthread_once(&crc_once, crc_init);
-#ifdef RS_HAVE_CLMUL
-    if (crc_clmul_ok)
-        return crc32_short(crc, buf, len);
-#endif
-    if (len < RS_CRC_SHORT)
-        return crc32_short(crc, buf, len);
     /* zlib takes uInt lengths: feed in chunks so bodies over 4 GiB stay correct */
     uLong c = (uLong)crc;
     while (len > 0) {
@@ -234,6 +69,124 @@ uint32_t rs_crc32(uint32_t crc, const unsigned char *buf, size_t len)
     }
     return (uint32_t)c;
 }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+/*
+ * CRC-32 by carry-less multiplication (Gopal et al., "Fast CRC Computation for Generic
+ * Polynomials Using PCLMULQDQ", Intel, 2009): the message is folded 64 and then 16 bytes at a
+ * time into one 16-byte block with the same CRC; a slicing-by-4 table loop finishes that block
+ * and the tail.
+ * zlib's table CRC costs ~3 cycles a byte on a 100-byte body -- the largest single cost of a
+ * put -- folding about a fifth of that.
+ *
+ * Folding: for blocks A, B, ... (A first), A*x^d mod P == A.lo*K(d+32) ^ A.hi*K(d-32) in the
+ * bit-reflected domain, where K(n) = reflect32(x^n mod P) << 1; xor-ing that into the block
+ * d bits later leaves the CRC of the (shorter) message unchanged. zlib's pre-inversion of the
+ * CRC register becomes an xor of ~crc into the first four bytes; the post-inversion cancels
+ * against finishing the last block from a zero register and inverting (~raw(0, X) is zlib's
+ * crc32(~0, X)).
+ */
+#define K_512_P32 0x154442bd4ULL    /* x^(512+32): fold by 64 bytes */
+#define K_512_M32 0x1c6e41596ULL    /* x^(512-32) */
+#define K_128_P32 0x1751997d0ULL    /* x^(128+32): fold by 16 bytes */
+#define K_128_M32 0x0ccaa009eULL    /* x^(128-32) */
+
+/* Slicing-by-4 tables of the reflected polynomial 0xEDB88320: T[0] is the byte-wise table,
+ * T[k][i] the CRC of byte i followed by k zero bytes. Built once, on the first folded CRC. */
+static uint32_t T[4][256];
+
+static void build_tables(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+        T[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int k = 1; k < 4; k++)
+            T[k][i] = (T[k - 1][i] >> 8) ^ T[0][T[k - 1][i] & 0xFF];
+}
+
+/* the raw CRC register (no inversions) carried over `len` bytes */
+static inline uint32_t slice4(uint32_t c, const unsigned char *p, size_t len)
+{
+    while (len >= 4) {
+        c ^= (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        c = T[3][c & 0xFF] ^ T[2][(c >> 8) & 0xFF] ^ T[1][(c >> 16) & 0xFF] ^ T[0][c >> 24];
+        p += 4;
+        len -= 4;
+    }
+    while (len--)
+        c = T[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c;
+}
+
+__attribute__((target("pclmul,sse4.1")))
+static inline __m128i fold16(__m128i x, __m128i k)
+{
+    return _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11));
+}
+
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t crc32_clmul(uint32_t crc, const unsigned char *p, size_t len)
+{
+    /* len >= 64 */
+    const __m128i k64 = _mm_set_epi64x((long long)K_512_M32, (long long)K_512_P32);
+    const __m128i k16 = _mm_set_epi64x((long long)K_128_M32, (long long)K_128_P32);
+    __m128i x0 = _mm_loadu_si128((const __m128i *)p);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 32));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 48));
+    x0 = _mm_xor_si128(x0, _mm_cvtsi32_si128((int)~crc));
+    p += 64;
+    len -= 64;
+    while (len >= 64) {
+        x0 = _mm_xor_si128(fold16(x0, k64), _mm_loadu_si128((const __m128i *)p));
+        x1 = _mm_xor_si128(fold16(x1, k64), _mm_loadu_si128((const __m128i *)(p + 16)));
+        x2 = _mm_xor_si128(fold16(x2, k64), _mm_loadu_si128((const __m128i *)(p + 32)));
+        x3 = _mm_xor_si128(fold16(x3, k64), _mm_loadu_si128((const __m128i *)(p + 48)));
+        p += 64;
+        len -= 64;
+    }
+    x0 = _mm_xor_si128(fold16(x0, k16), x1);
+    x0 = _mm_xor_si128(fold16(x0, k16), x2);
+    x0 = _mm_xor_si128(fold16(x0, k16), x3);
+    while (len >= 16) {
+        x0 = _mm_xor_si128(fold16(x0, k16), _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        len -= 16;
+    }
+    unsigned char last[16];
+    _mm_storeu_si128((__m128i *)last, x0);
+    /* the folded block and the tail (< 16 bytes) from a zero register, four bytes a step;
+     * ~0 of it is zlib's crc32(~0, last || tail), the message's CRC */
+    uint32_t c = slice4(0, last, 16);
+    return ~slice4(c, p, len);
+}
+
+static int have_clmul = -1;
+
+uint32_t rs_crc32(uint32_t crc, const unsigned char *buf, size_t len)
+{
+    int clmul = __atomic_load_n(&have_clmul, __ATOMIC_ACQUIRE);
+    if (clmul < 0) {        /* a benign race: every thread builds the same tables */
+        build_tables();
+        clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+        __atomic_store_n(&have_clmul, clmul, __ATOMIC_RELEASE);     /* after the tables */
+    }
+    if (len < 64)           /* too short to fold: four bytes a step (zlib goes byte by byte) */
+        return ~slice4(~crc, buf, len);
+    return clmul ? crc32_clmul(crc, buf, len) : crc32_zlib(crc, buf, len);
+}
+#else
+uint32_t rs_crc32(uint32_t crc, const unsigned char *buf, size_t len)
+{
+    return crc32_zlib(crc, buf, len);
+}
+#endif
 
 int32_t rs_body_crc(const unsigned char *buf, size_t len)
 {

@@ -6,8 +6,7 @@
  * points above U+FFFF contribute their surrogate pair. Input must be valid UTF-8 (Python's
  * str.encode guarantees it); an invalid byte is hashed as U+FFFD, as Java's decoder would.
  *
- * rs_crc32: CRC-32 (IEEE, as java.util.zip.CRC32) of any length: PCLMULQDQ folding on x86-64
- * CPUs that have it, else slice-by-8 tables below 512 bytes and zlib above; the commit log
+ * rs_crc32: zlib's CRC-32 (IEEE, as java.util.zip.CRC32) of any length; the commit log
  * stores it masked with & 0x7FFFFFFF (rs_body_crc).
  */
 #ifndef RS_HASH_H
