@@ -66,6 +66,10 @@
 /* ---- properties (FORMAT.md 1.4) ---- */
 #define RS_NAME_VALUE_SEPARATOR 1
 #define RS_PROPERTY_SEPARATOR   2
+/* 5.x record CRC (enabledAppendPropCRC): the last property, "__CRC32#" \x01 10 digits \x02,
+ * over record bytes [0, TOTALSIZE - 20) (CommitLog.CRC32_RESERVED_LEN) */
+#define RS_CRC32_RESERVED_LEN   20
+#define RS_CRC32_NAME_LEN       8             /* "__CRC32#" */
 
 /* ---- message ids (FORMAT.md 7) ---- */
 #define RS_MSGID_V4_BYTES       16            /* addr 4 + port 4 + offset 8 -> 32 hex */

@@ -16,6 +16,8 @@ __all__ = [
     "InvalidMessageTypeError",
     "InvalidConfigError",
     "InvalidMessageIdError",
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
     "StoreClosedError",
     "StoreLockedError",
     "StoreReadOnlyError",
@@ -97,6 +99,36 @@ class InvalidMessageIdError(RocketStoreError, ValueError):
 
     def __str__(self) -> str:
         return f"message id {self.msg_id!r}: {self.reason}"
+
+
+class InvalidArgumentError(RocketStoreError, ValueError):
+    """An argument of a store call (an offset, a time, a timeout, a group or topic name) is
+    outside what it accepts; ``argument`` names it and ``value`` is what was given."""
+
+    def __init__(self, argument: str, value: object, reason: str) -> None:
+        super().__init__(argument, value, reason)
+        self.argument = argument
+        self.value = value
+        self.reason = reason
+
+    def __str__(self) -> str:
+        shown = repr(self.value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        return f"{self.argument}={shown}: {self.reason}"
+
+
+class InvalidArgumentTypeError(RocketStoreError, TypeError):
+    """An argument of a store call has the wrong Python type; ``argument`` names it."""
+
+    def __init__(self, argument: str, expected: str, got: str) -> None:
+        super().__init__(argument, expected, got)
+        self.argument = argument
+        self.expected = expected
+        self.got = got
+
+    def __str__(self) -> str:
+        return f"{self.argument}: expected {self.expected}, got {self.got}"
 
 
 class StoreClosedError(RocketStoreError):

@@ -86,6 +86,17 @@ def expected_lines(fixture_root) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
+def flip_bits(f, rnd, count: int, span: int) -> None:
+    """Flip one random bit in each of ``count`` random bytes among the first ``span`` bytes
+    of the open file ``f`` (r+b)."""
+    for _ in range(count):
+        pos = rnd.randrange(span)
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ (1 << rnd.randrange(8))]))
+
+
 def corrupt(path: str, pos: int, data: bytes) -> None:
     """Overwrite bytes of a file in place (leveldb's corruption helper)."""
     with open(path, "r+b") as f:

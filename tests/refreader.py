@@ -78,6 +78,23 @@ def body_crc(body):
     return zlib.crc32(bytes(body)) & 0x7FFFFFFF
 
 
+CRC32_RESERVED_LEN = 20        # len("__CRC32#") + 1 + 10 + 1 (CommitLog.CRC32_RESERVED_LEN)
+
+
+def record_crc_property(record):
+    """The digits of the 5.x record CRC property at the end of a whole record, as the int it
+    encodes (least significant digit first, MessageDecoder.createCrc32), or None."""
+    tail = bytes(record[-CRC32_RESERVED_LEN:])
+    if len(tail) != CRC32_RESERVED_LEN or tail[:9] != b"__CRC32#\x01" or tail[-1:] != b"\x02":
+        return None
+    return int(tail[9:19][::-1].decode("ascii"))
+
+
+def record_crc(record):
+    """CRC32 & 0x7FFFFFFF of everything before the reserved 20 bytes (UtilAll.crc32)."""
+    return zlib.crc32(bytes(record[:-CRC32_RESERVED_LEN])) & 0x7FFFFFFF
+
+
 def record_size(body_len, topic_len, props_len, born_v6=False, store_v6=False, v2=False):
     """TOTALSIZE per ``MessageExtEncoder.calMsgLength`` (91 + B + T + P for v1 / IPv4 hosts)."""
     born_len = 20 if born_v6 else 8

@@ -64,8 +64,10 @@ def test_lmdb_rows_and_the_target_lines(tmp_path):
             ("batched", "putmulti, one txn"), ("read", "cursor scan")} <= hows
     targets = out.stdout.split("-- targets (issue 7)")[1].splitlines()[1:]
     verdicts = [re.search(r"([\d.]+)x  (met|NOT met)$", t) for t in targets if t.strip()]
-    # 3 lmdb targets; the two put targets also for rocketstore until readable
-    assert len(verdicts) == 5 and all(verdicts)
+    # 3 lmdb targets; the two put targets also for rocketstore until readable, the read
+    # target for get_message and for the bulk get_message_bodies
+    assert len(verdicts) == 6 and all(verdicts)
+    assert sum("get_message_bodies" in t for t in targets) == 1
 
 
 def test_an_unknown_peer_is_refused_by_name(tmp_path):

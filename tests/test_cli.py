@@ -239,6 +239,8 @@ def test_export_import_round_trip(rocketmq_store, tmp_path, fmt):
     first.sort(key=lambda r: (r["topic"], r["queue_id"], r["queue_offset"]))
     again.sort(key=lambda r: (r["topic"], r["queue_id"], r["queue_offset"]))
     for a, b in zip(first, again):
+        # the importing store adds its record CRC property (its own, like its offsets)
+        assert b["properties"].pop("__CRC32#").isdigit()
         assert {k: v for k, v in a.items() if k not in STORE_ASSIGNED} == \
             {k: v for k, v in b.items() if k not in STORE_ASSIGNED}
         # stored uncompressed now: only the compression bits of SYSFLAG differ
@@ -302,7 +304,7 @@ def test_verify_lists_a_crc_flip_and_a_unit_pointing_wrong(rocketmq_store, expec
     problems = json.loads(proc.stdout)["problems"]
     where = {(p["area"], p["where"]): p["what"] for p in problems}
     rel = victim["physicalOffset"] % file_size
-    assert "BODYCRC" in where[("commitlog", f"{victim['physicalOffset'] - rel:020d} pos {rel} "
+    assert "body CRC mismatch" in where[("commitlog", f"{victim['physicalOffset'] - rel:020d} pos {rel} "
                                             f"(offset {victim['physicalOffset']})")]
     assert where[("consumequeue", "TopicB/0 offset 3")] in (
         f"unit points at the record at {other['physicalOffset']}, which is TopicB/1 offset 7",
@@ -354,24 +356,45 @@ def test_recover_rebuilds_deleted_consume_queues_and_index(rocketmq_store, expec
     assert sorted(r["commitlog_offset"] for r in rows) == sorted(q["physicalOffset"] for q in k["queryMessage"])
 
 
-def test_recover_refuses_to_truncate_a_log_with_a_bad_record_mid_way(rocketmq_store, expected):
+def test_recover_skips_a_damaged_body_mid_way_and_keeps_the_rest(rocketmq_store, expected):
     file_size = expected["store"][0]["commitlogFileSize"]
     victim = expected["msg"][100]
     path, pos = _record_body_pos(rocketmq_store, victim, file_size)
     corrupt(path, pos, b"\x00\x01")
+    out = run("recover", rocketmq_store).stdout
+    assert "truncated" not in out
+    proc = run("verify", rocketmq_store, check_rc=1)
+    assert f"offset {victim['physicalOffset']}" in proc.stdout
+    assert "never handed out" in proc.stdout
+    # export leaves it out, names it, and does not exit 0
+    proc = run("export", rocketmq_store, check_rc=1)
+    assert f"commit-log offset {victim['physicalOffset']} skipped: body CRC mismatch" in proc.stderr
+    assert sorted(r["commitlog_offset"] for r in jsonl(proc.stdout)) == sorted(
+        e["physicalOffset"] for e in expected["msg"] if e is not victim)
+
+
+def test_recover_refuses_to_truncate_a_log_with_a_bad_record_mid_way(rocketmq_store, expected):
+    file_size = expected["store"][0]["commitlogFileSize"]
+    victim = expected["msg"][100]
+    path, pos = _record_body_pos(rocketmq_store, victim, file_size)
+    start = victim["physicalOffset"] % file_size
+    corrupt(path, start + 4, b"\x00\x00\x00\x01")           # its magic code: framing lost
     queues_before = sorted(str(p) for p in Path(rocketmq_store, "consumequeue").rglob("*"))
     proc = run("recover", rocketmq_store, check_rc=2)
     assert proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "--truncate" in proc.stderr
     assert f"offset {victim['physicalOffset']}" in proc.stderr
     assert sorted(str(p) for p in Path(rocketmq_store, "consumequeue").rglob("*")) == queues_before
-    # asked to, it recovers: the log ends before the bad record, and what is left is consistent
+    # asked to, it recovers: the rest of the victim's file is closed with a blank record, the
+    # files after it are kept, and what is left is consistent
     out = run("recover", rocketmq_store, "--truncate").stdout
-    assert f"truncated: the log now ends at {victim['physicalOffset']:,}" in out
+    next_file = victim["physicalOffset"] - start + file_size
+    assert f"blanked {next_file - victim['physicalOffset']:,} unreadable bytes" in out
     assert run("verify", rocketmq_store).stdout.rstrip().endswith(": OK")
     rows = jsonl(run("export", rocketmq_store).stdout)
     assert sorted(r["commitlog_offset"] for r in rows) == sorted(
-        e["physicalOffset"] for e in expected["msg"] if e["physicalOffset"] < victim["physicalOffset"])
+        e["physicalOffset"] for e in expected["msg"]
+        if not victim["physicalOffset"] <= e["physicalOffset"] < next_file)
 
 
 # -- offsets ---------------------------------------------------------------------------------

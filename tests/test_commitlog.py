@@ -547,15 +547,26 @@ def test_scan_file_after_reopening_rebuilds_queue_offsets(cl1k, rand):
     assert r.queue_offset == want.get(("A", 0), 0)
 
 
-def test_scan_file_stops_at_a_corrupt_record(cl):
+def test_scan_file_skips_a_corrupt_record_followed_by_valid_ones(cl):
     offs = [cl.log.put_message(Message("T", b"body%d" % i)).commitlog_offset for i in range(5)]
+    end = cl.log.get_max_offset()
     mf = cl.queue.last_file()
     mf.write_at(offs[3] + 88, b"X")                      # corrupt the 4th body
     cl.reopen()
     mf = cl.queue.last_file()
-    assert cl.log.scan_file(mf, True) == (offs[3], 3, False)
-    assert cl.log.get_queue_offset("T", 0) == 3
+    # framing intact, a valid record after it: skipped (and reported), the log goes on
+    assert cl.log.scan_file(mf, True) == (end, 4, False)
     assert cl.log.scan_file(mf, False)[1] == 5           # without CRC checks it is read
+    assert cl.log.get_message(offs[3]) is None           # never handed out
+    assert [m.commitlog_offset for m in cl.log.iter_messages()] == offs[:3] + offs[4:]
+
+
+def test_scan_file_stops_at_a_corrupt_last_record(cl):
+    offs = [cl.log.put_message(Message("T", b"body%d" % i)).commitlog_offset for i in range(5)]
+    mf = cl.queue.last_file()
+    mf.write_at(offs[4] + 88, b"X")                      # the last one: a torn tail
+    cl.reopen()
+    assert cl.log.scan_file(cl.queue.last_file(), True) == (offs[4], 4, False)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from conftest import flip_bits
 from rocketstore import Message, MessageStore, RocketStoreError, StoreConfig
 
 CFG = dict(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=400,
@@ -36,12 +37,7 @@ def _damage(path: str, rnd: random.Random, how: str) -> None:
     size = os.path.getsize(path)
     with open(path, "r+b") as f:
         if how == "flip":
-            for _ in range(8):
-                pos = rnd.randrange(size)
-                f.seek(pos)
-                b = f.read(1)
-                f.seek(pos)
-                f.write(bytes([b[0] ^ (1 << rnd.randrange(8))]))
+            flip_bits(f, rnd, 8, size)
         elif how == "garbage":
             pos = rnd.randrange(size)
             f.seek(pos)

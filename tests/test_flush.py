@@ -120,8 +120,12 @@ def test_failed_sync_is_sticky_and_store_turns_read_only(store_dir):
             assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
             assert isinstance(r.error, OSError)
         assert store.commit_log.flush_error is not None
+    # docs/recovery.md: what the failed sync covered is not known durable, so close() keeps
+    # `abort` and the next open runs the crash recovery (a CRC scan and re-dispatch)
+    assert os.path.exists(os.path.join(store_dir, "abort"))
     # a restart recovers, and what was acknowledged is there
     with MessageStore.open(store_dir, _sync_cfg()) as store:
+        assert store.recovery["last_exit_ok"] is False
         for off, body in acked:
             assert bytes(store.look_message_by_offset(off).body) == body
         assert store.put_message(Message("T", b"again")).ok

@@ -815,3 +815,28 @@ def test_store_json_is_fastjson_like(store_dir):
     import re
     doc = json.loads(re.sub(r"([{,])\s*(-?\d+)\s*:", r'\1"\2":', text))
     assert doc["offsetTable"]["T@g"] == {"7": 3}
+
+
+def test_tag_filtered_long_poll_waits_past_non_matching_messages_for_a_match(store_dir):
+    """docs/recovery.md: a consumer subscribed to tag A is not answered NO_MATCHED_MESSAGE
+    because a B arrived; the poll goes on past it until an A or the timeout."""
+    with MessageStore.open(store_dir, StoreConfig(mapped_file_size_commit_log=CL_SIZE)) as store:
+        g = _Getter(store, "g", "T", 0, 0, tags="A", timeout_ms=5000)
+        g.start()
+        g.started.wait()
+        time.sleep(0.1)
+        store.put_message(Message("T", b"b1", tags="B"), 0)
+        time.sleep(0.2)
+        store.put_message(Message("T", b"b2", tags="B"), 0)
+        time.sleep(0.2)
+        store.put_message(Message("T", b"a", tags="A"), 0)
+        r = g.finish()
+        assert r.status is S.FOUND and _bodies(r) == [b"a"] and r.next_begin_offset == 3
+        assert 0.4 <= g.elapsed < 4.0
+        # only non-matching ones until the timeout: nothing new past them, the next pull
+        # starts after them
+        threading.Timer(0.05, lambda: store.put_message(Message("T", b"b3", tags="B"), 0)).start()
+        t0 = time.monotonic()
+        r = store.get_message("g", "T", 0, 3, tags="A", timeout_ms=500)
+        assert (r.status, r.next_begin_offset, r.messages) == (S.OFFSET_OVERFLOW_ONE, 4, [])
+        assert time.monotonic() - t0 >= 0.45

@@ -20,7 +20,8 @@ def _layout(bodies: list[bytes]) -> tuple[bytes, np.ndarray]:
 
 
 def _fields(m) -> tuple:
-    props = {k: v for k, v in m.properties.items() if k != "UNIQ_KEY"}
+    props = {k: v for k, v in m.properties.items()
+             if k not in ("UNIQ_KEY", "__CRC32#")}      # store-made
     return (m.topic, m.queue_id, m.queue_offset, bytes(m.body), m.body_crc, props, m.flag,
             m.sys_flag, m.born_host, m.store_size, len(m.properties["UNIQ_KEY"]))
 

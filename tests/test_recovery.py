@@ -107,7 +107,7 @@ def test_garbage_after_the_end_is_truncated(store_dir):
         assert bytes(store.look_message_by_offset(end).body) == b"after"
 
 
-@pytest.mark.parametrize("where", ["magic", "size", "crc"])
+@pytest.mark.parametrize("where", ["magic", "size"])
 def test_damaged_middle_record_ends_the_log_there(store_dir, where):
     cfg = StoreConfig(mapped_file_size_commit_log=1 << 16, dispatch_inline=True)
     with MessageStore.open(store_dir, cfg) as store:
@@ -130,3 +130,58 @@ def test_damaged_middle_record_ends_the_log_there(store_dir, where):
         assert store.get_max_phy_offset() == pos
         assert store.look_message_by_offset(rs[11].commitlog_offset) is not None
         assert store.get_max_offset_in_queue("T", 0) == 12
+
+
+@pytest.mark.parametrize("crc", [True, False], ids=["record-crc", "body-crc-only"])
+def test_damaged_body_mid_log_is_skipped_and_later_data_kept(store_dir, crc):
+    """docs/recovery.md: a record whose framing is intact but whose check fails (a flipped body
+    byte) is skipped by recovery; what follows it stays, in its queue, reported."""
+    cfg = StoreConfig(mapped_file_size_commit_log=1 << 16, dispatch_inline=True,
+                      enabled_append_prop_crc=crc)
+    with MessageStore.open(store_dir, cfg) as store:
+        rs = [store.put_message(Message("T", b"body-%d" % i)) for i in range(20)]
+        end = store.get_max_phy_offset()
+        path = store.commit_log_queue.files[0].path
+    with open(path, "rb") as f:
+        i = f.read().index(b"body-12", rs[12].commitlog_offset)
+    corrupt(path, i, b"B")
+    _touch_abort(store_dir)
+    with MessageStore.open(store_dir, cfg) as store:
+        assert store.get_max_phy_offset() == end
+        assert [off for off, _ in store.bad_records()] == [rs[12].commitlog_offset]
+        assert store.look_message_by_offset(rs[12].commitlog_offset) is None
+        got = store.get_message("g", "T", 0, 0, 32)
+        assert [bytes(m.body) for m in got.messages] == [b"body-%d" % i for i in range(20)
+                                                        if i != 12]
+        assert store.get_max_offset_in_queue("T", 0) == 20
+        nxt = store.put_message(Message("T", b"after"))
+        assert nxt.commitlog_offset == end and nxt.queue_offset == 20
+
+
+def test_broken_framing_mid_log_blanks_that_file_and_keeps_the_later_files(store_dir):
+    """docs/recovery.md: a record whose framing is broken (its magic code) inside the log,
+    with intact files after it: the rest of its file is closed with a blank record, the
+    files after it stay readable, in their queues, and RocketMQ's readers see a valid log."""
+    import refreader
+    cfg = StoreConfig(mapped_file_size_commit_log=4096, dispatch_inline=True)
+    with MessageStore.open(store_dir, cfg) as store:
+        rs = [store.put_message(Message("T", b"body-%03d" % i + bytes(200))) for i in range(40)]
+        files = [mf.path for mf in store.commit_log_queue.files]
+    assert len(files) >= 3
+    victim = next(r for r in rs if 4096 + 500 < r.commitlog_offset < 8192 - 500)
+    corrupt(files[1], victim.commitlog_offset - 4096 + 4, b"\x00\x00\x00\x01")
+    _touch_abort(store_dir)
+    lost = [r for r in rs if victim.commitlog_offset <= r.commitlog_offset < 8192]
+    kept = [r for r in rs if r not in lost]
+    with MessageStore.open(store_dir, cfg) as store:
+        assert store.recovery["bytes_blanked"] == 8192 - victim.commitlog_offset
+        assert store.get_max_phy_offset() == rs[-1].commitlog_offset + rs[-1].wrote_bytes
+        got = store.get_message("g", "T", 0, 0, 64).messages
+        assert [m.commitlog_offset for m in got] == [r.commitlog_offset for r in kept]
+        nxt = store.put_message(Message("T", b"after"))
+        assert nxt.queue_offset == 40
+    walked = [(phy, rec["kind"]) for _, _, phy, rec in
+              refreader.iter_commitlog(os.path.join(store_dir, "commitlog"), 4096)]
+    assert (victim.commitlog_offset, "blank") in walked
+    assert [phy for phy, kind in walked if kind == "msg"] == \
+        [r.commitlog_offset for r in kept] + [nxt.commitlog_offset]

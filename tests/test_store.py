@@ -30,6 +30,12 @@ VECTOR_TOPIC = "FooBar"
 VECTOR_TAGS = "TAG1"
 VECTOR_SIZE = 158           # KEYS=<13 digits> and TAGS=TAG1 only
 UNIQ_PROP_LEN = 42          # "UNIQ_KEY" \x01 <32 hex> \x02, added by the store
+CRC_PROP_LEN = 20           # "__CRC32#" \x01 <10 digits> \x02, the 5.x record CRC (default on)
+
+
+def _rocketmq_layout(cfg: StoreConfig) -> StoreConfig:
+    """RocketMQ's default record layout: no record CRC property (byte-exact vectors)."""
+    return cfg.replace(enabled_append_prop_crc=False)
 
 
 def _vector_message(keys: str, **kw) -> Message:
@@ -85,7 +91,7 @@ def test_format_vector_record_size(store_dir, small_config):
     keys = "1700000000000"
     assert len(keys) == 13
     size = VECTOR_SIZE + UNIQ_PROP_LEN
-    with MessageStore.open(store_dir, small_config) as store:
+    with MessageStore.open(store_dir, _rocketmq_layout(small_config)) as store:
         results = [store.put_message(_vector_message(keys)) for _ in range(10)]
         for i, r in enumerate(results):
             assert r.status is PutMessageStatus.PUT_OK and r.ok
@@ -119,7 +125,7 @@ def test_format_vector_with_given_uniq_key(store_dir, small_config, rand):
     keys = "1700000000123"
     size = VECTOR_SIZE + UNIQ_PROP_LEN
     given = ["%032X" % rand.getrandbits(128) for _ in range(10)]
-    with MessageStore.open(store_dir, small_config) as store:
+    with MessageStore.open(store_dir, _rocketmq_layout(small_config)) as store:
         for i, u in enumerate(given):
             r = store.put_message(_vector_message(keys, properties={"UNIQ_KEY": u}))
             assert r.wrote_bytes == size and r.commitlog_offset == i * size
@@ -151,7 +157,8 @@ def test_reopen_reads_back_everything_and_continues(store_dir, small_config, ran
             assert bytes(m.body) == msg.body
             assert m.tags == msg.tags and m.keys == msg.keys
             assert m.properties["n"] == msg.properties["n"]
-            assert {k: v for k, v in m.properties.items() if k != "UNIQ_KEY"} == msg.properties
+            assert {k: v for k, v in m.properties.items()
+                    if k not in ("UNIQ_KEY", "__CRC32#")} == msg.properties
             assert m.queue_id == r.queue_id and m.queue_offset == r.queue_offset
             assert m.store_timestamp == r.store_timestamp
             assert m.msg_id == r.msg_id
@@ -482,7 +489,7 @@ def test_record_larger_than_file(store_dir, small_config):
 
 
 def test_properties_over_32767_bytes(store_dir):
-    cfg = StoreConfig(mapped_file_size_commit_log=128 * 1024)
+    cfg = StoreConfig(mapped_file_size_commit_log=128 * 1024, enabled_append_prop_crc=False)
     with MessageStore.open(store_dir, cfg) as store:
         store.put_message(Message("T", b"first"))
         before = store.get_max_phy_offset()
@@ -537,7 +544,7 @@ def test_topic_of_127_chars_and_allowed_chars(open_store):
     r = open_store.put_message(Message(long_retry, b"retry"))
     m = open_store.look_message_by_offset(r.commitlog_offset)
     assert m.topic == long_retry and m.magic & 0xFFFFFFFF == refreader.MAGIC_V2
-    assert r.wrote_bytes == refreader.record_size(5, 157, UNIQ_PROP_LEN, v2=True)
+    assert r.wrote_bytes == refreader.record_size(5, 157, UNIQ_PROP_LEN + CRC_PROP_LEN, v2=True)
     with pytest.raises(InvalidMessageError) as ei:
         Message("%RETRY%" + "g" * 249, b"x")                      # 256 > 255
     assert ei.value.field == "topic"
@@ -731,7 +738,8 @@ def test_ipv6_born_and_store_host(store_dir):
         assert m.msg_id == r.msg_id
         assert store.look_message_by_offset(first.commitlog_offset).sys_flag & 0x30 == 0x20
         # both hosts 12 bytes longer than IPv4
-        assert r.wrote_bytes == refreader.record_size(7, 1, 7 + 42, born_v6=True, store_v6=True)
+        assert r.wrote_bytes == refreader.record_size(7, 1, 7 + 42 + CRC_PROP_LEN, born_v6=True,
+                                                     store_v6=True)
         # an IPv4 id for the same offset is another host's message
         assert store.look_message_by_id(
             refreader.offset_msg_id("127.0.0.1", 10911, r.commitlog_offset)) is None
@@ -918,11 +926,12 @@ def test_record_filling_file_to_the_last_8_bytes(store_dir, small_config):
     """A record may end exactly 8 bytes before the file end; the next put writes an 8-byte
     blank and moves to the next file. Reopen at each step."""
     file_size = small_config.mapped_file_size_commit_log
-    with MessageStore.open(store_dir, small_config) as store:
+    small_config = _rocketmq_layout(small_config)
+    with MessageStore.open(store_dir, _rocketmq_layout(small_config)) as store:
         r = store.put_message(Message("T", bytes(_body_for_record(file_size - 8))))
         assert r.commitlog_offset == 0 and r.wrote_bytes == file_size - 8
         assert store.get_max_phy_offset() == file_size - 8
-    with MessageStore.open(store_dir, small_config) as store:
+    with MessageStore.open(store_dir, _rocketmq_layout(small_config)) as store:
         assert sum(1 for _ in store.iter_messages()) == 1
         assert store.get_max_phy_offset() == file_size - 8
         r2 = store.put_message(Message("T", b"next"))
@@ -931,7 +940,7 @@ def test_record_filling_file_to_the_last_8_bytes(store_dir, small_config):
     blanks = [(phy, rec["size"]) for _, _, phy, rec in recs if rec["kind"] == "blank"]
     assert blanks == [(file_size - 8, 8)]
     _check_files(store_dir, file_size)
-    with MessageStore.open(store_dir, small_config) as store:
+    with MessageStore.open(store_dir, _rocketmq_layout(small_config)) as store:
         assert sum(1 for _ in store.iter_messages()) == 2
         assert store.get_max_phy_offset() == file_size + r2.wrote_bytes
         assert bytes(store.look_message_by_offset(file_size).body) == b"next"
@@ -939,7 +948,8 @@ def test_record_filling_file_to_the_last_8_bytes(store_dir, small_config):
 
 def test_record_one_byte_too_big_for_remaining_space(store_dir, small_config):
     file_size = small_config.mapped_file_size_commit_log
-    with MessageStore.open(store_dir, small_config) as store:
+    small_config = _rocketmq_layout(small_config)
+    with MessageStore.open(store_dir, _rocketmq_layout(small_config)) as store:
         store.put_message(Message("T", bytes(_body_for_record(1000))))
         left = file_size - 1000
         # needs left - 7 bytes + 8 reserve: one byte too many

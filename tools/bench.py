@@ -111,9 +111,10 @@ def baseline_mmap_struct(workdir: str, bodies: list[bytes], num: int, record_siz
 
 # -- rocketstore workloads ---------------------------------------------------------------------
 
-def open_store(workdir: str, warm: bool) -> MessageStore:
+def open_store(workdir: str, warm: bool, crc: bool = True) -> MessageStore:
     root = tempfile.mkdtemp(prefix="store-", dir=workdir)
-    cfg = StoreConfig(mapped_file_size_commit_log=GiB, warm_maped_file_enable=warm)
+    cfg = StoreConfig(mapped_file_size_commit_log=GiB, warm_maped_file_enable=warm,
+                      enabled_append_prop_crc=crc)
     store = MessageStore.open(root, cfg)
     # create (and warm) the first file and let the next one's pre-allocation finish, so
     # the timed part measures puts, not a one-off 1 GiB allocation
@@ -504,6 +505,26 @@ def bench_recover(workdir: str, gib: float) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def bench_prop_crc(workdir: str, msgs: list[Message], num: int, rounds: int = 10) -> None:
+    """The record CRC property's cost: put and put_messages into a store with it and one
+    without, interleaved in short rounds so the machine's other load hits both alike."""
+    stores = {crc: open_store(workdir, False, crc) for crc in (True, False)}
+    spent = {(crc, k): 0.0 for crc in (True, False) for k in ("put", "put_batch")}
+    per = max(BATCH, num // rounds)
+    try:
+        for _ in range(rounds):
+            for crc, store in stores.items():
+                spent[(crc, "put")] += timed(lambda: bench_put(store, msgs, per))[2]
+                spent[(crc, "put_batch")] += timed(lambda: bench_put_batch(store, msgs, per))[2]
+    finally:
+        for store in stores.values():
+            close_store(store)
+    for k in ("put", "put_batch"):
+        on, off = rounds * per / spent[(True, k)], rounds * per / spent[(False, k)]
+        print(f"{k:14s} record CRC on {on / 1e6:6.2f} M msgs/s, off {off / 1e6:6.2f} M msgs/s: "
+              f"{on / off:5.2f}x ({(off / on - 1) * 100:.0f} % more time per message)")
+
+
 def bench_crc32(bodies: list[bytes], num: int) -> tuple[int, int]:
     mask = POOL - 1
     for i in range(num):
@@ -518,10 +539,14 @@ WORKLOADS = {
     "put_1k": "one put_message call per message, 1 KiB bodies",
     "put_batch_1k": f"put_messages in batches of {BATCH}, 1 KiB bodies, warmed files",
     "put_fresh": "a new Message built per put (tags set), 100 B bodies",
+    "put_nocrc": "put without the record CRC property (enabled_append_prop_crc=False): its cost",
+    "prop_crc": "record CRC on vs off, put and put_messages interleaved in rounds, 100 B",
+    "put_batch_nocrc": f"put_messages in batches of {BATCH} without the record CRC property",
     "get_seq": "look_message_by_offset over every stored message, in order, 100 B",
     "crc32": "body CRC (zlib CRC-32) of 1 KiB bodies",
     "get_batch": "get_message 32 per call over 4 queues, zero-copy bodies touched, 100 B",
     "get_batch_1k": "get_message 32 per call over 4 queues, zero-copy bodies touched, 1 KiB",
+    "get_batch_nocrc": "get_batch over records without the record CRC (body CRC checked), 100 B",
     "dispatch_thread": "put in batches until consume queues hold all (dispatch thread), 100 B",
     "dispatch_inline": "put in batches until consume queues hold all (dispatch on put), 100 B",
     "tag_scan": "vectorized tag filter over 50 M consume-queue units at 1 % (tools/bench_scan.py)",
@@ -582,6 +607,12 @@ def main(argv: list[str] | None = None) -> int:
             bench_dispatch_index(workdir, min(args.num, 2_000_000))
         print()
         names = [n for n in names if n not in ("query_key", "dispatch_index")]
+    if "prop_crc" in names:
+        print("-- record CRC property (enabled_append_prop_crc), 100 B bodies")
+        bench_prop_crc(workdir, [Message(TOPIC, os.urandom(100)) for _ in range(POOL)],
+                       min(args.num, 1_000_000))
+        print()
+        names = [n for n in names if n != "prop_crc"]
     warm = not args.no_warm
     print(f"rocketstore bench: {os.cpu_count()} cpus, work dir {workdir}, warm={warm}")
     for n in names:
@@ -610,7 +641,9 @@ def main(argv: list[str] | None = None) -> int:
                     r = bench_dispatch(workdir, msgs, num, name == "dispatch_inline")
                     print(fmt(r, baselines))
                     continue
-                store = open_store(workdir, warm)
+                crc = not name.endswith("_nocrc")
+                store = open_store(workdir, warm, crc)
+                name = name.removesuffix("_nocrc")
                 try:
                     if name in ("put", "put_1k"):
                         r = Result(name, *timed(lambda: bench_put(store, msgs, num)))
@@ -627,7 +660,8 @@ def main(argv: list[str] | None = None) -> int:
                         while store.dispatch_behind_bytes() > 0 and time.time() < deadline:
                             time.sleep(0.01)
                         per_queue = (per_queue // BATCH) * BATCH
-                        r = Result(name, *timed(lambda: bench_get_batch(store, 4, per_queue)))
+                        r = Result(name if crc else name + "_nocrc",
+                                   *timed(lambda: bench_get_batch(store, 4, per_queue)))
                         base = baseline_read_struct(bodies, num, record)
                         print(fmt(r, baselines + [base]))
                         continue
@@ -640,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
                         r = Result(name, *timed(lambda: bench_get_seq(store, offsets)))
                     else:
                         raise AssertionError(name)
+                    if not crc:
+                        r.name += "_nocrc"
                     print(fmt(r, baselines))
                 finally:
                     close_store(store)

@@ -127,6 +127,10 @@ class Broker:
         config = config if config is not None else BrokerConfig()
         if not isinstance(config, BrokerConfig):
             raise InvalidMessageTypeError("config", "BrokerConfig", type(config).__name__)
+        store_config = store_config if store_config is not None else StoreConfig()
+        if store_config.enabled_append_prop_crc is None:
+            # a RocketMQ 4.9.8 broker's records, byte for byte (docs/recovery.md)
+            store_config = store_config.replace(enabled_append_prop_crc=False)
         store = MessageStore.open(path, store_config)
         try:
             broker = cls(store, config)

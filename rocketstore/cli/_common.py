@@ -136,8 +136,14 @@ def encode_body(body: bytes) -> tuple[str, str]:
 
 
 def decode_body(text: str, encoding: str, where: str) -> bytes:
+    if not isinstance(text, str):
+        raise CommandError(f"{where}: body is a {type(text).__name__} ({str(text)[:40]}), "
+                           f"expected a string ({encoding})")
     if encoding == "utf8":
-        return text.encode("utf-8")
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise CommandError(f"{where}: body is not valid Unicode ({e.reason})") from None
     if encoding == "base64":
         try:
             return base64.b64decode(text, validate=True)

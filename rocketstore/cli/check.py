@@ -16,8 +16,10 @@ Every disagreement is listed (a whole missing queue as one line). Exit code 1 wh
 recover takes the store's lock, removes the consume queues and index files, zeroes the
 checkpoint and marks the store aborted, so that opening it runs RocketMQ's abnormal recovery
 from the first file: a CRC-checked scan of the whole commit log and a re-dispatch of every
-record. A log with a bad record before its end would be truncated there, so recover checks
-first and refuses unless ``--truncate`` is given.
+record. A record that frames correctly but fails its integrity check (record CRC, body CRC,
+PHYSICALOFFSET) is skipped by recovery, which keeps what follows; a structural break before
+the end of the log would be truncated there, so recover checks first and refuses unless
+``--truncate`` is given.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from rocketstore.store._verify import reachable_keys
+from rocketstore.store._verify import SKIPPED, reachable_keys
 from rocketstore.cli._common import CommandError, add_store_options, open_store, progress, table
 from rocketstore.cli.lookup import list_queues, queue_phy_end
 
@@ -58,7 +60,8 @@ def _scan_commit_log(store, report: _Report, check_crc: bool = True):
     walked = []
     with progress(sum(mf.file_size for mf in files), "verify commit log", "B", True) as bar:
         for mf in files:
-            r, k, problems, end_pos, blank = walk_file(mf, check_crc, topics)
+            r, k, problems, end_pos, blank = walk_file(
+                mf, check_crc, topics, crc_from=store.commit_log_queue.record_crc_from)
             recs.append(r)
             keys.append(k)
             walked.append((mf, end_pos, blank, problems))
@@ -344,12 +347,14 @@ def _recover(args: argparse.Namespace) -> int:
         with MessageStore.open(root, config, read_only=True) as store:
             report = _Report()
             _, _, _, end = _scan_commit_log(store, report)
-            bad = [p for p in report.problems if p[0] == "commitlog"]
+            # a damaged record with intact framing is skipped, not cut at (docs/recovery.md)
+            bad = [p for p in report.problems if p[0] == "commitlog" and SKIPPED not in p[2]]
         if bad and not args.truncate:
             _, where, what = bad[0]
-            raise CommandError(f"commitlog {where}: {what}; recovery would drop everything "
-                               f"after it ({len(bad)} problem(s) in all; see `rocketstore verify`)."
-                               f" Pass --truncate to recover anyway")
+            raise CommandError(f"commitlog {where}: {what}; recovery would drop what follows "
+                               f"it in its file, or the whole log after it when no later file "
+                               f"starts intact ({len(bad)} problem(s) in all; see `rocketstore "
+                               f"verify`). Pass --truncate to recover anyway")
         for sub in (paths.CONSUMEQUEUE_DIR, paths.INDEX_DIR):
             if os.path.isdir(os.path.join(root, sub)):
                 shutil.rmtree(os.path.join(root, sub))
@@ -369,6 +374,10 @@ def _recover(args: argparse.Namespace) -> int:
           f"commit-log file(s) in {rec['scan_seconds']:.2f} s; commit log ends at "
           f"{rec['max_offset']:,}; re-dispatched {rec['messages_redispatched']:,} message(s) "
           f"into {len(queues)} queue(s) and {index_files} index file(s)")
+    if rec["bytes_blanked"]:
+        print(f"blanked {rec['bytes_blanked']:,} unreadable bytes: files whose records broke off "
+              f"before their end now end there with a blank record; the files after them are "
+              f"kept")
     if rec["torn_record_bytes"] or rec["files_dropped"] or rec["max_offset"] < end:
         print(f"truncated: the log now ends at {rec['max_offset']:,} (data reached {end:,}; "
               f"{rec['files_dropped']} file(s) dropped)")

@@ -170,6 +170,10 @@ def _get(args: argparse.Namespace) -> int:
         if args.phy is not None:
             m = store.look_message_by_offset(args.phy)
             if m is None:
+                bad = dict(store.bad_records()).get(args.phy)
+                if bad is not None:
+                    raise CommandError(f"commit-log offset {args.phy}: the record there fails "
+                                       f"its integrity check ({bad}): not shown")
                 raise CommandError(f"commit-log offset {args.phy}: no record starts there "
                                    f"(offsets {store.get_min_phy_offset():,} .. "
                                    f"{commit_log_end(store)[0]:,})")

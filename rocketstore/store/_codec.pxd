@@ -29,6 +29,7 @@ cdef struct RecordFields:
     const char *props               # encoded properties, each "name\x01value\x02"
     Py_ssize_t props_len
     const char *uniq                # 32 hex chars appended as UNIQ_KEY, or NULL
+    bint prop_crc                   # append the 5.x record CRC property (last)
 
 
 # What a scan learns of a record without building Python objects.
@@ -66,11 +67,37 @@ cdef enum:
 cdef Py_ssize_t record_size(const RecordFields *f) noexcept nogil
 cdef void write_record(char *dst, const RecordFields *f, Py_ssize_t total) noexcept nogil
 cdef void write_blank(char *dst, int32_t max_blank) noexcept nogil
+cdef void write_prop_crc(char *rec, Py_ssize_t total) noexcept nogil
 
 # reading: >0 message size, 0 blank (info.total_size = blank length), -1 not a record
-# (zeros, bad magic, truncated, bad CRC when check_crc), -2 TOTALSIZE disagrees with the fields
+# (zeros, bad magic, truncated, failing record_check when check_crc), -2 TOTALSIZE disagrees
+# with the fields
 cdef Py_ssize_t parse_record(const char *p, Py_ssize_t avail, bint check_crc,
                              RecordInfo *info) noexcept nogil
+
+# The one integrity check of a parsed record: its 5.x record CRC property when it carries one
+# (covers every byte but the property itself), else its body CRC.
+cdef enum:
+    REC_OK = 0
+    REC_BAD_BODY_CRC = 1
+    REC_BAD_RECORD_CRC = 2
+    REC_BAD_CRC_PROP = 3            # the tail has the CRC property's shape, damaged
+    REC_BAD_PROPS = 4               # NUL bytes in the properties (zeroed on disk)
+    REC_NO_CRC_PROP = 5             # written since the store appends it, but without it
+cdef int prop_crc_state(const char *props, int32_t props_len) noexcept nogil
+cdef int record_check(const RecordInfo *info, const char *rec, bint need_crc) noexcept nogil
+
+# What every path that hands out a message calls on the record it found at commit-log
+# ``offset``: >0 its size (parsed, PHYSICALOFFSET == offset, record_check passed), 0 a blank,
+# (``crc_from``: the store's records from this offset on carry the record CRC; -1: none must)
+# -1 not a record, REC_SKIP a record that parses but fails its check or names another offset
+# (info.total_size is its size: readers skip it and report it with report_bad_record).
+cdef enum:
+    REC_SKIP = -3
+cdef Py_ssize_t checked_record(const char *p, Py_ssize_t avail, int64_t offset,
+                               RecordInfo *info, int64_t crc_from) noexcept nogil
+cdef int report_bad_record(object where, int64_t offset, const char *p,
+                           Py_ssize_t avail, int64_t crc_from) except -1
 
 cdef int64_t now_ms() noexcept nogil
 

@@ -6,6 +6,7 @@ MESSAGE_MAGIC_CODE_V2: int
 PROPERTY_KEYS: str
 PROPERTY_TAGS: str
 PROPERTY_UNIQ_KEY: str
+PROPERTY_CRC32: str
 PROPERTY_DELAY: str
 
 @final
@@ -117,4 +118,7 @@ def encode_record(*, topic: str, body: bytes | memoryview, properties: dict[str,
                   born_host: str = ..., store_timestamp: int = ..., store_host: str = ...,
                   reconsume_times: int = ..., prepared_transaction_offset: int = ...,
                   body_crc: int | None = ..., magic: int | None = ...,
-                  properties_raw: bytes | None = ...) -> bytes: ...
+                  properties_raw: bytes | None = ..., prop_crc: bool = ...) -> bytes: ...
+def check_reason(buf: Any, pos: int = ...) -> str: ...
+
+REC_REASONS: dict[int, str]

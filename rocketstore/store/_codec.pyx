@@ -22,9 +22,10 @@ from rocketstore.store._csrc cimport (
     rs_java_hash, rs_body_crc, rs_crc32,
     RS_MAGIC_V1, RS_MAGIC_V2, RS_BLANK_MAGIC, RS_RECORD_FIXED_V1, RS_BORNHOST_POS,
     RS_HOST_V4_LEN, RS_HOST_V6_LEN, RS_SYSFLAG_BORNHOST_V6, RS_SYSFLAG_STOREHOST_V6,
-    RS_SYSFLAG_COMPRESSED, RS_SYSFLAG_COMPRESS_TYPE, RS_SYSFLAG_COMPRESS_LZ4,
+    RS_SYSFLAG_COMPRESSED, RS_SYSFLAG_COMPRESS_TYPE, RS_SYSFLAG_COMPRESS_LZ4, RS_SYSFLAG_COMPRESS_ZLIB,
     RS_SYSFLAG_COMPRESS_ZSTD, RS_SYSFLAG_TX_MASK, RS_MAX_TOPIC_LEN_V1, RS_MAX_TOPIC_LEN,
-    RS_MAX_PROPERTIES_LEN, RS_MSGID_V4_BYTES, RS_MSGID_V6_BYTES,
+    RS_MAX_PROPERTIES_LEN, RS_MSGID_V4_BYTES, RS_MSGID_V6_BYTES, RS_CRC32_RESERVED_LEN,
+    RS_CRC32_NAME_LEN,
     timespec, clock_gettime, CLOCK_REALTIME,
 )
 
@@ -46,6 +47,7 @@ cdef bytes UNIQ_KEY_HEAD = b"UNIQ_KEY\x01"
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_CRC32 = "__CRC32#"             # the 5.x record CRC, written by the store only
 PROPERTY_DELAY = "DELAY"
 
 
@@ -67,7 +69,31 @@ cdef Py_ssize_t record_size(const RecordFields *f) noexcept nogil:
         n += 1                  # 2-byte topic length
     if f.uniq != NULL:
         n += UNIQ_PROP_LEN
+    if f.prop_crc:
+        n += _prop_crc_extra(f)
     return n
+
+
+cdef inline Py_ssize_t _prop_crc_extra(const RecordFields *f) noexcept nogil:
+    # CommitLog: a \x02 closes user properties that lack it, then the 20 reserved bytes
+    if f.uniq == NULL and f.props_len and f.props[f.props_len - 1] != 2:
+        return RS_CRC32_RESERVED_LEN + 1
+    return RS_CRC32_RESERVED_LEN
+
+
+cdef void write_prop_crc(char *rec, Py_ssize_t total) noexcept nogil:
+    """Fill the last 20 bytes of a finished record with "__CRC32#" \\x01 <10 digits> \\x02:
+    CRC32 & 0x7FFFFFFF of bytes [0, total - 20), least significant digit first, zero padded
+    (MessageDecoder.createCrc32)."""
+    cdef uint32_t crc = rs_crc32(0, <const unsigned char *>rec,
+                                 <size_t>(total - RS_CRC32_RESERVED_LEN)) & 0x7FFFFFFFu
+    cdef char *t = rec + total - RS_CRC32_RESERVED_LEN
+    cdef int i
+    memcpy(t, b"__CRC32#\x01", RS_CRC32_NAME_LEN + 1)
+    for i in range(10):
+        t[RS_CRC32_NAME_LEN + 1 + i] = <char>(48 + crc % 10)
+        crc //= 10
+    t[RS_CRC32_RESERVED_LEN - 1] = 2
 
 
 cdef void write_record(char *dst, const RecordFields *f, Py_ssize_t total) noexcept nogil:
@@ -101,7 +127,8 @@ cdef void write_record(char *dst, const RecordFields *f, Py_ssize_t total) noexc
         p += 1
     memcpy(p, f.topic, <size_t>f.topic_len)
     p += f.topic_len
-    cdef Py_ssize_t plen = f.props_len + (UNIQ_PROP_LEN if f.uniq != NULL else 0)
+    cdef Py_ssize_t crc_extra = _prop_crc_extra(f) if f.prop_crc else 0
+    cdef Py_ssize_t plen = f.props_len + (UNIQ_PROP_LEN if f.uniq != NULL else 0) + crc_extra
     put_u16(p, <uint32_t>plen)                      # PROPERTIES length + properties
     p += 2
     if f.props_len:
@@ -111,6 +138,10 @@ cdef void write_record(char *dst, const RecordFields *f, Py_ssize_t total) noexc
         memcpy(p, b"UNIQ_KEY\x01", 9)
         memcpy(p + 9, f.uniq, UNIQ_HEX_LEN)
         p[9 + UNIQ_HEX_LEN] = 2
+    if crc_extra:
+        if crc_extra > RS_CRC32_RESERVED_LEN:
+            p[0] = 2
+        write_prop_crc(dst, total)                  # last: covers everything before it
 
 
 cdef void write_blank(char *dst, int32_t max_blank) noexcept nogil:
@@ -183,9 +214,91 @@ cdef Py_ssize_t parse_record(const char *p, Py_ssize_t avail, bint check_crc,
     q += info.props_len
     if q != total:
         return -2                                   # parsed, but TOTALSIZE disagrees
-    if check_crc and rs_body_crc(<const unsigned char *>info.body, <size_t>info.body_len) != info.body_crc:
+    if check_crc and record_check(info, p, False) != REC_OK:
         return -1
     return total
+
+
+cdef Py_ssize_t checked_record(const char *p, Py_ssize_t avail, int64_t offset,
+                               RecordInfo *info, int64_t crc_from) noexcept nogil:
+    cdef Py_ssize_t rc = parse_record(p, avail, False, info)
+    if rc <= 0:
+        return -1 if rc == -2 else rc
+    if info.phy_offset != offset or \
+            record_check(info, p, 0 <= crc_from <= offset) != REC_OK:
+        return REC_SKIP
+    return rc
+
+
+cdef int report_bad_record(object where, int64_t offset, const char *p,
+                           Py_ssize_t avail, int64_t crc_from) except -1:
+    """Tell ``integrity.report`` why the record at ``offset`` was skipped."""
+    cdef RecordInfo info
+    cdef str reason
+    if parse_record(p, avail, False, &info) <= 0:
+        reason = "malformed record"
+    elif info.phy_offset != offset:
+        reason = f"its PHYSICALOFFSET field says {info.phy_offset}"
+    else:
+        reason = REC_REASONS[record_check(&info, p, 0 <= crc_from <= offset)]
+    from rocketstore.store import integrity
+    integrity.report(str(where), offset, reason)
+    return 0
+
+
+cdef int prop_crc_state(const char *props, int32_t props_len) noexcept nogil:
+    """1: the properties end with a well-formed record CRC property; 0: they do not; -1: their
+    last 20 bytes differ from that shape in one or two bytes (a damaged CRC property: a
+    user property that close to it does not occur)."""
+    cdef const char *t
+    cdef int bad = 0, i
+    cdef char c
+    if props_len < RS_CRC32_RESERVED_LEN:
+        return 0
+    t = props + props_len - RS_CRC32_RESERVED_LEN
+    for i in range(RS_CRC32_NAME_LEN + 1):
+        if t[i] != (<const char *>b"__CRC32#\x01")[i]:
+            bad += 1
+    for i in range(RS_CRC32_NAME_LEN + 1, RS_CRC32_RESERVED_LEN - 1):
+        c = t[i]
+        if c < 48 or c > 57:
+            bad += 1
+    if t[RS_CRC32_RESERVED_LEN - 1] != 2:
+        bad += 1
+    if props_len > RS_CRC32_RESERVED_LEN and props[props_len - RS_CRC32_RESERVED_LEN - 1] != 2:
+        bad += 1                                    # not a property of its own
+    if bad == 0:
+        return 1
+    return -1 if bad <= 2 else 0
+
+
+cdef int record_check(const RecordInfo *info, const char *rec, bint need_crc) noexcept nogil:
+    """REC_OK, or why the parsed record at ``rec`` must not be handed out. ``need_crc``: it
+    was written where the store appends the record CRC property, so it must carry one."""
+    cdef int state
+    if info.props_len and memchr(info.props, 0, <size_t>info.props_len) != NULL:
+        # properties are text: a NUL is a zeroed page or sector (it could also hide the
+        # record CRC property, making the record look like one without it)
+        return REC_BAD_PROPS
+    state = prop_crc_state(info.props, info.props_len)
+    cdef uint64_t want = 0
+    cdef uint32_t crc
+    cdef const char *d
+    cdef int i
+    if state < 0:
+        return REC_BAD_CRC_PROP
+    if state == 0:
+        if need_crc:
+            return REC_NO_CRC_PROP
+        if rs_body_crc(<const unsigned char *>info.body, <size_t>info.body_len) != info.body_crc:
+            return REC_BAD_BODY_CRC
+        return REC_OK
+    d = info.props + info.props_len - RS_CRC32_RESERVED_LEN + RS_CRC32_NAME_LEN + 1
+    for i in range(9, -1, -1):                      # least significant digit first
+        want = want * 10 + <uint32_t>(d[i] - 48)
+    crc = rs_crc32(0, <const unsigned char *>rec,
+                   <size_t>(info.total_size - RS_CRC32_RESERVED_LEN)) & 0x7FFFFFFFu
+    return REC_OK if crc == want else REC_BAD_RECORD_CRC
 
 
 # -- hosts and ids -----------------------------------------------------------------------------
@@ -380,7 +493,7 @@ cdef bytes _check_topic(object topic):
         return <bytes>hit
     if not isinstance(topic, str):
         raise InvalidMessageTypeError("topic", "str", type(topic).__name__)
-    cdef bytes b = PyUnicode_AsUTF8String(topic)
+    cdef bytes b = _utf8("topic", topic, None)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(b), i
     cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(b)
     if n == 0:
@@ -406,7 +519,7 @@ cdef bytes _text_utf8(str field, object value, bint allow_space, object key=None
     """
     if type(value) is not str and not isinstance(value, str):
         raise InvalidMessageTypeError(_field(field, key), "str", type(value).__name__)
-    cdef bytes b = PyUnicode_AsUTF8String(value)
+    cdef bytes b = _utf8(field, value, key)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
     cdef const char *p = PyBytes_AS_STRING(b)
     if n == 0:
@@ -415,9 +528,21 @@ cdef bytes _text_utf8(str field, object value, bint allow_space, object key=None
     if memchr(p, 1, <size_t>n) != NULL or memchr(p, 2, <size_t>n) != NULL:
         raise InvalidMessageError(_field(field, key), value,
                                   "contains \\x01 or \\x02, the properties separators")
+    if memchr(p, 0, <size_t>n) != NULL:
+        raise InvalidMessageError(_field(field, key), value,
+                                  "contains NUL, which readers take for a damaged record")
     if not allow_space and memchr(p, 32, <size_t>n) != NULL:
         raise InvalidMessageError(_field(field, key), value, "contains a space, the KEYS separator")
     return b
+
+
+cdef bytes _utf8(str field, str value, object key):
+    try:
+        return PyUnicode_AsUTF8String(value)
+    except UnicodeEncodeError as e:
+        # a lone surrogate (from surrogateescape, a bad decode) has no UTF-8 form
+        raise InvalidMessageError(_field(field, key), value,
+                                  f"is not valid Unicode: {e.reason} at {e.start}") from None
 
 
 cdef str _field(str field, object key):
@@ -504,6 +629,8 @@ cdef class Message:
                 user.pop(PROPERTY_TAGS, None)       # the explicit argument wins
             if keys is not None:
                 user.pop(PROPERTY_KEYS, None)
+            # the store computes the record CRC itself (RocketMQ deletes a given one too)
+            user.pop(PROPERTY_CRC32, None)
             if delay_level is not 0:
                 user.pop(PROPERTY_DELAY, None)
             if user:
@@ -583,10 +710,13 @@ cdef class Message:
             if not isinstance(prepared_transaction_offset, int):
                 raise InvalidMessageTypeError("prepared_transaction_offset", "int",
                                               type(prepared_transaction_offset).__name__)
+            _int64("prepared_transaction_offset", prepared_transaction_offset)
             self.prepared_transaction_offset = prepared_transaction_offset
-        if born_timestamp is not None and not isinstance(born_timestamp, int):
-            raise InvalidMessageTypeError("born_timestamp", "int (ms) or None",
-                                          type(born_timestamp).__name__)
+        if born_timestamp is not None:
+            if not isinstance(born_timestamp, int):
+                raise InvalidMessageTypeError("born_timestamp", "int (ms) or None",
+                                              type(born_timestamp).__name__)
+            _int64("born_timestamp", born_timestamp)
         self.born_timestamp = born_timestamp
         if born_host is not None:
             if not isinstance(born_host, str):
@@ -617,6 +747,12 @@ cdef class Message:
         else:
             raise InvalidMessageTypeError("properties_string", "str or bytes",
                                           type(properties_string).__name__)
+        if prop_crc_state(PyBytes_AS_STRING(pb), <int32_t>PyBytes_GET_SIZE(pb)) == 1:
+            # a stored record's own CRC property: the writing store computes a new one
+            # (RocketMQ deletes __CRC32# before encoding)
+            pb = pb[:PyBytes_GET_SIZE(pb) - RS_CRC32_RESERVED_LEN]
+            if properties is not None and PROPERTY_CRC32 in properties:
+                properties = {k: v for k, v in properties.items() if k != PROPERTY_CRC32}
         if PyBytes_GET_SIZE(pb) > RS_MAX_PROPERTIES_LEN:
             raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(pb)} bytes encoded",
                                       f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
@@ -734,32 +870,63 @@ cdef int32_t _int32(str field, object v) except? -1:
     return v
 
 
+cdef int _int64(str field, object v) except -1:
+    # a Java long on disk
+    if not -0x8000000000000000 <= v <= 0x7FFFFFFFFFFFFFFF:
+        raise InvalidMessageError(field, v, "outside the 64-bit signed range (a Java long)",
+                                  limit=0x7FFFFFFFFFFFFFFF)
+    return 0
+
+
 # -- MessageExt --------------------------------------------------------------------------------
 
 cdef object _decompress(object stored, int sys_flag, int64_t offset):
     cdef int kind = sys_flag & RS_SYSFLAG_COMPRESS_TYPE
+    cdef bytes head = bytes(stored[:4])
     if kind == RS_SYSFLAG_COMPRESS_LZ4:
+        # an LZ4 frame starts with its magic: without it the SYSFLAG is what is wrong
+        _frame_or_corrupt(head, b"\x04\x22\x4d\x18", "LZ4", sys_flag, offset)
         try:
             import lz4.frame
         except ImportError as e:
             raise ModuleNotFoundError(
                 f"message at commit-log offset {offset} is LZ4-compressed (sysflag {sys_flag:#x}): "
                 "install lz4 to read it, or read it with raw=True") from e
-        return lz4.frame.decompress(bytes(stored))
+        try:
+            return lz4.frame.decompress(bytes(stored))
+        except RuntimeError as e:
+            raise CorruptionError("commitlog", offset, f"LZ4 body does not decompress: {e}") from e
     if kind == RS_SYSFLAG_COMPRESS_ZSTD:
+        _frame_or_corrupt(head, b"\x28\xb5\x2f\xfd", "ZSTD", sys_flag, offset)
         try:
             import zstandard
         except ImportError as e:
             raise ModuleNotFoundError(
                 f"message at commit-log offset {offset} is ZSTD-compressed (sysflag {sys_flag:#x}): "
                 "install zstandard to read it, or read it with raw=True") from e
-        return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(stored))
+        try:
+            return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(stored))
+        except zstandard.ZstdError as e:
+            raise CorruptionError("commitlog", offset, f"ZSTD body does not decompress: {e}") from e
+    if kind != 0 and kind != RS_SYSFLAG_COMPRESS_ZLIB:
+        raise CorruptionError("commitlog", offset,
+                              f"SYSFLAG {sys_flag:#x} names compression type {kind >> 8}, "
+                              "which RocketMQ does not define")
     try:
         return zlib.decompress(stored)  # 0x300 ZLIB, or legacy 0 = zlib
     except zlib.error as e:
         raise CorruptionError("commitlog", offset,
                               f"body flagged zlib-compressed (sysflag {sys_flag:#x}) does not "
                               f"decompress: {e}") from e
+
+
+cdef int _frame_or_corrupt(bytes head, bytes magic, str kind, int sys_flag,
+                           int64_t offset) except -1:
+    if head != magic:
+        raise CorruptionError("commitlog", offset,
+                              f"SYSFLAG {sys_flag:#x} says {kind}-compressed, but the body is "
+                              f"not a {kind} frame")
+    return 0
 
 
 @cython.final
@@ -927,14 +1094,19 @@ cdef class MessageExt:
         """The same message backed by its own copy of the record (bodies become ``bytes``)."""
         cdef bytes rec = self._rec[:self.store_size]
         cdef RecordInfo info
-        parse_record(rec, len(rec), False, &info)
+        if parse_record(rec, len(rec), True, &info) <= 0:
+            # the copy is what a caller keeps: never a damaged one
+            raise CorruptionError("commitlog", self.commitlog_offset,
+                                  "record fails its integrity check: "
+                                  + check_reason(rec))
         cdef MessageExt m = MessageExt.new(&info, rec, None, rec, self._raw, self._topic)
         m._owner_ptr = <const void *>PyBytes_AS_STRING(rec)
         m._copied = True
         return m
 
     def to_message(self):
-        """A ``Message`` carrying this one's topic, body, properties and producer fields."""
+        """A ``Message`` carrying this one's topic, body, properties and producer fields (not
+        its record CRC: the store that writes it computes its own)."""
         return Message(self.topic, bytes(self.stored_body), properties=self.properties,
                        flag=self.flag, sys_flag=self.sys_flag & ~0x30,
                        reconsume_times=self.reconsume_times,
@@ -1010,6 +1182,27 @@ def decode(buf, Py_ssize_t pos=0, *, bint check_crc=False, bint raw=False):
     return m
 
 
+def check_reason(buf, Py_ssize_t pos=0):
+    """Why the record at ``pos`` fails ``record_check`` ('' when it passes, 'malformed' when
+    it does not even parse)."""
+    cdef const unsigned char[::1] mv = buf
+    cdef RecordInfo info
+    if pos < 0 or pos >= mv.shape[0]:
+        return "malformed"
+    cdef const char *p = <const char *>&mv[0] + pos
+    if parse_record(p, mv.shape[0] - pos, False, &info) <= 0:
+        return "malformed"
+    return REC_REASONS[record_check(&info, p, False)]
+
+
+REC_REASONS = {REC_OK: "", REC_BAD_BODY_CRC: "body CRC mismatch",
+               REC_BAD_RECORD_CRC: "record CRC (__CRC32#) mismatch",
+               REC_BAD_CRC_PROP: "damaged record CRC property (__CRC32#)",
+               REC_BAD_PROPS: "NUL bytes in the properties",
+               REC_NO_CRC_PROP: "no record CRC property (__CRC32#), which the store appended "
+                                "to every record from its offset on (config/recordCrc.json)"}
+
+
 def check_record(buf, Py_ssize_t pos=0, bint check_crc=True):
     """(kind, size) of the record at ``pos``: ('msg', n), ('blank', n) or ('invalid', -1|-2)."""
     cdef const unsigned char[::1] mv = buf
@@ -1032,11 +1225,12 @@ def encode_record(*, str topic, body, properties=None, int queue_id=0, int flag=
                   int64_t born_timestamp=0, str born_host="127.0.0.1:0",
                   int64_t store_timestamp=0, str store_host="127.0.0.1:10911",
                   int reconsume_times=0, int64_t prepared_transaction_offset=0,
-                  body_crc=None, magic=None, properties_raw=None):
+                  body_crc=None, magic=None, properties_raw=None, bint prop_crc=False):
     """Encode one record from its fields (tests, tools, re-encoding a decoded record).
 
     Host V6 bits of ``sys_flag`` follow the addresses; ``magic`` defaults to v1 unless the
-    topic needs v2; ``body_crc`` defaults to the CRC of ``body``.
+    topic needs v2; ``body_crc`` defaults to the CRC of ``body``; ``prop_crc`` appends the
+    5.x record CRC property (FORMAT.md 1.2).
     """
     cdef RecordFields f
     cdef bytes topic_b = topic.encode("utf-8")
@@ -1073,6 +1267,7 @@ def encode_record(*, str topic, body, properties=None, int queue_id=0, int flag=
     f.props = PyBytes_AS_STRING(props_b)
     f.props_len = len(props_b)
     f.uniq = NULL
+    f.prop_crc = prop_crc
     if f.props_len > RS_MAX_PROPERTIES_LEN:
         raise InvalidMessageError("properties", f"{f.props_len} bytes", "too long",
                                   limit=RS_MAX_PROPERTIES_LEN, status="PROPERTIES_SIZE_EXCEEDED")

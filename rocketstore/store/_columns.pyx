@@ -19,7 +19,8 @@ from cython.view cimport array as cvarray
 
 from rocketstore.store._csrc cimport (RS_CQ_UNIT_SIZE, RS_CQ_FILLER_SIZE, RS_HOST_V4_LEN,
                                 RS_SYSFLAG_COMPRESSED, inet_ntop, AF_INET6)
-from rocketstore.store._codec cimport (RecordInfo, parse_record, PropRefs, find_dispatch_props,
+from rocketstore.store._codec cimport (RecordInfo, parse_record, checked_record, report_bad_record,
+                                       REC_SKIP, PropRefs, find_dispatch_props,
                                next_prop, find_prop)
 from rocketstore.store._mapped cimport MappedFile
 from rocketstore.store._bytes cimport get_i64, get_i32, get_u32, get_u64
@@ -443,7 +444,8 @@ def decode_units(const unsigned char[::1] units not None, const int64_t[::1] pos
     """
     cdef Py_ssize_t nunits = units.shape[0] // RS_CQ_UNIT_SIZE
     cdef Py_ssize_t count = nunits if positions is None else positions.shape[0]
-    cdef Py_ssize_t k, i, pos
+    cdef Py_ssize_t k, i, pos, rc
+    cdef int64_t crc_from = commit_log_queue.record_crc_from
     cdef const char *u
     cdef int64_t phy, records = 0
     cdef int32_t size
@@ -478,9 +480,12 @@ def decode_units(const unsigned char[::1] units not None, const int64_t[::1] pos
                 continue
             records += 1
             with nogil:
-                if parse_record(mf.base + pos, size, False, &info) != size:
-                    continue
-            if (info.phy_offset != phy or info.queue_id != queue_id
+                rc = checked_record(mf.base + pos, size, phy, &info, crc_from)
+            if rc == REC_SKIP:
+                report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, size, crc_from)
+            if rc != size:
+                continue
+            if (info.queue_id != queue_id
                     or info.queue_offset != first_offset + i or info.topic_len != tlen
                     or memcmp(info.topic, tp, <size_t>tlen) != 0):
                 continue                # a damaged unit (or record) is not this queue's message

@@ -58,6 +58,7 @@ class CommitLog:
     flushed_store_timestamp: int
     sync_count: int
     debug_ack_before_sync: bool
+    prop_crc: bool
     @property
     def flushed_where(self) -> int: ...
     def set_topic_rule(self, topic: str, rule: tuple[bool, int] | None) -> None: ...

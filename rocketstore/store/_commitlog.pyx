@@ -23,6 +23,7 @@ from libc.string cimport memset
 from rocketstore.store._csrc cimport (
     RS_END_FILE_MIN_BLANK, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED, RS_SYSFLAG_TX_ROLLBACK,
     RS_SYSFLAG_STOREHOST_V6, RS_HOST_V6_LEN, RS_MAX_RECORD_SLACK, RS_MSGID_V4_BYTES,
+    RS_MAX_PROPERTIES_LEN, RS_CRC32_RESERVED_LEN,
     pthread_mutex_t, pthread_mutex_init, pthread_mutex_destroy, pthread_mutex_lock,
     pthread_mutex_trylock, pthread_mutex_unlock, rs_store_release, rs_load_acquire, rs_msync,
     pthread_cond_t, pthread_cond_init, pthread_cond_destroy, pthread_cond_wait,
@@ -33,6 +34,7 @@ from rocketstore.store._csrc cimport (
 from rocketstore.store._codec cimport (
     RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,
     write_blank, parse_record, now_ms, encode_host, format_msg_id, UNIQ_HEX_LEN, UNIQ_PROP_LEN,
+    checked_record, report_bad_record, REC_SKIP,
     _check_topic,
 )
 from rocketstore.store._mapped cimport MappedFile, sync_hook_active
@@ -320,6 +322,8 @@ cdef class CommitLog:
     cdef readonly int64_t flushed_store_timestamp  # store time of the last record synced
     cdef readonly int64_t sync_count
     cdef public bint debug_ack_before_sync  # WRONG on purpose: the crash harness' negative control
+    cdef public bint prop_crc           # append the 5.x record CRC property (off, as RocketMQ's
+                                        # default: the store turns it on from its config)
     # fault-ahead: a GIL-free thread faults the current file's pages in ahead of the writer
     cdef pthread_mutex_t fault_mu
     cdef pthread_cond_t fault_cv
@@ -793,6 +797,22 @@ cdef class CommitLog:
             raise StoreClosedError("commit log")
         return 0
 
+    cdef int _check_props(self, const RecordFields *f) except -1:
+        """The record CRC property counts against RocketMQ's properties limit too."""
+        cdef Py_ssize_t plen
+        if not f.prop_crc:
+            return 0
+        plen = f.props_len + (UNIQ_PROP_LEN if f.uniq != NULL else 0) + RS_CRC32_RESERVED_LEN
+        if f.uniq == NULL and f.props_len and f.props[f.props_len - 1] != 2:
+            plen += 1
+        if plen > RS_MAX_PROPERTIES_LEN:
+            raise InvalidMessageError("properties", f"{plen} bytes encoded",
+                                      f"exceed {RS_MAX_PROPERTIES_LEN} bytes with the record "
+                                      "CRC property (StoreConfig.enabled_append_prop_crc)",
+                                      limit=RS_MAX_PROPERTIES_LEN,
+                                      status="PROPERTIES_SIZE_EXCEEDED")
+        return 0
+
     cdef int _check_size(self, Py_ssize_t body_len, Py_ssize_t total) except -1:
         if body_len > self.max_message_size:
             raise InvalidMessageError(
@@ -879,6 +899,7 @@ cdef class CommitLog:
         f.store_host_len = <int>len(self.store_host_b)
         if f.store_host_len == RS_HOST_V6_LEN:
             f.sys_flag |= RS_SYSFLAG_STOREHOST_V6
+        f.prop_crc = self.prop_crc
 
     cpdef PutMessageResult put_message(self, object msg, object queue_id=0):
         """Append one message to ``queue_id`` of its topic; see the module doc."""
@@ -909,6 +930,7 @@ cdef class CommitLog:
         f.uniq = uniq if not m._has_uniq else NULL
         total = record_size(&f)
         self._check_size(m._body_len, total)
+        self._check_props(&f)
         tx = f.sys_flag & RS_SYSFLAG_TX_MASK
         self._lock()
         try:
@@ -1019,6 +1041,7 @@ cdef class CommitLog:
                 f.born_ts = <int64_t>m.born_timestamp
             b.sizes[i] = record_size(f)
             self._check_size(m._body_len, b.sizes[i])
+            self._check_props(f)
             total += b.sizes[i]
         return self._append_batch(topic, qid, b, total, wait)
 
@@ -1094,6 +1117,7 @@ cdef class CommitLog:
             b.born_now[i] = 1
             b.sizes[i] = record_size(f)
             self._check_size(f.body_len, b.sizes[i])
+            self._check_props(f)
             total += b.sizes[i]
         return self._append_batch(topic, qid, b, total, True)
 
@@ -1257,12 +1281,14 @@ cdef class CommitLog:
         end = mf.committed_pos
         if pos < 0 or pos >= end:
             return None
-        rc = parse_record(mf.base + pos, end - pos, False, &info)
-        if rc <= 0 or info.phy_offset != offset:
+        cdef int64_t crc_from = self.mapped_file_queue.record_crc_from
+        rc = checked_record(mf.base + pos, end - pos, offset, &info, crc_from)
+        if rc == REC_SKIP:
+            report_bad_record(self.mapped_file_queue.store_path, offset, mf.base + pos, end - pos,
+                              crc_from)
+        if rc <= 0:
             return None
-        cdef MessageExt m = MessageExt.new(&info, None, mf, mf.base + pos, raw, None)
-        m._verify_crc = True
-        return m
+        return MessageExt.new(&info, None, mf, mf.base + pos, raw, None)
 
     def next_record(self, int64_t offset):
         """(MessageExt or None, next offset) for the record at ``offset``.
@@ -1281,9 +1307,15 @@ cdef class CommitLog:
             if end == mf.file_size:
                 return None, mf.file_from_offset + mf.file_size
             return None, -1
-        rc = parse_record(mf.base + pos, end - pos, False, &info)
+        cdef int64_t crc_from = self.mapped_file_queue.record_crc_from
+        rc = checked_record(mf.base + pos, end - pos, offset, &info, crc_from)
         if rc == 0:
             return None, mf.file_from_offset + mf.file_size
+        if rc == REC_SKIP:
+            # intact framing, failed check: skip it (never handed out), go on after it
+            report_bad_record(self.mapped_file_queue.store_path, offset, mf.base + pos, end - pos,
+                              crc_from)
+            return None, offset + info.total_size
         if rc < 0:
             return None, -1
         return MessageExt.new(&info, None, mf, mf.base + pos, False, None), offset + rc
@@ -1313,14 +1345,24 @@ cdef class CommitLog:
         cdef int tx
         cdef _QueueOffsets qs
         cdef dict topics = {}
+        cdef int64_t crc_from = self.mapped_file_queue.record_crc_from
         while pos < size:
-            rc = parse_record(mf.base + pos, size - pos, check_crc, &info)
+            if check_crc:
+                rc = checked_record(mf.base + pos, size - pos, from_off + pos, &info, crc_from)
+            else:
+                rc = parse_record(mf.base + pos, size - pos, False, &info)
             if rc == 0:
                 # a blank must fill the rest of the file exactly
                 if info.total_size != size - pos:
                     break
                 return size, count, True
             if rc < 0 or info.phy_offset != from_off + pos:
+                if check_crc and self._skippable(mf, pos, &info):
+                    # one damaged record mid-log: skip it (never handed out), keep what follows
+                    report_bad_record(self.mapped_file_queue.store_path, from_off + pos,
+                                      mf.base + pos, size - pos, crc_from)
+                    pos += info.total_size
+                    continue
                 break
             count += 1
             if rebuild_queues:
@@ -1337,6 +1379,22 @@ cdef class CommitLog:
                             qs.set(info.queue_id, info.queue_offset + 1)
             pos += rc
         return pos, count, False
+
+    cdef bint _skippable(self, MappedFile mf, Py_ssize_t pos, RecordInfo *info):
+        """The record at ``pos`` frames correctly but fails its check, and a valid record (or
+        the file's blank) follows it: damage inside the log, not its torn end."""
+        cdef RecordInfo nxt
+        cdef Py_ssize_t size = mf.file_size, rc, after
+        if checked_record(mf.base + pos, size - pos, mf.file_from_offset + pos, info,
+                          self.mapped_file_queue.record_crc_from) != REC_SKIP:
+            return False
+        after = pos + info.total_size
+        if after >= size:
+            return False
+        rc = parse_record(mf.base + after, size - after, True, &nxt)
+        if rc == 0:
+            return nxt.total_size == size - after
+        return rc > 0 and nxt.phy_offset == mf.file_from_offset + after
 
     def reset_write_file(self):
         """Point the writer at the queue's last file (after load, recovery or truncation)."""

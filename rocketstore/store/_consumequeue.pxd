@@ -31,6 +31,7 @@ cdef class ConsumeQueue:
     cdef int put_position(self, int64_t phy_offset, int32_t size, int64_t tags_code,
                           int64_t cq_offset, int64_t store_ts) except -1
     cdef void publish(self) noexcept
+    cdef bint offset_plausible(self, int64_t phy_offset, int64_t cq_offset) noexcept
     cdef int _attach_last(self) except -1
     cdef MappedFile file_for_index(self, int64_t index)
     cdef MappedFile read_file(self, int64_t index)

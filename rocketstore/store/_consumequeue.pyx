@@ -17,7 +17,7 @@ cimport cython
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
 from libc.string cimport memset
 
-from rocketstore.store._csrc cimport RS_CQ_UNIT_SIZE, RS_CQ_FILLER_SIZE
+from rocketstore.store._csrc cimport RS_CQ_UNIT_SIZE, RS_CQ_FILLER_SIZE, RS_RECORD_FIXED_V1
 from rocketstore.store._mapped cimport MappedFile
 from rocketstore.store._bytes cimport (put_u64 as _put_be64, put_u32 as _put_be32, get_i64 as _get_be64,
                                  get_i32 as _get_be32)
@@ -235,6 +235,21 @@ cdef class ConsumeQueue:
                                   "consume queue could not place a unit")
         self.publish()
         return rc
+
+    cdef bint offset_plausible(self, int64_t phy_offset, int64_t cq_offset) noexcept:
+        """Whether a record found on disk at ``phy_offset`` can hold queue offset ``cq_offset``.
+
+        QUEUEOFFSET has no body CRC. Offset N means N earlier records of this queue, each at
+        least RS_RECORD_FIXED_V1 bytes, before phy_offset; a gap after the last unit can only
+        be records between that unit's record and this one. A claim beyond that is damage
+        (placing it would write fillers up to it, file after file)."""
+        cdef int64_t next_index = (self.state.file_from + self.state.wrote_pos) // RS_CQ_UNIT_SIZE
+        if cq_offset < 0 or cq_offset > phy_offset // RS_RECORD_FIXED_V1:
+            return False
+        if self.cur is None or self.state.max_physic_offset <= 0 or cq_offset <= next_index:
+            return True
+        return cq_offset - next_index <= (phy_offset - self.state.max_physic_offset) \
+            // RS_RECORD_FIXED_V1
 
     def _truncate_at_index(self, int64_t index):
         """Drop units ``index`` and later (zeroed), whatever they point at."""

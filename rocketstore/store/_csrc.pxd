@@ -51,6 +51,8 @@ cdef extern from "rs_layout.h" nogil:
         RS_MAX_RECORD_SLACK
         RS_NAME_VALUE_SEPARATOR
         RS_PROPERTY_SEPARATOR
+        RS_CRC32_RESERVED_LEN
+        RS_CRC32_NAME_LEN
         RS_MSGID_V4_BYTES
         RS_MSGID_V6_BYTES
         RS_UNIQ_ID_BYTES

@@ -38,6 +38,11 @@ cdef class DispatchCore:
     cdef bytes schedule_topic_b
     cdef public list dispatchers        # extra dispatchers: callables taking a MessageExt
     cdef public int64_t dispatched      # records dispatched so far (statistics)
+    # records below this offset were found on disk at open, not written by this process:
+    # each is checked (record_check, PHYSICALOFFSET, topic, queue offset) before dispatch
+    cdef public int64_t verify_below
+    cdef public int64_t rejected        # records not dispatched because they failed that
+    cdef public int64_t crc_from        # records from here on must carry the record CRC
     cdef public object notifier         # woken after records are dispatched (has_waiters)
     cdef MappedFile _mf                 # the commit-log file of the last run
     cdef pthread_mutex_t mu             # one dispatcher at a time (thread, inline puts, close)
@@ -56,6 +61,7 @@ cdef class DispatchCore:
     cdef CacheSlot *_lookup(self, const RecordInfo *info) noexcept nogil
     cdef ConsumeQueue _queue_slow(self, const RecordInfo *info)
     cdef void _mark(self, CacheSlot *s) noexcept nogil
+    cdef int _reject(self, const RecordInfo *info) except -1
     cdef void _publish_all(self) noexcept
     cdef void _index_flush(self) noexcept nogil
     cdef int _index_fast(self, const RecordInfo *info, const PropRefs *refs) noexcept nogil

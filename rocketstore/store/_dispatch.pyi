@@ -15,6 +15,9 @@ class DispatchCore:
     def __init__(self, commit_log_queue: Any, find_queue: Callable[[str, int], ConsumeQueue],
                  delay_levels_ms: list[int], reput_offset: int = ...) -> None: ...
     index_last_phy: int
+    verify_below: int
+    rejected: int
+    crc_from: int
     index_error: BaseException | None
     def set_index(self, index_service: Any) -> None: ...
     def invalidate(self) -> None: ...

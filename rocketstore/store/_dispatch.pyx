@@ -26,7 +26,8 @@ from rocketstore.store._csrc cimport (
     pthread_mutex_trylock, pthread_mutex_unlock,
 )
 from rocketstore.store._codec cimport (RecordInfo, PropRefs, parse_record, MessageExt, find_prop,
-                                 find_dispatch_props)
+                                 find_dispatch_props, record_check, checked_record,
+                                 report_bad_record, REC_OK, REC_SKIP)
 from rocketstore.store._mapped cimport MappedFile
 from rocketstore.store._consumequeue cimport ConsumeQueue, CQState, cq_append_fast
 from rocketstore.store._indexfile cimport (IndexFile, index_key_hash, index_topic_prefix,
@@ -46,6 +47,20 @@ cdef enum:
     STOP_SLOW = 3               # this record needs the GIL path
     STOP_LIMIT = 4              # record budget used
     INLINE_NOGIL_BYTES = 1 << 16    # an inline dispatch releases the GIL above this backlog
+
+
+cdef bint valid_topic(const char *t, Py_ssize_t n) noexcept nogil:
+    """RocketMQ's topic rule, ^[%|a-zA-Z0-9_-]+$ and at most 255 bytes, on raw bytes."""
+    cdef Py_ssize_t i
+    cdef unsigned char c
+    if n <= 0 or n > 255:
+        return False
+    for i in range(n):
+        c = <unsigned char>t[i]
+        if not ((c >= 0x61 and c <= 0x7A) or (c >= 0x41 and c <= 0x5A) or (c >= 0x30 and c <= 0x39)
+                or c == 0x25 or c == 0x7C or c == 0x5F or c == 0x2D):
+            return False
+    return True
 
 
 cdef inline uint32_t _slot_of(const char *topic, int n, int32_t qid) noexcept nogil:
@@ -78,6 +93,7 @@ cdef class DispatchCore:
         self._cached = []
         self.dispatchers = []
         self.index_last_phy = -1
+        self.crc_from = -1
         memset(self.cache, 0, sizeof(self.cache))
         self.max_delay_level = min(len(delay_levels_ms) - 1, MAX_DELAY_LEVELS - 1)
         for i in range(self.max_delay_level + 1):
@@ -157,7 +173,11 @@ cdef class DispatchCore:
         return NULL
 
     cdef ConsumeQueue _queue_slow(self, const RecordInfo *info):
-        topic = info.topic[:info.topic_len].decode("utf-8", "replace")
+        """The record's queue, found or created; None when its topic or queue id could not be
+        a queue's (a path is never built from an unchecked on-disk name)."""
+        if not valid_topic(info.topic, info.topic_len) or info.queue_id < 0:
+            return None
+        topic = info.topic[:info.topic_len].decode("ascii")
         cdef ConsumeQueue cq = self.find_queue(topic, info.queue_id)
         cdef CacheSlot *s = &self.cache[_slot_of(info.topic, info.topic_len, info.queue_id)]
         s.topic = PyBytes_AS_STRING(cq.topic_b)
@@ -333,7 +353,10 @@ cdef class DispatchCore:
                 pos[0] += info.total_size   # parsed, but TOTALSIZE disagrees: skip it (5.6)
                 continue
             if rc < 0 or info.phy_offset != file_from + pos[0]:
-                return STOP_INVALID
+                return STOP_SLOW if file_from + pos[0] < self.verify_below else STOP_INVALID
+            if file_from + pos[0] < self.verify_below and record_check(
+                    info, base + pos[0], 0 <= self.crc_from <= file_from + pos[0]) != REC_OK:
+                return STOP_SLOW
             tx = info.sys_flag & RS_SYSFLAG_TX_MASK
             if info.queue_id < 0:
                 return STOP_SLOW
@@ -464,6 +487,16 @@ cdef class DispatchCore:
             if stop == STOP_INVALID:
                 break
             # STOP_SLOW: one record under the GIL
+            if self.reput_offset < self.verify_below:
+                rc = checked_record(mf.base + pos, end - pos, self.reput_offset, &info,
+                                    self.crc_from)
+                if rc == REC_SKIP:
+                    # found on disk, failed its check: recovery kept what follows it
+                    report_bad_record(self.cl_mfq.store_path, self.reput_offset, mf.base + pos,
+                                      end - pos, self.crc_from)
+                    self.rejected += 1
+                    self.reput_offset += info.total_size
+                    continue
             rc = parse_record(mf.base + pos, end - pos, False, &info)
             if rc == -2:
                 self.reput_offset += info.total_size
@@ -471,19 +504,20 @@ cdef class DispatchCore:
             if rc <= 0:
                 break
             tx = info.sys_flag & RS_SYSFLAG_TX_MASK
-            if info.queue_id < 0:
-                # QUEUEID is outside the CRC: a damaged one must not create a queue "-1"
-                log.warning("commit log offset %d: record with queue id %d not dispatched",
-                            info.phy_offset, info.queue_id)
-            elif tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
+            if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
                 s = self._lookup(&info)
                 cq = <ConsumeQueue>s.cq if s != NULL else self._queue_slow(&info)
+                if cq is None or (self.reput_offset < self.verify_below and not
+                                  cq.offset_plausible(info.phy_offset, info.queue_offset)):
+                    # a topic, queue id or queue offset no queue could hold: nothing built
+                    self._reject(&info)
+                    self.reput_offset += rc
+                    continue
                 s = self._lookup(&info)
                 if s != NULL:
                     self._mark(s)
-                tags = self.tags_code(&info)
-                cq.put_position(info.phy_offset, info.total_size, tags, info.queue_offset,
-                                info.store_ts)
+                cq.put_position(info.phy_offset, info.total_size, self.tags_code(&info),
+                                info.queue_offset, info.store_ts)
             try:
                 self._index_slow(&info)
             except OSError as e:
@@ -500,6 +534,15 @@ cdef class DispatchCore:
         self._publish_all()
         self.dispatched += start_budget - budget
         return start_budget - budget
+
+    cdef int _reject(self, const RecordInfo *info) except -1:
+        from rocketstore.store import integrity
+        self.rejected += 1
+        topic = info.topic[:min(info.topic_len, 300)]
+        integrity.report(self.cl_mfq.store_path, info.phy_offset,
+                         f"not dispatched: topic {topic!r}, queue {info.queue_id}, queue offset "
+                         f"{info.queue_offset} cannot be a queue's")
+        return 0
 
     def tags_code_of(self, MessageExt msg):
         """The tags code dispatch computes for a stored message (tests, tools)."""

@@ -12,12 +12,14 @@ Stateless; safe to call from any thread while the dispatcher appends (it reads o
 below the published write position).
 """
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memcpy
 
 from rocketstore.store._csrc cimport RS_CQ_UNIT_SIZE, RS_CQ_FILLER_SIZE, rs_java_hash
-from rocketstore.store._codec cimport RecordInfo, parse_record, MessageExt, find_prop
+from rocketstore.store._codec cimport (RecordInfo, parse_record, MessageExt, find_prop,
+                                       checked_record, report_bad_record, REC_SKIP)
 from rocketstore.store._mapped cimport MappedFile
 from rocketstore.store._bytes cimport get_i64 as _be64, get_i32 as _be32
 from rocketstore.store._consumequeue cimport ConsumeQueue
@@ -220,6 +222,7 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
     cdef GetMessageResult r = GetMessageResult.__new__(GetMessageResult)
     cdef list msgs = []
     cdef str topic = cq.topic
+    cdef int64_t crc_from = commit_log_queue.record_crc_from
     r.status = NO_MATCHED_MESSAGE
     while i < nbytes and i < limit:
         phy = _be64(u + i)
@@ -246,8 +249,11 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
             next_phy_file = phy + cl_file_size - phy % cl_file_size
             mf = None
             continue
-        rc = parse_record(mf.base + pos, size, False, &info)
-        if rc != size or info.phy_offset != phy:
+        rc = checked_record(mf.base + pos, size, phy, &info, crc_from)
+        if rc == REC_SKIP:
+            report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, size, crc_from)
+            continue                    # damaged: never handed out, the queue goes on
+        if rc != size:
             if total == 0:
                 r.status = MESSAGE_WAS_REMOVING
             continue
@@ -257,7 +263,6 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
         if tag_filter is not None and not tag_filter.record_matches(&info):
             continue                    # same hash, another tag
         m = MessageExt.new(&info, None, mf, mf.base + pos, raw, topic)
-        m._verify_crc = True
         msgs.append(m)
         total += size
         count += 1
@@ -370,8 +375,9 @@ def verify_candidates(commit_log_queue, candidates, str topic, str key, Py_ssize
     cdef MappedFile mf = None
     cdef MessageExt m
     cdef RecordInfo info
-    cdef Py_ssize_t pos
+    cdef Py_ssize_t pos, rc
     cdef int64_t phy
+    cdef int64_t crc_from = commit_log_queue.record_crc_from
     for c in candidates:
         if len(out) >= max_num:
             break
@@ -385,13 +391,159 @@ def verify_candidates(commit_log_queue, candidates, str topic, str key, Py_ssize
                 mf = None
                 continue
         pos = phy - mf.file_from_offset
-        if pos >= mf.committed_pos or parse_record(mf.base + pos, mf.committed_pos - pos, False, &info) <= 0:
+        if pos >= mf.committed_pos:
             continue
-        if info.phy_offset != phy or info.topic_len != tlen or memcmp(info.topic, tp, <size_t>tlen) != 0:
+        rc = checked_record(mf.base + pos, mf.committed_pos - pos, phy, &info, crc_from)
+        if rc == REC_SKIP:
+            report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, mf.committed_pos - pos,
+                              crc_from)
+        if rc <= 0 or info.topic_len != tlen or memcmp(info.topic, tp, <size_t>tlen) != 0:
             continue
         if info.store_ts < begin_ts or info.store_ts > end_ts or not _has_key(&info, kp, klen):
             continue
-        m = MessageExt.new(&info, None, mf, mf.base + pos, raw, topic)
-        m._verify_crc = True
-        out.append(m)
+        out.append(MessageExt.new(&info, None, mf, mf.base + pos, raw, topic))
     return out
+
+
+# -- bulk read ------------------------------------------------------------------------------------
+
+@cython.final
+cdef class BodyBatch:
+    """Bodies of consecutive messages of one queue in one buffer (``get_message_bodies``).
+
+    ``buffer`` holds every body as stored, back to back; body ``i`` is
+    ``buffer[offsets[i]:offsets[i + 1]]`` and was stored at queue offset ``queue_offsets[i]``
+    with SYSFLAG ``sys_flags[i]`` (bit 0: compressed). Every record was checked (record CRC
+    when it has one, else body CRC) before its body was copied; one that fails is left out
+    and reported. ``next_begin_offset`` is where to read next."""
+    cdef readonly object status
+    cdef readonly bytes buffer
+    cdef readonly object offsets
+    cdef readonly object queue_offsets
+    cdef readonly object sys_flags
+    cdef readonly int64_t next_begin_offset
+    cdef readonly int64_t min_offset
+    cdef readonly int64_t max_offset
+
+    def __len__(self):
+        return len(self.queue_offsets)
+
+    def __iter__(self):
+        """Each body as a memoryview of ``buffer`` (a view per body: slower than slicing with
+        ``offsets`` in bulk)."""
+        mv = memoryview(self.buffer)
+        offs = self.offsets
+        for i in range(len(self.queue_offsets)):
+            yield mv[offs[i]:offs[i + 1]]
+
+    def __repr__(self):
+        return (f"BodyBatch(status={self.status.name}, messages={len(self)}, "
+                f"bytes={len(self.buffer)}, next_begin_offset={self.next_begin_offset})")
+
+
+def get_bodies(ConsumeQueue cq, commit_log_queue, int64_t offset, Py_ssize_t max_msgs,
+               Py_ssize_t max_bytes):
+    """Up to ``max_msgs`` bodies (``max_bytes`` of them, 0 for no limit) of ``cq`` from queue
+    ``offset``; statuses as ``get_message``. One C pass checks each record and notes its body,
+    a second copies the bodies into one buffer."""
+    import numpy as np
+    cdef int64_t min_off = cq.min_index() if cq is not None else 0
+    cdef int64_t max_off = cq.max_index() if cq is not None else 0
+    cdef BodyBatch b = BodyBatch.__new__(BodyBatch)
+    b.min_offset = min_off
+    b.max_offset = max_off
+    b.buffer = b""
+    b.offsets = np.zeros(1, dtype=np.int64)
+    b.queue_offsets = np.zeros(0, dtype=np.int64)
+    b.sys_flags = np.zeros(0, dtype=np.int32)
+    b.next_begin_offset = offset
+    if max_off == 0:
+        b.status, b.next_begin_offset = NO_MESSAGE_IN_QUEUE, 0
+        return b
+    if offset < min_off:
+        b.status, b.next_begin_offset = OFFSET_TOO_SMALL, min_off
+        return b
+    if offset >= max_off:
+        b.status = OFFSET_OVERFLOW_ONE if offset == max_off else OFFSET_OVERFLOW_BADLY
+        b.next_begin_offset = offset if offset == max_off else max_off
+        return b
+    cdef MappedFile cqf = cq.read_file(offset)
+    cdef Py_ssize_t upos = offset * RS_CQ_UNIT_SIZE - cqf.file_from_offset if cqf is not None else 0
+    if cqf is None or cqf.base == NULL or upos >= cqf.committed_pos:
+        b.status, b.next_begin_offset = OFFSET_FOUND_NULL, cq.roll_next_file(offset)
+        return b
+    cdef Py_ssize_t nunits = min(<Py_ssize_t>((cqf.committed_pos - upos) // RS_CQ_UNIT_SIZE),
+                                 max_msgs)
+    queue_offsets = np.empty(nunits, dtype=np.int64)
+    offsets = np.empty(nunits + 1, dtype=np.int64)
+    sys_flags = np.empty(nunits, dtype=np.int32)
+    cdef int64_t[::1] qo = queue_offsets
+    cdef int64_t[::1] bo = offsets
+    cdef int32_t[::1] sf = sys_flags
+    # body pointers stay valid: the files are pinned until the copy is done
+    cdef list pinned = []
+    cdef const char **src = <const char **>PyMem_Malloc(max(nunits, 1) * sizeof(char *))
+    if src == NULL:
+        raise MemoryError()
+    cdef Py_ssize_t i = 0, n = 0, pos, rc, k
+    cdef int64_t total = 0, phy
+    cdef int32_t size
+    cdef const char *u
+    cdef RecordInfo info
+    cdef MappedFile mf = None
+    cdef bint lost = False
+    cdef char *dst
+    cdef int64_t crc_from = commit_log_queue.record_crc_from
+    cqf.pin()
+    pinned.append(cqf)
+    try:
+        u = cqf.base + upos
+        while i < nunits:
+            phy = _be64(u + i * RS_CQ_UNIT_SIZE)
+            size = _be32(u + i * RS_CQ_UNIT_SIZE + 8)
+            i += 1
+            if size == RS_CQ_FILLER_SIZE or size <= 0:
+                continue
+            if mf is None or not (mf.file_from_offset <= phy < mf.file_from_offset + mf.file_size):
+                mf = commit_log_queue.find_mapped_file_by_offset(phy)
+                if mf is None or mf.base == NULL:
+                    mf = None
+                    lost = n == 0
+                    continue
+                mf.pin()
+                pinned.append(mf)
+            pos = phy - mf.file_from_offset
+            if pos + size > mf.committed_pos:
+                lost = n == 0
+                continue
+            rc = checked_record(mf.base + pos, size, phy, &info, crc_from)
+            if rc == REC_SKIP:
+                report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, size, crc_from)
+                continue
+            if rc != size or info.queue_id != cq.queue_id or info.queue_offset != offset + i - 1:
+                continue                # a damaged unit (or record) is not this queue's message
+            if max_bytes > 0 and n > 0 and total + info.body_len > max_bytes:
+                i -= 1
+                break
+            src[n] = info.body
+            qo[n] = info.queue_offset
+            sf[n] = info.sys_flag
+            bo[n] = total
+            total += info.body_len
+            n += 1
+        bo[n] = total
+        b.buffer = PyBytes_FromStringAndSize(NULL, total)
+        dst = PyBytes_AS_STRING(b.buffer)
+        with nogil:
+            for k in range(n):
+                memcpy(dst + bo[k], src[k], <size_t>(bo[k + 1] - bo[k]))
+    finally:
+        PyMem_Free(src)
+        for f in pinned:
+            (<MappedFile>f).unpin()
+    b.offsets = offsets[:n + 1]
+    b.queue_offsets = queue_offsets[:n]
+    b.sys_flags = sys_flags[:n]
+    b.next_begin_offset = offset + i
+    b.status = FOUND if n else (MESSAGE_WAS_REMOVING if lost else NO_MATCHED_MESSAGE)
+    return b

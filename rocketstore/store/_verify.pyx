@@ -24,7 +24,12 @@ from libc.string cimport memcmp
 
 from rocketstore.store._csrc cimport (RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED,
                                 RS_SYSFLAG_TX_ROLLBACK, rs_java_hash)
-from rocketstore.store._codec cimport RecordInfo, PropRefs, parse_record, find_dispatch_props
+from rocketstore.store._codec cimport (RecordInfo, PropRefs, parse_record, find_dispatch_props,
+                                       record_check, REC_OK)
+from rocketstore.store._codec import REC_REASONS
+
+# what recovery and every read path do with such a record (verify and recover say so)
+SKIPPED = "skipped by recovery and every read path, never handed out"
 from rocketstore.store._mapped cimport MappedFile
 from rocketstore.store._indexfile cimport IndexFile, index_topic_prefix, index_key_hash_from
 
@@ -75,7 +80,8 @@ cdef object _grow(object arr, Py_ssize_t cap):
     return out
 
 
-def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t limit=-1):
+def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t limit=-1,
+              int64_t crc_from=-1):
     """Walk every record of ``mf`` from position 0.
 
     Returns ``(records, keys, problems, end_pos, blank)``: a structured array of RECORD_DTYPE,
@@ -101,7 +107,7 @@ def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t l
     cdef const char *last_topic = NULL
     cdef int32_t last_topic_len = -1
     cdef bint blank = False
-    cdef bint crc_bad
+    cdef bint crc_bad, need
     records = np.zeros(cap, dtype=RECORD_DTYPE)
     keys = np.zeros(kcap, dtype=KEY_DTYPE)
     cdef Row[::1] rows = records
@@ -111,10 +117,10 @@ def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t l
         # one parse with the CRC; only a failure is parsed again without it, to tell a bad
         # body (step over it) from a broken structure (stop)
         crc_bad = False
-        rc = parse_record(base + pos, size - pos, check_crc, &info)
-        if rc < 0 and check_crc:
-            rc = parse_record(base + pos, size - pos, False, &info)
-            crc_bad = rc > 0
+        need = 0 <= crc_from <= from_off + pos
+        rc = parse_record(base + pos, size - pos, False, &info)
+        if rc > 0 and check_crc:
+            crc_bad = record_check(&info, base + pos, need) != REC_OK
         if rc == 0:
             if info.total_size != size - pos:
                 problems.append((pos, f"blank record of {info.total_size} bytes does not fill "
@@ -131,10 +137,10 @@ def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t l
             break
         if info.phy_offset != from_off + pos:
             problems.append((pos, f"PHYSICALOFFSET field says {info.phy_offset}, record is at "
-                                  f"{from_off + pos}"))
-        if crc_bad:
-            problems.append((pos, f"BODYCRC {info.body_crc & 0xFFFFFFFF:#010x} does not "
-                                  f"match the body ({info.body_len} bytes)"))
+                                  f"{from_off + pos}: {SKIPPED}"))
+            crc_bad = True
+        elif crc_bad:
+            problems.append((pos, f"{REC_REASONS[record_check(&info, base + pos, need)]}: {SKIPPED}"))
         if n == cap:
             cap *= 2
             records = _grow(records, cap)

@@ -40,6 +40,11 @@ class StoreConfig:
     max_message_size: int = 4 * MiB                 # limit on the body (FORMAT.md 1.7)
     store_host: str = "127.0.0.1:10911"             # STOREHOSTADDRESS and offset msg ids (ours)
     check_crc_on_recover: bool = True
+    # 5.x's whole-record CRC property (__CRC32#, FORMAT.md 1.2). None (the default): on for a
+    # MessageStore used directly, off under a Broker, which writes RocketMQ 4.9.8's records
+    # byte for byte (RocketMQ's own default is off). Records carrying it are checked as a whole
+    # on every read, whatever the setting
+    enabled_append_prop_crc: bool | None = None
     warm_maped_file_enable: bool = False            # RocketMQ's spelling ("maped")
     flush_least_pages_when_warm_maped_file: int = 4096
     mlock_maped_file: bool = False                  # ours: mlock warmed files (RocketMQ always does)
@@ -114,6 +119,23 @@ class StoreConfig:
         if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
             raise InvalidConfigError("flush_disk_type", self.flush_disk_type,
                                      f"must be {ASYNC_FLUSH!r} or {SYNC_FLUSH!r}")
+        if self.enabled_append_prop_crc is not None and not isinstance(self.enabled_append_prop_crc, bool):
+            raise InvalidConfigError("enabled_append_prop_crc", self.enabled_append_prop_crc,
+                                     "expected a bool or None")
+        if self.store_path_commit_log is not None and not isinstance(self.store_path_commit_log, str):
+            raise InvalidConfigError("store_path_commit_log", self.store_path_commit_log,
+                                     "expected a str path or None")
+        for name, limit in (("mapped_file_size_consume_queue", 2**31 - 1),
+                            ("max_hash_slot_num", 2**31 // 4), ("max_index_num", 2**31 // 20),
+                            ("sync_flush_timeout", 2**62 // 1_000_000),
+                            ("flush_consumer_offset_interval", 2**62 // 1_000_000),
+                            ("flush_delay_offset_interval", 2**62 // 1_000_000)):
+            # RocketMQ keeps these in Java ints (file positions) or ms timers
+            if getattr(self, name) > limit:
+                raise InvalidConfigError(name, getattr(self, name), f"must be at most {limit}")
+        for name in ("flush_consumer_offset_interval", "flush_delay_offset_interval"):
+            if getattr(self, name) <= 0:
+                raise InvalidConfigError(name, getattr(self, name), "must be positive")
         if self.mapped_file_size_consume_queue < CQ_UNIT_SIZE:
             raise InvalidConfigError("mapped_file_size_consume_queue",
                                      self.mapped_file_size_consume_queue, "must hold one 20-byte unit")

@@ -54,6 +54,9 @@ class MappedFileQueue:
                  read_only: bool = False, warm: bool = False, create_dir: bool = True) -> None:
         self.store_path = store_path
         self.file_size = file_size
+        # records from this commit-log offset on carry the record CRC property (the store
+        # appends it since then: config/recordCrc.json); -1 when none must
+        self.record_crc_from = -1
         self.allocator = allocator
         self.read_only = read_only
         self.warm = warm

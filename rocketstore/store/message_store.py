@@ -18,14 +18,15 @@ import fcntl
 import functools
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from rocketstore.store import _reader, paths
-from rocketstore.store._codec import Message, MessageExt, decode_msg_id
+from rocketstore.store import _reader, integrity, paths
+from rocketstore.store._codec import BLANK_MAGIC_CODE, Message, MessageExt, decode_msg_id
 from rocketstore.store._commitlog import CommitLog, PutMessageResult
 from rocketstore.store._dispatch import DispatchCore
 from rocketstore.store.fault_ahead import FaultAheadService
@@ -41,9 +42,11 @@ from rocketstore.store.dispatch import ArrivalNotifier, DispatchService
 from rocketstore.store.flush import (CommitRealTimeService, FlushAckService,
                                     FlushConsumeQueueService, FlushRealTimeService,
                                     GroupCommitService)
-from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError,
+from rocketstore.errors import (CorruptionError, InvalidArgumentError, InvalidArgumentTypeError,
+                                InvalidMessageError, InvalidMessageIdError,
                                 InvalidMessageTypeError, StoreClosedError, StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
+from rocketstore.store.configfile import ConfigFile
 from rocketstore.store.mapped_file_queue import MappedFileQueue
 from rocketstore.store.offsets import ConsumerOffsetManager
 from rocketstore.store.status import BoundaryType, GetMessageStatus
@@ -58,6 +61,37 @@ log = logging.getLogger("rocketstore.store")
 # descriptions of one process, but we also want a clear error before even trying.
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
+
+
+MAX_TIMEOUT_MS = 10**12        # ~31 years: longer is a mistake, not a wait
+
+
+def _java_long(name: str, value: Any) -> int:
+    """``value`` when it is an int that fits a Java long (what offsets and times are on
+    disk), else the rocketstore error naming it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentTypeError(name, "int", type(value).__name__)
+    if not -(1 << 63) <= value < (1 << 63):
+        raise InvalidArgumentError(name, value, "outside the 64-bit signed range (a Java long)")
+    return value
+
+
+def _check_timeout(timeout_ms: Any) -> None:
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
+        raise InvalidArgumentTypeError("timeout_ms", "int or float (ms)", type(timeout_ms).__name__)
+    if not 0 <= timeout_ms <= MAX_TIMEOUT_MS:       # NaN fails both comparisons
+        raise InvalidArgumentError("timeout_ms", timeout_ms,
+                                   f"must be a number of ms in [0, {MAX_TIMEOUT_MS}]")
+
+
+RECORD_CRC_FILE = "recordCrc.json"     # ours: where the record CRC starts (config/)
+
+
+def _decode_record_crc(doc: Any) -> int:
+    v = doc.get("recordCrcFrom") if isinstance(doc, dict) else None
+    if isinstance(v, bool) or not isinstance(v, int) or v < -1:
+        raise ValueError(f"recordCrcFrom is {v!r}, not an offset or -1")
+    return v
 
 
 class _Progress:
@@ -201,12 +235,15 @@ class MessageStore:
                 self.index_service.load(self.last_exit_ok)
             self.commit_log = CommitLog(self.commit_log_queue, store_host=config.store_host,
                                         max_message_size=config.max_message_size)
+            self.commit_log.prop_crc = config.enabled_append_prop_crc is not False
             self.flush_ack = FlushAckService(self.commit_log, config.sync_flush_timeout)
             self.dispatch_core = DispatchCore(self.commit_log_queue,
                                               self.consume_queues.find_or_create,
                                               config.delay_levels_ms())
             if config.message_index_enable and not read_only:
                 self.dispatch_core.set_index(self.index_service)
+            self._record_crc = ConfigFile(os.path.join(paths.config_dir(root), RECORD_CRC_FILE))
+            self._set_record_crc_from(self._load_record_crc_from())
             self.dispatch_service = DispatchService(self.dispatch_core,
                                                     self.commit_log.get_max_offset,
                                                     self.commit_log, self.notifier)
@@ -224,6 +261,7 @@ class MessageStore:
                         self.transient_pool, config.fast_fail_if_no_buffer_in_store_pool)
                 for name, tc in self.topic_config_manager.all().items():
                     self._apply_topic_rule(tc)
+                self._mark_record_crc()
                 self._create_abort()
                 self._start_flush()
                 if not config.warm_maped_file_enable and self.transient_pool is None:
@@ -325,7 +363,10 @@ class MessageStore:
             if logics:
                 self.checkpoint.logics_msg_timestamp = logics
             self.checkpoint.flush()
-            caught_up = (self.dispatch_service.error is None
+            # a failed sync leaves what it covered of unknown durability: keep `abort`, so
+            # the next open scans and re-dispatches as after a crash (docs/recovery.md)
+            caught_up = (self.commit_log.flush_error is None
+                         and self.dispatch_service.error is None
                          and self.dispatch_service.dispatch_behind_bytes() == 0
                          and (self.transient_pool is None
                               or self.transient_pool.uncommitted_bytes() == 0))
@@ -351,6 +392,40 @@ class MessageStore:
         self.commit_log_queue.close()
         self.index_service.close()
         self.checkpoint.close()
+
+    # -- the record CRC range ------------------------------------------------------------------
+
+    def _load_record_crc_from(self) -> int:
+        try:
+            v = self._record_crc.load(_decode_record_crc)
+        except CorruptionError as e:
+            log.warning("%s; the record CRC is checked where present only", e)
+            return -1
+        return -1 if v is None else v
+
+    def _set_record_crc_from(self, offset: int) -> None:
+        self.commit_log_queue.record_crc_from = offset
+        self.dispatch_core.crc_from = offset
+
+    def _mark_record_crc(self) -> None:
+        """Record from which commit-log offset on every record carries the record CRC (the
+        end of the recovered log when the option is turned on), or that none must (off): a
+        record there without it is damaged, whatever hid the property."""
+        start = self.commit_log_queue.record_crc_from
+        if self.commit_log.prop_crc and start < 0:
+            start = self.commit_log.get_max_offset()
+        elif not self.commit_log.prop_crc:
+            start = -1
+        if start != self._load_record_crc_from():
+            self._record_crc.persist({"recordCrcFrom": start})
+        self._set_record_crc_from(start)
+
+    def bad_records(self) -> list[tuple[int, str]]:
+        """(commit-log offset, reason) of every record of this store that failed its integrity
+        check (record CRC, body CRC, PHYSICALOFFSET) or could not be dispatched (topic, queue
+        id or queue offset no queue can hold), as recovery and the read paths met them: none
+        of them is ever handed out."""
+        return integrity.reported(self.commit_log_queue.store_path)
 
     @property
     def closed(self) -> bool:
@@ -381,13 +456,23 @@ class MessageStore:
         scanned = messages = 0
         total = sum(mf.file_size for mf in files[start:])
         progress = _Progress("recovering commit log", total)
-        for mf in files[start:]:
+        blanked = 0
+        for i in range(start, len(files)):
+            mf = files[i]
             end_pos, count, blank = self.commit_log.scan_file(mf, self.config.check_crc_on_recover,
                                                               False)
             scanned += end_pos
             messages += count
             end = mf.file_from_offset + end_pos
             progress.update(scanned)
+            if not blank and i + 1 < len(files) and end_pos + 8 <= mf.file_size \
+                    and self.commit_log.next_record(files[i + 1].file_from_offset)[0] is not None:
+                # a break inside the log, and the next file starts with a valid record: end
+                # this file at the break with a blank record (what the rest of it held cannot
+                # be read) and keep the files after it (docs/recovery.md)
+                blanked += self._blank_rest(mf, end_pos)
+                end = mf.file_from_offset + mf.file_size
+                continue
             if not blank:
                 break
         progress.close()
@@ -412,6 +497,10 @@ class MessageStore:
             self.consume_queues.truncate_dirty(end)
         min_phy = max(0, self.commit_log.get_min_offset())
         self.consume_queues.correct_min_offset(min_phy)
+        if self.dispatch_core.index_last_phy >= end:
+            # the index holds keys of records the truncation removed (queries check each
+            # record, so they find nothing); the records written from ``end`` on need theirs
+            self.dispatch_core.index_last_phy = end - 1
         reput = max(self.consume_queues.max_physic_offset(), min_phy)
         if self.config.message_index_enable:
             # records after the last indexed one need their keys (the queues skip them)
@@ -430,6 +519,8 @@ class MessageStore:
             # consume-queue units and index entries written after their last flush may be lost
             reput = min(reput, max(files[start].file_from_offset, min_phy))
         self.dispatch_core.reput_offset = reput
+        # every record found on disk is checked before it becomes a unit or an index entry
+        self.dispatch_core.verify_below = end
         redispatch_from = self.dispatch_core.reput_offset
         dispatched = self.dispatch_service.do_dispatch()
         for (topic, qid), max_offset in self.consume_queues.max_offsets().items():
@@ -446,6 +537,9 @@ class MessageStore:
             "torn_record_bytes": torn,
             "bytes_zeroed": zeroed,
             "files_dropped": files_dropped,
+            "bytes_blanked": blanked,
+            "records_skipped": self.bad_records(),
+            "records_not_dispatched": self.dispatch_core.rejected,
             "scan_seconds": scan_seconds,
             "seconds": time.perf_counter() - t0,
         }
@@ -475,6 +569,16 @@ class MessageStore:
             cfg.flush_interval_consume_queue, cfg.flush_consume_queue_least_pages,
             cfg.flush_consume_queue_thorough_interval)
         self.cq_flush_service.start()
+
+    def _blank_rest(self, mf, pos: int) -> int:
+        """Close ``mf`` at ``pos`` with an end-of-file blank record (FORMAT.md 1.6)."""
+        left = mf.file_size - pos
+        mf.write_at(pos, struct.pack(">iI", left, BLANK_MAGIC_CODE & 0xFFFFFFFF))
+        mf.set_positions(mf.file_size)
+        mf.flushed_pos = min(mf.flushed_pos, pos)
+        log.warning("commit log %s: unreadable from position %d, the next file is intact: "
+                    "%d bytes blanked, the files after it kept", mf.path, pos, left)
+        return left
 
     def _zero_tail(self, end: int) -> int:
         """Zero what a crash left after the recovered end (a torn record, stale bytes), page
@@ -744,6 +848,7 @@ class MessageStore:
                                        TopicPermissionError(topic, "is not readable (perm in topics.json)"))
         tag_filter = None if tags is None else self._tag_filter(tags)
         cap = max(max_bytes, 100) if max_bytes is not None else 0
+        _check_timeout(timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0 if timeout_ms > 0 else 0.0
         delay = 0.001
         while True:
@@ -754,9 +859,14 @@ class MessageStore:
                 r = _reader.get_message(cq, self.commit_log_queue, offset, max_msgs, cap,
                                         tag_filter, self._limits,
                                         self.commit_log_queue.get_max_offset(), raw)
-            if not deadline or r.status not in (GetMessageStatus.OFFSET_OVERFLOW_ONE,
-                                                GetMessageStatus.NO_MESSAGE_IN_QUEUE):
+            # a tag-filtered poll waits for a match (docs/recovery.md): what did not match is
+            # stepped over, and the wait goes on from after it
+            skipped = tag_filter is not None and r.status is GetMessageStatus.NO_MATCHED_MESSAGE
+            if not deadline or not skipped and r.status not in (
+                    GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
                 return r
+            if skipped:
+                offset = max(offset, r.next_begin_offset)
             left = deadline - time.monotonic()
             if left <= 0:
                 return r
@@ -772,7 +882,33 @@ class MessageStore:
             self.notifier.wait(arrived, left)
             if self._closed:
                 return r
-            deadline = 0.0          # one more look, whatever woke us: the answer is current
+            if tag_filter is None:
+                deadline = 0.0      # one more look, whatever woke us: the answer is current
+
+    def get_message_bodies(self, topic: str, queue_id: int, offset: int,
+                           max_msgs: int = 1024, max_bytes: int = 0) -> "_reader.BodyBatch":
+        """The bodies of up to ``max_msgs`` messages of a queue from queue ``offset`` (at most
+        ``max_bytes`` of bodies when > 0) in one buffer plus an offsets array: the bulk read
+        for consumers that want raw speed (no ``MessageExt`` per message, no tag filter).
+
+        Every record is checked first, as ``get_message`` checks it; statuses and
+        ``next_begin_offset`` are ``get_message``'s. Bodies are as stored (``sys_flags`` bit 0
+        marks a compressed one).
+        """
+        self._check_open()
+        if not isinstance(offset, int) or not isinstance(max_msgs, int) \
+                or not isinstance(max_bytes, int):
+            raise InvalidMessageTypeError("offset/max_msgs/max_bytes", "int",
+                                          f"{type(offset).__name__}/{type(max_msgs).__name__}/"
+                                          f"{type(max_bytes).__name__}")
+        if not 0 < max_msgs <= 1 << 24:
+            raise InvalidMessageError("max_msgs", max_msgs, "must be in [1, 16777216]", limit=1 << 24)
+        if not 0 <= max_bytes < 1 << 62:
+            raise InvalidMessageError("max_bytes", max_bytes, "must be in [0, 2**62)")
+        if not 0 <= offset < 1 << 62:
+            raise InvalidMessageError("offset", offset, "must be in [0, 2**62)")
+        return _reader.get_bodies(self._queue(topic, queue_id, offset), self.commit_log_queue,
+                                  offset, max_msgs, max_bytes)
 
     def match_offsets(self, topic: str, queue_id: int, tags: Any, start: int | None = None,
                       end: int | None = None):
@@ -836,6 +972,7 @@ class MessageStore:
                 boundary = BoundaryType[boundary.upper()]
             except KeyError:
                 raise InvalidMessageError("boundary", boundary, "must be LOWER or UPPER") from None
+        _java_long("timestamp_ms", timestamp_ms)
         cq = self._queue(topic, queue_id)
         if cq is None:
             return 0
@@ -846,6 +983,7 @@ class MessageStore:
     def get_message_store_timestamp(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
         """Store time of the message at a queue offset, or -1."""
         self._check_open()
+        _java_long("consume_queue_offset", consume_queue_offset)
         cq = self._queue(topic, queue_id)
         if cq is None:
             return -1
@@ -870,7 +1008,8 @@ class MessageStore:
                                           f"{type(topic).__name__}/{type(key).__name__}")
         if not isinstance(max_num, int) or max_num <= 0:
             raise InvalidMessageError("max_num", max_num, "must be a positive int", limit=1)
-        end = int(time.time() * 1000) if end_ts is None else end_ts
+        _java_long("begin_ts", begin_ts)
+        end = int(time.time() * 1000) if end_ts is None else _java_long("end_ts", end_ts)
         if self.read_only:
             self.index_service.refresh()
         limit = min(max_num, self.config.max_msgs_num_batch)
@@ -896,7 +1035,7 @@ class MessageStore:
         Compressed bodies are returned decompressed unless ``raw``.
         """
         self._check_open()
-        return self.commit_log.get_message(commitlog_offset, raw)
+        return self.commit_log.get_message(_java_long("commitlog_offset", commitlog_offset), raw)
 
     def look_message_by_id(self, msg_id: str, raw: bool = False) -> MessageExt | None:
         """The message with offset message id ``msg_id`` (store host + commit-log offset).
@@ -914,7 +1053,7 @@ class MessageStore:
     def iter_messages(self, from_offset: int = 0) -> Iterator[MessageExt]:
         """Every stored message from commit-log offset ``from_offset``, in log order."""
         self._check_open()
-        return self.commit_log.iter_messages(from_offset)
+        return self.commit_log.iter_messages(_java_long("from_offset", from_offset))
 
     # -- retention -------------------------------------------------------------------------------
 
