@@ -267,7 +267,8 @@ class PullMessageProcessor:
                 return PullMessageResponse(ResponseCode.SUBSCRIPTION_NOT_LATEST, remark=(
                     "the consumer's subscription not latest"))
             sub = found
-        resp = self._read(req, sub)
+        resp: PullMessageResponse | None = self._read(req, sub)
+        assert resp is not None
         if resp.code == ResponseCode.PULL_NOT_FOUND and allow_suspend and suspend:
             timeout_ms = (req.suspend_timeout_millis if cfg.long_polling_enable
                           else cfg.short_polling_time_mills)
