@@ -26,6 +26,7 @@ __all__ = [
     "TransportError",
     "MQClientError",
     "MQBrokerError",
+    "RemotingProtocolError",
 ]
 
 
@@ -231,3 +232,15 @@ class MQBrokerError(RocketStoreError):
     def __str__(self) -> str:
         where = f" from broker {self.broker!r}" if self.broker else ""
         return f"CODE: {int(self.code)} DESC: {self.remark}{where}"
+
+
+class RemotingProtocolError(RocketStoreError):
+    """A frame or command on RocketMQ's wire protocol is malformed (a bad length, a header that
+    is not JSON, a required header field missing); the reason names what was wrong."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason

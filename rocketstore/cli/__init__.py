@@ -9,6 +9,7 @@ Subcommands, one module per group:
   verify / recover    full CRC scan and cross-check of consume queues and index; rebuild them
   offsets             show and reset a consumer group's offsets
   dlq                 list a consumer group's dead letters, resend them (``dlq``)
+  namesrv / broker    run a NameServer or a broker on RocketMQ's wire protocol (``servers``)
 
 Read-only commands open the store with ``read_only=True``: no lock, nothing written, so they
 work beside a broker or an application holding the directory. Errors print one line saying
@@ -20,7 +21,7 @@ import argparse
 import os
 import sys
 
-from rocketstore.cli import check, demo, dlq, lookup, offsets, transfer
+from rocketstore.cli import check, demo, dlq, lookup, offsets, servers, transfer
 from rocketstore.cli.demo import DEFAULT_STORE_DIR
 
 __all__ = ["main", "build_parser", "DEFAULT_STORE_DIR"]
@@ -45,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.register(sub)
     offsets.register(sub)
     dlq.register(sub)
+    servers.register(sub)
+    servers.register_broker(sub)
     return ap
 
 

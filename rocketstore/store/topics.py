@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,6 +258,8 @@ class TopicConfigManager:
         self._table: dict[str, TopicConfig] = {}
         self._data_version = DataVersion()
         self._extra: dict[str, Any] = {}
+        # called after every change (a broker re-registers with its NameServers at once)
+        self.listeners: list[Callable[[], None]] = []
 
     @property
     def path(self) -> str:
@@ -363,3 +365,5 @@ class TopicConfigManager:
         # counter always matches its table
         self._data_version = self._data_version.next_version()
         self.persist()
+        for listener in self.listeners:
+            listener()
