@@ -17,18 +17,56 @@ LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
 SHORT_LEVELS = "1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
 
 
-def open_broker(path, **broker_cfg):
+def open_broker(path, store_host=None, **broker_cfg):
     store_cfg = StoreConfig(mapped_file_size_commit_log=4 * 1024 * 1024,
                             mapped_file_size_consume_queue=6000 * 20,
-                            message_delay_level=SHORT_LEVELS)
+                            message_delay_level=SHORT_LEVELS,
+                            **({"store_host": store_host} if store_host else {}))
     cfg = dict(transaction_check_interval=500, transaction_time_out=300)
     cfg.update(broker_cfg)
     return Broker.open(path, BrokerConfig(**cfg), store_cfg)
 
 
+_CLIENT_KW: dict[int, dict] = {}     # id(broker) -> how clients reach it over TCP
+
+
+class ServedBroker:
+    """An in-process ``Broker`` on a tmp store; with transport ``tcp`` it is also served, in this
+    process, by a NameServer and the broker's TCP server, and clients get ``namesrv_addr``."""
+
+    def __init__(self, path, transport: str) -> None:
+        self.transport = transport
+        if transport == "inprocess":
+            self.broker = open_broker(path)
+            return
+        assert transport == "tcp", transport
+        from rocketstore.namesrv.server import NameServer
+        from rocketstore.remoting.broker_server import BrokerServer, free_port_pair
+        from rocketstore.remoting.server import LoopThread
+        port = free_port_pair("127.0.0.1")
+        self.broker = open_broker(path, store_host=f"127.0.0.1:{port}", listen_port=port)
+        self.loop = LoopThread("test-servers", use_uvloop=False)
+        self.ns = NameServer("127.0.0.1", 0)
+        self.loop.run(self.ns.start(), 30)
+        self.server = BrokerServer(str(path), self.broker.config, self.broker.store_config,
+                                   namesrv_addrs=[self.ns.addr], broker=self.broker)
+        self.loop.run(self.server.start(), 30)
+        _CLIENT_KW[id(self.broker)] = {"namesrv_addr": self.ns.addr}
+
+    def close(self) -> None:
+        if self.transport == "tcp":
+            _CLIENT_KW.pop(id(self.broker), None)
+            self.loop.run(self.server.stop(), 60)
+            self.loop.run(self.ns.stop(), 30)
+            self.loop.stop()
+        self.broker.close()
+
+
 def client_kw(broker, transport):
-    assert transport == "inprocess"
-    return {"broker": broker}
+    """How a client reaches ``broker`` over ``transport``."""
+    if transport == "inprocess":
+        return {"broker": broker}
+    return _CLIENT_KW[id(broker)]
 
 
 def wait_until(cond, timeout=20.0, what="condition"):
