@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from messaging_support import OK, Collector, ServedBroker, client_kw, make_topic, push, wait_until
+from messaging_support import OK, Collector, client_kw, make_topic, open_broker, push, wait_until
 from rocketstore.client import (ConsumeOrderlyStatus, LocalTransactionState, Message, Producer,
                                 PullConsumer, SelectMessageQueueByHash, TransactionProducer)
 
@@ -21,9 +21,9 @@ def transport(request):
 
 @pytest.fixture
 def broker(tmp_path, transport):
-    served = ServedBroker(tmp_path / "store", transport)
-    yield served.broker
-    served.close()
+    b = open_broker(tmp_path / "store", transport)
+    yield b
+    b.close()
 
 
 # -- rebalance --------------------------------------------------------------------------------
@@ -330,8 +330,7 @@ def test_colliding_tag_hashes_never_deliver_the_wrong_tag(broker, transport):
 
 def test_broker_close_reopen_keeps_offsets_delays_and_half_messages(tmp_path, transport):
     path = tmp_path / "store"
-    served = ServedBroker(path, transport)
-    b = served.broker
+    b = open_broker(path, transport)
     col = Collector()
     local = {"u": LocalTransactionState.UNKNOW}
     try:
@@ -347,9 +346,8 @@ def test_broker_close_reopen_keeps_offsets_delays_and_half_messages(tmp_path, tr
         half = tp.send_message_in_transaction(Message("TR", b"half"), "u").msg_id
         tp.shutdown()
     finally:
-        served.close()
-    served = ServedBroker(path, transport)
-    b = served.broker
+        b.close()
+    b = open_broker(path, transport)
     try:
         col2 = Collector()
         c = push("gr", b, transport, col2, "TR")
@@ -364,7 +362,7 @@ def test_broker_close_reopen_keeps_offsets_delays_and_half_messages(tmp_path, tr
             c.shutdown()
         assert not set(first) & set(col2.seen)            # committed offsets survived
     finally:
-        served.close()
+        b.close()
 
 
 # -- lite pull --------------------------------------------------------------------------------

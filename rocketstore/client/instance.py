@@ -32,7 +32,6 @@ HEARTBEAT_BROKER_INTERVAL_MS = 30000
 PERSIST_CONSUMER_OFFSET_INTERVAL_MS = 5000
 REBALANCE_WAIT_INTERVAL_S = 20.0
 
-
 @functools.lru_cache(maxsize=1)
 def local_address() -> str:
     """``RemotingUtil.getLocalAddress``'s preference: a non-loopback IPv4 not in 127.0/192.168,
@@ -71,12 +70,12 @@ def transport_for(broker: Any, namesrv_addr: str | None) -> tuple[object, Callab
                             "namesrv_addr= (a NameServer address)")
     if namesrv_addr is not None:
         if not isinstance(namesrv_addr, str) or not namesrv_addr.strip():
-            raise MQClientError(f"namesrv_addr {namesrv_addr!r} is not 'host:port[;host:port]'")
+            raise MQClientError(f"namesrv_addr={namesrv_addr!r}: expected 'host:port[;host:port]'")
 
         def make_tcp() -> Transport:
             from rocketstore.client.tcp import TcpTransport
             return TcpTransport(namesrv_addr)
-        return ("namesrv", namesrv_addr), make_tcp
+        return ("tcp", namesrv_addr), make_tcp
     if isinstance(broker, Transport):
         return id(broker), lambda: broker
 
