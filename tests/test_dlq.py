@@ -16,6 +16,9 @@ from rocketstore.cli import main
 GROUP = "OrderConsumers"
 DLQ = "%DLQ%" + GROUP
 TOPIC = "OrderTopic"
+# 1 MiB files: a default 1 GiB commit log (allocated for real) per test fills a shared disk
+def cfg() -> StoreConfig:
+    return StoreConfig(mapped_file_size_commit_log=1 << 20)
 
 
 def dead_letter(store: MessageStore, i: int, *, compressed: bool = False):
@@ -41,14 +44,14 @@ def dead_letter(store: MessageStore, i: int, *, compressed: bool = False):
 
 @pytest.fixture
 def dlq_store(store_dir):
-    with MessageStore.open(store_dir, StoreConfig()) as store:
+    with MessageStore.open(store_dir, cfg()) as store:
         originals = [dead_letter(store, i, compressed=(i == 2)) for i in range(3)]
     return store_dir, originals
 
 
 def test_list_shows_origin_of_each_dead_letter(dlq_store):
     store_dir, originals = dlq_store
-    with MessageStore.open(store_dir, StoreConfig(), read_only=True) as store:
+    with MessageStore.open(store_dir, cfg(), read_only=True) as store:
         letters = DeadLetterQueue(store, GROUP).list()
     assert len(letters) == 3
     for i, (dl, (orig, put)) in enumerate(zip(letters, originals)):
@@ -66,7 +69,7 @@ def test_list_shows_origin_of_each_dead_letter(dlq_store):
 
 def test_resend_selected_then_all_never_twice(dlq_store):
     store_dir, originals = dlq_store
-    with MessageStore.open(store_dir, StoreConfig()) as store:
+    with MessageStore.open(store_dir, cfg()) as store:
         dlq = DeadLetterQueue(store, GROUP)
         [r] = dlq.resend([originals[1][0].uniq_key])
         assert r.outcome == "resent" and r.topic == TOPIC
@@ -96,14 +99,14 @@ def test_resend_selected_then_all_never_twice(dlq_store):
 
 def test_resend_interrupted_before_its_record_is_not_repeated(dlq_store):
     store_dir, originals = dlq_store
-    with MessageStore.open(store_dir, StoreConfig()) as store:
+    with MessageStore.open(store_dir, cfg()) as store:
         [first] = DeadLetterQueue(store, GROUP).resend([originals[0][0].uniq_key])
     # the process died after the put and before dlqResend.json was written
     for name in ("dlqResend.json", "dlqResend.json.bak"):
         p = Path(store_dir, "config", name)
         if p.exists():
             p.unlink()
-    with MessageStore.open(store_dir, StoreConfig()) as store:
+    with MessageStore.open(store_dir, cfg()) as store:
         [again] = DeadLetterQueue(store, GROUP).resend([originals[0][0].uniq_key])
         assert again.outcome == "recovered" and again.resent_as == first.resent_as
         assert store.get_max_offset_in_queue(TOPIC, 0) == 4
@@ -111,7 +114,7 @@ def test_resend_interrupted_before_its_record_is_not_repeated(dlq_store):
 
 def test_unknown_id_sends_nothing(dlq_store):
     store_dir, originals = dlq_store
-    with MessageStore.open(store_dir, StoreConfig()) as store:
+    with MessageStore.open(store_dir, cfg()) as store:
         with pytest.raises(DLQResendError, match="no dead letter with id 0A0000000000"):
             DeadLetterQueue(store, GROUP).resend([originals[0][0].uniq_key, "0A0000000000"])
         assert store.get_max_offset_in_queue(TOPIC, 0) == 3
@@ -138,7 +141,7 @@ def test_cli_list_and_resend(dlq_store, capsys):
     assert main(["dlq", "list", store_dir, "--group", GROUP]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["msg", "id", "topic"] and len(out) == 5
-    with MessageStore.open(store_dir, StoreConfig(), read_only=True) as store:
+    with MessageStore.open(store_dir, cfg(), read_only=True) as store:
         assert store.get_max_offset_in_queue(TOPIC, 0) == 6
 
 
@@ -153,7 +156,7 @@ def test_cli_errors_are_one_line(dlq_store, capsys):
     assert main(["dlq", "list", store_dir, "--group", "nobody"]) == 2
     assert "no dead letters for group nobody" in capsys.readouterr().err
     # a running broker holds the store's lock: resend refuses, nothing is written
-    with MessageStore.open(store_dir, StoreConfig()) as store:
+    with MessageStore.open(store_dir, cfg()) as store:
         assert main(["dlq", "resend", store_dir, "--group", GROUP, "--all"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "a running broker holds the store" in err
@@ -167,7 +170,7 @@ def test_live_broker_dead_letters_are_listed_and_resent(store_dir):
     from rocketstore.broker.config import BrokerConfig
     from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, ResponseCode,
                                              SendMessageRequest)
-    with Broker.open(store_dir, BrokerConfig(), StoreConfig()) as broker:
+    with Broker.open(store_dir, BrokerConfig(), cfg()) as broker:
         msg = Message(TOPIC, b"poison", tags="TagP", keys=["order-7"],
                       properties={"tenant": "acme"})
         sent = broker.send_message(SendMessageRequest("P", TOPIC, 0, [msg])).result(30)
