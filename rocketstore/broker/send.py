@@ -324,10 +324,10 @@ class SendMessageProcessor:
                 born_host=req.born_host or m.born_host, reconsume_times=req.reconsume_times,
                 properties=entries))
         try:
-            put = self.broker.store.put_messages_async(msgs, queue_id)
+            return self.broker.store.put_messages_async(
+                msgs, queue_id, transform=functools.partial(put_response, queue_id=queue_id))
         except InvalidMessageError as e:
             return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
-        return self._respond(put, queue_id)
 
     # -- CONSUMER_SEND_MSG_BACK --------------------------------------------------------------
 
