@@ -14,10 +14,13 @@ from rocketstore.broker.dlq import DeadLetterQueue, DLQResendError
 from rocketstore.cli import main
 
 # a broker's store: RocketMQ 4.9.8's records byte for byte (no record CRC property)
-BROKER_LAYOUT = StoreConfig(enabled_append_prop_crc=False)
 GROUP = "OrderConsumers"
 DLQ = "%DLQ%" + GROUP
 TOPIC = "OrderTopic"
+# 1 MiB files: a default 1 GiB commit log (allocated for real) per test fills a shared disk
+# and no record CRC property: the dead letters are RocketMQ 4.9.8's records byte for byte
+def cfg() -> StoreConfig:
+    return StoreConfig(mapped_file_size_commit_log=1 << 20, enabled_append_prop_crc=False)
 
 
 def dead_letter(store: MessageStore, i: int, *, compressed: bool = False):
@@ -43,14 +46,14 @@ def dead_letter(store: MessageStore, i: int, *, compressed: bool = False):
 
 @pytest.fixture
 def dlq_store(store_dir):
-    with MessageStore.open(store_dir, BROKER_LAYOUT) as store:
+    with MessageStore.open(store_dir, cfg()) as store:
         originals = [dead_letter(store, i, compressed=(i == 2)) for i in range(3)]
     return store_dir, originals
 
 
 def test_list_shows_origin_of_each_dead_letter(dlq_store):
     store_dir, originals = dlq_store
-    with MessageStore.open(store_dir, BROKER_LAYOUT, read_only=True) as store:
+    with MessageStore.open(store_dir, cfg(), read_only=True) as store:
         letters = DeadLetterQueue(store, GROUP).list()
     assert len(letters) == 3
     for i, (dl, (orig, put)) in enumerate(zip(letters, originals)):
@@ -68,7 +71,7 @@ def test_list_shows_origin_of_each_dead_letter(dlq_store):
 
 def test_resend_selected_then_all_never_twice(dlq_store):
     store_dir, originals = dlq_store
-    with MessageStore.open(store_dir, BROKER_LAYOUT) as store:
+    with MessageStore.open(store_dir, cfg()) as store:
         dlq = DeadLetterQueue(store, GROUP)
         [r] = dlq.resend([originals[1][0].uniq_key])
         assert r.outcome == "resent" and r.topic == TOPIC
@@ -98,14 +101,14 @@ def test_resend_selected_then_all_never_twice(dlq_store):
 
 def test_resend_interrupted_before_its_record_is_not_repeated(dlq_store):
     store_dir, originals = dlq_store
-    with MessageStore.open(store_dir, BROKER_LAYOUT) as store:
+    with MessageStore.open(store_dir, cfg()) as store:
         [first] = DeadLetterQueue(store, GROUP).resend([originals[0][0].uniq_key])
     # the process died after the put and before dlqResend.json was written
     for name in ("dlqResend.json", "dlqResend.json.bak"):
         p = Path(store_dir, "config", name)
         if p.exists():
             p.unlink()
-    with MessageStore.open(store_dir, BROKER_LAYOUT) as store:
+    with MessageStore.open(store_dir, cfg()) as store:
         [again] = DeadLetterQueue(store, GROUP).resend([originals[0][0].uniq_key])
         assert again.outcome == "recovered" and again.resent_as == first.resent_as
         assert store.get_max_offset_in_queue(TOPIC, 0) == 4
@@ -113,7 +116,7 @@ def test_resend_interrupted_before_its_record_is_not_repeated(dlq_store):
 
 def test_unknown_id_sends_nothing(dlq_store):
     store_dir, originals = dlq_store
-    with MessageStore.open(store_dir, BROKER_LAYOUT) as store:
+    with MessageStore.open(store_dir, cfg()) as store:
         with pytest.raises(DLQResendError, match="no dead letter with id 0A0000000000"):
             DeadLetterQueue(store, GROUP).resend([originals[0][0].uniq_key, "0A0000000000"])
         assert store.get_max_offset_in_queue(TOPIC, 0) == 3
@@ -140,7 +143,7 @@ def test_cli_list_and_resend(dlq_store, capsys):
     assert main(["dlq", "list", store_dir, "--group", GROUP]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["msg", "id", "topic"] and len(out) == 5
-    with MessageStore.open(store_dir, BROKER_LAYOUT, read_only=True) as store:
+    with MessageStore.open(store_dir, cfg(), read_only=True) as store:
         assert store.get_max_offset_in_queue(TOPIC, 0) == 6
 
 
@@ -155,7 +158,7 @@ def test_cli_errors_are_one_line(dlq_store, capsys):
     assert main(["dlq", "list", store_dir, "--group", "nobody"]) == 2
     assert "no dead letters for group nobody" in capsys.readouterr().err
     # a running broker holds the store's lock: resend refuses, nothing is written
-    with MessageStore.open(store_dir, BROKER_LAYOUT) as store:
+    with MessageStore.open(store_dir, cfg()) as store:
         assert main(["dlq", "resend", store_dir, "--group", GROUP, "--all"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "a running broker holds the store" in err
@@ -169,7 +172,7 @@ def test_live_broker_dead_letters_are_listed_and_resent(store_dir):
     from rocketstore.broker.config import BrokerConfig
     from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, ResponseCode,
                                              SendMessageRequest)
-    with Broker.open(store_dir, BrokerConfig(), BROKER_LAYOUT) as broker:
+    with Broker.open(store_dir, BrokerConfig(), cfg()) as broker:
         msg = Message(TOPIC, b"poison", tags="TagP", keys=["order-7"],
                       properties={"tenant": "acme"})
         sent = broker.send_message(SendMessageRequest("P", TOPIC, 0, [msg])).result(30)

@@ -126,3 +126,18 @@ def test_bad_input_raises_and_read_only_refuses(store_dir):
             ro.put_message_async(Message("T", b"x"))
     finally:
         ro.close()
+
+
+def test_transform_gives_the_future_its_value_after_the_sync(store_dir):
+    with MessageStore.open(store_dir, _sync_cfg()) as store:
+        hook, release, entered = _blocking_msync()
+        set_sync_hook(hook)
+        f = store.put_message_async(Message("T", b"x"), 1,
+                                    transform=lambda r: ("answer", r.status, r.queue_offset))
+        assert entered.wait(5)
+        assert not f.done()
+        release.set()
+        assert f.result(5) == ("answer", PutMessageStatus.PUT_OK, 0)
+        set_sync_hook(None)
+        g = store.put_messages_async([Message("T", b"y")] * 3, 1, transform=lambda r: r.msg_count)
+        assert g.result(5) == 3

@@ -23,6 +23,8 @@ TOPIC = "DelayTopic"
 def _config(**kw) -> StoreConfig:
     # a broker's store: RocketMQ 4.9.8's records byte for byte (no record CRC property)
     kw.setdefault("enabled_append_prop_crc", False)
+    # 1 MiB files: a default 1 GiB commit log (allocated for real) per test fills a shared disk
+    kw.setdefault("mapped_file_size_commit_log", 1 << 20)
     return StoreConfig(message_delay_level=LEVELS, **kw)
 
 
@@ -303,6 +305,7 @@ import sys, threading
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.broker.schedule import ScheduleMessageService
 store = MessageStore.open(sys.argv[1], StoreConfig(message_delay_level="1s 2s 3s 30s",
+                                                   mapped_file_size_commit_log=1 << 20,
                                                    flush_delay_offset_interval=20))
 ScheduleMessageService(store).start()
 print("delivering", flush=True)

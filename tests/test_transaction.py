@@ -21,6 +21,9 @@ from rocketstore.common.protocol import (EndTransactionRequest, HeartbeatData,
 from rocketstore.store.configfile import loads
 
 GROUP = "TxProducers"
+# 1 MiB files: a default 1 GiB commit log (allocated for real) per test fills a shared disk
+def store_config() -> StoreConfig:
+    return StoreConfig(mapped_file_size_commit_log=1 << 20)
 TOPIC = "TxTopic"
 _TYPE = {LocalTransactionState.COMMIT_MESSAGE: TransactionCommitType.COMMIT_TYPE,
          LocalTransactionState.ROLLBACK_MESSAGE: TransactionCommitType.ROLLBACK_TYPE,
@@ -100,7 +103,7 @@ def open_broker(root: str, **cfg) -> Broker:
     # the check thread only runs when a test asks for it (interval 1 h unless given)
     cfg.setdefault("transaction_check_interval", 3_600_000)
     cfg.setdefault("transaction_time_out", 300)
-    return Broker.open(root, BrokerConfig(**cfg), StoreConfig())
+    return Broker.open(root, BrokerConfig(**cfg), store_config())
 
 
 def aged(ms: int = 400) -> None:
@@ -287,7 +290,7 @@ from rocketstore.broker.broker import Broker
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.common.protocol import EndTransactionRequest, SendMessageRequest
 broker = Broker.open(sys.argv[1], BrokerConfig(transaction_check_interval=3_600_000),
-                     StoreConfig())
+                     StoreConfig(mapped_file_size_commit_log=1 << 20))
 for i in range(300):
     msg = Message("TxTopic", b"t%03d" % i, properties={"TRAN_MSG": "true", "PGROUP": "TxProducers"},
                   sys_flag=4)

@@ -2,7 +2,8 @@
 
 Defaults are 4.9.8's, except ``broker_name`` (RocketMQ uses the host name; a fixed
 ``broker-a`` keeps routes and offset ids stable across machines). ``message_delay_level``
-lives in ``StoreConfig``, as ``messageDelayLevel`` lives in RocketMQ's ``MessageStoreConfig``.
+lives in ``StoreConfig``, as ``messageDelayLevel`` lives in RocketMQ's ``MessageStoreConfig``;
+so does ``flush_consumer_offset_interval`` (the store owns ``consumerOffset.json``).
 """
 from __future__ import annotations
 
@@ -35,7 +36,6 @@ class BrokerConfig:
     auto_create_subscription_group: bool = True
     msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
     trace_topic_enable: bool = False
-    flush_consumer_offset_interval: int = 5000
     reject_transaction_message: bool = False
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
@@ -73,7 +73,7 @@ class BrokerConfig:
         for name in ("short_polling_time_mills", "transaction_time_out",
                      "transaction_check_interval", "channel_expired_timeout",
                      "scan_not_active_channel_interval", "rebalance_lock_max_live_time",
-                     "long_polling_check_interval", "flush_consumer_offset_interval"):
+                     "long_polling_check_interval"):
             if getattr(self, name) <= 0:
                 raise InvalidConfigError(name, getattr(self, name), "must be positive",
                                          "BrokerConfig")

@@ -268,19 +268,20 @@ class PullMessageProcessor:
                     "the consumer's subscription not latest"))
             sub = found
         resp = self._read(req, sub)
+        parked = False
         if resp.code == ResponseCode.PULL_NOT_FOUND and allow_suspend and suspend:
             timeout_ms = (req.suspend_timeout_millis if cfg.long_polling_enable
                           else cfg.short_polling_time_mills)
             assert future is not None
             self.hold.suspend(_Parked(req, future, time.monotonic() + timeout_ms / 1000.0, sub,
                                       f"{req.topic}@{req.queue_id}"))
-            resp = None
+            parked = True
         elif resp.code == ResponseCode.PULL_OFFSET_MOVED:
             resp.suggest_which_broker_id = sgc.broker_id
             self._offset_moved_event(req, resp.next_begin_offset)
         if allow_suspend and commit:
             b.store.commit_offset(req.consumer_group, req.topic, req.queue_id, req.commit_offset)
-        return resp
+        return None if parked else resp
 
     def _read(self, req: PullMessageRequest, sub: SubscriptionData) -> PullMessageResponse:
         tags, codes = _filter_of(sub)

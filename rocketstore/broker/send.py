@@ -12,6 +12,7 @@ Every answer is a response code, never an exception, except for a malformed requ
 """
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import re
@@ -180,7 +181,7 @@ class SendMessageProcessor:
         user = msg.properties
         if (C.PROPERTY_DELAY_TIME_LEVEL not in user
                 and not _is_true(user.get(C.PROPERTY_TRANSACTION_PREPARED))):
-            return self._respond(self._put_plain(inner, user), queue_id)
+            return self._put_plain(inner, user, queue_id)
         props = self._client_properties(msg)
         inner.properties = props
         props.put(C.PROPERTY_CLUSTER, self.cfg.broker_cluster_name)
@@ -200,7 +201,7 @@ class SendMessageProcessor:
             return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
         return self._respond(put, queue_id)
 
-    def _put_plain(self, inner: MessageInner, user: dict[str, str]) -> Future | PutMessageResult:
+    def _put_plain(self, inner: MessageInner, user: dict[str, str], queue_id: int) -> Future:
         """The put of a send with no DELAY and no TRAN_MSG: the same stored string as the map
         path below (client map + CLUSTER, WAIT removed), from the memoized key order."""
         if C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in user:
@@ -218,8 +219,10 @@ class SendMessageProcessor:
                 properties=entries)
             store = self.broker.store
             if not store.commit_log.sync_flush:
-                return store.put_message(m, inner.queue_id)     # answered now: no future
-            return store.put_message_async(m, inner.queue_id)
+                return _done(put_response(store.put_message(m, inner.queue_id), queue_id))
+            # the flush acknowledgement completes the response future itself
+            return store.put_message_async(
+                m, inner.queue_id, transform=functools.partial(put_response, queue_id=queue_id))
         except InvalidMessageError as e:
             return _done(SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e)))
 
@@ -266,14 +269,9 @@ class SendMessageProcessor:
         inner.queue_id = 0
         inner.freeze()
 
-    def _respond(self, put: Future | PutMessageResult, queue_id: int) -> Future:
-        if isinstance(put, PutMessageResult):
-            return _done(put_response(put, queue_id))
+    def _respond(self, put: Future, queue_id: int) -> Future:
         if put.done():
-            r = put.result()
-            if isinstance(r, SendMessageResponse):      # refused before the put
-                return put
-            return _done(put_response(r, queue_id))
+            return _done(put_response(put.result(), queue_id))
         out: Future = Future()
 
         def finish(f: Future) -> None:
@@ -326,10 +324,10 @@ class SendMessageProcessor:
                 born_host=req.born_host or m.born_host, reconsume_times=req.reconsume_times,
                 properties=entries))
         try:
-            put = self.broker.store.put_messages_async(msgs, queue_id)
+            return self.broker.store.put_messages_async(
+                msgs, queue_id, transform=functools.partial(put_response, queue_id=queue_id))
         except InvalidMessageError as e:
             return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
-        return self._respond(put, queue_id)
 
     # -- CONSUMER_SEND_MSG_BACK --------------------------------------------------------------
 

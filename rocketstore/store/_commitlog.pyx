@@ -1196,22 +1196,23 @@ cdef class CommitLog:
 
     # -- acknowledgement without a waiting thread ------------------------------------------------
 
-    def put_message_async(self, object msg, object queue_id=0, acks=None):
+    def put_message_async(self, object msg, object queue_id=0, acks=None, transform=None):
         """Append like ``put_message``; the durability wait goes to ``acks`` (a
-        ``FlushAckService``): ``acks.defer(result, end)`` when a sync flush must pass ``end``
-        first, else ``acks.completed(result)``. Returns what ``acks`` returns (a Future)."""
+        ``FlushAckService``): ``acks.defer(result, end, transform)`` when a sync flush must pass
+        ``end`` first, else ``acks.completed(result, transform)``. Returns what ``acks`` returns
+        (a Future of the result, or of ``transform(result)``)."""
         cdef PutMessageResult r = self._put(msg, queue_id, False)
         if (r.status is PUT_OK and self.sync_flush and not (<Message>msg)._no_wait
                 and not self.debug_ack_before_sync):
-            return acks.defer(r, r.commitlog_offset + r.wrote_bytes)
-        return acks.completed(r)
+            return acks.defer(r, r.commitlog_offset + r.wrote_bytes, transform)
+        return acks.completed(r, transform)
 
-    def put_messages_async(self, object msgs, object queue_id=0, acks=None):
+    def put_messages_async(self, object msgs, object queue_id=0, acks=None, transform=None):
         """``put_messages`` with the durability wait handed to ``acks`` (see above)."""
         cdef PutMessageResult r = self._put_batch(msgs, queue_id, False)
         if r.status is PUT_OK and self.sync_flush and not self.debug_ack_before_sync:
-            return acks.defer(r, r.commitlog_offset + r.wrote_bytes)
-        return acks.completed(r)
+            return acks.defer(r, r.commitlog_offset + r.wrote_bytes, transform)
+        return acks.completed(r, transform)
 
     def request_flush(self, int64_t target):
         """Ask the group-commit service to make everything below ``target`` durable."""

@@ -308,19 +308,23 @@ class FlushAckService:
         self.groups = 0                         # completion rounds (statistics)
 
     @staticmethod
-    def completed(result) -> Future:
+    def completed(result, transform=None) -> Future:
+        """A completed future of ``result`` (or of ``transform(result)``)."""
         fut: Future = Future()
-        fut.set_result(result)
+        fut.set_result(result if transform is None else transform(result))
         return fut
 
-    def defer(self, result, end: int) -> Future:
+    def defer(self, result, end: int, transform=None) -> Future:
+        """A future completed once the log is durable up to ``end`` (or found not to be);
+        its value is ``result``, or ``transform(result)`` (a broker's response, computed by
+        this thread: no second future per put)."""
         fut: Future = Future()
-        entry = (end, result, fut, time.monotonic() + self.timeout)
+        entry = (end, result, fut, time.monotonic() + self.timeout, transform)
         with self._cond:
             if self._stopped:
                 # closing: the flush that covers it may never come; never claim durability
                 self.commit_log.mark_not_durable(result)
-                fut.set_result(result)
+                fut.set_result(result if transform is None else transform(result))
                 return fut
             self._pending.append(entry)
             if len(self._pending) == 1:
@@ -345,14 +349,16 @@ class FlushAckService:
 
     def _complete(self, done: list, flushed: int) -> None:
         mark = self.commit_log.mark_not_durable
-        for end, result, fut, _ in done:
+        for end, result, fut, _, transform in done:
             if end > flushed:
                 mark(result)
             if not fut.cancelled():
                 try:
-                    fut.set_result(result)
+                    fut.set_result(result if transform is None else transform(result))
                 except InvalidStateError:      # cancelled by its waiter meanwhile
                     pass
+                except Exception as e:  # noqa: BLE001 - a failing transform goes to the waiter
+                    fut.set_exception(e)
         if done:
             self.groups += 1
 
@@ -364,7 +370,7 @@ class FlushAckService:
                     self._cond.wait()
                 if not self._pending:
                     return
-                end, _, _, deadline = self._pending[0]
+                end, _, _, deadline, _ = self._pending[0]
                 stopping = self._stopped
             wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
             flushed, failed, flusher_stopped = cl.wait_flushed(end, wait_ms)

@@ -715,7 +715,8 @@ class MessageStore:
         """Append a batch of one topic to one queue with consecutive queue offsets."""
         return self.commit_log.put_messages(msgs, queue_id)
 
-    def put_message_async(self, msg: Message, queue_id: int = 0) -> Future[PutMessageResult]:
+    def put_message_async(self, msg: Message, queue_id: int = 0, *,
+                          transform: Any = None) -> Future[PutMessageResult]:
         """``put_message`` without waiting: a ``concurrent.futures.Future`` of its result.
 
         Under SYNC_FLUSH the future completes once a sync made the record durable (the
@@ -724,13 +725,15 @@ class MessageStore:
         ``sync_flush_timeout``; never PUT_OK before the bytes are on disk. Otherwise (ASYNC_FLUSH,
         ``WAIT=false``, a refused put) it is already complete. From asyncio:
         ``await asyncio.wrap_future(store.put_message_async(msg))``. Bad input raises here.
+        ``transform``: the future's value is ``transform(result)`` instead (computed by the
+        completing thread; a broker turns the result into its response without a second future).
         """
-        return self.commit_log.put_message_async(msg, queue_id, self.flush_ack)
+        return self.commit_log.put_message_async(msg, queue_id, self.flush_ack, transform)
 
-    def put_messages_async(self, msgs: Sequence[Message],
-                           queue_id: int = 0) -> Future[PutMessageResult]:
+    def put_messages_async(self, msgs: Sequence[Message], queue_id: int = 0, *,
+                           transform: Any = None) -> Future[PutMessageResult]:
         """``put_messages`` without waiting; see ``put_message_async``."""
-        return self.commit_log.put_messages_async(msgs, queue_id, self.flush_ack)
+        return self.commit_log.put_messages_async(msgs, queue_id, self.flush_ack, transform)
 
     def dispatch_behind_bytes(self) -> int:
         """Commit-log bytes not yet dispatched to consume queues (consumers cannot see them)."""
