@@ -592,7 +592,8 @@ from rocketstore import Message, MessageStore, StoreConfig
 root, phase = sys.argv[1], sys.argv[2]
 cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=100,
                   flush_disk_type="SYNC_FLUSH", dispatch_inline=True,
-                  delete_commit_log_files_interval=0, clean_resource_first_delay=3_600_000)
+                  delete_commit_log_files_interval=0, clean_resource_first_delay=3_600_000,
+                  max_hash_slot_num=16, max_index_num=11)   # the reader's config()
 def body(i):
     return (b"%05d" % i) * 600
 with MessageStore.open(root, cfg) as store:

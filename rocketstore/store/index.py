@@ -65,7 +65,7 @@ class IndexService:
             if not (len(name) == 17 and name.isdigit() and os.path.isfile(path)):
                 continue
             if os.path.getsize(path) != size:
-                if self.read_only:
+                if self.read_only and os.path.getsize(path) == 0:
                     continue            # being created by the writer
                 raise CorruptionError(path, os.path.getsize(path),
                                       f"index file is not {size} bytes (max_hash_slot_num="

@@ -86,7 +86,7 @@ class MappedFileQueue:
                     if self.read_only and not files:
                         continue    # retention in the writer deleted it after our listing
                     raise
-                if size != self.file_size and i == len(names) - 1 and self.read_only:
+                if size == 0 and i == len(names) - 1 and self.read_only:
                     break           # the writer is creating it: the next refresh maps it
                 if size == 0 and i == len(names) - 1 and not self.read_only:
                     log.warning("%s: deleting empty last file (crash during its creation)", path)

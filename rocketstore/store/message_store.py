@@ -20,9 +20,9 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from rocketstore.store import _reader, paths
+from rocketstore.store import _reader, paths, storedir
 from rocketstore.store._codec import Message, MessageExt, decode_msg_id
 from rocketstore.store._commitlog import CommitLog, PutMessageResult
 from rocketstore.store._dispatch import DispatchCore
@@ -37,7 +37,7 @@ from rocketstore.store.consumequeue import ConsumeQueueStore, unit_runs
 from rocketstore.store.dispatch import ArrivalNotifier, DispatchService
 from rocketstore.store.flush import (CommitRealTimeService, FlushConsumeQueueService,
                                FlushRealTimeService, GroupCommitService)
-from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError,
+from rocketstore.errors import (InvalidConfigError, InvalidMessageError, InvalidMessageIdError,
                                 InvalidMessageTypeError, StoreClosedError, StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
 from rocketstore.store.mapped_file_queue import MappedFileQueue
@@ -242,7 +242,12 @@ class MessageStore:
              config: StoreConfig | None = None, *, read_only: bool = False) -> "MessageStore":
         """Open (creating when missing) the store at ``path``; only one writer at a time.
 
-        ``path`` defaults to ``config.store_path_root_dir``. Raises ``StoreLockedError`` when
+        ``path`` defaults to ``config.store_path_root_dir``. An existing store keeps the file
+        geometry it was written with: settings left at their defaults
+        (``mapped_file_size_commit_log``, ``mapped_file_size_consume_queue``,
+        ``max_hash_slot_num``/``max_index_num``) take the sizes of its files, and a given
+        setting its files contradict raises ``InvalidConfigError`` naming both values
+        (``store.config`` holds what was used). Raises ``StoreLockedError`` when
         another process, or another open store object, holds the directory. With
         ``read_only=True`` no lock is taken and nothing is written: the store follows what a
         writer in another process dispatches.
@@ -251,14 +256,16 @@ class MessageStore:
         if not isinstance(config, StoreConfig):
             raise InvalidMessageTypeError("config", "StoreConfig", type(config).__name__)
         root = os.fspath(path) if path is not None else config.store_path_root_dir
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise InvalidConfigError("path", root, "is a file, not a store directory")
         if read_only:
             if not os.path.isdir(root):
                 raise FileNotFoundError(2, "no store directory", root)
-            return cls(root, config, None, read_only=True)
+            return cls(root, storedir.config_for_files(root, config), None, read_only=True)
         os.makedirs(root, exist_ok=True)
         lock = _StoreLock(root)
         try:
-            return cls(root, config, lock)
+            return cls(root, storedir.config_for_files(root, config), lock)
         except BaseException:
             lock.release()
             raise
