@@ -559,10 +559,14 @@ def test_demo_runs_the_readme_job(tmp_path):
     assert "16 topic-queues, 4,000 messages in all" in out
     assert "consume 4,000 messages" in out
     assert "NOT FOUND" not in out
+    # it removes what it wrote unless told to keep it
+    assert "removed the demo store" in out and not (tmp_path / "demo").exists()
     # bench is the same job
     out = run("bench", "--messages", "1000", "--dir", str(tmp_path / "bench"),
-              "--file-size", str(1 << 20)).stdout
+              "--file-size", str(1 << 20), "--keep").stdout
     assert "1,000 messages in all" in out
+    assert f"kept {tmp_path / 'bench'}" in out
+    assert (tmp_path / "bench" / "commitlog").is_dir()
 
 
 def test_help_lists_every_command():

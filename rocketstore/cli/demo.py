@@ -119,7 +119,22 @@ def _demo(args: argparse.Namespace) -> int:
     ok = n_read == total and not failed and found is not None
     if not ok:
         print("demo: read-back did not match what was written", file=sys.stderr)
+    if args.keep:
+        print(f"kept {os.path.abspath(args.dir)} ({_disk_usage(args.dir) / 1e6:.0f} MB on disk)")
+    else:
+        used = _disk_usage(args.dir)
+        shutil.rmtree(args.dir)
+        parent = os.path.dirname(os.path.abspath(args.dir))
+        if os.path.basename(parent) == ".rocketstore" and not os.listdir(parent):
+            os.rmdir(parent)
+        print(f"removed the demo store ({used / 1e6:.0f} MB on disk; --keep keeps it)")
     return 0 if ok else 1
+
+
+def _disk_usage(root: str) -> int:
+    """Bytes of disk the files under ``root`` take (allocated blocks, not lengths)."""
+    return sum(os.stat(os.path.join(d, f)).st_blocks * 512
+               for d, _, files in os.walk(root) for f in files)
 
 
 def register(sub) -> None:
@@ -134,5 +149,6 @@ def register(sub) -> None:
                       help="commit-log file size in bytes (RocketMQ's default is 1 GiB)")
     demo.add_argument("--seed", type=int, default=7)
     demo.add_argument("--keep", action="store_true",
-                      help="append to the existing demo store instead of starting afresh")
+                      help="keep the store afterwards (and append to an existing one); by "
+                           "default the demo removes what it wrote")
     demo.set_defaults(func=_demo)

@@ -683,6 +683,8 @@ cdef class CommitLog:
         cdef Py_ssize_t left = 0
         if cur is not None and cur.wrote_pos != cur.file_size:
             left = cur.file_size - cur.wrote_pos
+            # disk for the record and the blank after it (or the blank that ends the file)
+            cur.reserve(cur.wrote_pos + min(left, need + RS_END_FILE_MIN_BLANK))
             if need + RS_END_FILE_MIN_BLANK <= left:
                 return cur
         if self.pool is not None and self._pool_fast_fail and not self.pool.available:
@@ -705,6 +707,7 @@ cdef class CommitLog:
                 self._rolls += 1    # the commit loop hands files before nxt to Python
             self.pool.lend(nxt)     # may commit the full files itself when no buffer is free
         self._set_cur(nxt)
+        nxt.reserve(need + RS_END_FILE_MIN_BLANK)
         return nxt
 
     cdef void _close_file(self, MappedFile cur, Py_ssize_t left) noexcept:

@@ -26,6 +26,7 @@ import logging
 import os
 
 from rocketstore.errors import CorruptionError
+from rocketstore.store.allocate import CONSUME_QUEUE_EXTENT
 from rocketstore.store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger("rocketstore.store.consumequeue")
@@ -86,7 +87,7 @@ cdef class ConsumeQueue:
         self.read_only = read_only
         self.mapped_file_queue = MappedFileQueue(os.path.join(root, topic, str(queue_id)),
                                                  file_size, read_only=read_only,
-                                                 create_dir=False)
+                                                 create_dir=False, extent=CONSUME_QUEUE_EXTENT)
         self.state.file_size = file_size
         self.state.max_physic_offset = -1
 
@@ -148,6 +149,17 @@ cdef class ConsumeQueue:
             self.state.base = mf.base
             self.state.file_from = mf.file_from_offset
             self.state.wrote_pos = mf.wrote_pos
+        # the GIL-free fast path writes only where disk is allocated; past it, the slow
+        # path reserves the next extent
+        self.state.file_size = mf.allocated_end if mf is not None and not self.read_only \
+            else self.file_size
+        return 0
+
+    cdef int _reserve_unit(self) except -1:
+        """Allocate disk for the unit at the write position (a full disk: OSError here)."""
+        if self.cur is not None and not self.read_only:
+            self.cur.reserve(self.state.wrote_pos + RS_CQ_UNIT_SIZE)
+            self.state.file_size = self.cur.allocated_end
         return 0
 
     # -- writing ---------------------------------------------------------------------------
@@ -176,6 +188,7 @@ cdef class ConsumeQueue:
         mf = mfq.create_next(start)
         if first and index != 0:
             # FORMAT.md 5.1: fillers before the first unit, and the min offset past them
+            mf.reserve(expect - mf.file_from_offset)
             pos = 0
             while mf.file_from_offset + pos < expect:
                 _write_unit(mf.base + pos, 0, RS_CQ_FILLER_SIZE, 0)
@@ -222,6 +235,7 @@ cdef class ConsumeQueue:
                         self.topic, self.queue_id, cq_offset, expect, current)
             if self.state.wrote_pos + RS_CQ_UNIT_SIZE > self.file_size:
                 mf = self.file_for_index(current // RS_CQ_UNIT_SIZE)
+            self._reserve_unit()
             _write_unit(self.state.base + self.state.wrote_pos, 0, RS_CQ_FILLER_SIZE, 0)
             self.state.wrote_pos += RS_CQ_UNIT_SIZE
             self.state.dirty = 1
@@ -229,6 +243,7 @@ cdef class ConsumeQueue:
             current += RS_CQ_UNIT_SIZE
         if self.state.wrote_pos + RS_CQ_UNIT_SIZE > self.file_size:
             self.file_for_index(cq_offset)
+        self._reserve_unit()
         rc = cq_append_fast(&self.state, phy_offset, size, tags_code, cq_offset, store_ts)
         if rc < 0:
             raise CorruptionError(self.mapped_file_queue.store_path, expect,

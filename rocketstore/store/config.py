@@ -44,6 +44,9 @@ class StoreConfig:
     flush_least_pages_when_warm_maped_file: int = 4096
     mlock_maped_file: bool = False                  # ours: mlock warmed files (RocketMQ always does)
     os_page_cache_busy_timeout_mills: int = 1000
+    # ours: disk allocated ahead of the commit-log writer at a time (posix_fallocate); files
+    # keep RocketMQ's length, sparse past it. 0 allocates each file whole, as RocketMQ does
+    allocation_extent: int = 64 * MiB
     # -- flush -----------------------------------------------------------------------------
     flush_disk_type: str = ASYNC_FLUSH
     flush_interval_commit_log: int = 500
@@ -124,6 +127,9 @@ class StoreConfig:
                      "max_hash_slot_num", "max_index_num"):
             if getattr(self, name) <= 0:
                 raise InvalidConfigError(name, getattr(self, name), "must be positive")
+        if self.allocation_extent < 0:
+            raise InvalidConfigError("allocation_extent", self.allocation_extent,
+                                     "must be 0 (whole files) or a positive number of bytes")
         for name in ("clean_resource_interval", "delete_file_batch_max"):
             if getattr(self, name) <= 0:
                 raise InvalidConfigError(name, getattr(self, name), "must be positive")

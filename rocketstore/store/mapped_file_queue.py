@@ -47,13 +47,20 @@ class MappedFileQueue:
         Creates files and pre-allocates the next one; without it files are created inline.
     read_only : bool
         Map files read-only and never create any.
+    extent : int
+        Disk allocated ahead of the writer at a time (0: files are allocated whole); see
+        ``allocate``.
     """
 
     def __init__(self, store_path: str, file_size: int,
                  allocator: AllocateMappedFileService | None = None,
-                 read_only: bool = False, warm: bool = False, create_dir: bool = True) -> None:
+                 read_only: bool = False, warm: bool = False, create_dir: bool = True,
+                 extent: int = 0) -> None:
         self.store_path = store_path
         self.file_size = file_size
+        # a file no bigger than one extent is allocated a quarter at a time: its last quarter
+        # then still says "nearly full" (pre-allocate the next file)
+        self.extent = 0 if extent <= 0 else extent if extent < file_size else max(file_size // 4, 1)
         self.allocator = allocator
         self.read_only = read_only
         self.warm = warm
@@ -92,7 +99,8 @@ class MappedFileQueue:
                     log.warning("%s: deleting empty last file (crash during its creation)", path)
                     os.unlink(path)
                     continue
-                mf = MappedFile(path, self.file_size, read_only=self.read_only)
+                mf = MappedFile(path, self.file_size, read_only=self.read_only,
+                                extent=self.extent)
                 if files and mf.file_from_offset != files[-1].file_from_offset + self.file_size:
                     expected = files[-1].file_from_offset + self.file_size
                     mf.release()
@@ -160,9 +168,16 @@ class MappedFileQueue:
             os.makedirs(self.store_path, exist_ok=True)
         if self.allocator is not None:
             nxt = os.path.join(self.store_path, offset_to_file_name(start_offset + self.file_size))
-            mf = self.allocator.get(path, self.file_size, nxt)
+            mf = self.allocator.get(path, self.file_size, extent=self.extent)
+            if mf.allocated_end >= self.file_size:
+                self.allocator.request(nxt, self.file_size, self.extent)
+            else:
+                # pre-allocate the next file only when this one is nearly full: when its
+                # writer reserves its last extent
+                allocator, size, extent = self.allocator, self.file_size, self.extent
+                mf.on_last_extent = lambda: allocator.request(nxt, size, extent)
         else:
-            mf = create_mapped_file(path, self.file_size, warm=self.warm)
+            mf = create_mapped_file(path, self.file_size, warm=self.warm, extent=self.extent)
         mf.set_positions(0)
         with self._files_lock:
             self.files = self.files + [mf]

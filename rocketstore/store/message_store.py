@@ -168,7 +168,7 @@ class MessageStore:
         self.commit_log_queue = MappedFileQueue(config.commit_log_path(root),
                                                 config.mapped_file_size_commit_log,
                                                 allocator=None if read_only else self.allocator,
-                                                read_only=read_only)
+                                                read_only=read_only, extent=config.allocation_extent)
         self.consume_queues = ConsumeQueueStore(
             root, config.mapped_file_size_consume_queue, read_only=read_only,
             min_phy_offset=lambda: max(0, self.commit_log_queue.get_min_offset()))
