@@ -33,8 +33,9 @@ class ArrivalNotifier:
     def has_waiters(self) -> bool:
         return self._waiters > 0
 
-    def wait(self, ready: Callable[[], bool], timeout: float) -> bool:
-        """Wait until ``ready()`` is true (checked at each arrival), at most ``timeout`` s."""
+    def wait(self, ready: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait until ``ready()`` is true (checked at each arrival), at most ``timeout`` s
+        (None: no limit)."""
         with self._cond:
             self._waiters += 1
             try:
@@ -141,6 +142,7 @@ class DispatchService:
         except BaseException as e:  # noqa: BLE001 - recorded and reported by the store
             self.error = e
             log.exception("dispatch service stopped")
+            self.notifier.notify()      # waiters (wait_dispatched) see the error
 
     def shutdown(self) -> None:
         """Stop and join the thread, then dispatch what is left."""

@@ -598,6 +598,42 @@ class MessageStore:
             return 0
         return self.dispatch_service.dispatch_behind_bytes()
 
+    def wait_dispatched(self, timeout: float | None = None, *,
+                        until: PutMessageResult | int | None = None) -> bool:
+        """Wait until what was put so far is visible to ``get_message`` (read-your-writes).
+
+        Puts return once their record is in the commit log; the dispatch thread then appends
+        its consume-queue unit (and index entries), usually within a millisecond or two but
+        longer under load. Until then ``get_message`` answers NO_MESSAGE_IN_QUEUE or
+        OFFSET_OVERFLOW_ONE and ``get_max_offset_in_queue`` has not moved. This waits for
+        every record readable at the call, or with ``until`` (a ``PutMessageResult`` or a
+        commit-log offset) for that record; with ``transient_store_pool_enable`` pass the
+        result, as its bytes become readable only at the next commit (at most
+        ``commit_interval_commit_log`` ms). Returns False when ``timeout`` seconds passed
+        first (or dispatch stopped on an error, ``store.dispatch_service.error``). A store
+        with ``dispatch_inline=True`` dispatches in each put: this returns at once.
+        """
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(self.root)
+        if until is None:
+            target = self.dispatch_service.bound()
+        elif isinstance(until, PutMessageResult):
+            if not until.ok:
+                raise InvalidMessageError("until", until.status, "the put failed: nothing to wait for")
+            target = until.commitlog_offset + until.wrote_bytes
+        elif isinstance(until, int) and not isinstance(until, bool):
+            target = until
+        else:
+            raise InvalidMessageTypeError("until", "PutMessageResult or int", type(until).__name__)
+        svc = self.dispatch_service
+
+        def visible() -> bool:
+            return svc.reput_offset >= target or svc.error is not None or self._closed
+        if not self.notifier.wait(visible, timeout):
+            return False
+        return svc.reput_offset >= target
+
     # -- consume queues --------------------------------------------------------------------------
 
     def _queue(self, topic: str, queue_id: int, offset: int = -1):
@@ -683,12 +719,23 @@ class MessageStore:
     def get_message(self, group: str, topic: str, queue_id: int, offset: int,
                     max_msgs: int = 32, max_bytes: int | None = None, tags: Any = None, *,
                     timeout_ms: int = 0, raw: bool = False) -> GetMessageResult:
-        """Up to ``max_msgs`` messages of a queue from queue ``offset`` (FORMAT.md 13).
+        """Up to ``max_msgs`` messages of a queue from queue ``offset`` (docs/format.md §13).
 
-        ``tags``: None or ``"*"`` for every message; a tag, ``"TagA || TagB"`` or a list of up
-        to 8 tags. With ``timeout_ms`` a get that finds nothing new waits (long polling) for
-        the dispatcher to bring messages past ``offset``. Returns a ``GetMessageResult``
-        (``status``, ``messages``, ``next_begin_offset``, ``min_offset``, ``max_offset``).
+        ``group`` names the consumer group asking; the store does not use it (RocketMQ's
+        signature: a broker uses it for offsets and filters) -- commit progress with
+        ``commit_offset(group, ...)``. ``tags``: None or ``"*"`` for every message; a tag,
+        ``"TagA || TagB"`` or a list of up to 8 tags. With ``timeout_ms`` a get that finds
+        nothing new waits (long polling) for the dispatcher to bring messages past
+        ``offset``. Returns a ``GetMessageResult`` (``status``, ``messages``,
+        ``next_begin_offset``, ``min_offset``, ``max_offset``).
+
+        Dispatch lag: a message is readable here only once the dispatch thread has written
+        its consume-queue unit, a moment after ``put_message`` returned (usually under a
+        millisecond or two; tens of milliseconds under load). Right after a put a get may
+        still answer NO_MESSAGE_IN_QUEUE / OFFSET_OVERFLOW_ONE: call
+        ``store.wait_dispatched()`` first, pass ``timeout_ms`` (long polling), or open the
+        store with ``StoreConfig(dispatch_inline=True)``. A consumer loop should not stop at
+        the first empty answer.
         """
         if self._closed:
             raise StoreClosedError("store " + self.root)
