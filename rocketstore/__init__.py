@@ -14,19 +14,26 @@ except ImportError as e:  # pragma: no cover - depends on how it was installed
         f"original error: {e}") from e
 
 from rocketstore.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
-from rocketstore.errors import (CorruptionError, InvalidConfigError, InvalidMessageError,
-                                InvalidMessageIdError, InvalidMessageTypeError, RocketStoreError,
-                                StoreClosedError, StoreLockedError)
+from rocketstore.errors import (CorruptionError, DiskFullError, InvalidConfigError,
+                                InvalidMessageError, InvalidMessageIdError,
+                                InvalidMessageTypeError, InvalidOptionError, MQBrokerError,
+                                MQClientError, RocketStoreError, StoreClosedError,
+                                StoreLockedError, StoreReadOnlyError, TopicPermissionError,
+                                TransportError)
 from rocketstore.store.status import GetMessageStatus, PutMessageStatus, SysFlag, TransactionType
 from rocketstore.store.types import Message, MessageExt, PutMessageResult
 from rocketstore.store import MessageStore
+from rocketstore.store.topics import TopicConfig
 
-__version__ = "0.1.0"
+from rocketstore._version import __version__
 
 __all__ = [
-    "MessageStore", "StoreConfig", "Message", "MessageExt", "PutMessageResult",
+    "__version__", "MessageStore", "StoreConfig", "TopicConfig", "Message", "MessageExt", "PutMessageResult",
     "PutMessageStatus", "GetMessageStatus", "SysFlag", "TransactionType",
     "ASYNC_FLUSH", "SYNC_FLUSH",
+    # every public error (rocketstore.errors.__all__)
     "RocketStoreError", "InvalidMessageError", "InvalidMessageTypeError", "InvalidConfigError",
-    "InvalidMessageIdError", "StoreClosedError", "StoreLockedError", "CorruptionError",
+    "InvalidMessageIdError", "StoreClosedError", "StoreLockedError", "StoreReadOnlyError",
+    "CorruptionError", "TopicPermissionError", "DiskFullError", "InvalidOptionError",
+    "TransportError", "MQClientError", "MQBrokerError",
 ]

@@ -687,14 +687,15 @@ cdef object _decompress(object stored, int sys_flag, int64_t offset):
 @cython.freelist(256)
 @cython.no_gc       # owner is a MappedFile, bytes or memoryview: none refers back to a MessageExt
 cdef class MessageExt:
-    """A stored message with every field of its record (FORMAT.md 1.1).
+    """A stored message with every field of its record (docs/format.md §1).
 
     Numbers are decoded when the record is read; topic, properties, hosts and the body are
     decoded from the record bytes on first access. A ``MessageExt`` read from a store pins its
     mapped file (``MappedFile.pin``), so its bytes stay valid after the store closes, and the
     file cannot be unmapped under it. ``body`` is a zero-copy ``memoryview`` of the mapping
     (decompressed ``bytes`` when the record is stored compressed and was read without
-    ``raw``); ``copy()`` detaches the message from the mapping.
+    ``raw``): a memoryview has no ``.decode()`` and ``json.loads`` refuses it, so use
+    ``body_bytes`` (a ``bytes`` copy) there; ``copy()`` detaches the message from the mapping.
     """
 
     def __dealloc__(self):
@@ -784,6 +785,13 @@ cdef class MessageExt:
             else:
                 self._body = stored
         return self._body
+
+    @property
+    def body_bytes(self):
+        """The body as ``bytes`` (a copy): for ``json.loads``, ``.decode()``, or keeping it
+        past the message. ``body`` is the zero-copy view; read that in hot loops."""
+        cdef object b = self.body
+        return b if type(b) is bytes else bytes(b)
 
     @property
     def body_size(self):

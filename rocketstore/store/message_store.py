@@ -56,6 +56,14 @@ _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
 
 
+class QueueInfo(NamedTuple):
+    """One consume queue: its first stored offset and one past its last dispatched one."""
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+
 class _Progress:
     """A progress line on stderr for long recoveries, when stderr is a terminal."""
 
@@ -551,14 +559,54 @@ class MessageStore:
         self.commit_log.set_topic_rule(topic, None)
         self._read_forbidden.discard(topic)
 
+    def list_topics(self) -> list[str]:
+        """Topics with at least one consume queue (messages were stored), sorted; configured
+        topics are in ``topic_config_manager.all()``."""
+        self._check_open()
+        return sorted({t for t, _ in storedir.list_queues(self.root)})
+
+    def list_queues(self, topic: str | None = None) -> list[QueueInfo]:
+        """Every consume queue (of ``topic``, or of all topics) with its min and max offset,
+        sorted by topic and queue id."""
+        self._check_open()
+        out = []
+        for t, qid in storedir.list_queues(self.root):
+            if topic is None or t == topic:
+                out.append(QueueInfo(t, qid, self.get_min_offset_in_queue(t, qid),
+                                     self.get_max_offset_in_queue(t, qid)))
+        return out
+
     # -- consumer offsets ------------------------------------------------------------------------
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record ``offset`` as the next offset ``group`` consumes (``consumerOffset.json``)."""
+        """Record ``offset`` as the next offset ``group`` consumes (``consumerOffset.json``).
+
+        Bad arguments (a negative offset, a queue id a configured topic does not have) raise
+        ``InvalidMessageError`` / ``InvalidMessageTypeError``. Committed offsets are kept in
+        memory and written to ``config/consumerOffset.json`` every
+        ``flush_consumer_offset_interval`` ms (5 s by default, as RocketMQ) and at ``close()``:
+        a crash loses the commits of the last few seconds -- the group then consumes those
+        messages again (at-least-once). Call ``persist_offsets()`` to write them now.
+        """
         self._check_open()
         if self.read_only:
             raise StoreReadOnlyError(self.root)
+        tc = self.topic_config_manager.get(topic) if isinstance(topic, str) else None
+        if (tc is not None and isinstance(queue_id, int)
+                and queue_id >= max(tc.read_queue_nums, tc.write_queue_nums)):
+            raise InvalidMessageError(
+                "queue_id", queue_id, f"topic {topic!r} has {tc.read_queue_nums} read / "
+                f"{tc.write_queue_nums} write queues (topics.json)",
+                limit=max(tc.read_queue_nums, tc.write_queue_nums) - 1)
         self.consumer_offset_manager.commit_offset(group, topic, queue_id, offset)
+
+    def persist_offsets(self) -> None:
+        """Write every committed consumer offset to ``config/consumerOffset.json`` now
+        (atomically, synced), instead of at the next ``flush_consumer_offset_interval``."""
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(self.root)
+        self.consumer_offset_manager.persist()
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed next offset of ``group`` in the queue, or -1."""
@@ -572,6 +620,10 @@ class MessageStore:
 
         Returns a ``PutMessageResult`` (``status``, ``msg_id``, ``queue_offset``,
         ``commitlog_offset``, ...). Bad input raises ``InvalidMessageError`` and writes nothing.
+        A topic in ``topics.json`` (``update_topic_config``) refuses a queue id at or past
+        its ``write_queue_nums`` (MESSAGE_ILLEGAL); a topic not configured takes any queue id
+        in [0, 2**31), creating the queue, as RocketMQ's store does. The message becomes
+        visible to ``get_message`` once dispatched: see ``wait_dispatched``.
         """
         return self.commit_log.put_message(msg, queue_id)
 
@@ -965,4 +1017,4 @@ class MessageStore:
         return f"MessageStore({self.root!r}, {state})"
 
 
-__all__ = ["MessageStore", "InvalidMessageIdError"]
+__all__ = ["MessageStore", "QueueInfo", "InvalidMessageIdError"]

@@ -27,6 +27,7 @@ import time
 from types import TracebackType
 from typing import Any
 
+from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError
 from rocketstore.store.configfile import ConfigFile
 
 __all__ = ["ConsumerOffsetManager", "CONSUMER_OFFSET_FILE", "TOPIC_GROUP_SEPARATOR"]
@@ -41,22 +42,23 @@ _INT_KEY = re.compile(r"-?\d+")
 
 
 def _check_name(arg: str, value: object) -> str:
+    # the library's errors (they are also TypeError / ValueError)
     if not isinstance(value, str):
-        raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
+        raise InvalidMessageTypeError(arg, "str", type(value).__name__)
     if not value:
-        raise ValueError(f"{arg} must not be empty")
+        raise InvalidMessageError(arg, value, "must not be empty")
     if TOPIC_GROUP_SEPARATOR in value:
-        raise ValueError(f"{arg}={value!r} must not contain {TOPIC_GROUP_SEPARATOR!r} "
-                         "(it separates topic and group in consumerOffset.json keys)")
+        raise InvalidMessageError(arg, value, f"must not contain {TOPIC_GROUP_SEPARATOR!r} "
+                                  "(it separates topic and group in consumerOffset.json keys)")
     return value
 
 
 def _check_int(arg: str, value: object, limit: int) -> int:
     # bool is an int subclass; True as a queue id is a caller's mistake, not queue 1
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{arg} must be an int, got {type(value).__name__}")
+        raise InvalidMessageTypeError(arg, "int", type(value).__name__)
     if not 0 <= value <= limit:
-        raise ValueError(f"{arg}={value} is out of range 0..{limit}")
+        raise InvalidMessageError(arg, value, f"is out of range 0..{limit}", limit=limit)
     return value
 
 
