@@ -1,7 +1,7 @@
-"""rocketstore.store._mapped.MappedFile: allocation, positions, views, lifetime, flush (FORMAT.md 4).
+"""rocketstore.store._mapped.MappedFile: allocation, positions, views, lifetime, flush (docs/format.md §4).
 
 Sizes derive from the runtime page size; flush page accounting uses RocketMQ's OS_PAGE_SIZE
-(4096, FORMAT.md 4.1/4.5). The disk-full tests mount a real 1 MiB tmpfs (CI runs as root).
+(4096, docs/format.md §4.1/4.5). The disk-full tests mount a real 1 MiB tmpfs (CI runs as root).
 """
 import ctypes
 import errno
@@ -24,7 +24,7 @@ from rocketstore.errors import CorruptionError, StoreClosedError  # noqa: E402
 from rocketstore.store.mapped_file_queue import MappedFileQueue  # noqa: E402
 from rocketstore.store.status import PutMessageStatus  # noqa: E402
 
-OS_PAGE_SIZE = 4096          # FORMAT.md 4.1: flush/commit page accounting unit
+OS_PAGE_SIZE = 4096          # docs/format.md §4.1: flush/commit page accounting unit
 
 
 @pytest.fixture

@@ -355,7 +355,7 @@ def test_read_only_follows_writer_across_its_restart(tmp_path):
 
 
 def test_read_only_min_offset_of_queue_created_after_open(tmp_path):
-    """A queue the writer starts at offset 5 (filler units 0..4, FORMAT.md 5.1) after the
+    """A queue the writer starts at offset 5 (filler units 0..4, docs/format.md §5.1) after the
     reader opened: the reader reports the same min offset as the writer and as a reader
     opened later, and answers offsets below it with OFFSET_TOO_SMALL."""
     root = str(tmp_path / "store")

@@ -170,7 +170,7 @@ def test_reencode_is_byte_identical(rocketmq_store, expected):
 
 
 def test_tags_hash_matches_dispatched_tags_code(expected):
-    """Normal messages: tagsCode = Java hashCode of TAGS (0 without tags) (FORMAT.md 3)."""
+    """Normal messages: tagsCode = Java hashCode of TAGS (0 without tags) (docs/format.md §3)."""
     checked = 0
     for e in expected["msg"]:
         if e["topic"] == "SCHEDULE_TOPIC_XXXX":

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""CommitLog: every topic's messages appended to one log of mapped files (FORMAT.md 1, 4).
+"""CommitLog: every topic's messages appended to one log of mapped files (docs/format.md §1, 4).
 
 A put validates (the ``Message`` was validated at construction; sizes against this log's
 limits here), takes the put lock, assigns the queue offset of its topic-queue, encodes the
@@ -131,7 +131,7 @@ cdef class _QueueOffsets:
 cdef class PutMessageResult:
     """Outcome of a put: ``status`` and, when stored, where.
 
-    ``msg_id`` is the offset message id (FORMAT.md 7); for a batch, the ids of all its
+    ``msg_id`` is the offset message id (docs/format.md §7); for a batch, the ids of all its
     messages joined with ``,`` as RocketMQ does. It is built on first access.
     """
     cdef readonly object status
@@ -233,7 +233,7 @@ cdef class CommitLog:
     cdef object _not_writeable          # exception making every put SERVICE_NOT_AVAILABLE
     cdef object _roll_error             # the OSError of the last failed file creation
     cdef object _roll_status            # and the status it gives the put
-    # transient store pool (FORMAT.md 4.5): new files borrow a write buffer; the commit
+    # transient store pool (docs/format.md §4.5): new files borrow a write buffer; the commit
     # service copies appends into the file. Puts wake it once enough bytes wait.
     cdef readonly object pool
     cdef bint _pool_fast_fail
@@ -250,7 +250,7 @@ cdef class CommitLog:
     cdef Py_ssize_t *_cur_wrote
     cdef readonly int64_t commit_rounds     # GIL-free rounds that committed bytes
     cdef readonly int64_t committed_bytes
-    # group commit (FORMAT.md 4.5 GroupCommitService): sync puts wait here without the GIL
+    # group commit (docs/format.md §4.5 GroupCommitService): sync puts wait here without the GIL
     # until the flusher has synced past their record; one sync serves every waiter
     cdef pthread_mutex_t flush_mu
     cdef pthread_cond_t flushed_cv      # producers wait for flushed_offset

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""ConsumeQueue: one topic-queue's index into the commit log (FORMAT.md 5).
+"""ConsumeQueue: one topic-queue's index into the commit log (docs/format.md §5).
 
 Unit i (queue offset i) is 20 bytes at logical byte i*20: commit-log offset (8), size (4),
 tags code (8), big-endian. Files hold ``mapped_file_size_consume_queue / 20`` units and are
@@ -44,7 +44,7 @@ cdef int cq_append_fast(CQState *st, int64_t phy_offset, int32_t size, int64_t t
                         int64_t cq_offset, int64_t store_ts) noexcept nogil:
     cdef int64_t expect
     if phy_offset + size <= st.max_physic_offset:
-        return 0                                # already built (FORMAT.md 5.2)
+        return 0                                # already built (docs/format.md §5.2)
     if st.base == NULL or st.wrote_pos + RS_CQ_UNIT_SIZE > st.file_size:
         return -1                               # no file, or it is full: roll under the GIL
     expect = cq_offset * RS_CQ_UNIT_SIZE
@@ -104,7 +104,7 @@ cdef class ConsumeQueue:
         self._attach_last()
 
     def recover(self):
-        """Find the end of valid units and truncate after it (FORMAT.md 5.3).
+        """Find the end of valid units and truncate after it (docs/format.md §5.3).
 
         Scans from the third-to-last file: a unit is valid while ``offset >= 0`` and
         ``size > 0``; a completely valid file continues into the next one.
@@ -187,7 +187,7 @@ cdef class ConsumeQueue:
         start = (expect - expect % self.file_size) if first else mf.file_from_offset + self.file_size
         mf = mfq.create_next(start)
         if first and index != 0:
-            # FORMAT.md 5.1: fillers before the first unit, and the min offset past them
+            # docs/format.md §5.1: fillers before the first unit, and the min offset past them
             mf.reserve(expect - mf.file_from_offset)
             pos = 0
             while mf.file_from_offset + pos < expect:
@@ -214,7 +214,7 @@ cdef class ConsumeQueue:
         if expect < current:
             unit = self.get_unit(cq_offset)
             if cq_offset != 0 or (unit is not None and unit[0] == phy_offset and unit[1] == size):
-                # FORMAT.md 5.2: a unit below the write position is a repeated build
+                # docs/format.md §5.2: a unit below the write position is a repeated build
                 log.debug("%s/%d: unit %d built already", self.topic, self.queue_id, cq_offset)
                 return 0
             if unit is not None and unit[1] != RS_CQ_FILLER_SIZE:
@@ -385,7 +385,7 @@ cdef class ConsumeQueue:
             return
 
     def truncate_dirty_logic_files(self, int64_t phy_offset):
-        """Drop units pointing at or past commit-log ``phy_offset`` (FORMAT.md 5.3)."""
+        """Drop units pointing at or past commit-log ``phy_offset`` (docs/format.md §5.3)."""
         self.publish()
         mfq = self.mapped_file_queue
         cdef MappedFile mf

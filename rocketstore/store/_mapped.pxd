@@ -40,7 +40,7 @@ cdef class MappedFile:
     cdef object _mv                     # memoryview over the whole mapping, sliced for views
     cdef Py_ssize_t _shape[1]
     cdef Py_ssize_t _strides[1]
-    # positions: bytes within this file (Kafka's "position"), see FORMAT.md 4.2
+    # positions: bytes within this file (Kafka's "position"), see docs/format.md §4.2
     cdef public Py_ssize_t wrote_pos
     cdef public Py_ssize_t committed_pos
     cdef public Py_ssize_t flushed_pos

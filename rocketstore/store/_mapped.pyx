@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""MappedFile: one file mapped at C level (FORMAT.md section 4).
+"""MappedFile: one file mapped at C level (docs/format.md §4).
 
 A mapped file tracks three positions within itself -- wrote, committed and flushed -- and
 its start offset in the whole log (``file_from_offset``, parsed from its 20-digit name).
@@ -36,7 +36,7 @@ cdef enum:
 
 cdef char *FORMAT_B = "B"
 
-PAGE_SIZE = RS_OS_PAGE_SIZE     # the page of the flush/commit page rules (FORMAT.md 4.1)
+PAGE_SIZE = RS_OS_PAGE_SIZE     # the page of the flush/commit page rules (docs/format.md §4.1)
 
 
 cdef int check_io(int rc, object path) except -1:
@@ -123,7 +123,7 @@ def _name_offset(str file_name):
 
 @cython.final
 cdef class WriteBuffer:
-    """One off-heap write buffer of the transient store pool (FORMAT.md 4.5).
+    """One off-heap write buffer of the transient store pool (docs/format.md §4.5).
 
     ``size`` bytes from ``posix_memalign`` (page-aligned), locked in RAM with ``mlock`` when
     the memlock limit allows it (``locked``; RocketMQ locks them too, and goes on when it
@@ -414,7 +414,7 @@ cdef class MappedFile:
         and publish them to readers; return the committed position.
 
         With ``least_pages > 0`` nothing is copied until that many whole pages wait, unless
-        the file is full (FORMAT.md 4.5 ``isAbleToCommit``). Without a write buffer every
+        the file is full (docs/format.md §4.5 ``isAbleToCommit``). Without a write buffer every
         append is committed already. One committer at a time (the commit service, or the
         writer at a roll, under the pool's commit lock); appends may run meanwhile.
         """
@@ -444,7 +444,7 @@ cdef class MappedFile:
         """msync the written-but-unflushed bytes; return the new flushed position.
 
         With ``least_pages > 0`` nothing is synced until that many whole pages are dirty
-        (FORMAT.md 4.5 ``isAbleToFlush``), unless the file is full.
+        (docs/format.md §4.5 ``isAbleToFlush``), unless the file is full.
         """
         self._ensure_mapped()
         cdef Py_ssize_t target = self.committed_pos

@@ -23,7 +23,7 @@ SYNC_FLUSH = "SYNC_FLUSH"
 
 @dataclass
 class StoreConfig:
-    """Settings of a message store (FORMAT.md 1.7, 4, 5, 6, 9 for the defaults).
+    """Settings of a message store (docs/format.md §1.7, 4, 5, 6, 9 for the defaults).
 
     Examples
     --------
@@ -37,7 +37,7 @@ class StoreConfig:
     store_path_commit_log: str | None = None        # default <root>/commitlog
     # -- commit log ------------------------------------------------------------------------
     mapped_file_size_commit_log: int = GiB
-    max_message_size: int = 4 * MiB                 # limit on the body (FORMAT.md 1.7)
+    max_message_size: int = 4 * MiB                 # limit on the body (docs/format.md §1.7)
     store_host: str = "127.0.0.1:10911"             # STOREHOSTADDRESS and offset msg ids (ours)
     check_crc_on_recover: bool = True
     warm_maped_file_enable: bool = False            # RocketMQ's spelling ("maped")
@@ -120,7 +120,7 @@ class StoreConfig:
         if self.mapped_file_size_consume_queue < CQ_UNIT_SIZE:
             raise InvalidConfigError("mapped_file_size_consume_queue",
                                      self.mapped_file_size_consume_queue, "must hold one 20-byte unit")
-        # RocketMQ's getter rounds up to whole units (FORMAT.md 4.1): 128 -> 140
+        # RocketMQ's getter rounds up to whole units (docs/format.md §4.1): 128 -> 140
         units = -(-self.mapped_file_size_consume_queue // CQ_UNIT_SIZE)
         self.mapped_file_size_consume_queue = units * CQ_UNIT_SIZE
         for name in ("sync_flush_timeout", "flush_interval_commit_log", "transient_store_pool_size",
@@ -173,7 +173,7 @@ class StoreConfig:
 
     def disk_ratios(self) -> tuple[float, float, float]:
         """(max used, clean forcibly, warning) disk-usage ratios as fractions, clamped as
-        RocketMQ's getters clamp them: [10, 95] %, [30, 85] %, [35, 90] % (FORMAT.md 9)."""
+        RocketMQ's getters clamp them: [10, 95] %, [30, 85] %, [35, 90] % (docs/format.md §9)."""
         used = min(max(self.disk_max_used_space_ratio, 10), 95) / 100.0
         forcibly = min(max(self.disk_space_clean_forcibly_ratio, 30), 85) / 100.0
         warning = min(max(self.disk_space_warning_level_ratio, 35), 90) / 100.0

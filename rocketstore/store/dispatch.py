@@ -1,5 +1,5 @@
 """DispatchService: makes new commit-log records visible to consumers (RocketMQ's
-ReputMessageService, FORMAT.md 5.6), and the long-polling arrival notifier.
+ReputMessageService, docs/format.md §5.6), and the long-polling arrival notifier.
 
 A thread that sleeps on an event until a put wakes it (a put only signals when the thread is
 asleep, so a busy dispatcher costs producers nothing), dispatches everything written since its

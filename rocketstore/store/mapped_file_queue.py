@@ -1,4 +1,4 @@
-"""MappedFileQueue: an ordered run of fixed-size mapped files (FORMAT.md 4.1, 4.3).
+"""MappedFileQueue: an ordered run of fixed-size mapped files (docs/format.md §4.1, 4.3).
 
 Files are named by the 20-digit offset of their first byte; file k of a queue starts at
 ``first.file_from_offset + k * file_size``. The queue finds the file holding an offset,
@@ -189,7 +189,7 @@ class MappedFileQueue:
         """Drop everything at and after commit-log ``offset``.
 
         The file holding ``offset`` keeps its positions at ``offset``; files starting after
-        it are deleted (FORMAT.md 4.3 ``truncateDirtyFiles``).
+        it are deleted (docs/format.md §4.3 ``truncateDirtyFiles``).
         """
         keep: list[MappedFile] = []
         for mf in self.files:
@@ -206,7 +206,7 @@ class MappedFileQueue:
 
     def flush(self, least_pages: int = 0) -> int:
         """msync every file's committed-but-unflushed bytes (a file with fewer than
-        ``least_pages`` dirty pages waits, unless full: FORMAT.md 4.5). Returns the offset
+        ``least_pages`` dirty pages waits, unless full: docs/format.md §4.5). Returns the offset
         below which everything is flushed."""
         flushed_where = -1
         for mf in self.files:
@@ -224,7 +224,7 @@ class MappedFileQueue:
             self.files = files[:-1]
             files[-1].destroy()
 
-    # -- retention (FORMAT.md 4.3, 9) --------------------------------------------------------------
+    # -- retention (docs/format.md §4.3, 9) --------------------------------------------------------------
 
     def delete_expired_file_by_time(self, expired_ms: int, interval_ms: int = 0,
                                     clean_immediately: bool = False, batch_max: int = 10, *,

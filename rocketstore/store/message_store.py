@@ -1,11 +1,11 @@
-"""MessageStore: the public facade over one store directory (DESIGN.md "Public API").
+"""MessageStore: the public facade over one store directory (docs/design.md "Public API").
 
 Opening for writing takes the directory's ``lock`` file (one writer process per store), loads
 the commit-log and consume-queue files, recovers the end of valid data, truncates consume-queue
 units past it, dispatches records the queues have not seen yet, takes each queue's next offset
 from its consume queue and creates the ``abort`` marker; a clean ``close()`` dispatches and
 flushes everything and removes it, so the next open knows whether the previous one ended
-cleanly (FORMAT.md 8). Opening ``read_only`` takes no lock, writes nothing and follows what the
+cleanly (docs/format.md §8). Opening ``read_only`` takes no lock, writes nothing and follows what the
 writer process dispatches.
 
 Thread-safe: puts are serialised by the commit log's put lock; the dispatch service appends
@@ -495,7 +495,7 @@ class MessageStore:
         return zeroed
 
     def _abnormal_start(self, files: list) -> int:
-        """Index of the file abnormal recovery starts from (FORMAT.md 8.4): the newest whose
+        """Index of the file abnormal recovery starts from (docs/format.md §8.4): the newest whose
         first record was stored no later than the checkpoint's min timestamp; 0 when none is,
         or when the checkpoint is zeroed or unreadable (a full scan)."""
         from rocketstore.store._codec import decode
@@ -890,7 +890,7 @@ class MessageStore:
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int,
                                     boundary: BoundaryType | str = BoundaryType.LOWER) -> int:
-        """Queue offset of the message stored at ``timestamp_ms`` (5.x semantics, FORMAT.md 5.4):
+        """Queue offset of the message stored at ``timestamp_ms`` (5.x semantics, docs/format.md §5.4):
         LOWER is the first message stored at or after it, UPPER the last one at or before it."""
         self._check_open()
         if isinstance(boundary, str):
@@ -982,7 +982,7 @@ class MessageStore:
 
     def execute_delete_files_manually(self) -> None:
         """RocketMQ's manual delete: the next 20 retention runs delete expired commit-log
-        files whatever the hour of ``delete_when`` (FORMAT.md 9)."""
+        files whatever the hour of ``delete_when`` (docs/format.md §9)."""
         self._check_open()
         if self.cleanup_service is None:
             raise StoreReadOnlyError(self.root)

@@ -1,6 +1,6 @@
 """ConsumerOffsetManager: each consumer group's next queue offset, kept in consumerOffset.json.
 
-Structure (FORMAT.md 10): ``config/consumerOffset.json`` =
+Structure (docs/format.md §10): ``config/consumerOffset.json`` =
 ``{"offsetTable":{"<topic>@<group>":{<queueId>:<nextQueueOffset>,...}}}``, written by
 :class:`rocketstore.store.configfile.ConfigFile` in fastjson's layout (unquoted queue-id keys) and
 replaced atomically, with the previous version kept as ``.bak``. It follows RocketMQ's
