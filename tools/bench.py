@@ -20,6 +20,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
+import dataclasses
 import mmap
 import shutil
 import struct
@@ -105,9 +106,11 @@ def baseline_mmap_struct(workdir: str, bodies: list[bytes], num: int, record_siz
 
 # -- rocketstore workloads ---------------------------------------------------------------------
 
-def open_store(workdir: str, warm: bool) -> MessageStore:
+def open_store(workdir: str, warm: bool, extent: int | None = None) -> MessageStore:
     root = tempfile.mkdtemp(prefix="store-", dir=workdir)
     cfg = StoreConfig(mapped_file_size_commit_log=GiB, warm_maped_file_enable=warm)
+    if extent is not None:
+        cfg = dataclasses.replace(cfg, allocation_extent=extent)
     store = MessageStore.open(root, cfg)
     # create (and warm) the first file and let the next one's pre-allocation finish, so
     # the timed part measures puts, not a one-off 1 GiB allocation
@@ -395,7 +398,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num_1k", type=int, default=600_000, help="messages per 1 KiB workload")
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir in /tmp)")
     ap.add_argument("--no-warm", action="store_true", help="do not warm mapped files")
+    ap.add_argument("--extents", default=None,
+                    help="comma-separated StoreConfig.allocation_extent values in bytes (0: whole "
+                         "files, as RocketMQ); each put/get workload runs once per value, and "
+                         "rows after the first show their ratio to the first (with --no-warm: "
+                         "warmed files are allocated whole anyway)")
     args = ap.parse_args(argv)
+    extents: list[int | None] = [int(x) for x in args.extents.split(",")] if args.extents else [None]
     names = [n for n in args.benchmarks.split(",") if n]
     for n in names:
         if n not in WORKLOADS:
@@ -455,43 +464,63 @@ def main(argv: list[str] | None = None) -> int:
                     r = bench_dispatch(workdir, msgs, num, name == "dispatch_inline")
                     print(fmt(r, baselines))
                     continue
-                store = open_store(workdir, warm)
-                try:
-                    if name in ("put", "put_1k"):
-                        r = Result(name, *timed(lambda: bench_put(store, msgs, num)))
-                    elif name in ("put_batch", "put_batch_1k"):
-                        r = Result(name, *timed(lambda: bench_put_batch(store, msgs, num)))
-                    elif name == "put_fresh":
-                        r = Result(name, *timed(lambda: bench_put_fresh(store, bodies, num)))
-                    elif name in ("get_batch", "get_batch_1k"):
-                        per_queue = num // 4
-                        for q in range(4):
-                            for j in range(per_queue // BATCH):
-                                store.put_messages(msgs[(j * BATCH) % POOL:(j * BATCH) % POOL + BATCH], q)
-                        deadline = time.time() + 120
-                        while store.dispatch_behind_bytes() > 0 and time.time() < deadline:
-                            time.sleep(0.01)
-                        per_queue = (per_queue // BATCH) * BATCH
-                        r = Result(name, *timed(lambda: bench_get_batch(store, 4, per_queue)))
-                        base = baseline_read_struct(bodies, num, record)
-                        print(fmt(r, baselines + [base]))
+                first: Result | None = None
+                for extent in extents:
+                    r = run_store_workload(workdir, warm, extent, name, msgs, bodies, num, record,
+                                           baselines)
+                    if r is None:
                         continue
-                    elif name == "get_seq":
-                        res = store.put_messages(msgs[:BATCH])
-                        offsets = []
-                        for _ in range(num // BATCH):
-                            res = store.put_messages(msgs[:BATCH])
-                            offsets.extend(res.commitlog_offsets)
-                        r = Result(name, *timed(lambda: bench_get_seq(store, offsets)))
+                    if extent is not None:
+                        r.name = f"{name}@{extent >> 20}M" if extent else f"{name}@whole"
+                    line = fmt(r, baselines)
+                    if first is None:
+                        first = r
                     else:
-                        raise AssertionError(name)
-                    print(fmt(r, baselines))
-                finally:
-                    close_store(store)
+                        line += f"  {r.rate / first.rate:5.2f}x {first.name}"
+                    print(line)
             print()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
+
+
+def run_store_workload(workdir: str, warm: bool, extent: int | None, name: str,
+                       msgs: list[Message], bodies: list[bytes], num: int, record: int,
+                       baselines: list[Result]) -> Result | None:
+    """One put/get workload in a fresh store; None when it printed its own line."""
+    store = open_store(workdir, warm, extent)
+    try:
+        if name in ("put", "put_1k"):
+            r = Result(name, *timed(lambda: bench_put(store, msgs, num)))
+        elif name in ("put_batch", "put_batch_1k"):
+            r = Result(name, *timed(lambda: bench_put_batch(store, msgs, num)))
+        elif name == "put_fresh":
+            r = Result(name, *timed(lambda: bench_put_fresh(store, bodies, num)))
+        elif name in ("get_batch", "get_batch_1k"):
+            per_queue = num // 4
+            for q in range(4):
+                for j in range(per_queue // BATCH):
+                    store.put_messages(msgs[(j * BATCH) % POOL:(j * BATCH) % POOL + BATCH], q)
+            deadline = time.time() + 120
+            while store.dispatch_behind_bytes() > 0 and time.time() < deadline:
+                time.sleep(0.01)
+            per_queue = (per_queue // BATCH) * BATCH
+            r = Result(name, *timed(lambda: bench_get_batch(store, 4, per_queue)))
+            base = baseline_read_struct(bodies, num, record)
+            print(fmt(r, baselines + [base]))
+            return None
+        elif name == "get_seq":
+            res = store.put_messages(msgs[:BATCH])
+            offsets = []
+            for _ in range(num // BATCH):
+                res = store.put_messages(msgs[:BATCH])
+                offsets.extend(res.commitlog_offsets)
+            r = Result(name, *timed(lambda: bench_get_seq(store, offsets)))
+        else:
+            raise AssertionError(name)
+        return r
+    finally:
+        close_store(store)
 
 
 if __name__ == "__main__":
