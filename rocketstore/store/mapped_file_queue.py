@@ -113,6 +113,10 @@ class MappedFileQueue:
                 mf.release()
             raise
         self.files = files
+        if files and self.extent and not self.read_only:
+            # a loaded file's allocation is unknown (0) until its writer reserves: that still
+            # reaches the last extent, which then prepares the next file
+            self._preallocate_after(files[-1])
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -169,19 +173,26 @@ class MappedFileQueue:
         if self.allocator is not None:
             nxt = os.path.join(self.store_path, offset_to_file_name(start_offset + self.file_size))
             mf = self.allocator.get(path, self.file_size, extent=self.extent)
-            if mf.allocated_end >= self.file_size:
-                self.allocator.request(nxt, self.file_size, self.extent)
-            else:
-                # pre-allocate the next file only when this one is nearly full: when its
-                # writer reserves its last extent
-                allocator, size, extent = self.allocator, self.file_size, self.extent
-                mf.on_last_extent = lambda: allocator.request(nxt, size, extent)
+            self._preallocate_after(mf)
         else:
             mf = create_mapped_file(path, self.file_size, warm=self.warm, extent=self.extent)
         mf.set_positions(0)
         with self._files_lock:
             self.files = self.files + [mf]
         return mf
+
+    def _preallocate_after(self, mf: MappedFile) -> None:
+        """Have the allocator prepare the file after ``mf`` once ``mf`` is nearly full: when
+        its writer reserves its last extent (at once for a file allocated whole)."""
+        allocator = self.allocator
+        if allocator is None or self.read_only:
+            return
+        nxt = os.path.join(self.store_path, offset_to_file_name(mf.file_from_offset + self.file_size))
+        size, extent = self.file_size, self.extent
+        if mf.allocated_end >= self.file_size:
+            allocator.request(nxt, size, extent)
+        else:
+            mf.on_last_extent = lambda: allocator.request(nxt, size, extent)
 
     # -- truncation ----------------------------------------------------------------------------
 
