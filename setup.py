@@ -71,6 +71,8 @@ class BinaryDistribution(Distribution):
 
 setup(
     distclass=BinaryDistribution,
+    # pip and `python -m build` pass no -j: compile the modules on every core
+    options={"build_ext": {"parallel": os.cpu_count() or 1}},
     ext_modules=cythonize(
         [ext(m) for m in MODULES],
         compiler_directives=directives,
