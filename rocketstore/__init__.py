@@ -14,12 +14,8 @@ except ImportError as e:  # pragma: no cover - depends on how it was installed
         f"original error: {e}") from e
 
 from rocketstore.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
-from rocketstore.errors import (CorruptionError, DiskFullError, InvalidConfigError,
-                                InvalidMessageError, InvalidMessageIdError,
-                                InvalidMessageTypeError, InvalidOptionError, MQBrokerError,
-                                MQClientError, RocketStoreError, StoreClosedError,
-                                StoreLockedError, StoreReadOnlyError, TopicPermissionError,
-                                TransportError)
+from rocketstore import errors as _errors
+from rocketstore.errors import *  # noqa: F401,F403  (every public error: errors.__all__)
 from rocketstore.store.status import GetMessageStatus, PutMessageStatus, SysFlag, TransactionType
 from rocketstore.store.types import Message, MessageExt, PutMessageResult
 from rocketstore.store import MessageStore
@@ -28,12 +24,8 @@ from rocketstore.store.topics import TopicConfig
 from rocketstore._version import __version__
 
 __all__ = [
-    "__version__", "MessageStore", "StoreConfig", "TopicConfig", "Message", "MessageExt", "PutMessageResult",
-    "PutMessageStatus", "GetMessageStatus", "SysFlag", "TransactionType",
+    "__version__", "MessageStore", "StoreConfig", "TopicConfig", "Message", "MessageExt",
+    "PutMessageResult", "PutMessageStatus", "GetMessageStatus", "SysFlag", "TransactionType",
     "ASYNC_FLUSH", "SYNC_FLUSH",
-    # every public error (rocketstore.errors.__all__)
-    "RocketStoreError", "InvalidMessageError", "InvalidMessageTypeError", "InvalidConfigError",
-    "InvalidMessageIdError", "StoreClosedError", "StoreLockedError", "StoreReadOnlyError",
-    "CorruptionError", "TopicPermissionError", "DiskFullError", "InvalidOptionError",
-    "TransportError", "MQClientError", "MQBrokerError",
 ]
+__all__ += _errors.__all__      # every public error, importable as rocketstore.<Name>

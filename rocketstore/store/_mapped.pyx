@@ -487,11 +487,7 @@ cdef class MappedFile:
         cdef Py_ssize_t start = self.allocated_end
         if _sync_hook is not None:
             _sync_hook("allocate", self.path, start, new_end - start)
-        cdef int rc
-        with nogil:
-            rc = rs_allocate_range(self.fd, start, new_end - start)
-        check_io(rc, self.path)
-        self.allocated_end = new_end
+        self.allocate(start, new_end - start)       # sets allocated_end
         if new_end == self.file_size and self.on_last_extent is not None:
             hook, self.on_last_extent = self.on_last_extent, None
             hook()
