@@ -26,7 +26,7 @@ import logging
 import os
 
 from rocketstore.errors import CorruptionError
-from rocketstore.store.allocate import CONSUME_QUEUE_EXTENT
+from rocketstore.store.allocate import CONSUME_QUEUE_EXTENT as _EXTENT
 from rocketstore.store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger("rocketstore.store.consumequeue")
@@ -87,7 +87,7 @@ cdef class ConsumeQueue:
         self.read_only = read_only
         self.mapped_file_queue = MappedFileQueue(os.path.join(root, topic, str(queue_id)),
                                                  file_size, read_only=read_only,
-                                                 create_dir=False, extent=CONSUME_QUEUE_EXTENT)
+                                                 create_dir=False, extent=_EXTENT)
         self.state.file_size = file_size
         self.state.max_physic_offset = -1
 
