@@ -1,8 +1,10 @@
 """What an existing store directory holds: the sizes its files were written with, and its
 queues. A RocketMQ broker may run with any ``mapedFileSizeCommitLog``,
 ``mappedFileSizeConsumeQueue``, ``maxHashSlotNum`` and ``maxIndexNum``, and files of another
-size do not open, so tools that read a store they did not configure (the command, the Spark
-source) take the sizes from the files themselves."""
+size do not open, so the sizes are taken from the files themselves: by ``MessageStore.open``
+(``config_for_files``: defaults give way to the files, a contradicting setting is an error)
+and by tools that read a store they did not configure (``detect_config``: the command, the
+Spark source). One reading of the files (``file_geometry``) serves both."""
 from __future__ import annotations
 
 import dataclasses
