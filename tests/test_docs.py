@@ -1,5 +1,6 @@
-"""The docs the code cites ship with it (issue 15.5): every ``docs/<page>.md §N`` a docstring or
-comment cites exists as a section of that page, and no citation points outside the repository."""
+"""The docs the code cites ship with it (issue 15.5): every ``docs/format.md §N`` (and
+design/durability) a docstring or comment cites exists as a section of that page, and no
+citation points at the team's reference files outside the repository."""
 from __future__ import annotations
 
 import re
@@ -7,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CITE = re.compile(r"docs/([a-z]+)\.md(?: §(\d+(?:\.\d+)*))?")
+CITE = re.compile(r"docs/(format|design|durability)\.md(?: §(\d+(?:\.\d+)*))?")
 
 
 def tracked_sources() -> list[Path]:
