@@ -610,8 +610,9 @@ class MessageStore:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record ``offset`` as the next offset ``group`` consumes (``consumerOffset.json``).
 
-        Bad arguments (a negative offset, a queue id a configured topic does not have) raise
-        ``InvalidMessageError`` / ``InvalidMessageTypeError``. Committed offsets are kept in
+        Bad arguments (a negative offset, a queue id outside [0, 2**31)) raise
+        ``InvalidMessageError`` / ``InvalidMessageTypeError``; as in RocketMQ, an offset may
+        be committed for any queue id (a topic's queue count can shrink and grow again). Committed offsets are kept in
         memory and written to ``config/consumerOffset.json`` every
         ``flush_consumer_offset_interval`` ms (5 s by default, as RocketMQ) and at ``close()``:
         a crash loses the commits of the last few seconds -- the group then consumes those
@@ -620,13 +621,6 @@ class MessageStore:
         self._check_open()
         if self.read_only:
             raise StoreReadOnlyError(self.root)
-        tc = self.topic_config_manager.get(topic) if isinstance(topic, str) else None
-        if (tc is not None and isinstance(queue_id, int)
-                and queue_id >= max(tc.read_queue_nums, tc.write_queue_nums)):
-            raise InvalidMessageError(
-                "queue_id", queue_id, f"topic {topic!r} has {tc.read_queue_nums} read / "
-                f"{tc.write_queue_nums} write queues (topics.json)",
-                limit=max(tc.read_queue_nums, tc.write_queue_nums) - 1)
         self.consumer_offset_manager.commit_offset(group, topic, queue_id, offset)
 
     def persist_offsets(self) -> None:
