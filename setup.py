@@ -7,7 +7,7 @@ Environment switches:
 import os
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Distribution, Extension, setup
 
 try:
     import numpy
@@ -26,9 +26,15 @@ if SANITIZE:
     LDFLAGS += ["-fsanitize=address,undefined"]
 
 C_SOURCES = ["csrc/rs_io.c", "csrc/rs_hash.c"]
-MODULES = [m for m in ("_mapped", "_codec", "_commitlog", "_scan", "_consumequeue", "_dispatch",
-                       "_reader", "_indexfile", "_verify", "_columns")
-           if os.path.exists(f"rocketstore/store/{m}.pyx")]
+MODULES = ["_mapped", "_codec", "_commitlog", "_scan", "_consumequeue", "_dispatch",
+           "_reader", "_indexfile", "_verify", "_columns"]
+# every source must be there: a build that silently left a module out would install a
+# package that cannot be imported (an sdist without its .pyx files did exactly that)
+_missing = [p for p in C_SOURCES + [f"rocketstore/store/{m}.pyx" for m in MODULES]
+            if not os.path.exists(p)]
+if _missing:
+    sys.exit(f"building rocketstore: source files missing: {', '.join(_missing)} "
+             "(an incomplete sdist? see MANIFEST.in)")
 if os.environ.get("ROCKETSTORE_MODULES"):     # development: rebuild only these
     MODULES = [m for m in MODULES if m in os.environ["ROCKETSTORE_MODULES"].split(",")]
 
@@ -56,7 +62,17 @@ directives = {
 if DEBUG:
     directives.update(linetrace=True, boundscheck=True, wraparound=True)
 
+class BinaryDistribution(Distribution):
+    """Compiled modules inside: the wheel is tagged cpXY-<platform>, never py3-none-any."""
+
+    def has_ext_modules(self):
+        return True
+
+
 setup(
+    distclass=BinaryDistribution,
+    # pip and `python -m build` pass no -j: compile the modules on every core
+    options={"build_ext": {"parallel": os.cpu_count() or 1}},
     ext_modules=cythonize(
         [ext(m) for m in MODULES],
         compiler_directives=directives,

@@ -1,7 +1,7 @@
 /*
  * rs_scan.h -- byte-order helpers for the consume-queue scans (rocketstore/store/_scan.pyx).
  *
- * A consume-queue unit is 20 big-endian bytes (FORMAT.md 5.1, rs_layout.h):
+ * A consume-queue unit is 20 big-endian bytes (docs/format.md §5.1, rs_layout.h):
  *   phy offset int64 @0 | size int32 @8 | tags code int64 @RS_CQ_TAGS_POS (12)
  * Units sit at 20-byte strides, so every field load is unaligned: the loads below go through
  * memcpy, which gcc and clang turn into one plain mov (x86-64 and arm64 allow unaligned loads).

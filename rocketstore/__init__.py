@@ -14,19 +14,18 @@ except ImportError as e:  # pragma: no cover - depends on how it was installed
         f"original error: {e}") from e
 
 from rocketstore.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
-from rocketstore.errors import (CorruptionError, InvalidConfigError, InvalidMessageError,
-                                InvalidMessageIdError, InvalidMessageTypeError, RocketStoreError,
-                                StoreClosedError, StoreLockedError)
+from rocketstore import errors as _errors
+from rocketstore.errors import *  # noqa: F401,F403  (every public error: errors.__all__)
 from rocketstore.store.status import GetMessageStatus, PutMessageStatus, SysFlag, TransactionType
 from rocketstore.store.types import Message, MessageExt, PutMessageResult
 from rocketstore.store import MessageStore
+from rocketstore.store.topics import TopicConfig
 
-__version__ = "0.1.0"
+from rocketstore._version import __version__
 
 __all__ = [
-    "MessageStore", "StoreConfig", "Message", "MessageExt", "PutMessageResult",
-    "PutMessageStatus", "GetMessageStatus", "SysFlag", "TransactionType",
+    "__version__", "MessageStore", "StoreConfig", "TopicConfig", "Message", "MessageExt",
+    "PutMessageResult", "PutMessageStatus", "GetMessageStatus", "SysFlag", "TransactionType",
     "ASYNC_FLUSH", "SYNC_FLUSH",
-    "RocketStoreError", "InvalidMessageError", "InvalidMessageTypeError", "InvalidConfigError",
-    "InvalidMessageIdError", "StoreClosedError", "StoreLockedError", "CorruptionError",
 ]
+__all__ += _errors.__all__      # every public error, importable as rocketstore.<Name>

@@ -1,10 +1,12 @@
 """Shared fixtures: store directories, seeded randomness, small-file configs, the fixture copy."""
 from __future__ import annotations
 
+import gc
 import mmap
 import os
 import random
 import shutil
+import subprocess
 import zlib
 from pathlib import Path
 
@@ -126,3 +128,35 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+# a full disk (real tmpfs)
+
+TMPFS_SIZE = 1024 * 1024
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 1 MiB tmpfs mounted for the test, unmounted afterwards."""
+    mnt = tmp_path / "small_fs"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.fail("disk-full tests need root to mount a tmpfs (CI runs as root); "
+                    f"running as uid {os.geteuid()}")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"cannot mount a {TMPFS_SIZE}-byte tmpfs at {mnt}: "
+                    f"{r.stderr.strip() or r.stdout.strip()} (rc {r.returncode})")
+    try:
+        yield str(mnt)
+    finally:
+        gc.collect()       # drop any mapping still held by garbage
+        r = subprocess.run(["umount", str(mnt)], capture_output=True, text=True)
+        if r.returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, text=True)
+
+
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize

@@ -1,6 +1,6 @@
-"""Pure-Python reference reader of the RocketMQ commit-log format: the FORMAT.md oracle.
+"""Pure-Python reference reader of the RocketMQ commit-log format: the docs/format.md oracle.
 
-Written from /work/shared/FORMAT.md (sections 1, 2, 3, 6 and 7) with ``struct`` and the standard
+Written from /work/shared/docs/format.md (sections 1, 2, 3, 6 and 7) with ``struct`` and the standard
 library only. It shares no code with the Cython codec in ``rocketstore``/``csrc`` on purpose: the
 tests use it as an independent oracle that the codec is checked against, and it is itself proven
 against the real RocketMQ 4.9.8 store in ``/work/shared/fixtures`` (see ``test_refreader.py``).
@@ -74,7 +74,7 @@ def java_hash(s):
 
 
 def body_crc(body):
-    """BODYCRC (FORMAT.md 1.2): CRC-32 (IEEE) of the body as stored, ``& 0x7FFFFFFF``."""
+    """BODYCRC (docs/format.md §1.2): CRC-32 (IEEE) of the body as stored, ``& 0x7FFFFFFF``."""
     return zlib.crc32(bytes(body)) & 0x7FFFFFFF
 
 
@@ -106,7 +106,7 @@ def record_size(body_len, topic_len, props_len, born_v6=False, store_v6=False, v
 
 
 def parse_properties(raw):
-    """Properties bytes -> dict, as ``MessageDecoder.string2messageProperties`` (FORMAT.md 1.4).
+    """Properties bytes -> dict, as ``MessageDecoder.string2messageProperties`` (docs/format.md §1.4).
 
     The bytes are decoded as UTF-8 first (invalid sequences become U+FFFD, like Java), then split
     on ``\\x02``; a segment is kept when its first ``\\x01`` lies strictly after the segment's
@@ -131,7 +131,7 @@ def encode_properties(d, trailing=True):
 
     ``trailing=False`` drops the final ``\\x02``, as ``messageProperties2String`` does in
     RocketMQ 4.9.1 through 5.1.x (``sb.deleteCharAt``; the 4.9.8 fixture is written that way).
-    5.2.0+ and 4.9.0 and older keep it (the default here, and what FORMAT.md 1.4 describes).
+    5.2.0+ and 4.9.0 and older keep it (the default here, and what docs/format.md §1.4 describes).
     """
     parts = []
     for k, v in d.items():
@@ -188,7 +188,7 @@ def _host_bytes(hostport, v6):
 
 
 def offset_msg_id(host, port, phy_offset):
-    """Offset message id (FORMAT.md 7): uppercase hex of ip + int port + long offset.
+    """Offset message id (docs/format.md §7): uppercase hex of ip + int port + long offset.
 
     32 chars for IPv4 (4+4+8 bytes), 56 for IPv6 (16+4+8). ``host`` is the bare address string
     (``"127.0.0.1"`` or ``"0:0:0:0:0:0:0:1"``); an IPv4-mapped IPv6 address counts as IPv4, as
@@ -404,7 +404,7 @@ def iter_commitlog(commitlog_dir, file_size=None):
 
 
 # --------------------------------------------------------------------------------------------
-# index files (FORMAT.md 6)
+# index files (docs/format.md §6)
 
 INDEX_HEADER_SIZE = 40
 INDEX_SLOT_SIZE = 4
@@ -414,14 +414,14 @@ _INDEX_ENTRY = struct.Struct(">iqii")        # keyHash, phyOffset, timeDiff, pre
 
 
 def index_key_hash(topic, key):
-    """FORMAT.md 6.2: ``abs(javaHashCode(topic + "#" + key))``, 0 for ``Integer.MIN_VALUE``
+    """docs/format.md §6.2: ``abs(javaHashCode(topic + "#" + key))``, 0 for ``Integer.MIN_VALUE``
     (Java's ``Math.abs`` leaves it negative)."""
     h = abs(java_hash(f"{topic}#{key}"))
     return 0 if h > 0x7FFFFFFF else h
 
 
 def index_file_size(hash_slot_num, index_num):
-    """FORMAT.md 6.1: 40 + slots x 4 + indexNum x 20."""
+    """docs/format.md §6.1: 40 + slots x 4 + indexNum x 20."""
     return INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
 
 
@@ -505,12 +505,12 @@ def index_chain(index, slot):
 
 def index_time_read(index, entry):
     """The store time the index holds for an entry: beginTimestamp + timeDiff x 1000 (whole
-    seconds after the file's begin time, FORMAT.md 6.4)."""
+    seconds after the file's begin time, docs/format.md §6.4)."""
     return index["header"]["beginTimestamp"] + entry["time_diff"] * 1000
 
 
 def index_select_phy_offsets(index, key_hash, max_num, begin, end, out=None):
-    """FORMAT.md 6.4 ``selectPhyOffset``: walk the slot chain of ``key_hash`` from its head;
+    """docs/format.md §6.4 ``selectPhyOffset``: walk the slot chain of ``key_hash`` from its head;
     append the offsets of entries with an equal hash and ``begin <= timeRead <= end`` to
     ``out`` (returned) while it holds fewer than ``max_num``."""
     out = [] if out is None else out
@@ -540,7 +540,7 @@ def _index_time_matched(header, begin, end):
 
 
 def index_query_offsets(indexes, topic, key, max_num, begin, end, max_msgs_num_batch=64):
-    """FORMAT.md 6.4 ``IndexService.queryOffset`` over ``indexes`` (``read_index_file``
+    """docs/format.md §6.4 ``IndexService.queryOffset`` over ``indexes`` (``read_index_file``
     results, oldest first): files newest first, hash matches only, unverified and unsorted."""
     max_num = min(max_num, max_msgs_num_batch)
     h = index_key_hash(topic, key)
@@ -614,7 +614,7 @@ def check_index_file(index):
 
 
 def index_keys_of_record(rec):
-    """The index keys of a decoded ``"msg"`` record in dispatch order (FORMAT.md 6.3):
+    """The index keys of a decoded ``"msg"`` record in dispatch order (docs/format.md §6.3):
     UNIQ_KEY (if present), then every non-empty token of ``KEYS.split(" ")``; none for a
     ROLLBACK record (sys_flag & 0xC == 0xC)."""
     if rec["sys_flag"] & 0xC == 0xC:

@@ -1,5 +1,5 @@
 """The broker's one send path: stored forms as a 4.9.8 broker writes them (MESSAGING.md 0.4,
-1.10, 5.5, 10.2; FORMAT.md 3, 11), result codes (1.11) and refusals."""
+1.10, 5.5, 10.2; docs/format.md §3, 11), result codes (1.11) and refusals."""
 from __future__ import annotations
 
 import json

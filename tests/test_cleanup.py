@@ -1,4 +1,4 @@
-"""Retention (FORMAT.md 9): commit-log files by age, hour and disk usage, DISK_FULL, and the
+"""Retention (docs/format.md §9): commit-log files by age, hour and disk usage, DISK_FULL, and the
 consume queues and index following the commit log's min offset.
 
 Stores use 4 KiB commit-log files and 3000-byte bodies, so every message fills one file and
@@ -96,7 +96,7 @@ def back_date(store, first_n: int, hours: float = 73) -> None:
 
 
 def test_format_cleanup_scenario_ten_per_run_then_the_rest(store_dir):
-    """FORMAT.md's scenario: 55 one-message files, 15 older than file_reserved_time: a run at
+    """docs/format.md's scenario: 55 one-message files, 15 older than file_reserved_time: a run at
     the delete_when hour deletes 10 (delete_file_batch_max), the next the other 5."""
     store, _ = open_store(store_dir)
     with store:
@@ -592,7 +592,8 @@ from rocketstore import Message, MessageStore, StoreConfig
 root, phase = sys.argv[1], sys.argv[2]
 cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=100,
                   flush_disk_type="SYNC_FLUSH", dispatch_inline=True,
-                  delete_commit_log_files_interval=0, clean_resource_first_delay=3_600_000)
+                  delete_commit_log_files_interval=0, clean_resource_first_delay=3_600_000,
+                  max_hash_slot_num=16, max_index_num=11)   # the reader's config()
 def body(i):
     return (b"%05d" % i) * 600
 with MessageStore.open(root, cfg) as store:

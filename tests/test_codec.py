@@ -1,4 +1,4 @@
-"""rocketstore.store._codec against the FORMAT.md oracle (tests/refreader.py), sections 1 and 7.
+"""rocketstore.store._codec against the docs/format.md oracle (tests/refreader.py), sections 1 and 7.
 
 Records written by ``encode_record`` are decoded by the independent struct reader and by
 ``decode``; ``check_record`` is fed truncated, corrupted and mis-sized records; hashes, CRCs and
@@ -320,7 +320,7 @@ def test_properties_raw_without_trailing_separator_as_written_by_4_9_8():
 
 
 def test_format_md_vector_is_158_bytes():
-    """FORMAT.md 1.1: FooBar, 32-byte body, KEYS=<13 digits> and TAGS=TAG1 -> 158 bytes."""
+    """docs/format.md §1.1: FooBar, 32-byte body, KEYS=<13 digits> and TAGS=TAG1 -> 158 bytes."""
     keys = "1700000000000"
     assert len(keys) == 13
     msg = codec.Message("FooBar", b"Once, there was a chance for me!",
@@ -543,7 +543,7 @@ def test_crc32_equals_zlib_at_every_length_alignment_and_start_value():
 
 
 # ---------------------------------------------------------------------------------------------
-# message ids (FORMAT.md 7)
+# message ids (docs/format.md §7)
 
 def test_msg_id_of_localhost_10911_offset_0():
     host = codec.encode_host("127.0.0.1:10911")

@@ -1,6 +1,6 @@
-"""CommitLog over small mapped files: placement, blank records, queue offsets, reads (FORMAT.md 1).
+"""CommitLog over small mapped files: placement, blank records, queue offsets, reads (docs/format.md §1).
 
-Every placement rule is checked on the bytes on disk with struct and with the FORMAT.md oracle
+Every placement rule is checked on the bytes on disk with struct and with the docs/format.md oracle
 (tests/refreader.py); queue offsets against a dict model. Files are 4096 or 1024 bytes so that
 rolls and blank records happen in every test.
 """
@@ -92,7 +92,7 @@ def msg_of_size(total, topic="T", **kw):
 
 
 # ---------------------------------------------------------------------------------------------
-# placement and blank records (FORMAT.md 1.6)
+# placement and blank records (docs/format.md §1.6)
 
 def test_record_filling_a_file_to_exactly_size_minus_8_stays_in_that_file(cl):
     first = cl.log.put_message(Message("T", b"first"))
@@ -226,7 +226,7 @@ def test_invalid_batch_writes_nothing(cl, bad):
 
 
 # ---------------------------------------------------------------------------------------------
-# queue offsets (FORMAT.md 1.8 step 3)
+# queue offsets (docs/format.md §1.8 step 3)
 
 def test_queue_offsets_are_dense_and_independent_per_topic_queue(cl1k, rand):
     model = {}
@@ -293,7 +293,7 @@ def test_negative_queue_id_is_rejected(cl):
 
 
 # ---------------------------------------------------------------------------------------------
-# size limits (FORMAT.md 1.7)
+# size limits (docs/format.md §1.7)
 
 def test_body_over_max_message_size_is_rejected_naming_body_and_limit(store_dir):
     lg = Log(os.path.join(store_dir, "commitlog"), max_message_size=1000)

@@ -1,7 +1,7 @@
-"""ConsumeQueue (FORMAT.md 5): units on disk, file rolling, fillers, idempotent writes, gaps,
+"""ConsumeQueue (docs/format.md §5): units on disk, file rolling, fillers, idempotent writes, gaps,
 recovery, truncation and the min offset.
 
-Unit bytes are checked with ``struct`` against FORMAT.md 5.1 (``>qiq``: commit-log offset,
+Unit bytes are checked with ``struct`` against docs/format.md §5.1 (``>qiq``: commit-log offset,
 size, tags code), never with rocketstore's own reader. Most tests use files of 5 units
 (100 bytes) so every test rolls files; unit ``i`` stands for a record at commit-log offset
 ``1000 + 100 * i`` of 100 bytes unless a test says otherwise.
@@ -17,7 +17,7 @@ from conftest import corrupt
 from rocketstore import GetMessageStatus, Message, MessageStore, StoreConfig
 from rocketstore.store._consumequeue import ConsumeQueue
 
-UNIT = struct.Struct(">qiq")        # FORMAT.md 5.1: offset 8, size 4, tags code 8
+UNIT = struct.Struct(">qiq")        # docs/format.md §5.1: offset 8, size 4, tags code 8
 UNIT_SIZE = 20
 FILLER_SIZE = 0x7FFFFFFF
 PER_FILE = 5
@@ -308,7 +308,7 @@ def test_rebuild_of_every_unit_after_reopen_writes_nothing(tmp_path):
 
 
 def test_unit_below_write_position_with_larger_offset_is_skipped(tmp_path):
-    # FORMAT.md 5.2: cqOffset != 0 and expect < current write position -> "build repeatedly"
+    # docs/format.md §5.2: cqOffset != 0 and expect < current write position -> "build repeatedly"
     cq = _open(tmp_path)
     for i in range(3):
         _put(cq, i)
@@ -367,7 +367,7 @@ def test_gap_units_skipped_by_get_message(store_dir):
         assert [m.queue_offset for m in got] == [0, 1, 9, 10]
         assert [bytes(m.body) for m in got] == [b"m0", b"m1", b"m2", b"m3"]
         assert last.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
-        # a pull starting on a filler: one call scans one consume-queue file (FORMAT.md 13),
+        # a pull starting on a filler: one call scans one consume-queue file (docs/format.md §13),
         # and the rest of file 0 (units 3, 4) holds fillers only
         r = store.get_message("g", TOPIC, 0, 3)
         assert r.status is GetMessageStatus.NO_MATCHED_MESSAGE
@@ -592,7 +592,7 @@ def test_correct_min_offset_past_last_unit_empties_queue(tmp_path):
 
 
 def test_correct_min_offset_beyond_first_file(tmp_path):
-    """FORMAT.md 5.3 / ``correct_min_offset``'s own contract: min points at the first unit
+    """docs/format.md §5.3 / ``correct_min_offset``'s own contract: min points at the first unit
     whose commit-log offset >= the commit log's min, also when every unit of the first file
     is below it (RocketMQ's CQ cleanup would have deleted that file; rocketstore has none, so
     the first file stays and the search must not stop at its end)."""

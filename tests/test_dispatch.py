@@ -1,9 +1,9 @@
-"""Dispatch (FORMAT.md 3, 5.2, 5.6, 8.4): commit-log records -> consume-queue units.
+"""Dispatch (docs/format.md §3, 5.2, 5.6, 8.4): commit-log records -> consume-queue units.
 
 Which records get a unit (transaction types), the tags code (Java hash of TAGS, delivery time
 of SCHEDULE_TOPIC_XXXX records), idempotent re-dispatch, the dispatch lag, re-dispatch after a
 crash, and inline vs threaded dispatch writing the same bytes. Unit bytes are read with
-``struct``; tag hashes come from ``refreader.java_hash`` (the FORMAT.md oracle).
+``struct``; tag hashes come from ``refreader.java_hash`` (the docs/format.md oracle).
 """
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ def test_delay_level_3_tags_code_is_delivery_time(store_dir):
                                           ("19", 18), ("99", 18), ("1000000", 18),
                                           ("99999999", 18), ("2147483647", 18)])
 def test_delay_levels_and_clamp_to_max(store_dir, delay, level):
-    # FORMAT.md 3: level = min(int(DELAY), maxDelayLevel); tagsCode = storeTimestamp + delay
+    # docs/format.md §3: level = min(int(DELAY), maxDelayLevel); tagsCode = storeTimestamp + delay
     with MessageStore.open(store_dir, _inline()) as store:
         r, tags = _put_delayed(store, delay)
         assert tags == r.store_timestamp + DEFAULT_DELAYS_MS[level]
@@ -219,7 +219,7 @@ def test_delay_levels_and_clamp_to_max(store_dir, delay, level):
 
 @pytest.mark.parametrize("delay", ["0", "-1", "-18"])
 def test_delay_level_not_positive_keeps_tags_hash(store_dir, delay):
-    # FORMAT.md 3: only `level > 0` turns the tags code into a delivery time
+    # docs/format.md §3: only `level > 0` turns the tags code into a delivery time
     with MessageStore.open(store_dir, _inline()) as store:
         r, tags = _put_delayed(store, delay)
         assert tags == refreader.java_hash("TagD")
@@ -227,7 +227,7 @@ def test_delay_level_not_positive_keeps_tags_hash(store_dir, delay):
 
 @pytest.mark.parametrize("delay", ["abc", "3x", "level-3"])
 def test_garbage_delay_level_is_unknown_level(store_dir, delay):
-    # FORMAT.md 3: unknown level -> storeTimestamp + 1000
+    # docs/format.md §3: unknown level -> storeTimestamp + 1000
     with MessageStore.open(store_dir, _inline()) as store:
         r, tags = _put_delayed(store, delay)
         assert tags == r.store_timestamp + 1000
@@ -483,7 +483,7 @@ def test_crash_with_half_dispatched_redispatches_the_rest(store_dir):
     out = _crash_child(store_dir, n, block_at=half)
     assert out["behind"] == out["acked"][-1][3] + out["acked"][-1][4] - out["acked"][half][3]
     rec = _check_after_crash(store_dir, out)
-    # abnormal recovery re-dispatches from the checkpoint's file (FORMAT.md 8.4) -- at the
+    # abnormal recovery re-dispatches from the checkpoint's file (docs/format.md §8.4) -- at the
     # latest from the furthest offset any queue points at -- and idempotence keeps the
     # units already there from doubling (checked by _check_after_crash)
     assert rec["redispatched_from"] <= out["acked"][half][3]

@@ -1,5 +1,5 @@
 """Flush services: group commit (sync flush), async flush, the one sync function and its
-sticky failure (FORMAT.md 4.5; DESIGN.md durability contracts)."""
+sticky failure (docs/format.md §4.5; docs/design.md durability contracts)."""
 from __future__ import annotations
 
 import errno

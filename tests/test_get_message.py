@@ -1,11 +1,11 @@
-"""get_message and the queue-offset lookups around it (FORMAT.md 3, 5.4, 13).
+"""get_message and the queue-offset lookups around it (docs/format.md §3, 5.4, 13).
 
-Every status of the FORMAT.md 13 table at its boundary with the ``next_begin_offset`` the
+Every status of the docs/format.md §13 table at its boundary with the ``next_begin_offset`` the
 table gives; the batch-full rules (``isTheBatchFull``); tag filters including a Java hashCode
 collision; zero-copy bodies that outlive the store; long polling; offsets by store time with
 runs of equal timestamps; consumer offsets.
 
-Consume-queue bytes are checked by reading the files directly (FORMAT.md 5.1 layout) and tag
+Consume-queue bytes are checked by reading the files directly (docs/format.md §5.1 layout) and tag
 codes against ``refreader.java_hash``, never against rocketstore's own helpers.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _config(**kw) -> StoreConfig:
 
 
 def _cq_units(root: str, topic: str, qid: int) -> list[tuple[int, int, int]]:
-    """Every unit of a consume queue read from its files (FORMAT.md 5.1), up to the first
+    """Every unit of a consume queue read from its files (docs/format.md §5.1), up to the first
     zero-size unit: (commit-log offset, size, tags code)."""
     d = os.path.join(root, "consumequeue", topic, str(qid))
     out = []
@@ -59,7 +59,7 @@ def _bodies(result) -> list[bytes]:
     return [bytes(m.body) for m in result.messages]
 
 
-# -- statuses and next_begin_offset (FORMAT.md 13 table) ----------------------------------------
+# -- statuses and next_begin_offset (docs/format.md §13 table) ----------------------------------------
 
 @pytest.mark.parametrize("offset", [0, 1, 7, 2**40])
 def test_unknown_queue_is_no_message_in_queue(store_dir, offset):
@@ -107,7 +107,7 @@ def test_negative_offset_is_offset_too_small(store_dir):
 
 def test_offset_too_small_with_filler_units(store_dir):
     """A queue whose first unit is not 0 (its offset table says 5, e.g. restored on a slave or
-    after its consume-queue files were cleaned) starts with filler units (FORMAT.md 5.1)."""
+    after its consume-queue files were cleaned) starts with filler units (docs/format.md §5.1)."""
     with MessageStore.open(store_dir, _config()) as store:
         store.commit_log.set_queue_offset("F", 0, 5)
         r = store.put_message(Message("F", b"first real"), 0)
@@ -136,7 +136,7 @@ def test_offset_too_small_with_filler_units(store_dir):
 
 def test_offset_too_small_after_oldest_commit_log_file_deleted(store_dir):
     """The commit log's oldest file was deleted (as the clean service does): the queue's min
-    offset moves to the first unit whose record is still stored (FORMAT.md 5.3)."""
+    offset moves to the first unit whose record is still stored (docs/format.md §5.3)."""
     cfg = _config()
     with MessageStore.open(store_dir, cfg) as store:
         puts = []
@@ -160,7 +160,7 @@ def test_offset_too_small_after_oldest_commit_log_file_deleted(store_dir):
         assert [m.queue_offset for m in r] == list(range(first_kept, first_kept + 10))
         assert _bodies(r) == [b"t%03d" % i + bytes(60) for i in range(first_kept, first_kept + 10)]
         assert r.next_begin_offset == first_kept + 10
-        # times: records below the commit log's min are too old (FORMAT.md 5.4)
+        # times: records below the commit log's min are too old (docs/format.md §5.4)
         assert store.get_message_store_timestamp("T", 0, first_kept - 1) == -1
         ts = store.get_message_store_timestamp("T", 0, first_kept)
         assert ts == r.messages[0].store_timestamp
@@ -650,7 +650,7 @@ def test_close_during_gets_and_puts(store_dir):
         assert kept and all(bytes(m.body) == expected(m) for m in kept)
 
 
-# -- offsets by time (FORMAT.md 5.4, 5.x BoundaryType) ---------------------------------------
+# -- offsets by time (docs/format.md §5.4, 5.x BoundaryType) ---------------------------------------
 
 def _wait_next_ms(last_ms: int, gap: int = 2) -> None:
     while time.time() * 1000 < last_ms + gap:

@@ -1,10 +1,10 @@
-"""Index files and lookups by key (FORMAT.md 6, 8.1): IndexFile, IndexService, query_message.
+"""Index files and lookups by key (docs/format.md §6, 8.1): IndexFile, IndexService, query_message.
 
 RocketMQ's capacity rule and file rolling, keys sharing one Java hashCode (the index matches
 32-bit hashes; ``query_message`` must verify), time windows (the index keeps whole seconds
 after each file's begin time), reopen and re-dispatch without duplicate entries, a SIGKILL
 crash (the checkpoint's ``indexMsgTimestamp`` rule, every acknowledged key found), and index
-bytes checked against ``refreader``'s struct reader of FORMAT.md 6.
+bytes checked against ``refreader``'s struct reader of docs/format.md §6.
 
 Every store here uses small index files (100 slots x 400 entries, the fixture's geometry)
 so files fill and roll; the only sleep is one 1.3 s pause in the time-window fixture.
@@ -98,7 +98,7 @@ def test_key_hash_is_abs_java_hash_of_topic_hash_key(rand):
 
 
 def test_key_hash_of_integer_min_value_is_zero():
-    """FORMAT.md 6.2: Math.abs(Integer.MIN_VALUE) stays negative -> 0. Build a key whose
+    """docs/format.md §6.2: Math.abs(Integer.MIN_VALUE) stays negative -> 0. Build a key whose
     "T#key" hashes to MIN_VALUE: a prefix, then three chars chosen to land on it."""
     target = 0x80000000
     for n in itertools.count():
@@ -153,7 +153,7 @@ def test_index_file_holds_index_num_minus_one_keys(tmp_path):
 
 
 def test_new_index_file_header_starts_from_previous_end(tmp_path):
-    """FORMAT.md 6.3: a new file's header starts from the previous file's end values; the
+    """docs/format.md §6.3: a new file's header starts from the previous file's end values; the
     first putKey (indexCount <= 1) then sets beginPhyOffset/beginTimestamp to its message,
     after timeDiff was computed against the carried-over begin time (6.2's order)."""
     prev_phy, prev_ts = 123_456, 1_700_000_000_000
@@ -175,7 +175,7 @@ def test_new_index_file_header_starts_from_previous_end(tmp_path):
 
 
 def test_put_key_time_diff_clamps(tmp_path):
-    """timeDiff = (store - begin) / 1000 clamped to [0, Integer.MAX_VALUE] (FORMAT.md 6.2)."""
+    """timeDiff = (store - begin) / 1000 clamped to [0, Integer.MAX_VALUE] (docs/format.md §6.2)."""
     f = IndexFile(str(tmp_path / "20240101000000002"), SLOTS, INDEX_NUM, create=True)
     t0 = 1_700_000_000_000
     try:
@@ -215,7 +215,7 @@ def test_store_rolls_index_files_with_carried_over_header(store_dir):
     """133 messages of 3 keys (UNIQ_KEY + 2) fill file 1 exactly (399 entries); then messages of
     4 keys: file 2 fills in the middle of one (399 = 99 x 4 + 3), whose last key opens file 3.
     A file's begin values are its first entry's message: for a message split over two files
-    that is the previous file's end (FORMAT.md 6.2, 6.3)."""
+    that is the previous file's end (docs/format.md §6.2, 6.3)."""
     t_start = time.time()
     offsets, times = [], {}
     with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
@@ -318,7 +318,7 @@ def test_colliding_keys_each_find_only_their_message(store_dir):
 
 
 def test_topic_and_key_collisions_aa_bb(store_dir):
-    """FORMAT.md 6.4: "AaTopic#BB", "AaTopic#Aa" and "BBTopic#BB" share a hash."""
+    """docs/format.md §6.4: "AaTopic#BB", "AaTopic#Aa" and "BBTopic#BB" share a hash."""
     assert len({key_hash("AaTopic", "BB"), key_hash("AaTopic", "Aa"),
                 key_hash("BBTopic", "BB"), key_hash("BBTopic", "Aa")}) == 1
     assert key_hash("AaTopic", "BB") == abs(-10606476)
@@ -355,7 +355,7 @@ def test_query_message_caps_at_max_msgs_num_batch(store_dir):
 
 
 def test_raw_query_offsets_caps_max_num_at_max_msgs_num_batch(store_dir):
-    """FORMAT.md 6.4: IndexService.queryOffset starts with maxNum = min(maxNum,
+    """docs/format.md §6.4: IndexService.queryOffset starts with maxNum = min(maxNum,
     maxMsgsNumBatch = 64), so the raw walk never returns more than 64 offsets."""
     with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
         offs = [store.put_message(Message("Cap", b"%d" % i, keys="same")).commitlog_offset
@@ -415,7 +415,7 @@ def _windows(msgs, idx):
 
 
 def test_raw_query_offsets_time_window_is_rocketmqs(timed_store):
-    """The raw walk compares begin/end with beginTimestamp + timeDiff*1000 (FORMAT.md 6.4): a
+    """The raw walk compares begin/end with beginTimestamp + timeDiff*1000 (docs/format.md §6.4): a
     message stored 1.3 s after the file's begin is found by [begin+1000, begin+1000] and not
     by its own store time. rocketstore's query_offsets equals the reference walk."""
     store, root, msgs = timed_store
@@ -516,7 +516,7 @@ def test_reopen_finds_keys_and_redispatch_adds_no_entries(store_dir):
 
 @pytest.mark.parametrize("keep", [0, 1, 2])
 def test_crash_drops_index_files_newer_than_checkpoint_and_rebuilds(store_dir, keep):
-    """FORMAT.md 6.3 load(lastExitOK=false): files whose endTimestamp > the checkpoint's
+    """docs/format.md §6.3 load(lastExitOK=false): files whose endTimestamp > the checkpoint's
     indexMsgTimestamp are destroyed; re-dispatch rebuilds them entry for entry."""
     with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
         put = []
@@ -625,7 +625,7 @@ def _check_crash(root: str, acked: dict[int, int], nkeys: int, redo_last_kept: b
     acknowledged message is found by each key and by its UNIQ_KEY (exactly once), and the
     index entries are exactly the keys of the stored records. ``redo_last_kept``: entries of
     the message at the last kept file's endPhyOffset may appear twice (RocketMQ re-indexes
-    that message: it skips only offsets < endPhyOffset, FORMAT.md 6.3)."""
+    that message: it skips only offsets < endPhyOffset, docs/format.md §6.3)."""
     before = _disk_files(root)
     ckpt = _ckpt_index_ts(root)
     assert os.path.exists(os.path.join(root, "abort"))
@@ -636,7 +636,7 @@ def _check_crash(root: str, acked: dict[int, int], nkeys: int, redo_last_kept: b
     with MessageStore.open(root, _config(dispatch_inline=True)) as store:
         assert store.recovery["last_exit_ok"] is False
         names = [f.file_name for f in store.index_service.files]
-        # FORMAT.md 6.3: files newer than indexMsgTimestamp were dropped, the others kept
+        # docs/format.md §6.3: files newer than indexMsgTimestamp were dropped, the others kept
         assert [n for n in names if n in {x for x, _ in before}] == survivors
         assert not any(os.path.exists(os.path.join(_index_dir(root), n)) for n in dropped)
         missing = []
@@ -677,7 +677,7 @@ def test_crash_sigkill_keeps_keys_of_message_split_over_files(store_dir):
     """Messages of UNIQ_KEY + 3 keys: file 1 fills after 3 keys of message 99 (399 = 99 x 4 + 3),
     its 4th key ("c99-2") is entry 1 of file 2. File 1 is flushed and the checkpoint takes its
     end time (message 99's); later messages make file 2 newer. After SIGKILL, load keeps file 1
-    and drops file 2 (FORMAT.md 6.3): re-dispatch must index message 99's last key again
+    and drops file 2 (docs/format.md §6.3): re-dispatch must index message 99's last key again
     (RocketMQ skips only offsets < the last file's endPhyOffset, so message 99 is redone)."""
     acked = _crash_run(store_dir, nkeys=3, settle_at=150, kill_after=165)
     _check_crash(store_dir, acked, nkeys=3, redo_last_kept=True)
@@ -765,7 +765,7 @@ def test_message_index_disabled_writes_no_index(store_dir):
 
 
 def test_default_index_file_is_sparse(store_dir):
-    """A default index file is 420,000,040 bytes (5 M slots, 20 M entries, FORMAT.md 6.1) but
+    """A default index file is 420,000,040 bytes (5 M slots, 20 M entries, docs/format.md §6.1) but
     entries are allocated a chunk at a time: a small store does not take 420 MB of disk."""
     with MessageStore.open(store_dir, StoreConfig(mapped_file_size_commit_log=65536,
                                                   mapped_file_size_consume_queue=2000,

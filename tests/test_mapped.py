@@ -1,7 +1,7 @@
-"""rocketstore.store._mapped.MappedFile: allocation, positions, views, lifetime, flush (FORMAT.md 4).
+"""rocketstore.store._mapped.MappedFile: allocation, positions, views, lifetime, flush (docs/format.md §4).
 
 Sizes derive from the runtime page size; flush page accounting uses RocketMQ's OS_PAGE_SIZE
-(4096, FORMAT.md 4.1/4.5). The disk-full tests mount a real 1 MiB tmpfs (CI runs as root).
+(4096, docs/format.md §4.1/4.5). The disk-full tests mount a real 1 MiB tmpfs (CI runs as root).
 """
 import ctypes
 import errno
@@ -24,7 +24,7 @@ from rocketstore.errors import CorruptionError, StoreClosedError  # noqa: E402
 from rocketstore.store.mapped_file_queue import MappedFileQueue  # noqa: E402
 from rocketstore.store.status import PutMessageStatus  # noqa: E402
 
-OS_PAGE_SIZE = 4096          # FORMAT.md 4.1: flush/commit page accounting unit
+OS_PAGE_SIZE = 4096          # docs/format.md §4.1: flush/commit page accounting unit
 
 
 @pytest.fixture
@@ -372,34 +372,7 @@ def test_read_only_open_of_a_missing_file_never_creates_it(mf_path, file_size):
 # ---------------------------------------------------------------------------------------------
 # a full disk (real tmpfs)
 
-TMPFS_SIZE = 1024 * 1024
-
-
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 1 MiB tmpfs mounted for the test, unmounted afterwards."""
-    mnt = tmp_path / "small_fs"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.fail("disk-full tests need root to mount a tmpfs (CI runs as root); "
-                    f"running as uid {os.geteuid()}")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.fail(f"cannot mount a {TMPFS_SIZE}-byte tmpfs at {mnt}: "
-                    f"{r.stderr.strip() or r.stdout.strip()} (rc {r.returncode})")
-    try:
-        yield str(mnt)
-    finally:
-        gc.collect()       # drop any mapping still held by garbage
-        r = subprocess.run(["umount", str(mnt)], capture_output=True, text=True)
-        if r.returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, text=True)
-
-
-def free_bytes(path):
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
+from conftest import TMPFS_SIZE, free_bytes  # noqa: E402  (small_fs: the fixture there)
 
 
 def test_tmpfs_fixture_is_a_small_real_filesystem(small_fs):

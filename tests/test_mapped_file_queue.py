@@ -1,4 +1,4 @@
-"""MappedFileQueue and AllocateMappedFileService (FORMAT.md 4.1, 4.3, 4.4).
+"""MappedFileQueue and AllocateMappedFileService (docs/format.md §4.1, 4.3, 4.4).
 
 Lookups are checked against a plain model (file k covers [k*size, (k+1)*size) from the first
 file's start); load, truncation and pre-allocation against the files on disk.

@@ -1,4 +1,4 @@
-"""ConsumerOffsetManager and the ConfigFile persistence under it (FORMAT.md 10)."""
+"""ConsumerOffsetManager and the ConfigFile persistence under it (docs/format.md §10)."""
 from __future__ import annotations
 
 import errno

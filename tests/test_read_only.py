@@ -36,6 +36,8 @@ from rocketstore import Message, MessageStore, StoreConfig
 
 root = sys.argv[1]
 cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=400)
+if len(sys.argv) > 2:                       # allocation_extent (0: whole files, eager next file)
+    cfg.allocation_extent = int(sys.argv[2])
 
 
 def body(i):
@@ -88,11 +90,12 @@ class Writer:
     """The writer process, driven by commands on its stdin; it answers each with "OK" once
     its files are at rest. Its stdout is read by a thread (readline has no timeout)."""
 
-    def __init__(self, tmp_path: Path, root: str) -> None:
+    def __init__(self, tmp_path: Path, root: str, extent: int | None = None) -> None:
         script = tmp_path / "writer.py"
         script.write_text(WRITER)
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, str(script), root], cwd=str(REPO), env=env,
+        extra = [] if extent is None else [str(extent)]
+        self.proc = subprocess.Popen([sys.executable, str(script), root, *extra], cwd=str(REPO), env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str | None] = queue.Queue()
@@ -320,21 +323,24 @@ def test_read_only_tails_writer_in_another_process(tmp_path):
     assert not os.path.exists(os.path.join(root, "abort"))       # the writer closed cleanly
 
 
-def test_read_only_follows_writer_across_its_restart(tmp_path):
+@pytest.mark.parametrize("extent", [0, None], ids=["eager-next-file", "extents"])
+def test_read_only_follows_writer_across_its_restart(tmp_path, extent):
     """The writer closes and reopens (a restart) while the reader stays open, then goes on
     putting into files it creates after the restart: the reader must still see every
-    message. (At close the writer leaves its pre-allocated next commit-log file on disk;
-    the reopen deletes it as past the end and later creates it again.)"""
+    message. (With whole-file allocation the writer leaves its pre-allocated next commit-log
+    file on disk at close; the reopen deletes it as past the end and later creates it again.
+    With extents the next file appears only once the current one is nearly full.)"""
     root = str(tmp_path / "store")
-    w = Writer(tmp_path, root)
+    w = Writer(tmp_path, root, extent)
     ro = None
     try:
         w.do("put Tail 0 0 40")
         ro = MessageStore.open(root, CONFIG, read_only=True)
-        # the writer's next file (pre-allocated, still empty) is there when the reader opens
         files = segment_files(root, "commitlog")
         first = tail(ro, "Tail", 0, 40, settled=True)
-        assert max(m.commitlog_offset for m in first) < int(files[-1])
+        if extent == 0:
+            # the writer's next file (pre-allocated, still empty) is there when the reader opens
+            assert max(m.commitlog_offset for m in first) < int(files[-1])
         w.do("restart")
         w.do("put Tail 0 40 140")
         got = tail(ro, "Tail", 0, 100, start=40, settled=True)
@@ -355,7 +361,7 @@ def test_read_only_follows_writer_across_its_restart(tmp_path):
 
 
 def test_read_only_min_offset_of_queue_created_after_open(tmp_path):
-    """A queue the writer starts at offset 5 (filler units 0..4, FORMAT.md 5.1) after the
+    """A queue the writer starts at offset 5 (filler units 0..4, docs/format.md §5.1) after the
     reader opened: the reader reports the same min offset as the writer and as a reader
     opened later, and answers offsets below it with OFFSET_TOO_SMALL."""
     root = str(tmp_path / "store")

@@ -1,4 +1,4 @@
-"""Recovery after a crash (FORMAT.md 8.4): where it starts, what it truncates, what it
+"""Recovery after a crash (docs/format.md §8.4): where it starts, what it truncates, what it
 re-dispatches, and the report it leaves in ``store.recovery``."""
 from __future__ import annotations
 

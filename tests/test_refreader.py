@@ -1,4 +1,4 @@
-"""Proves the FORMAT.md oracle (tests/refreader.py) against a real RocketMQ 4.9.8 store.
+"""Proves the docs/format.md oracle (tests/refreader.py) against a real RocketMQ 4.9.8 store.
 
 The fixture in /work/shared/fixtures/rocketmq-4.9.8 was written by RocketMQ's own
 DefaultMessageStore; expected.jsonl is what RocketMQ's MessageDecoder / checkMessageAndReturnSize
@@ -215,7 +215,7 @@ def test_tags_code_is_java_hash_of_tags(expected):
 
 
 # ---------------------------------------------------------------------------------------------
-# FORMAT.md vectors and synthetic cases
+# docs/format.md vectors and synthetic cases
 
 def _msg(**over):
     d = {

@@ -170,7 +170,7 @@ def test_reencode_is_byte_identical(rocketmq_store, expected):
 
 
 def test_tags_hash_matches_dispatched_tags_code(expected):
-    """Normal messages: tagsCode = Java hashCode of TAGS (0 without tags) (FORMAT.md 3)."""
+    """Normal messages: tagsCode = Java hashCode of TAGS (0 without tags) (docs/format.md §3)."""
     checked = 0
     for e in expected["msg"]:
         if e["topic"] == "SCHEDULE_TOPIC_XXXX":
@@ -375,20 +375,24 @@ def test_put_jsonl_agrees_with_decode(rocketmq_store, put_lines, expected):
 
 
 def test_open_with_wrong_file_size_changes_nothing(rocketmq_store, fixture_root):
-    """The fixture's 64 KiB files under the default (1 GiB) or another size: refused, files
-    untouched, no abort left behind, lock released."""
-    from rocketstore import CorruptionError
+    """The fixture's 64 KiB files under another configured size: refused naming both values,
+    files untouched, no abort left behind, lock released. Under the default (1 GiB) the
+    store takes its size from the files instead."""
+    from rocketstore import InvalidConfigError
     before = _commitlog_files(rocketmq_store)
-    for cfg in (StoreConfig(mapped_file_size_consume_queue=CQ_FILE_SIZE,
-                       max_hash_slot_num=100, max_index_num=400),
-                StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=CQ_FILE_SIZE,
-                       max_hash_slot_num=100, max_index_num=400)):
-        with pytest.raises(CorruptionError) as ei:
-            MessageStore.open(rocketmq_store, cfg)
-        assert "mapped file size" in str(ei.value)
-        assert not os.path.exists(os.path.join(rocketmq_store, "abort"))
+    cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=CQ_FILE_SIZE,
+                      max_hash_slot_num=100, max_index_num=400)
+    with pytest.raises(InvalidConfigError) as ei:
+        MessageStore.open(rocketmq_store, cfg)
+    assert "mapped_file_size_commit_log=4096" in str(ei.value) and "65536" in str(ei.value)
+    assert not os.path.exists(os.path.join(rocketmq_store, "abort"))
     assert _commitlog_files(rocketmq_store) == before
     assert sorted(os.listdir(os.path.join(rocketmq_store, "commitlog"))) == \
         sorted(os.listdir(fixture_root / "store" / "commitlog"))
+    with MessageStore.open(rocketmq_store, StoreConfig(mapped_file_size_consume_queue=CQ_FILE_SIZE,
+                                                       max_hash_slot_num=100,
+                                                       max_index_num=400)) as store:
+        assert store.config.mapped_file_size_commit_log == 65536
+        assert sum(1 for _ in store.iter_messages()) == NUM_MESSAGES
     with MessageStore.open(rocketmq_store, _config()) as store:
         assert sum(1 for _ in store.iter_messages()) == NUM_MESSAGES

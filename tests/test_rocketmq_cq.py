@@ -63,7 +63,7 @@ def test_fixture_cq_lines_shape(expected):
 
 
 def test_struct_read_of_fixture_files_equals_cq_lines(rocketmq_store, expected):
-    """The oracle itself: the fixture's files hold exactly the `cq` lines (FORMAT.md 5.1)."""
+    """The oracle itself: the fixture's files hold exactly the `cq` lines (docs/format.md §5.1)."""
     tree = _cq_tree(rocketmq_store)
     units = {}
     for rel, data in tree.items():

@@ -1,4 +1,4 @@
-"""Index files against a real Apache RocketMQ 4.9.8 store (shared fixture, FORMAT.md 6).
+"""Index files against a real Apache RocketMQ 4.9.8 store (shared fixture, docs/format.md §6).
 
 What RocketMQ's own code reported for the fixture (``expected.jsonl``): each index file's
 header (``index_file``) and, for every KEYS token and UNIQ_KEY, the offsets its IndexService
@@ -68,9 +68,9 @@ def test_fixture_index_lines_shape(expected):
 
 
 def test_reference_reader_reads_rocketmq_index_files(rocketmq_store, expected):
-    """refreader's index reader (FORMAT.md 6.1) on RocketMQ's files: the headers are the
+    """refreader's index reader (docs/format.md §6.1) on RocketMQ's files: the headers are the
     `index_file` lines, chains are consistent, and the entries are exactly the keys of every
-    record in commit-log order (UNIQ_KEY then KEYS tokens, FORMAT.md 6.3)."""
+    record in commit-log order (UNIQ_KEY then KEYS tokens, docs/format.md §6.3)."""
     files = _entries_of_dir(rocketmq_store)
     want = {d["name"]: {k: v for k, v in d.items() if k not in ("name", "type")}
             for d in expected["index_file"]}

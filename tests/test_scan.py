@@ -1,4 +1,4 @@
-"""rocketstore.store._scan against struct and numpy oracles written from FORMAT.md 3 and 5.1.
+"""rocketstore.store._scan against struct and numpy oracles written from docs/format.md §3 and 5.1.
 
 A consume-queue unit is ``>qiq`` (phy offset, size, tags code). The oracle scans a range unit by
 unit: it stops at the first size-0 unit at or after the start, never matches a filler

@@ -30,7 +30,7 @@ def _config(**kw) -> StoreConfig:
 
 def schedule_put(store: MessageStore, body: bytes, level: int, *, topic: str = TOPIC,
                  queue_id: int = 0, props: dict | None = None, **fields):
-    """Store a delayed message as 4.9.8's put-side rewrite does (FORMAT.md 11): DELAY stays,
+    """Store a delayed message as 4.9.8's put-side rewrite does (docs/format.md §11): DELAY stays,
     REAL_TOPIC/REAL_QID added, SCHEDULE_TOPIC_XXXX queue level-1."""
     properties = {"WAIT": "true", **(props or {}), "DELAY": str(level),
                   "REAL_TOPIC": topic, "REAL_QID": str(queue_id)}

@@ -1,7 +1,7 @@
 """MessageStore facade: puts and lookups end to end, lifecycle (abort, lock, close), input
 validation, hosts and ids, compression, and file rolling.
 
-Bytes on disk are checked with ``refreader`` (the FORMAT.md oracle), never with rocketstore's
+Bytes on disk are checked with ``refreader`` (the docs/format.md oracle), never with rocketstore's
 own codec.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from rocketstore.store._codec import java_hash
 
 REPO = Path(__file__).resolve().parent.parent
 
-# FORMAT.md 1.1 concrete vector (ReputMessageServiceTest)
+# docs/format.md §1.1 concrete vector (ReputMessageServiceTest)
 VECTOR_BODY = b"Once, there was a chance for me!"
 VECTOR_TOPIC = "FooBar"
 VECTOR_TAGS = "TAG1"
@@ -85,7 +85,7 @@ TRY_OPEN = """
 """
 
 
-# -- the FORMAT.md vector ----------------------------------------------------------------------
+# -- the docs/format.md vector ----------------------------------------------------------------------
 
 def test_format_vector_record_size(store_dir, small_config):
     keys = "1700000000000"
@@ -539,7 +539,7 @@ def test_topic_of_127_chars_and_allowed_chars(open_store):
         r = open_store.put_message(Message(topic, b"x"))
         m = open_store.look_message_by_offset(r.commitlog_offset)
         assert m.topic == topic and m.magic & 0xFFFFFFFF == refreader.MAGIC_V1
-    # a retry topic over 127 chars takes the v2 layout (2-byte topic length, FORMAT.md 1.5)
+    # a retry topic over 127 chars takes the v2 layout (2-byte topic length, docs/format.md §1.5)
     long_retry = "%RETRY%" + "g" * 150
     r = open_store.put_message(Message(long_retry, b"retry"))
     m = open_store.look_message_by_offset(r.commitlog_offset)

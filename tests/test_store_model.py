@@ -53,7 +53,7 @@ filters = st.sampled_from(range(len(FILTERS)))
 
 
 def expected_get(items, offset, max_msgs, wanted):
-    """(status, [queue offsets], next_begin_offset) that FORMAT.md 13 gives for the model."""
+    """(status, [queue offsets], next_begin_offset) that docs/format.md §13 gives for the model."""
     n = len(items)
     if n == 0:
         return S.NO_MESSAGE_IN_QUEUE, [], 0

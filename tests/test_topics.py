@@ -1,4 +1,4 @@
-"""TopicConfig and TopicConfigManager (FORMAT.md 10, topics.json)."""
+"""TopicConfig and TopicConfigManager (docs/format.md §10, topics.json)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""Transient store pool and its commit service (FORMAT.md 4.5; DESIGN.md durability contract:
+"""Transient store pool and its commit service (docs/format.md §4.5; docs/design.md durability contract:
 with the pool, a process crash loses at most what was not yet committed into the files)."""
 from __future__ import annotations
 

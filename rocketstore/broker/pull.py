@@ -2,7 +2,7 @@
 
 A pull is checked in 4.9.8's order (broker readable, subscription group, topic, queue id,
 subscription from the request or the consumer manager), read from the store with the
-subscription's tag-hash filter and answered with RocketMQ's status mapping (FORMAT.md 13):
+subscription's tag-hash filter and answered with RocketMQ's status mapping (docs/format.md §13):
 SUCCESS, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED (which also stores an
 ``OFFSET_MOVED_EVENT``). A network pull with the commit flag commits the consumer's offset,
 whatever the outcome.

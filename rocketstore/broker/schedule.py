@@ -14,7 +14,7 @@ it (§0.4): ``DELAY``, ``REAL_TOPIC``, ``REAL_QID`` and the scheduled ``WAIT`` v
 real topic is the transaction half topic is discarded, as in 4.9.8.
 
 Offsets: ``config/delayOffset.json``, ``{"offsetTable":{<level>:<next queue offset>}}`` with
-unquoted integer keys (FORMAT.md 10), only levels that delivered (or were loaded); persisted
+unquoted integer keys (docs/format.md §10), only levels that delivered (or were loaded); persisted
 atomically every ``flush_delay_offset_interval`` ms when changed and at ``close()``; loaded at
 ``start()`` and clamped into each queue's [min, max] (4.9.2's fix for issue #1869).
 

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="rocketstore",
                                  description="RocketMQ-compatible message store: inspect, move "
                                              "and repair store directories")
+    from rocketstore import __version__
+    ap.add_argument("--version", action="version", version=f"rocketstore {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo.register(sub)
     lookup.register(sub)
@@ -52,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line(e: BaseException) -> str:
+    from rocketstore.errors import StoreLockedError
+    if isinstance(e, StoreLockedError):
+        # the library's advice (read_only=True) is for code; say it in the command's terms
+        return (f"{e.path}: store is locked by another writer (a broker or an application "
+                "has it open): stop that writer first, or use a read-only command (stat, "
+                "get, query, export, verify, offsets show), which work beside it")
     if isinstance(e, OSError) and e.strerror:
         where = e.filename if e.filename is not None else ""
         return f"{where}: {e.strerror}" if where else e.strerror

@@ -152,7 +152,7 @@ def decode_body(text: str, encoding: str, where: str) -> bytes:
     raise CommandError(f"{where}: body_encoding {encoding!r} is not 'utf8' or 'base64'")
 
 
-# One exported message: every stored field, in the order of FORMAT.md 1.1.
+# One exported message: every stored field, in the order of docs/format.md §1.1.
 ROW_FIELDS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "msg_id", "store_size",
               "body_crc", "flag", "sys_flag", "born_timestamp", "born_host", "store_timestamp",
               "store_host", "reconsume_times", "prepared_transaction_offset", "tags", "keys",

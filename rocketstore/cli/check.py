@@ -4,12 +4,12 @@ verify (read-only) walks every commit-log record with a CRC check (``_verify.wal
 GIL-holding C loop per file, no Python per byte), then cross-checks in numpy:
 
 * every consume-queue unit points at the start of a record of its own topic, queue and queue
-  offset, with the record's size and tags code (FORMAT.md 5.1, 3);
+  offset, with the record's size and tags code (docs/format.md §5.1, 3);
 * every dispatchable record (not a prepared or rolled-back transaction) up to the dispatched
   end has its unit;
 * every key a record should be indexed under (UNIQ_KEY, each KEYS token) is reachable through
   its slot's chain in an index file covering it, and every index entry names a key of the
-  record it points at, with a time difference matching its store time (FORMAT.md 6).
+  record it points at, with a time difference matching its store time (docs/format.md §6).
 
 Every disagreement is listed (a whole missing queue as one line). Exit code 1 when any.
 
@@ -277,7 +277,7 @@ def _check_index(store, records: np.ndarray, keys: np.ndarray, report: _Report,
         at = np.minimum(np.searchsorted(key_codes, codes), max(len(key_codes) - 1, 0))
         known = at_record & ((key_codes[at] == codes) if len(key_codes) else False)
         ts = records["store_ts"][pos]
-        # timeDiff = (store time - file begin) / 1000, 0 when negative (FORMAT.md 6.3)
+        # timeDiff = (store time - file begin) / 1000, 0 when negative (docs/format.md §6.3)
         tdiff_ok = ~at_record | (np.maximum(ts - f.begin_timestamp, 0) // 1000 == e["tdiff"])
         chain_ok = (e["prev"] >= 0) & (e["prev"] < np.arange(1, count + 1))
         bad = ~(known & at_record & tdiff_ok & chain_ok) & (e["phy"] >= store.get_min_phy_offset())

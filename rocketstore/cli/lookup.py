@@ -243,9 +243,10 @@ def register(sub) -> None:
 
     p = sub.add_parser("get", help="messages of a queue from a queue offset, or at a commit-log offset")
     add_store_options(p)
-    p.add_argument("topic", nargs="?")
-    p.add_argument("queue", nargs="?", type=int)
-    p.add_argument("offset", nargs="?", type=int, help="queue offset")
+    p.add_argument("topic", nargs="?", help="topic of the queue (not with --phy)")
+    p.add_argument("queue", nargs="?", type=int, help="queue id within the topic")
+    p.add_argument("offset", nargs="?", type=int,
+                   help="queue offset of the first message (0 is the queue's first ever)")
     p.add_argument("-n", "--count", type=int, default=1, help="how many messages (default 1)")
     p.add_argument("--tags", help="tag filter, e.g. 'TagA || TagB'")
     p.add_argument("--phy", type=int, metavar="OFFSET", help="the record at this commit-log offset")
@@ -260,6 +261,8 @@ def register(sub) -> None:
     p.add_argument("--id", help="an offset message id (or, with --topic, a UNIQ_KEY)")
     p.add_argument("--begin", help="stored at or after (ms since the epoch or ISO 8601)")
     p.add_argument("--end", help="stored at or before (default: no limit)")
-    p.add_argument("--limit", type=int, default=32, help="at most this many (default 32)")
+    p.add_argument("--limit", type=int, default=32,
+                   help="at most this many (default 32): the newest matches, as the index is "
+                        "searched newest first; printed oldest first")
     p.add_argument("--format", choices=("table", "jsonl"), default="table")
     p.set_defaults(func=_query)

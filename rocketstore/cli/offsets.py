@@ -1,5 +1,5 @@
 """``rocketstore offsets show`` and ``offsets reset``: a consumer group's committed offsets
-(``config/consumerOffset.json``, FORMAT.md 10).
+(``config/consumerOffset.json``, docs/format.md §10).
 
 show opens the store read-only and prints each committed offset beside its queue's min and
 max and the lag. reset takes the store's lock (a running writer would overwrite the file with

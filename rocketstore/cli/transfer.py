@@ -25,7 +25,7 @@ from rocketstore.cli._common import (ROW_FIELDS, CommandError, add_store_options
 from rocketstore.cli.lookup import commit_log_end, topic_queues
 
 # SYSFLAG bits an imported message must not carry: the body is exported decompressed, and
-# the host-v6 bits follow the hosts given (FORMAT.md 1.3)
+# the host-v6 bits follow the hosts given (docs/format.md §1.3)
 _CLEARED_SYSFLAG = 0x1 | 0x700 | 0x10 | 0x20
 _BATCH_ROWS = 8192
 # one encoder for every row: json.dumps(..., ensure_ascii=False) builds a new one per call

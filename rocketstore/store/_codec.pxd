@@ -4,7 +4,7 @@ from libc.string cimport memcmp, memchr
 from rocketstore.store._mapped cimport MappedFile
 
 
-# Every field of one commit-log record, as C values and borrowed pointers (FORMAT.md 1.1).
+# Every field of one commit-log record, as C values and borrowed pointers (docs/format.md §1.1).
 # Pointers borrow from Python objects the caller keeps alive for the call.
 cdef struct RecordFields:
     uint32_t magic

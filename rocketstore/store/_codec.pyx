@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Commit-log record codec: RocketMQ's v1 and v2 message layouts (FORMAT.md 1, 7).
+"""Commit-log record codec: RocketMQ's v1 and v2 message layouts (docs/format.md §1, 7).
 
 Writers fill a ``RecordFields`` struct and ``write_record`` lays every field out, big-endian,
 straight into the destination (a mapped file); readers run ``parse_record`` over a pointer
@@ -62,7 +62,7 @@ cdef int64_t now_ms() noexcept nogil:
 # -- writing -----------------------------------------------------------------------------------
 
 cdef Py_ssize_t record_size(const RecordFields *f) noexcept nogil:
-    """TOTALSIZE per MessageExtEncoder.calMsgLength (FORMAT.md 1.1)."""
+    """TOTALSIZE per MessageExtEncoder.calMsgLength (docs/format.md §1.1)."""
     cdef Py_ssize_t n = RS_RECORD_FIXED_V1 - 2 * RS_HOST_V4_LEN
     n += f.born_host_len + f.store_host_len + f.body_len + f.topic_len + f.props_len
     if f.magic == RS_MAGIC_V2:
@@ -145,7 +145,7 @@ cdef void write_record(char *dst, const RecordFields *f, Py_ssize_t total) noexc
 
 
 cdef void write_blank(char *dst, int32_t max_blank) noexcept nogil:
-    """The 8-byte end-of-file record: int maxBlank, int BLANK_MAGIC_CODE (FORMAT.md 1.6)."""
+    """The 8-byte end-of-file record: int maxBlank, int BLANK_MAGIC_CODE (docs/format.md §1.6)."""
     put_u32(dst, <uint32_t>max_blank)
     put_u32(dst + 4, RS_BLANK_MAGIC)
 
@@ -365,7 +365,7 @@ def decode_msg_id(msg_id):
 # -- properties --------------------------------------------------------------------------------
 
 def parse_properties(raw):
-    """FORMAT.md 1.4: split on \\x02; keep 'name\\x01value' with both sides non-empty."""
+    """docs/format.md §1.4: split on \\x02; keep 'name\\x01value' with both sides non-empty."""
     cdef dict out = {}
     cdef bytes data = bytes(raw)
     for seg in data.split(b"\x02"):
@@ -399,7 +399,7 @@ def java_hash(str s):
 
 
 def body_crc(const unsigned char[::1] data not None):
-    """BODYCRC: zlib CRC-32 of the stored body & 0x7FFFFFFF (FORMAT.md 1.2)."""
+    """BODYCRC: zlib CRC-32 of the stored body & 0x7FFFFFFF (docs/format.md §1.2)."""
     if data.shape[0] == 0:
         return 0
     cdef int32_t c
@@ -429,7 +429,7 @@ cdef void _hex(char *dst, uint64_t v, int digits) noexcept nogil:
 
 @cython.final
 cdef class UniqIdGenerator:
-    """Client message ids in RocketMQ's MessageClientIDSetter layout (FORMAT.md 7).
+    """Client message ids in RocketMQ's MessageClientIDSetter layout (docs/format.md §7).
 
     ip 4 bytes + pid 2 + instance hash 4 + ms since the start of the month 4 + counter 2,
     as 32 uppercase hex chars. Not thread-safe: callers hold the put lock.
@@ -502,7 +502,7 @@ cdef bytes _check_topic(object topic):
         if not _valid_topic_char(p[i]):
             raise InvalidMessageError("topic", topic,
                                       "contains characters outside ^[%|a-zA-Z0-9_-]+$")
-    # FORMAT.md 1.5: v1 holds 127 bytes; only retry topics may use the v2 layout, up to 255
+    # docs/format.md §1.5: v1 holds 127 bytes; only retry topics may use the v2 layout, up to 255
     cdef Py_ssize_t limit = RS_MAX_TOPIC_LEN if topic.startswith("%RETRY%") else RS_MAX_TOPIC_LEN_V1
     if n > limit:
         raise InvalidMessageError("topic", topic, f"is {n} characters long, longer than {limit}",
@@ -672,10 +672,10 @@ cdef class Message:
         self._keys = None if keys_b is None else (keys if type(keys) is str else " ".join(keys))
         self._has_uniq = bool(user) and PROPERTY_UNIQ_KEY in user
         self._delayed = delay_b is not None or (bool(user) and PROPERTY_DELAY in user)
-        # WAIT=false: a sync-flush put does not wait for the disk (FORMAT.md 2)
+        # WAIT=false: a sync-flush put does not wait for the disk (docs/format.md §2)
         self._no_wait = bool(user) and user.get("WAIT") == "false"
         # properties bytes: user properties, then TAGS, KEYS and DELAY (order is free:
-        # FORMAT.md 1.4)
+        # docs/format.md §1.4)
         plen = PyBytes_GET_SIZE(user_b)
         if tags_b is not None:
             plen += 6 + PyBytes_GET_SIZE(tags_b)
@@ -933,14 +933,15 @@ cdef int _frame_or_corrupt(bytes head, bytes magic, str kind, int sys_flag,
 @cython.freelist(256)
 @cython.no_gc       # owner is a MappedFile, bytes or memoryview: none refers back to a MessageExt
 cdef class MessageExt:
-    """A stored message with every field of its record (FORMAT.md 1.1).
+    """A stored message with every field of its record (docs/format.md §1).
 
     Numbers are decoded when the record is read; topic, properties, hosts and the body are
     decoded from the record bytes on first access. A ``MessageExt`` read from a store pins its
     mapped file (``MappedFile.pin``), so its bytes stay valid after the store closes, and the
     file cannot be unmapped under it. ``body`` is a zero-copy ``memoryview`` of the mapping
     (decompressed ``bytes`` when the record is stored compressed and was read without
-    ``raw``); ``copy()`` detaches the message from the mapping.
+    ``raw``): a memoryview has no ``.decode()`` and ``json.loads`` refuses it, so use
+    ``body_bytes`` (a ``bytes`` copy) there; ``copy()`` detaches the message from the mapping.
     """
 
     def __dealloc__(self):
@@ -1038,13 +1039,20 @@ cdef class MessageExt:
         return self._body
 
     @property
+    def body_bytes(self):
+        """The body as ``bytes`` (a copy): for ``json.loads``, ``.decode()``, or keeping it
+        past the message. ``body`` is the zero-copy view; read that in hot loops."""
+        cdef object b = self.body
+        return b if type(b) is bytes else bytes(b)
+
+    @property
     def body_size(self):
         """Length of the stored body in bytes."""
         return self._body_len
 
     @property
     def properties(self):
-        """Every property of the record (parsed on first access; FORMAT.md 1.4)."""
+        """Every property of the record (parsed on first access; docs/format.md §1.4)."""
         if self._props is None:
             self._props = parse_properties(self._rec[self._props_off:self._props_off + self._props_len])
         return self._props
@@ -1078,7 +1086,7 @@ cdef class MessageExt:
 
     @property
     def msg_id(self):
-        """Offset message id: store host + commit-log offset as uppercase hex (FORMAT.md 7)."""
+        """Offset message id: store host + commit-log offset as uppercase hex (docs/format.md §7)."""
         return format_msg_id(self._rec[self._store_host_off:self._store_host_off + self._store_host_len],
                              self.commitlog_offset)
 

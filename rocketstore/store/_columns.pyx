@@ -166,7 +166,7 @@ cdef inline int _utoa(char *dst, uint32_t v) noexcept nogil:
 
 
 cdef int add_msg_id(StrCol *c, const char *host, int n, int64_t phy) except -1 nogil:
-    """Offset message id: store host bytes + commit-log offset, uppercase hex (FORMAT.md 7)."""
+    """Offset message id: store host bytes + commit-log offset, uppercase hex (docs/format.md §7)."""
     cdef char tmp[64]
     cdef int i, k = 0
     cdef const uint8_t *u = <const uint8_t *>host

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""CommitLog: every topic's messages appended to one log of mapped files (FORMAT.md 1, 4).
+"""CommitLog: every topic's messages appended to one log of mapped files (docs/format.md §1, 4).
 
 A put validates (the ``Message`` was validated at construction; sizes against this log's
 limits here), takes the put lock, assigns the queue offset of its topic-queue, encodes the
@@ -140,7 +140,7 @@ cdef class _QueueOffsets:
 cdef class PutMessageResult:
     """Outcome of a put: ``status`` and, when stored, where.
 
-    ``msg_id`` is the offset message id (FORMAT.md 7); for a batch, the ids of all its
+    ``msg_id`` is the offset message id (docs/format.md §7); for a batch, the ids of all its
     messages joined with ``,`` as RocketMQ does. It is built on first access.
     """
     cdef readonly object status
@@ -284,7 +284,7 @@ cdef class CommitLog:
     cdef object _not_writeable          # exception making every put SERVICE_NOT_AVAILABLE
     cdef object _roll_error             # the OSError of the last failed file creation
     cdef object _roll_status            # and the status it gives the put
-    # transient store pool (FORMAT.md 4.5): new files borrow a write buffer; the commit
+    # transient store pool (docs/format.md §4.5): new files borrow a write buffer; the commit
     # service copies appends into the file. Puts wake it once enough bytes wait.
     cdef readonly object pool
     cdef bint _pool_fast_fail
@@ -299,9 +299,10 @@ cdef class CommitLog:
     cdef int _cur_fd
     cdef Py_ssize_t _cur_size
     cdef Py_ssize_t *_cur_wrote
+    cdef Py_ssize_t *_cur_alloc         # the current file's allocated end (fault-ahead stops there)
     cdef readonly int64_t commit_rounds     # GIL-free rounds that committed bytes
     cdef readonly int64_t committed_bytes
-    # group commit (FORMAT.md 4.5 GroupCommitService): sync puts wait here without the GIL
+    # group commit (docs/format.md §4.5 GroupCommitService): sync puts wait here without the GIL
     # until the flusher has synced past their record; one sync serves every waiter
     cdef pthread_mutex_t flush_mu
     cdef pthread_cond_t flushed_cv      # producers wait for flushed_offset
@@ -531,6 +532,7 @@ cdef class CommitLog:
             self._cur_fd = mf.fd
             self._cur_size = mf.file_size
             self._cur_wrote = &mf.wrote_pos
+            self._cur_alloc = &mf.allocated_end
 
     def group_commit(self):
         """The group-commit loop, GIL-free: wait for a request, msync everything committed in
@@ -626,6 +628,8 @@ cdef class CommitLog:
                 wbase = self._cur_wbase
                 base_from = self._cur_from
                 size = self._cur_size
+                if base != NULL and self._cur_alloc[0] < size:
+                    size = self._cur_alloc[0]   # never fault pages into the unallocated part
                 pthread_mutex_unlock(&self.put_lock)
                 if base != NULL and wbase == NULL:      # a pool buffer takes the writes: none
                     start = done if done > base_from else base_from
@@ -846,6 +850,11 @@ cdef class CommitLog:
         cdef Py_ssize_t left = 0
         if cur is not None and cur.wrote_pos != cur.file_size:
             left = cur.file_size - cur.wrote_pos
+            # disk for the record and the blank after it (or the blank that ends the file);
+            # a new extent lets the fault-ahead thread go further: the next put asks it to
+            if cur.wrote_pos + min(left, need + RS_END_FILE_MIN_BLANK) > cur.allocated_end:
+                cur.reserve(cur.wrote_pos + min(left, need + RS_END_FILE_MIN_BLANK))
+                self.fault_next = 0
             if need + RS_END_FILE_MIN_BLANK <= left:
                 return cur
         if self.pool is not None and self._pool_fast_fail and not self.pool.available:
@@ -868,6 +877,7 @@ cdef class CommitLog:
                 self._rolls += 1    # the commit loop hands files before nxt to Python
             self.pool.lend(nxt)     # may commit the full files itself when no buffer is free
         self._set_cur(nxt)
+        nxt.reserve(need + RS_END_FILE_MIN_BLANK)
         return nxt
 
     cdef void _close_file(self, MappedFile cur, Py_ssize_t left) noexcept:

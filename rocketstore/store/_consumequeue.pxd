@@ -10,7 +10,7 @@ cdef struct CQState:
     char *base                  # mapping of the last file, NULL when there is none or it is full
     int64_t file_from           # logical byte offset of that file
     Py_ssize_t wrote_pos        # bytes written into it
-    Py_ssize_t file_size
+    Py_ssize_t file_size         # the fast path's limit: the file's allocated end (writers)
     int64_t max_physic_offset   # commit-log end (offset + size) of the last unit written
     int64_t last_store_ts       # store time of the last unit written (checkpoint logics time)
     int dirty                   # units appended since the last publish()
@@ -33,6 +33,7 @@ cdef class ConsumeQueue:
     cdef void publish(self) noexcept
     cdef bint offset_plausible(self, int64_t phy_offset, int64_t cq_offset) noexcept
     cdef int _attach_last(self) except -1
+    cdef int _reserve_unit(self) except -1
     cdef MappedFile file_for_index(self, int64_t index)
     cdef MappedFile read_file(self, int64_t index)
     cdef MappedFile _published(self, int64_t index, Py_ssize_t *pos)

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""ConsumeQueue: one topic-queue's index into the commit log (FORMAT.md 5).
+"""ConsumeQueue: one topic-queue's index into the commit log (docs/format.md §5).
 
 Unit i (queue offset i) is 20 bytes at logical byte i*20: commit-log offset (8), size (4),
 tags code (8), big-endian. Files hold ``mapped_file_size_consume_queue / 20`` units and are
@@ -26,6 +26,7 @@ import logging
 import os
 
 from rocketstore.errors import CorruptionError
+from rocketstore.store.allocate import CONSUME_QUEUE_EXTENT as _EXTENT
 from rocketstore.store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger("rocketstore.store.consumequeue")
@@ -43,7 +44,7 @@ cdef int cq_append_fast(CQState *st, int64_t phy_offset, int32_t size, int64_t t
                         int64_t cq_offset, int64_t store_ts) noexcept nogil:
     cdef int64_t expect
     if phy_offset + size <= st.max_physic_offset:
-        return 0                                # already built (FORMAT.md 5.2)
+        return 0                                # already built (docs/format.md §5.2)
     if st.base == NULL or st.wrote_pos + RS_CQ_UNIT_SIZE > st.file_size:
         return -1                               # no file, or it is full: roll under the GIL
     expect = cq_offset * RS_CQ_UNIT_SIZE
@@ -86,7 +87,7 @@ cdef class ConsumeQueue:
         self.read_only = read_only
         self.mapped_file_queue = MappedFileQueue(os.path.join(root, topic, str(queue_id)),
                                                  file_size, read_only=read_only,
-                                                 create_dir=False)
+                                                 create_dir=False, extent=_EXTENT)
         self.state.file_size = file_size
         self.state.max_physic_offset = -1
 
@@ -103,7 +104,7 @@ cdef class ConsumeQueue:
         self._attach_last()
 
     def recover(self):
-        """Find the end of valid units and truncate after it (FORMAT.md 5.3).
+        """Find the end of valid units and truncate after it (docs/format.md §5.3).
 
         Scans from the third-to-last file: a unit is valid while ``offset >= 0`` and
         ``size > 0``; a completely valid file continues into the next one.
@@ -148,6 +149,17 @@ cdef class ConsumeQueue:
             self.state.base = mf.base
             self.state.file_from = mf.file_from_offset
             self.state.wrote_pos = mf.wrote_pos
+        # the GIL-free fast path writes only where disk is allocated; past it, the slow
+        # path reserves the next extent
+        self.state.file_size = mf.allocated_end if mf is not None and not self.read_only \
+            else self.file_size
+        return 0
+
+    cdef int _reserve_unit(self) except -1:
+        """Allocate disk for the unit at the write position (a full disk: OSError here)."""
+        if self.cur is not None and not self.read_only:
+            self.cur.reserve(self.state.wrote_pos + RS_CQ_UNIT_SIZE)
+            self.state.file_size = self.cur.allocated_end
         return 0
 
     # -- writing ---------------------------------------------------------------------------
@@ -175,7 +187,8 @@ cdef class ConsumeQueue:
         start = (expect - expect % self.file_size) if first else mf.file_from_offset + self.file_size
         mf = mfq.create_next(start)
         if first and index != 0:
-            # FORMAT.md 5.1: fillers before the first unit, and the min offset past them
+            # docs/format.md §5.1: fillers before the first unit, and the min offset past them
+            mf.reserve(expect - mf.file_from_offset)
             pos = 0
             while mf.file_from_offset + pos < expect:
                 _write_unit(mf.base + pos, 0, RS_CQ_FILLER_SIZE, 0)
@@ -201,7 +214,7 @@ cdef class ConsumeQueue:
         if expect < current:
             unit = self.get_unit(cq_offset)
             if cq_offset != 0 or (unit is not None and unit[0] == phy_offset and unit[1] == size):
-                # FORMAT.md 5.2: a unit below the write position is a repeated build
+                # docs/format.md §5.2: a unit below the write position is a repeated build
                 log.debug("%s/%d: unit %d built already", self.topic, self.queue_id, cq_offset)
                 return 0
             if unit is not None and unit[1] != RS_CQ_FILLER_SIZE:
@@ -222,6 +235,7 @@ cdef class ConsumeQueue:
                         self.topic, self.queue_id, cq_offset, expect, current)
             if self.state.wrote_pos + RS_CQ_UNIT_SIZE > self.file_size:
                 mf = self.file_for_index(current // RS_CQ_UNIT_SIZE)
+            self._reserve_unit()
             _write_unit(self.state.base + self.state.wrote_pos, 0, RS_CQ_FILLER_SIZE, 0)
             self.state.wrote_pos += RS_CQ_UNIT_SIZE
             self.state.dirty = 1
@@ -229,6 +243,7 @@ cdef class ConsumeQueue:
             current += RS_CQ_UNIT_SIZE
         if self.state.wrote_pos + RS_CQ_UNIT_SIZE > self.file_size:
             self.file_for_index(cq_offset)
+        self._reserve_unit()
         rc = cq_append_fast(&self.state, phy_offset, size, tags_code, cq_offset, store_ts)
         if rc < 0:
             raise CorruptionError(self.mapped_file_queue.store_path, expect,
@@ -385,7 +400,7 @@ cdef class ConsumeQueue:
             return
 
     def truncate_dirty_logic_files(self, int64_t phy_offset):
-        """Drop units pointing at or past commit-log ``phy_offset`` (FORMAT.md 5.3)."""
+        """Drop units pointing at or past commit-log ``phy_offset`` (docs/format.md §5.3)."""
         self.publish()
         mfq = self.mapped_file_queue
         cdef MappedFile mf

@@ -46,7 +46,7 @@ cdef class DispatchCore:
     cdef public object notifier         # woken after records are dispatched (has_waiters)
     cdef MappedFile _mf                 # the commit-log file of the last run
     cdef pthread_mutex_t mu             # one dispatcher at a time (thread, inline puts, close)
-    # the index (FORMAT.md 6): keys of each record go to the service's last file
+    # the index (docs/format.md §6): keys of each record go to the service's last file
     cdef object index_service
     cdef IndexFile index_file
     cdef public int64_t index_last_phy  # offset of the last indexed record, -1 for none

@@ -1,6 +1,6 @@
 # cython: language_level=3
 """The dispatch core: commit-log records -> consume-queue units (RocketMQ's ReputMessageService
-loop body, FORMAT.md 3, 5.2, 5.6).
+loop body, docs/format.md §3, 5.2, 5.6).
 
 ``DispatchCore.dispatch`` walks records from the reput offset up to a bound. Records whose
 queue is in a small C cache and whose unit lands at the end of that queue's current file are
@@ -84,7 +84,7 @@ cdef class DispatchCore:
         ``find_queue(topic, queue_id) -> ConsumeQueue``: finds or creates a queue.
     delay_levels_ms : list of int
         Delay of each level (index 1..N; index 0 unused), for the tags code of
-        ``SCHEDULE_TOPIC_XXXX`` records (FORMAT.md 3).
+        ``SCHEDULE_TOPIC_XXXX`` records (docs/format.md §3).
     """
     def __init__(self, commit_log_queue, find_queue, delay_levels_ms, int64_t reput_offset=0):
         self.cl_mfq = commit_log_queue
@@ -131,7 +131,7 @@ cdef class DispatchCore:
         return self.tags_code_refs(info, &refs)
 
     cdef int64_t tags_code_refs(self, const RecordInfo *info, const PropRefs *refs) noexcept nogil:
-        """Java hashCode of TAGS; a delivery time for delayed records (FORMAT.md 3)."""
+        """Java hashCode of TAGS; a delivery time for delayed records (docs/format.md §3)."""
         cdef int32_t vlen = 0
         cdef const char *v
         cdef int64_t level = 0
@@ -224,7 +224,7 @@ cdef class DispatchCore:
         self.pend_n = 0
 
     cdef int _index_fast(self, const RecordInfo *info, const PropRefs *refs) noexcept nogil:
-        """Stage the record's keys (UNIQ_KEY, then each KEYS token; FORMAT.md 6.3) when they
+        """Stage the record's keys (UNIQ_KEY, then each KEYS token; docs/format.md §6.3) when they
         all fit the current file, after writing the previously staged record's; -1 when the
         GIL path must index it (file full, allocation to grow, the boundary record after a
         restart, very many keys) -- with nothing staged left behind."""

@@ -5,7 +5,7 @@ from rocketstore.store._mapped cimport MappedFile
 
 
 # The 40-byte header of an index file, kept in C and written through to the mapping
-# (FORMAT.md 6.1).
+# (docs/format.md §6.1).
 cdef struct IndexHeader:
     int64_t begin_ts
     int64_t end_ts
@@ -45,7 +45,7 @@ cdef class IndexFile:
         return 40 + <Py_ssize_t>self.hash_slot_num * 4 + (number + 1) * 20
 
 
-# abs(Java hashCode) of "topic#key", 0 for Integer.MIN_VALUE (FORMAT.md 6.2)
+# abs(Java hashCode) of "topic#key", 0 for Integer.MIN_VALUE (docs/format.md §6.2)
 cdef int32_t index_key_hash(const char *topic, Py_ssize_t topic_len, const char *key,
                             Py_ssize_t key_len) noexcept nogil
 cdef int32_t index_topic_prefix(const char *topic, Py_ssize_t topic_len) noexcept nogil

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""IndexFile: lookup of commit-log offsets by message key (FORMAT.md 6).
+"""IndexFile: lookup of commit-log offsets by message key (docs/format.md §6).
 
 Layout: a 40-byte header (begin/end store time, begin/end commit-log offset, used slot count,
 next entry number), ``hash_slot_num`` 4-byte slots, then ``index_num`` 20-byte entries
@@ -51,7 +51,7 @@ cdef int32_t index_key_hash_from(int32_t prefix, const char *key, Py_ssize_t key
 
 
 def key_hash(str topic, str key):
-    """The index hash of ``topic#key`` (FORMAT.md 6.2)."""
+    """The index hash of ``topic#key`` (docs/format.md §6.2)."""
     cdef bytes t = topic.encode("utf-8"), k = key.encode("utf-8")
     return index_key_hash(t, len(t), k, len(k))
 

@@ -40,11 +40,17 @@ cdef class MappedFile:
     cdef object _mv                     # memoryview over the whole mapping, sliced for views
     cdef Py_ssize_t _shape[1]
     cdef Py_ssize_t _strides[1]
-    # positions: bytes within this file (Kafka's "position"), see FORMAT.md 4.2
+    # positions: bytes within this file (Kafka's "position"), see docs/format.md §4.2
     cdef public Py_ssize_t wrote_pos
     cdef public Py_ssize_t committed_pos
     cdef public Py_ssize_t flushed_pos
     cdef public int64_t store_timestamp # store time of the last record appended
+    # disk allocation (writers): [0, allocated_end) is allocated for real; a write past it
+    # first reserve()s, which allocates ``extent`` more (0: the whole file) and calls
+    # ``on_last_extent`` once the file is allocated to its end (pre-allocate the next file)
+    cdef readonly Py_ssize_t allocated_end
+    cdef public Py_ssize_t extent
+    cdef public object on_last_extent
 
     cdef inline char *ptr(self) noexcept:
         return self.base
@@ -52,6 +58,13 @@ cdef class MappedFile:
     cdef object _slice(self, Py_ssize_t pos, Py_ssize_t size)
     cdef object whole_view(self)
     cdef void _unmap_now(self) noexcept
+    cdef int _grow(self, Py_ssize_t end) except -1
+
+    # make [0, end) writable without a fault on a full disk: OSError(ENOSPC) here instead
+    cdef inline int reserve(self, Py_ssize_t end) except -1:
+        if end > self.allocated_end:
+            return self._grow(end)
+        return 0
 
     # a reader object holding raw pointers into the mapping pins it like a view does
     cdef inline void pin(self) noexcept:

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""MappedFile: one file mapped at C level (FORMAT.md section 4).
+"""MappedFile: one file mapped at C level (docs/format.md §4).
 
 A mapped file tracks three positions within itself -- wrote, committed and flushed -- and
 its start offset in the whole log (``file_from_offset``, parsed from its 20-digit name).
@@ -10,8 +10,11 @@ Lifetime: every view pins the mapping. ``unmap()`` refuses with ``BufferError`` 
 are exported; ``release()`` marks the file done and unmaps when the last view goes, so a
 reader holding a message body never sees freed memory.
 
-Files are allocated for real with ``posix_fallocate`` at creation, so a full disk is an
-``OSError(ENOSPC)`` there and never a SIGBUS in a later write through the mapping.
+Disk space is allocated for real with ``posix_fallocate`` before any write reaches it, so a
+full disk is an ``OSError(ENOSPC)`` there and never a SIGBUS in a later write through the
+mapping. A file may be created whole, or sized sparse with only its first ``extent`` bytes
+allocated: its writer then ``reserve()``s ahead of each write, one extent at a time (the
+file keeps its full length on disk, as RocketMQ expects; only its blocks grow with the data).
 
 Not thread-safe: ``CommitLog`` serialises writers with its put lock.
 """
@@ -33,7 +36,7 @@ cdef enum:
 
 cdef char *FORMAT_B = "B"
 
-PAGE_SIZE = RS_OS_PAGE_SIZE     # the page of the flush/commit page rules (FORMAT.md 4.1)
+PAGE_SIZE = RS_OS_PAGE_SIZE     # the page of the flush/commit page rules (docs/format.md §4.1)
 
 
 cdef int check_io(int rc, object path) except -1:
@@ -120,7 +123,7 @@ def _name_offset(str file_name):
 
 @cython.final
 cdef class WriteBuffer:
-    """One off-heap write buffer of the transient store pool (FORMAT.md 4.5).
+    """One off-heap write buffer of the transient store pool (docs/format.md §4.5).
 
     ``size`` bytes from ``posix_memalign`` (page-aligned), locked in RAM with ``mlock`` when
     the memlock limit allows it (``locked``; RocketMQ locks them too, and goes on when it
@@ -181,7 +184,7 @@ cdef class MappedFile:
         self.base = NULL
 
     def __init__(self, str path, Py_ssize_t file_size, *, bint create=False,
-                 bint read_only=False, Py_ssize_t allocate_bytes=-1):
+                 bint read_only=False, Py_ssize_t allocate_bytes=-1, Py_ssize_t extent=0):
         cdef int fd = -1, rc
         cdef int64_t actual = 0
         cdef char *addr = NULL
@@ -208,6 +211,8 @@ cdef class MappedFile:
                     except OSError:
                         os.unlink(path)
                         raise
+                if allocate_bytes < 0 and 0 < extent < file_size:
+                    allocate_bytes = extent
                 if 0 <= allocate_bytes < file_size:
                     # sized sparse, the first allocate_bytes real; the owner allocates the
                     # rest (allocate()) before it writes there
@@ -218,11 +223,13 @@ cdef class MappedFile:
                 else:
                     with nogil:
                         rc = rs_allocate(fd, file_size)
+                    allocate_bytes = file_size
                 if rc != 0:
                     # leave no half-allocated file behind: a later load would refuse its size
                     os.unlink(path)
                     check_io(rc, path)
                 self.created = True
+                self.allocated_end = allocate_bytes
             elif actual != file_size:
                 from rocketstore.errors import CorruptionError
                 raise CorruptionError(path, actual,
@@ -237,6 +244,7 @@ cdef class MappedFile:
         self.fd = fd
         self.base = addr
         self.wbase = addr
+        self.extent = extent
         self._shape[0] = file_size
         self._strides[0] = 1
 
@@ -406,7 +414,7 @@ cdef class MappedFile:
         and publish them to readers; return the committed position.
 
         With ``least_pages > 0`` nothing is copied until that many whole pages wait, unless
-        the file is full (FORMAT.md 4.5 ``isAbleToCommit``). Without a write buffer every
+        the file is full (docs/format.md §4.5 ``isAbleToCommit``). Without a write buffer every
         append is committed already. One committer at a time (the commit service, or the
         writer at a roll, under the pool's commit lock); appends may run meanwhile.
         """
@@ -436,7 +444,7 @@ cdef class MappedFile:
         """msync the written-but-unflushed bytes; return the new flushed position.
 
         With ``least_pages > 0`` nothing is synced until that many whole pages are dirty
-        (FORMAT.md 4.5 ``isAbleToFlush``), unless the file is full.
+        (docs/format.md §4.5 ``isAbleToFlush``), unless the file is full.
         """
         self._ensure_mapped()
         cdef Py_ssize_t target = self.committed_pos
@@ -462,6 +470,28 @@ cdef class MappedFile:
         with nogil:
             rc = rs_allocate_range(self.fd, offset, length)
         check_io(rc, self.path)
+        if offset <= self.allocated_end < offset + length:
+            self.allocated_end = offset + length
+
+    cdef int _grow(self, Py_ssize_t end) except -1:
+        """Allocate up to ``end`` and an extent beyond it (whole extents from the file start;
+        the rest of the file when ``extent`` is 0); at the end of the file, call
+        ``on_last_extent``."""
+        self._ensure_mapped()
+        if end > self.file_size:
+            raise ValueError(f"{self.path}: reservation up to {end} past the file's end")
+        cdef Py_ssize_t step = self.extent
+        cdef Py_ssize_t new_end = self.file_size
+        if 0 < step:
+            new_end = min(self.file_size, (end // step + 1) * step)
+        cdef Py_ssize_t start = self.allocated_end
+        if _sync_hook is not None:
+            _sync_hook("allocate", self.path, start, new_end - start)
+        self.allocate(start, new_end - start)       # sets allocated_end
+        if new_end == self.file_size and self.on_last_extent is not None:
+            hook, self.on_last_extent = self.on_last_extent, None
+            hook()
+        return 0
 
     def sync_metadata(self):
         """fsync the file and its directory, so its allocation survives power loss."""

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""get_message: consume-queue units -> messages, with RocketMQ's statuses (FORMAT.md 13).
+"""get_message: consume-queue units -> messages, with RocketMQ's statuses (docs/format.md §13).
 
 One call reads units of one consume-queue file from the requested queue offset, filters them
 by tags code (up to 8 wanted codes compared in a C loop), reads each matching record from
@@ -93,7 +93,7 @@ cdef class TagFilter:
 @cython.final
 @cython.freelist(16)
 cdef class GetMessageResult:
-    """Outcome of a get (FORMAT.md 13): ``status``, ``messages`` (MessageExt, zero-copy
+    """Outcome of a get (docs/format.md §13): ``status``, ``messages`` (MessageExt, zero-copy
     bodies), ``next_begin_offset`` to ask for next, the queue's ``min_offset`` and
     ``max_offset``, ``buffer_total_size`` (bytes of the records returned),
     ``units_scanned`` (consume-queue units read: the work a filter saved shows here) and
@@ -174,7 +174,7 @@ cdef inline bint _batch_full(ReadLimits lim, int32_t size, int64_t max_msgs, int
 def get_message(ConsumeQueue cq, commit_log_queue, int64_t offset, int64_t max_msgs,
                 int64_t max_bytes, TagFilter tag_filter, ReadLimits limits, int64_t max_offset_py,
                 bint raw=False):
-    """Read up to ``max_msgs`` messages of ``cq`` from queue ``offset`` (FORMAT.md 13)."""
+    """Read up to ``max_msgs`` messages of ``cq`` from queue ``offset`` (docs/format.md §13)."""
     cdef int64_t min_off = cq.min_index()
     cdef int64_t max_off = cq.max_index()
     if max_off == 0:
@@ -184,7 +184,7 @@ def get_message(ConsumeQueue cq, commit_log_queue, int64_t offset, int64_t max_m
     if offset == max_off:
         return make_result(OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
     if offset > max_off:
-        # FORMAT.md 13 and 5.x: back to the max (4.9.x sent readers of a queue whose min is
+        # docs/format.md §13 and 5.x: back to the max (4.9.x sent readers of a queue whose min is
         # 0 back to 0 instead)
         return make_result(OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
     cdef MappedFile cqf = cq.read_file(offset)
@@ -306,7 +306,7 @@ def store_timestamp_at(ConsumeQueue cq, cl_mfq, int64_t index, int64_t min_phy):
 
 
 def offset_by_time(ConsumeQueue cq, cl_mfq, int64_t timestamp, bint upper, int64_t min_phy):
-    """Queue offset for ``timestamp`` with 5.x semantics (FORMAT.md 5.4).
+    """Queue offset for ``timestamp`` with 5.x semantics (docs/format.md §5.4).
 
     LOWER: the first unit stored at or after ``timestamp`` (all older -> one past the last
     unit; all newer -> the first unit). UPPER: the last unit stored at or before it (all

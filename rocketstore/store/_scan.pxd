@@ -1,4 +1,4 @@
-"""C-level consume-queue scan kernels (FORMAT.md 3, 5.1) for other Cython modules.
+"""C-level consume-queue scan kernels (docs/format.md §3, 5.1) for other Cython modules.
 
 Every kernel reads ``n`` whole 20-byte units at ``units`` (big-endian, as mapped), makes one
 pass, takes no GIL and cannot fail. A scan stops at the first unit whose size is 0 (end of

@@ -1,4 +1,4 @@
-"""Consume-queue scans over buffers of 20-byte units (FORMAT.md 3, 5.1); see _scan.pyx."""
+"""Consume-queue scans over buffers of 20-byte units (docs/format.md §3, 5.1); see _scan.pyx."""
 from collections.abc import Iterable
 from typing import SupportsIndex
 

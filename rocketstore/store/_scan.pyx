@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Consume-queue scans: tags-code filters over runs of 20-byte units (FORMAT.md 3, 5.1).
+"""Consume-queue scans: tags-code filters over runs of 20-byte units (docs/format.md §3, 5.1).
 
 A consume-queue unit is ``phy offset int64 | size int32 | tags code int64``, big-endian, at
 20-byte strides (rs_layout.h). Size 0 marks the end of data (unwritten, zeroed space) and size
@@ -14,7 +14,7 @@ a mapped file, bytes, a numpy uint8 array; read-only is fine) and release the GI
 
 Matching compares the full 64-bit code, as stored; RocketMQ's consumer filter compares
 ``(int) tagsCode`` against its codeSet, which is the same test for hashCode-derived codes
-since they are stored sign-extended (FORMAT.md 3): pass Java hashCodes as signed ints.
+since they are stored sign-extended (docs/format.md §3): pass Java hashCodes as signed ints.
 
 Thread safety: stateless; any number of threads may scan at once, on the same buffer too.
 The buffer is pinned (a typed memoryview holds an export) for the length of each call. A
@@ -496,7 +496,7 @@ def first_matches(units, codes, start, max_units, max_count):
     """Indexes (int64) of the first ``max_count`` matching units among ``max_units`` from ``start``.
 
     The window is ``[start, min(start + max_units, number of units))``, cut at end of data;
-    the get-message path (FORMAT.md 13) scans at most 800 units per pull this way.
+    the get-message path (docs/format.md §13) scans at most 800 units per pull this way.
     """
     cdef const unsigned char[::1] view = _as_units(units)
     cdef Py_ssize_t n = _unit_count(view)

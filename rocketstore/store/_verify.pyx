@@ -1,6 +1,6 @@
 # cython: language_level=3
 """Full commit-log walk for ``rocketstore verify``: every record of one mapped file, CRC-checked,
-as numpy columns, with every problem listed instead of stopping at the first (FORMAT.md 1.1,
+as numpy columns, with every problem listed instead of stopping at the first (docs/format.md §1.1,
 3, 6.3).
 
 Recovery (``CommitLog.scan_file``) stops at the first record that does not parse: it wants the
@@ -12,7 +12,7 @@ the walk of its file, since nothing after it can be found without guessing.
 For each message record the walk yields: its commit-log offset, size, QUEUEID, QUEUEOFFSET,
 STORETIMESTAMP, SYSFLAG, a topic number (into ``topics``), the Java hashCode of TAGS (0 when
 absent), whether it carries DELAY (its tags code is then a delivery time), and the index key
-hashes dispatch would write for it (UNIQ_KEY and each KEYS token, FORMAT.md 6.2-6.3).
+hashes dispatch would write for it (UNIQ_KEY and each KEYS token, docs/format.md §6.2-6.3).
 
 Thread safety: stateless; reads the mapping only. A writer appending to the same file in
 another process may be mid-record at the end of data: callers treat a broken record followed
@@ -197,7 +197,7 @@ def walk_file(MappedFile mf, bint check_crc=True, dict topics=None, Py_ssize_t l
 def reachable_keys(IndexFile f, const int64_t[::1] phys, const int32_t[::1] hashes,
                    unsigned char[::1] found):
     """Set ``found[i]`` when key ``hashes[i]`` of the record at ``phys[i]`` is reachable
-    through its slot's chain in index file ``f`` (what a query walks, FORMAT.md 6.4); entries
+    through its slot's chain in index file ``f`` (what a query walks, docs/format.md §6.4); entries
     already found are skipped."""
     cdef Py_ssize_t i, n = phys.shape[0]
     if hashes.shape[0] != n or found.shape[0] != n:

@@ -1,10 +1,17 @@
-"""Pre-allocation of the next mapped file (RocketMQ's AllocateMappedFileService, FORMAT.md 4.4).
+"""Pre-allocation of the next mapped file (RocketMQ's AllocateMappedFileService, docs/format.md §4).
 
 Asking for file N returns it (taking it from the pre-allocated set, or creating it on the
-spot) and queues file N+1 for a background thread, so the next roll finds its file
-allocated, mapped and, when warm-up is on, faulted in. A failed pre-allocation (a full disk)
-is not an error until that file is asked for: then creation is retried in the caller and its
-``OSError`` propagates.
+spot); file N+1 is queued for a background thread -- at once, or (sparse files) once file N
+is allocated to its end, i.e. nearly full -- so the next roll finds its file allocated, mapped
+and, when warm-up is on, faulted in. A failed pre-allocation (a full disk) is not an error
+until that file is asked for: then creation is retried in the caller and its ``OSError``
+propagates.
+
+Disk footprint: files are created at their full length but only their first ``extent``
+bytes allocated (``StoreConfig.allocation_extent`` for the commit log,
+``CONSUME_QUEUE_EXTENT``); the writer allocates the
+next extent before it writes there (``MappedFile.reserve``). Warm-up touches every page, so a
+warmed file is allocated whole.
 
 Thread-safe. ``shutdown()`` stops the thread; files it pre-allocated stay on disk, empty, and
 are picked up by the next ``load()`` as RocketMQ's are.
@@ -19,15 +26,18 @@ from rocketstore.store._mapped import MappedFile
 
 log = logging.getLogger("rocketstore.store.allocate")
 
+CONSUME_QUEUE_EXTENT = 1 << 20      # allocated ahead of a consume queue's writer (52,428 units)
+
 
 def create_mapped_file(path: str, size: int, warm: bool = False, lock: bool = False,
-                       flush_pages: int = 0) -> MappedFile:
+                       flush_pages: int = 0, extent: int = 0) -> MappedFile:
     """Create, allocate (posix_fallocate), map and optionally warm one file.
 
-    The file and its directory are fsynced, so the allocation survives power loss before
-    the first acknowledgement that depends on it.
+    With ``extent`` (and no warm-up) only the first ``extent`` bytes are allocated; the
+    writer reserves the rest as it goes. The file and its directory are fsynced, so the
+    allocation survives power loss before the first acknowledgement that depends on it.
     """
-    mf = MappedFile(path, size, create=True)
+    mf = MappedFile(path, size, create=True, extent=0 if warm else extent)
     try:
         mf.sync_metadata()
         if warm:
@@ -46,7 +56,7 @@ class AllocateMappedFileService:
         self.mlock = mlock
         self.flush_pages = flush_pages      # sync flush: sync the warm-up zeros as they go
         self._cond = threading.Condition()
-        self._pending: dict[str, int] = {}        # path -> size, waiting for the thread
+        self._pending: dict[str, tuple[int, int]] = {}  # path -> (size, extent), for the thread
         self._ready: dict[str, MappedFile] = {}   # allocated, not yet handed out
         self._busy: str | None = None             # path being allocated right now
         self._stopped = False
@@ -59,7 +69,8 @@ class AllocateMappedFileService:
                                                 daemon=True)
                 self._thread.start()
 
-    def get(self, path: str, size: int, next_path: str | None = None) -> MappedFile:
+    def get(self, path: str, size: int, next_path: str | None = None,
+            extent: int = 0) -> MappedFile:
         """File ``path`` of ``size`` bytes, ready to write; queues ``next_path`` behind it."""
         with self._cond:
             while self._busy == path:       # the thread is allocating it right now
@@ -67,15 +78,20 @@ class AllocateMappedFileService:
             mf = self._ready.pop(path, None)
             self._pending.pop(path, None)
         if mf is None:
-            mf = create_mapped_file(path, size, self.warm, self.mlock, self.flush_pages)
+            mf = create_mapped_file(path, size, self.warm, self.mlock, self.flush_pages, extent)
         if next_path is not None:
-            with self._cond:
-                if (not self._stopped and next_path not in self._ready
-                        and next_path != self._busy):
-                    self._pending[next_path] = size
-                    self._cond.notify_all()
-            self.start()
+            self.request(next_path, size, extent)
         return mf
+
+    def request(self, path: str, size: int, extent: int = 0) -> None:
+        """Queue ``path`` for pre-allocation by the background thread (cheap: callable under
+        a writer's lock)."""
+        with self._cond:
+            if self._stopped or path in self._ready or path == self._busy:
+                return
+            self._pending[path] = (size, extent)
+            self._cond.notify_all()
+        self.start()
 
     def _run(self) -> None:
         while True:
@@ -84,12 +100,13 @@ class AllocateMappedFileService:
                     self._cond.wait()
                 if self._stopped:
                     return
-                path, size = self._pending.popitem()
+                path, (size, extent) = self._pending.popitem()
                 self._busy = path
             mf = None
             try:
                 if not os.path.exists(path):
-                    mf = create_mapped_file(path, size, self.warm, self.mlock, self.flush_pages)
+                    mf = create_mapped_file(path, size, self.warm, self.mlock, self.flush_pages,
+                                            extent)
             except OSError as e:   # e.g. ENOSPC: the caller retries and sees it
                 log.warning("pre-allocation of %s failed: %s", path, e)
             with self._cond:

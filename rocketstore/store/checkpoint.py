@@ -1,4 +1,4 @@
-"""StoreCheckpoint: the 4096-byte ``checkpoint`` file (FORMAT.md 8.1).
+"""StoreCheckpoint: the 4096-byte ``checkpoint`` file (docs/format.md §8.1).
 
 Big-endian longs at 0 (physicMsgTimestamp: store time of the last flushed commit-log data),
 8 (logicsMsgTimestamp: of the last flushed consume-queue unit), 16 (indexMsgTimestamp: end

@@ -1,4 +1,4 @@
-"""CleanupService: retention of a store's files (FORMAT.md 9; RocketMQ's
+"""CleanupService: retention of a store's files (docs/format.md §9; RocketMQ's
 ``CleanCommitLogService`` and ``CleanConsumeQueueService``).
 
 Every ``clean_resource_interval`` ms (first run after ``clean_resource_first_delay``) one run:
@@ -80,7 +80,7 @@ class CleanupService:
     store : MessageStore
         The store; its commit log, consume queues, index and dispatch position are used.
     config : StoreConfig
-        Retention settings (FORMAT.md 9 names).
+        Retention settings (docs/format.md §9 names).
     disk_usage : callable, optional
         ``disk_usage(path) -> float`` used fraction of ``path``'s partition; default
         :func:`partition_used_ratio`.

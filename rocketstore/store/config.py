@@ -23,7 +23,7 @@ SYNC_FLUSH = "SYNC_FLUSH"
 
 @dataclass
 class StoreConfig:
-    """Settings of a message store (FORMAT.md 1.7, 4, 5, 6, 9 for the defaults).
+    """Settings of a message store (docs/format.md §1.7, 4, 5, 6, 9 for the defaults).
 
     Examples
     --------
@@ -37,7 +37,7 @@ class StoreConfig:
     store_path_commit_log: str | None = None        # default <root>/commitlog
     # -- commit log ------------------------------------------------------------------------
     mapped_file_size_commit_log: int = GiB
-    max_message_size: int = 4 * MiB                 # limit on the body (FORMAT.md 1.7)
+    max_message_size: int = 4 * MiB                 # limit on the body (docs/format.md §1.7)
     store_host: str = "127.0.0.1:10911"             # STOREHOSTADDRESS and offset msg ids (ours)
     check_crc_on_recover: bool = True
     # 5.x's whole-record CRC property (__CRC32#, FORMAT.md 1.2). None (the default): on for a
@@ -49,6 +49,9 @@ class StoreConfig:
     flush_least_pages_when_warm_maped_file: int = 4096
     mlock_maped_file: bool = False                  # ours: mlock warmed files (RocketMQ always does)
     os_page_cache_busy_timeout_mills: int = 1000
+    # ours: disk allocated ahead of the commit-log writer at a time (posix_fallocate); files
+    # keep RocketMQ's length, sparse past it. 0 allocates each file whole, as RocketMQ does
+    allocation_extent: int = 64 * MiB
     # -- flush -----------------------------------------------------------------------------
     flush_disk_type: str = ASYNC_FLUSH
     flush_interval_commit_log: int = 500
@@ -139,13 +142,16 @@ class StoreConfig:
         if self.mapped_file_size_consume_queue < CQ_UNIT_SIZE:
             raise InvalidConfigError("mapped_file_size_consume_queue",
                                      self.mapped_file_size_consume_queue, "must hold one 20-byte unit")
-        # RocketMQ's getter rounds up to whole units (FORMAT.md 4.1): 128 -> 140
+        # RocketMQ's getter rounds up to whole units (docs/format.md §4.1): 128 -> 140
         units = -(-self.mapped_file_size_consume_queue // CQ_UNIT_SIZE)
         self.mapped_file_size_consume_queue = units * CQ_UNIT_SIZE
         for name in ("sync_flush_timeout", "flush_interval_commit_log", "transient_store_pool_size",
                      "max_hash_slot_num", "max_index_num"):
             if getattr(self, name) <= 0:
                 raise InvalidConfigError(name, getattr(self, name), "must be positive")
+        if self.allocation_extent < 0:
+            raise InvalidConfigError("allocation_extent", self.allocation_extent,
+                                     "must be 0 (whole files) or a positive number of bytes")
         for name in ("clean_resource_interval", "delete_file_batch_max"):
             if getattr(self, name) <= 0:
                 raise InvalidConfigError(name, getattr(self, name), "must be positive")
@@ -189,7 +195,7 @@ class StoreConfig:
 
     def disk_ratios(self) -> tuple[float, float, float]:
         """(max used, clean forcibly, warning) disk-usage ratios as fractions, clamped as
-        RocketMQ's getters clamp them: [10, 95] %, [30, 85] %, [35, 90] % (FORMAT.md 9)."""
+        RocketMQ's getters clamp them: [10, 95] %, [30, 85] %, [35, 90] % (docs/format.md §9)."""
         used = min(max(self.disk_max_used_space_ratio, 10), 95) / 100.0
         forcibly = min(max(self.disk_space_clean_forcibly_ratio, 30), 85) / 100.0
         warning = min(max(self.disk_space_warning_level_ratio, 35), 90) / 100.0

@@ -1,11 +1,11 @@
 """Broker metadata JSON files: fastjson-compatible text and atomic, backed-up persistence.
 
 ``ConfigFile`` is the persistence shared by the files under a store's ``config/`` directory
-(FORMAT.md 10): ``consumerOffset.json`` (:mod:`rocketstore.store.offsets`) and ``topics.json``
+(docs/format.md §10): ``consumerOffset.json`` (:mod:`rocketstore.store.offsets`) and ``topics.json``
 (:mod:`rocketstore.store.topics`). It stands in for RocketMQ's ``ConfigManager`` and
 ``MixAll.string2File``/``file2String``.
 
-Text (FORMAT.md 10). A Java broker writes these files with fastjson's pretty format: tab
+Text (docs/format.md §10). A Java broker writes these files with fastjson's pretty format: tab
 indentation, bean properties in alphabetical order, and Integer-keyed maps with *unquoted*
 keys (``{0:250,1:250}``), which strict JSON rejects. :func:`loads` accepts that form;
 :func:`dumps` writes it, byte for byte as fastjson lays it out, so a Java broker can take over
@@ -84,7 +84,7 @@ def dumps(obj: Any, *, sort_keys: bool = True) -> str:
 
     Mappings with ``str`` keys put one property per line, indented by a tab per level. Mappings
     with ``int`` keys put their entries on one line with the keys unquoted
-    (``{0:250,1:250\\n\\t\\t}``, FORMAT.md 10). ``None`` values are left out, as fastjson leaves
+    (``{0:250,1:250\\n\\t\\t}``, docs/format.md §10). ``None`` values are left out, as fastjson leaves
     out nulls. An empty mapping is ``{}``. Nothing follows the closing brace, not even a newline.
 
     *sort_keys* orders the keys of every mapping: fastjson writes bean properties in
@@ -234,7 +234,7 @@ def _parses(path: str) -> bool:
 
 
 class ConfigFile:
-    """One metadata JSON file with its ``.tmp`` and ``.bak`` siblings (FORMAT.md 10).
+    """One metadata JSON file with its ``.tmp`` and ``.bak`` siblings (docs/format.md §10).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""ConsumeQueueStore: every topic-queue's ConsumeQueue under ``consumequeue/`` (FORMAT.md 5).
+"""ConsumeQueueStore: every topic-queue's ConsumeQueue under ``consumequeue/`` (docs/format.md §5).
 
 Finds or creates queues for the dispatcher, loads and recovers them at open, truncates
 units past the recovered commit-log end, corrects min offsets against the commit log's min,

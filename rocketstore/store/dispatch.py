@@ -1,5 +1,5 @@
 """DispatchService: makes new commit-log records visible to consumers (RocketMQ's
-ReputMessageService, FORMAT.md 5.6), and the long-polling arrival notifier.
+ReputMessageService, docs/format.md §5.6), and the long-polling arrival notifier.
 
 A thread that sleeps on an event until a put wakes it (a put only signals when the thread is
 asleep, so a busy dispatcher costs producers nothing), dispatches everything written since its
@@ -46,8 +46,9 @@ class ArrivalNotifier:
         if callback in self._listeners:
             self._listeners.remove(callback)
 
-    def wait(self, ready: Callable[[], bool], timeout: float) -> bool:
-        """Wait until ``ready()`` is true (checked at each arrival), at most ``timeout`` s."""
+    def wait(self, ready: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait until ``ready()`` is true (checked at each arrival), at most ``timeout`` s
+        (None: no limit)."""
         with self._cond:
             self._waiters += 1
             try:
@@ -157,6 +158,7 @@ class DispatchService:
         except BaseException as e:  # noqa: BLE001 - recorded and reported by the store
             self.error = e
             log.exception("dispatch service stopped")
+            self.notifier.notify()      # waiters (wait_dispatched) see the error
 
     def shutdown(self) -> None:
         """Stop and join the thread, then dispatch what is left."""

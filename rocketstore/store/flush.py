@@ -1,4 +1,4 @@
-"""Flush services (FORMAT.md 4.5): async flush, group commit, and the transient pool's commit.
+"""Flush services (docs/format.md §4.5): async flush, group commit, and the transient pool's commit.
 
 ``FlushRealTimeService`` (ASYNC_FLUSH): a thread that every ``flush_interval_commit_log`` ms
 msyncs the commit log when at least ``flush_commit_log_least_pages`` pages are dirty, and
@@ -232,7 +232,7 @@ class CommitRealTimeService:
 
 
 class FlushConsumeQueueService:
-    """Flushes consume queues (FORMAT.md 5.3): every ``interval_ms`` those with at least
+    """Flushes consume queues (docs/format.md §5.3): every ``interval_ms`` those with at least
     ``least_pages`` dirty pages, all of them every ``thorough_interval_ms``. A thorough round
     reads the consume queues' store time *before* flushing and then writes it, with the commit
     log's flushed store time, to the checkpoint, so the checkpoint never claims more than is

@@ -1,4 +1,4 @@
-"""IndexService: the index files of a store and lookups by key (FORMAT.md 6.3, 6.4).
+"""IndexService: the index files of a store and lookups by key (docs/format.md §6.3, 6.4).
 
 Files live in ``index/`` named by their creation time (``yyyyMMddHHmmssSSS``, local time).
 The dispatcher appends keys to the last file (``_dispatch.pyx``, GIL-free); when it fills, a
@@ -65,7 +65,7 @@ class IndexService:
             if not (len(name) == 17 and name.isdigit() and os.path.isfile(path)):
                 continue
             if os.path.getsize(path) != size:
-                if self.read_only:
+                if self.read_only and os.path.getsize(path) == 0:
                     continue            # being created by the writer
                 raise CorruptionError(path, os.path.getsize(path),
                                       f"index file is not {size} bytes (max_hash_slot_num="
@@ -157,7 +157,7 @@ class IndexService:
         self.files = []
         self.release_retired()
 
-    # -- retention (FORMAT.md 9) -----------------------------------------------------------------
+    # -- retention (docs/format.md §9) -----------------------------------------------------------------
 
     def delete_expired_file(self, min_phy_offset: int) -> int:
         """Delete index files from the oldest while their ``endPhyOffset`` is below the commit

@@ -1,4 +1,4 @@
-"""MappedFileQueue: an ordered run of fixed-size mapped files (FORMAT.md 4.1, 4.3).
+"""MappedFileQueue: an ordered run of fixed-size mapped files (docs/format.md §4.1, 4.3).
 
 Files are named by the 20-digit offset of their first byte; file k of a queue starts at
 ``first.file_from_offset + k * file_size``. The queue finds the file holding an offset,
@@ -47,16 +47,23 @@ class MappedFileQueue:
         Creates files and pre-allocates the next one; without it files are created inline.
     read_only : bool
         Map files read-only and never create any.
+    extent : int
+        Disk allocated ahead of the writer at a time (0: files are allocated whole); see
+        ``allocate``.
     """
 
     def __init__(self, store_path: str, file_size: int,
                  allocator: AllocateMappedFileService | None = None,
-                 read_only: bool = False, warm: bool = False, create_dir: bool = True) -> None:
+                 read_only: bool = False, warm: bool = False, create_dir: bool = True,
+                 extent: int = 0) -> None:
         self.store_path = store_path
         self.file_size = file_size
         # records from this commit-log offset on carry the record CRC property (the store
         # appends it since then: config/recordCrc.json); -1 when none must
         self.record_crc_from = -1
+        # a file no bigger than one extent is allocated a quarter at a time: its last quarter
+        # then still says "nearly full" (pre-allocate the next file)
+        self.extent = 0 if extent <= 0 else extent if extent < file_size else max(file_size // 4, 1)
         self.allocator = allocator
         self.read_only = read_only
         self.warm = warm
@@ -89,13 +96,14 @@ class MappedFileQueue:
                     if self.read_only and not files:
                         continue    # retention in the writer deleted it after our listing
                     raise
-                if size != self.file_size and i == len(names) - 1 and self.read_only:
+                if size == 0 and i == len(names) - 1 and self.read_only:
                     break           # the writer is creating it: the next refresh maps it
                 if size == 0 and i == len(names) - 1 and not self.read_only:
                     log.warning("%s: deleting empty last file (crash during its creation)", path)
                     os.unlink(path)
                     continue
-                mf = MappedFile(path, self.file_size, read_only=self.read_only)
+                mf = MappedFile(path, self.file_size, read_only=self.read_only,
+                                extent=self.extent)
                 if files and mf.file_from_offset != files[-1].file_from_offset + self.file_size:
                     expected = files[-1].file_from_offset + self.file_size
                     mf.release()
@@ -108,6 +116,10 @@ class MappedFileQueue:
                 mf.release()
             raise
         self.files = files
+        if files and self.extent and not self.read_only:
+            # a loaded file's allocation is unknown (0) until its writer reserves: that still
+            # reaches the last extent, which then prepares the next file
+            self._preallocate_after(files[-1])
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -163,13 +175,27 @@ class MappedFileQueue:
             os.makedirs(self.store_path, exist_ok=True)
         if self.allocator is not None:
             nxt = os.path.join(self.store_path, offset_to_file_name(start_offset + self.file_size))
-            mf = self.allocator.get(path, self.file_size, nxt)
+            mf = self.allocator.get(path, self.file_size, extent=self.extent)
+            self._preallocate_after(mf)
         else:
-            mf = create_mapped_file(path, self.file_size, warm=self.warm)
+            mf = create_mapped_file(path, self.file_size, warm=self.warm, extent=self.extent)
         mf.set_positions(0)
         with self._files_lock:
             self.files = self.files + [mf]
         return mf
+
+    def _preallocate_after(self, mf: MappedFile) -> None:
+        """Have the allocator prepare the file after ``mf`` once ``mf`` is nearly full: when
+        its writer reserves its last extent (at once for a file allocated whole)."""
+        allocator = self.allocator
+        if allocator is None or self.read_only:
+            return
+        nxt = os.path.join(self.store_path, offset_to_file_name(mf.file_from_offset + self.file_size))
+        size, extent = self.file_size, self.extent
+        if mf.allocated_end >= self.file_size:
+            allocator.request(nxt, size, extent)
+        else:
+            mf.on_last_extent = lambda: allocator.request(nxt, size, extent)
 
     # -- truncation ----------------------------------------------------------------------------
 
@@ -177,7 +203,7 @@ class MappedFileQueue:
         """Drop everything at and after commit-log ``offset``.
 
         The file holding ``offset`` keeps its positions at ``offset``; files starting after
-        it are deleted (FORMAT.md 4.3 ``truncateDirtyFiles``).
+        it are deleted (docs/format.md §4.3 ``truncateDirtyFiles``).
         """
         keep: list[MappedFile] = []
         for mf in self.files:
@@ -194,7 +220,7 @@ class MappedFileQueue:
 
     def flush(self, least_pages: int = 0) -> int:
         """msync every file's committed-but-unflushed bytes (a file with fewer than
-        ``least_pages`` dirty pages waits, unless full: FORMAT.md 4.5). Returns the offset
+        ``least_pages`` dirty pages waits, unless full: docs/format.md §4.5). Returns the offset
         below which everything is flushed."""
         flushed_where = -1
         for mf in self.files:
@@ -212,7 +238,7 @@ class MappedFileQueue:
             self.files = files[:-1]
             files[-1].destroy()
 
-    # -- retention (FORMAT.md 4.3, 9) --------------------------------------------------------------
+    # -- retention (docs/format.md §4.3, 9) --------------------------------------------------------------
 
     def delete_expired_file_by_time(self, expired_ms: int, interval_ms: int = 0,
                                     clean_immediately: bool = False, batch_max: int = 10, *,

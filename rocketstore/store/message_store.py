@@ -1,11 +1,11 @@
-"""MessageStore: the public facade over one store directory (DESIGN.md "Public API").
+"""MessageStore: the public facade over one store directory (docs/design.md "Public API").
 
 Opening for writing takes the directory's ``lock`` file (one writer process per store), loads
 the commit-log and consume-queue files, recovers the end of valid data, truncates consume-queue
 units past it, dispatches records the queues have not seen yet, takes each queue's next offset
 from its consume queue and creates the ``abort`` marker; a clean ``close()`` dispatches and
 flushes everything and removes it, so the next open knows whether the previous one ended
-cleanly (FORMAT.md 8). Opening ``read_only`` takes no lock, writes nothing and follows what the
+cleanly (docs/format.md §8). Opening ``read_only`` takes no lock, writes nothing and follows what the
 writer process dispatches.
 
 Thread-safe: puts are serialised by the commit log's put lock; the dispatch service appends
@@ -23,9 +23,9 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, NamedTuple
 
-from rocketstore.store import _reader, integrity, paths
+from rocketstore.store import _reader, integrity, paths, storedir
 from rocketstore.store._codec import BLANK_MAGIC_CODE, Message, MessageExt, decode_msg_id
 from rocketstore.store._commitlog import CommitLog, PutMessageResult
 from rocketstore.store._dispatch import DispatchCore
@@ -43,7 +43,7 @@ from rocketstore.store.flush import (CommitRealTimeService, FlushAckService,
                                     FlushConsumeQueueService, FlushRealTimeService,
                                     GroupCommitService)
 from rocketstore.errors import (CorruptionError, InvalidArgumentError, InvalidArgumentTypeError,
-                                InvalidMessageError, InvalidMessageIdError,
+                                InvalidConfigError, InvalidMessageError, InvalidMessageIdError,
                                 InvalidMessageTypeError, StoreClosedError, StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
 from rocketstore.store.configfile import ConfigFile
@@ -92,6 +92,14 @@ def _decode_record_crc(doc: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < -1:
         raise ValueError(f"recordCrcFrom is {v!r}, not an offset or -1")
     return v
+
+
+class QueueInfo(NamedTuple):
+    """One consume queue: its first stored offset and one past its last dispatched one."""
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
 
 
 class _Progress:
@@ -207,7 +215,7 @@ class MessageStore:
         self.commit_log_queue = MappedFileQueue(config.commit_log_path(root),
                                                 config.mapped_file_size_commit_log,
                                                 allocator=None if read_only else self.allocator,
-                                                read_only=read_only)
+                                                read_only=read_only, extent=config.allocation_extent)
         self.consume_queues = ConsumeQueueStore(
             root, config.mapped_file_size_consume_queue, read_only=read_only,
             min_phy_offset=lambda: max(0, self.commit_log_queue.get_min_offset()))
@@ -295,7 +303,12 @@ class MessageStore:
              config: StoreConfig | None = None, *, read_only: bool = False) -> "MessageStore":
         """Open (creating when missing) the store at ``path``; only one writer at a time.
 
-        ``path`` defaults to ``config.store_path_root_dir``. Raises ``StoreLockedError`` when
+        ``path`` defaults to ``config.store_path_root_dir``. An existing store keeps the file
+        geometry it was written with: settings left at their defaults
+        (``mapped_file_size_commit_log``, ``mapped_file_size_consume_queue``,
+        ``max_hash_slot_num``/``max_index_num``) take the sizes of its files, and a given
+        setting its files contradict raises ``InvalidConfigError`` naming both values
+        (``store.config`` holds what was used). Raises ``StoreLockedError`` when
         another process, or another open store object, holds the directory. With
         ``read_only=True`` no lock is taken and nothing is written: the store follows what a
         writer in another process dispatches.
@@ -304,14 +317,16 @@ class MessageStore:
         if not isinstance(config, StoreConfig):
             raise InvalidMessageTypeError("config", "StoreConfig", type(config).__name__)
         root = os.fspath(path) if path is not None else config.store_path_root_dir
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise InvalidConfigError("path", root, "is a file, not a store directory")
         if read_only:
             if not os.path.isdir(root):
                 raise FileNotFoundError(2, "no store directory", root)
-            return cls(root, config, None, read_only=True)
+            return cls(root, storedir.config_for_files(root, config), None, read_only=True)
         os.makedirs(root, exist_ok=True)
         lock = _StoreLock(root)
         try:
-            return cls(root, config, lock)
+            return cls(root, storedir.config_for_files(root, config), lock)
         except BaseException:
             lock.release()
             raise
@@ -605,7 +620,7 @@ class MessageStore:
         return zeroed
 
     def _abnormal_start(self, files: list) -> int:
-        """Index of the file abnormal recovery starts from (FORMAT.md 8.4): the newest whose
+        """Index of the file abnormal recovery starts from (docs/format.md §8.4): the newest whose
         first record was stored no later than the checkpoint's min timestamp; 0 when none is,
         or when the checkpoint is zeroed or unreadable (a full scan)."""
         from rocketstore.store._codec import decode
@@ -687,14 +702,48 @@ class MessageStore:
         self.commit_log.set_topic_rule(topic, None)
         self._read_forbidden.discard(topic)
 
+    def list_topics(self) -> list[str]:
+        """Topics with at least one consume queue (messages were stored), sorted; configured
+        topics are in ``topic_config_manager.all()``."""
+        self._check_open()
+        return sorted({t for t, _ in storedir.list_queues(self.root)})
+
+    def list_queues(self, topic: str | None = None) -> list[QueueInfo]:
+        """Every consume queue (of ``topic``, or of all topics) with its min and max offset,
+        sorted by topic and queue id."""
+        self._check_open()
+        out = []
+        for t, qid in storedir.list_queues(self.root):
+            if topic is None or t == topic:
+                out.append(QueueInfo(t, qid, self.get_min_offset_in_queue(t, qid),
+                                     self.get_max_offset_in_queue(t, qid)))
+        return out
+
     # -- consumer offsets ------------------------------------------------------------------------
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record ``offset`` as the next offset ``group`` consumes (``consumerOffset.json``)."""
+        """Record ``offset`` as the next offset ``group`` consumes (``consumerOffset.json``).
+
+        Bad arguments (a negative offset, a queue id outside [0, 2**31)) raise
+        ``InvalidMessageError`` / ``InvalidMessageTypeError``; as in RocketMQ, an offset may
+        be committed for any queue id (a topic's queue count can shrink and grow again). Committed offsets are kept in
+        memory and written to ``config/consumerOffset.json`` every
+        ``flush_consumer_offset_interval`` ms (5 s by default, as RocketMQ) and at ``close()``:
+        a crash loses the commits of the last few seconds -- the group then consumes those
+        messages again (at-least-once). Call ``persist_offsets()`` to write them now.
+        """
         self._check_open()
         if self.read_only:
             raise StoreReadOnlyError(self.root)
         self.consumer_offset_manager.commit_offset(group, topic, queue_id, offset)
+
+    def persist_offsets(self) -> None:
+        """Write every committed consumer offset to ``config/consumerOffset.json`` now
+        (atomically, synced), instead of at the next ``flush_consumer_offset_interval``."""
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(self.root)
+        self.consumer_offset_manager.persist()
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed next offset of ``group`` in the queue, or -1."""
@@ -708,6 +757,10 @@ class MessageStore:
 
         Returns a ``PutMessageResult`` (``status``, ``msg_id``, ``queue_offset``,
         ``commitlog_offset``, ...). Bad input raises ``InvalidMessageError`` and writes nothing.
+        A topic in ``topics.json`` (``update_topic_config``) refuses a queue id at or past
+        its ``write_queue_nums`` (MESSAGE_ILLEGAL); a topic not configured takes any queue id
+        in [0, 2**31), creating the queue, as RocketMQ's store does. The message becomes
+        visible to ``get_message`` once dispatched: see ``wait_dispatched``.
         """
         return self.commit_log.put_message(msg, queue_id)
 
@@ -741,6 +794,42 @@ class MessageStore:
         if self.read_only:
             return 0
         return self.dispatch_service.dispatch_behind_bytes()
+
+    def wait_dispatched(self, timeout: float | None = None, *,
+                        until: PutMessageResult | int | None = None) -> bool:
+        """Wait until what was put so far is visible to ``get_message`` (read-your-writes).
+
+        Puts return once their record is in the commit log; the dispatch thread then appends
+        its consume-queue unit (and index entries), usually within a millisecond or two but
+        longer under load. Until then ``get_message`` answers NO_MESSAGE_IN_QUEUE or
+        OFFSET_OVERFLOW_ONE and ``get_max_offset_in_queue`` has not moved. This waits for
+        every record readable at the call, or with ``until`` (a ``PutMessageResult`` or a
+        commit-log offset) for that record; with ``transient_store_pool_enable`` pass the
+        result, as its bytes become readable only at the next commit (at most
+        ``commit_interval_commit_log`` ms). Returns False when ``timeout`` seconds passed
+        first (or dispatch stopped on an error, ``store.dispatch_service.error``). A store
+        with ``dispatch_inline=True`` dispatches in each put: this returns at once.
+        """
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(self.root)
+        if until is None:
+            target = self.dispatch_service.bound()
+        elif isinstance(until, PutMessageResult):
+            if not until.ok:
+                raise InvalidMessageError("until", until.status, "the put failed: nothing to wait for")
+            target = until.commitlog_offset + until.wrote_bytes
+        elif isinstance(until, int) and not isinstance(until, bool):
+            target = until
+        else:
+            raise InvalidMessageTypeError("until", "PutMessageResult or int", type(until).__name__)
+        svc = self.dispatch_service
+
+        def visible() -> bool:
+            return svc.reput_offset >= target or svc.error is not None or self._closed
+        if not self.notifier.wait(visible, timeout):
+            return False
+        return svc.reput_offset >= target
 
     # -- consume queues --------------------------------------------------------------------------
 
@@ -827,12 +916,23 @@ class MessageStore:
     def get_message(self, group: str, topic: str, queue_id: int, offset: int,
                     max_msgs: int = 32, max_bytes: int | None = None, tags: Any = None, *,
                     timeout_ms: int = 0, raw: bool = False) -> GetMessageResult:
-        """Up to ``max_msgs`` messages of a queue from queue ``offset`` (FORMAT.md 13).
+        """Up to ``max_msgs`` messages of a queue from queue ``offset`` (docs/format.md §13).
 
-        ``tags``: None or ``"*"`` for every message; a tag, ``"TagA || TagB"`` or a list of up
-        to 8 tags. With ``timeout_ms`` a get that finds nothing new waits (long polling) for
-        the dispatcher to bring messages past ``offset``. Returns a ``GetMessageResult``
-        (``status``, ``messages``, ``next_begin_offset``, ``min_offset``, ``max_offset``).
+        ``group`` names the consumer group asking; the store does not use it (RocketMQ's
+        signature: a broker uses it for offsets and filters) -- commit progress with
+        ``commit_offset(group, ...)``. ``tags``: None or ``"*"`` for every message; a tag,
+        ``"TagA || TagB"`` or a list of up to 8 tags. With ``timeout_ms`` a get that finds
+        nothing new waits (long polling) for the dispatcher to bring messages past
+        ``offset``. Returns a ``GetMessageResult`` (``status``, ``messages``,
+        ``next_begin_offset``, ``min_offset``, ``max_offset``).
+
+        Dispatch lag: a message is readable here only once the dispatch thread has written
+        its consume-queue unit, a moment after ``put_message`` returned (usually under a
+        millisecond or two; tens of milliseconds under load). Right after a put a get may
+        still answer NO_MESSAGE_IN_QUEUE / OFFSET_OVERFLOW_ONE: call
+        ``store.wait_dispatched()`` first, pass ``timeout_ms`` (long polling), or open the
+        store with ``StoreConfig(dispatch_inline=True)``. A consumer loop should not stop at
+        the first empty answer.
         """
         if self._closed:
             raise StoreClosedError("store " + self.root)
@@ -967,7 +1067,7 @@ class MessageStore:
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int,
                                     boundary: BoundaryType | str = BoundaryType.LOWER) -> int:
-        """Queue offset of the message stored at ``timestamp_ms`` (5.x semantics, FORMAT.md 5.4):
+        """Queue offset of the message stored at ``timestamp_ms`` (5.x semantics, docs/format.md §5.4):
         LOWER is the first message stored at or after it, UPPER the last one at or before it."""
         self._check_open()
         if isinstance(boundary, str):
@@ -1062,7 +1162,7 @@ class MessageStore:
 
     def execute_delete_files_manually(self) -> None:
         """RocketMQ's manual delete: the next 20 retention runs delete expired commit-log
-        files whatever the hour of ``delete_when`` (FORMAT.md 9)."""
+        files whatever the hour of ``delete_when`` (docs/format.md §9)."""
         self._check_open()
         if self.cleanup_service is None:
             raise StoreReadOnlyError(self.root)
@@ -1097,4 +1197,4 @@ class MessageStore:
         return f"MessageStore({self.root!r}, {state})"
 
 
-__all__ = ["MessageStore", "InvalidMessageIdError"]
+__all__ = ["MessageStore", "QueueInfo", "InvalidMessageIdError"]

@@ -1,6 +1,6 @@
 """ConsumerOffsetManager: each consumer group's next queue offset, kept in consumerOffset.json.
 
-Structure (FORMAT.md 10): ``config/consumerOffset.json`` =
+Structure (docs/format.md §10): ``config/consumerOffset.json`` =
 ``{"offsetTable":{"<topic>@<group>":{<queueId>:<nextQueueOffset>,...}}}``, written by
 :class:`rocketstore.store.configfile.ConfigFile` in fastjson's layout (unquoted queue-id keys) and
 replaced atomically, with the previous version kept as ``.bak``. It follows RocketMQ's
@@ -42,6 +42,7 @@ _INT_KEY = re.compile(r"-?\d+")
 
 
 def _check_name(arg: str, value: object) -> str:
+    # the library's errors (they are also TypeError / ValueError)
     if not isinstance(value, str):
         raise InvalidArgumentTypeError(arg, "str", type(value).__name__)
     if not value:

@@ -1,4 +1,4 @@
-"""Every file and directory name in a store directory (FORMAT.md 0)."""
+"""Every file and directory name in a store directory (docs/format.md §0)."""
 from __future__ import annotations
 
 import os

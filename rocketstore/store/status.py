@@ -5,7 +5,7 @@ import enum
 
 
 class PutMessageStatus(enum.Enum):
-    """RocketMQ's ``PutMessageStatus`` (FORMAT.md 13)."""
+    """RocketMQ's ``PutMessageStatus`` (docs/format.md §13)."""
 
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
@@ -27,7 +27,7 @@ class PutMessageStatus(enum.Enum):
 
 
 class GetMessageStatus(enum.Enum):
-    """RocketMQ's ``GetMessageStatus`` (FORMAT.md 13)."""
+    """RocketMQ's ``GetMessageStatus`` (docs/format.md §13)."""
 
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
@@ -50,7 +50,7 @@ class BoundaryType(enum.Enum):
 
 
 class TransactionType(enum.IntEnum):
-    """Transaction bits of SYSFLAG (``sys_flag & 0xC``, FORMAT.md 1.3)."""
+    """Transaction bits of SYSFLAG (``sys_flag & 0xC``, docs/format.md §1.3)."""
 
     NOT_TYPE = 0x0
     PREPARED_TYPE = 0x4
@@ -59,7 +59,7 @@ class TransactionType(enum.IntEnum):
 
 
 class SysFlag(enum.IntFlag):
-    """SYSFLAG bits (FORMAT.md 1.3)."""
+    """SYSFLAG bits (docs/format.md §1.3)."""
 
     COMPRESSED = 0x1
     MULTI_TAGS = 0x2

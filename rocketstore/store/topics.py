@@ -1,6 +1,6 @@
 """TopicConfig and TopicConfigManager: the broker's topic catalogue in config/topics.json.
 
-Structure (FORMAT.md 10): ``config/topics.json`` =
+Structure (docs/format.md §10): ``config/topics.json`` =
 ``{"dataVersion":{"counter":N,"timestamp":ms},"topicConfigTable":{"<name>":{"order":false,
 "perm":6,"readQueueNums":4,"topicFilterType":"SINGLE_TAG","topicName":"<name>",
 "topicSysFlag":0,"writeQueueNums":4}}}``. Properties are in alphabetical order, the layout is

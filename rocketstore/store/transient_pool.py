@@ -1,4 +1,4 @@
-"""TransientStorePool: off-heap write buffers lent to new commit-log files (FORMAT.md 4.5).
+"""TransientStorePool: off-heap write buffers lent to new commit-log files (docs/format.md §4.5).
 
 With the pool, a put copies its record into memory the writer owns (page-aligned, mlocked,
 never faulting and never contending with the kernel's writeback of the file) instead of into
@@ -80,7 +80,7 @@ class TransientStorePool:
         self.lent.append(mf)
 
     def commit(self, least_pages: int = 0) -> int:
-        """Commit the lent files in log order (FORMAT.md 4.5); return bytes committed.
+        """Commit the lent files in log order (docs/format.md §4.5); return bytes committed.
 
         A file fully committed gives its buffer back. ``OSError`` from the copy propagates
         (the caller makes it sticky).

@@ -1,0 +1,2 @@
+"""The package version (one place: pyproject.toml reads it, ``rocketstore --version`` prints it)."""
+__version__ = "0.1.0"
