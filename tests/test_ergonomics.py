@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import rocketstore
-from rocketstore import (InvalidMessageError, InvalidMessageTypeError, Message, MessageStore,
+from rocketstore import (InvalidArgumentError, InvalidArgumentTypeError, InvalidMessageError,
+                         InvalidMessageTypeError, Message, MessageStore,
                          PutMessageStatus, RocketStoreError, StoreConfig, TopicConfig)
 from rocketstore import errors
 from rocketstore.store import paths
@@ -69,11 +70,11 @@ def test_list_topics_and_queues(store):
 
 @pytest.mark.parametrize("offset", [-3, -1])
 def test_commit_offset_with_a_negative_offset_raises_the_librarys_error(store, offset):
-    with pytest.raises(InvalidMessageError) as e:
+    with pytest.raises(InvalidArgumentError) as e:
         store.commit_offset("g", "T", 0, offset)
     assert isinstance(e.value, RocketStoreError) and isinstance(e.value, ValueError)
     assert "offset" in str(e.value) and str(offset) in str(e.value)
-    with pytest.raises(InvalidMessageTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         store.commit_offset("g", "T", "0", 5)  # type: ignore[arg-type]
     assert store.query_offset("g", "T", 0) == -1
 

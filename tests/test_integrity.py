@@ -1,7 +1,7 @@
 """Whole-record integrity (issue 11 item 2, issue 16 items 1-2): the 5.x record CRC property
 written by the store, and one check on every path that hands out a message.
 
-Bytes on disk are checked with ``refreader`` (the FORMAT.md oracle), never with rocketstore's
+Bytes on disk are checked with ``refreader`` (the docs/format.md oracle), never with rocketstore's
 own codec.
 """
 from __future__ import annotations

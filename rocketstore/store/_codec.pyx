@@ -733,7 +733,7 @@ cdef class Message:
         """A message whose stored properties are exactly ``properties_string`` (str or bytes).
 
         What a broker stores: RocketMQ writes ``MessageExtBrokerInner.propertiesString``, which
-        may differ from the property map (MESSAGING.md 0.4) and has no trailing ``\\x02``. The
+        may differ from the property map (docs/messaging.md) and has no trailing ``\\x02``. The
         string is stored verbatim: no UNIQ_KEY is added. ``wait=False`` is the map's
         ``WAIT=false`` (a sync-flush put does not wait), which the string may not show.
         ``properties``: the same entries as a dict, when the caller has them (not parsed again;
@@ -1059,8 +1059,8 @@ cdef class MessageExt:
 
     @property
     def properties_bytes(self):
-        """The properties segment exactly as stored (a broker copies it verbatim: MESSAGING.md
-        0.4; 4.9.x strings have no trailing \\x02 and keep the writer's order)."""
+        """The properties segment exactly as stored (a broker copies it verbatim, see
+        docs/messaging.md; 4.9.x strings have no trailing \\x02 and keep the writer's order)."""
         return self._rec[self._props_off:self._props_off + self._props_len]
 
     @property
@@ -1238,7 +1238,7 @@ def encode_record(*, str topic, body, properties=None, int queue_id=0, int flag=
 
     Host V6 bits of ``sys_flag`` follow the addresses; ``magic`` defaults to v1 unless the
     topic needs v2; ``body_crc`` defaults to the CRC of ``body``; ``prop_crc`` appends the
-    5.x record CRC property (FORMAT.md 1.2).
+    5.x record CRC property (docs/format.md §1.2).
     """
     cdef RecordFields f
     cdef bytes topic_b = topic.encode("utf-8")

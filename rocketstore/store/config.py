@@ -40,7 +40,7 @@ class StoreConfig:
     max_message_size: int = 4 * MiB                 # limit on the body (docs/format.md §1.7)
     store_host: str = "127.0.0.1:10911"             # STOREHOSTADDRESS and offset msg ids (ours)
     check_crc_on_recover: bool = True
-    # 5.x's whole-record CRC property (__CRC32#, FORMAT.md 1.2). None (the default): on for a
+    # 5.x's whole-record CRC property (__CRC32#, docs/format.md §1.2). None (the default): on for a
     # MessageStore used directly, off under a Broker, which writes RocketMQ 4.9.8's records
     # byte for byte (RocketMQ's own default is off). Records carrying it are checked as a whole
     # on every read, whatever the setting

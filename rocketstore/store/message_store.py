@@ -586,7 +586,7 @@ class MessageStore:
         self.cq_flush_service.start()
 
     def _blank_rest(self, mf, pos: int) -> int:
-        """Close ``mf`` at ``pos`` with an end-of-file blank record (FORMAT.md 1.6)."""
+        """Close ``mf`` at ``pos`` with an end-of-file blank record (docs/format.md §1.6)."""
         left = mf.file_size - pos
         mf.write_at(pos, struct.pack(">iI", left, BLANK_MAGIC_CODE & 0xFFFFFFFF))
         mf.set_positions(mf.file_size)
