@@ -29,6 +29,7 @@ from collections.abc import Callable
 from rocketstore.store._mapped import MappedFile
 from rocketstore.store.allocate import AllocateMappedFileService, create_mapped_file
 from rocketstore.errors import CorruptionError
+from rocketstore.store.fsutil import makedirs_durable
 from rocketstore.store.paths import is_segment_name, offset_to_file_name
 
 log = logging.getLogger("rocketstore.store.mapped_file_queue")
@@ -61,7 +62,7 @@ class MappedFileQueue:
         self._files_lock = threading.Lock()
         self._retired: list[tuple[float, MappedFile]] = []     # (monotonic time, file)
         if create_dir and not read_only:
-            os.makedirs(store_path, exist_ok=True)
+            makedirs_durable(store_path)
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -157,7 +158,7 @@ class MappedFileQueue:
                              f"of the file size {self.file_size}")
         path = os.path.join(self.store_path, offset_to_file_name(start_offset))
         if not self.files:
-            os.makedirs(self.store_path, exist_ok=True)
+            makedirs_durable(self.store_path)
         if self.allocator is not None:
             nxt = os.path.join(self.store_path, offset_to_file_name(start_offset + self.file_size))
             mf = self.allocator.get(path, self.file_size, nxt)

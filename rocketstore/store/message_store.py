@@ -190,7 +190,7 @@ class MessageStore:
                                                              config.flush_consumer_offset_interval)
         try:
             self.commit_log_queue.load()
-            self.consume_queues.load()
+            self.consume_queues.load(self.last_exit_ok)
             if config.message_index_enable:
                 self.index_service.load(self.last_exit_ok)
             self.commit_log = CommitLog(self.commit_log_queue, store_host=config.store_host,
@@ -409,6 +409,8 @@ class MessageStore:
             # after a crash every record from the checkpoint's file on is dispatched again:
             # consume-queue units and index entries written after their last flush may be lost
             reput = min(reput, max(files[start].file_from_offset, min_phy))
+        if self.consume_queues.damaged:
+            reput = min_phy         # queue files were dropped at load: rebuild them all
         self.dispatch_core.reput_offset = reput
         redispatch_from = self.dispatch_core.reput_offset
         dispatched = self.dispatch_service.do_dispatch()
