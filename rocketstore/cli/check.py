@@ -338,7 +338,7 @@ def _recover(args: argparse.Namespace) -> int:
     config = detect_config(root, args)
     if not os.path.isdir(config.commit_log_path(root)):
         raise CommandError(f"{root}: not a store directory (no {config.commit_log_path(root)})")
-    lock = _StoreLock(root)         # StoreLockedError when a writer holds it
+    lock = _StoreLock(root, config.commit_log_path(root))   # StoreLockedError when a writer holds it
     try:
         # look before cutting: recovery truncates the log at its first bad record
         with MessageStore.open(root, config, read_only=True) as store:

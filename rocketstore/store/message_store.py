@@ -35,6 +35,7 @@ from rocketstore.store.index import IndexService
 from rocketstore.store.config import StoreConfig
 from rocketstore.store.consumequeue import ConsumeQueueStore, unit_runs
 from rocketstore.store.dispatch import ArrivalNotifier, DispatchService
+from rocketstore.store.fsutil import makedirs_durable
 from rocketstore.store.flush import (CommitRealTimeService, FlushConsumeQueueService,
                                FlushRealTimeService, GroupCommitService)
 from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError,
@@ -85,40 +86,57 @@ class _Progress:
 
 class _StoreLock:
     """The ``lock`` file held with flock (other opens) and fcntl on byte 0 (a Java broker:
-    FileChannel.tryLock is a POSIX record lock). Holds the 4 ASCII bytes ``lock``."""
+    FileChannel.tryLock is a POSIX record lock). Holds the 4 ASCII bytes ``lock``.
 
-    def __init__(self, root: str) -> None:
+    The commit-log directory is locked too, by a flock on the directory itself: two roots
+    sharing one (``store_path_commit_log``) would write over each other's records, and a
+    file of our own in it would stop a RocketMQ broker loading the commit log.
+    """
+
+    def __init__(self, root: str, commit_log_dir: str | None = None) -> None:
         self.path = paths.lock_path(root)
-        self.key = os.path.realpath(root)
+        self.keys = [os.path.realpath(root)]
+        self.dir_fd = -1
+        if commit_log_dir is not None:
+            self.keys.append(os.path.realpath(commit_log_dir))
         with _open_paths_lock:
-            if self.key in _open_paths:
-                raise StoreLockedError(root)
-            _open_paths.add(self.key)
+            for key in self.keys:
+                if key in _open_paths:
+                    raise StoreLockedError(root if key == self.keys[0] else commit_log_dir)
+            _open_paths.update(self.keys)
+        self.fd = -1
         try:
             if not os.path.exists(self.path):
                 metadata_event("create", self.path)     # the one sync function sees it
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._try(lambda: (fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB),
+                               fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)), root)
+            if len(self.keys) > 1:
+                makedirs_durable(self.keys[1])
+                self.dir_fd = os.open(self.keys[1], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                self._try(lambda: fcntl.flock(self.dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB),
+                          commit_log_dir)
         except BaseException:
-            self._forget()
-            raise
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-        except OSError as e:
-            os.close(self.fd)
-            self._forget()
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise StoreLockedError(root) from None
+            self.release()
             raise
         os.pwrite(self.fd, b"lock", 0)
 
-    def _forget(self) -> None:
-        with _open_paths_lock:
-            _open_paths.discard(self.key)
+    @staticmethod
+    def _try(take, what: str) -> None:
+        try:
+            take()
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StoreLockedError(what) from None
+            raise
 
     def release(self) -> None:
-        os.close(self.fd)       # drops both locks
-        self._forget()
+        for fd in (self.dir_fd, self.fd):
+            if fd >= 0:
+                os.close(fd)        # drops its locks
+        self.fd = self.dir_fd = -1
+        with _open_paths_lock:
+            _open_paths.difference_update(self.keys)
 
 
 def create_abort_marker(root: str) -> None:
@@ -255,8 +273,8 @@ class MessageStore:
             if not os.path.isdir(root):
                 raise FileNotFoundError(2, "no store directory", root)
             return cls(root, config, None, read_only=True)
-        os.makedirs(root, exist_ok=True)
-        lock = _StoreLock(root)
+        makedirs_durable(root)
+        lock = _StoreLock(root, config.commit_log_path(root))
         try:
             return cls(root, config, lock)
         except BaseException:
