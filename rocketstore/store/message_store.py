@@ -171,6 +171,7 @@ class MessageStore:
         self.read_only = read_only
         self._lock = lock
         self._closed = False
+        self._closing = threading.Event()     # wakes read-only long polls at close()
         self.recovery: dict[str, Any] = {}
         self.flush_service: FlushRealTimeService | GroupCommitService | None = None
         self.cq_flush_service: FlushConsumeQueueService | None = None
@@ -296,6 +297,7 @@ class MessageStore:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         if self.read_only:
             self._release_files()
             return
@@ -738,7 +740,8 @@ class MessageStore:
                 return r
             if self.read_only:
                 # the dispatcher lives in another process: look again after a short sleep
-                time.sleep(min(delay, left))
+                if self._closing.wait(min(delay, left)):
+                    return r
                 delay = min(delay * 2, 0.05)
                 continue
 
