@@ -38,7 +38,7 @@ from rocketstore.store.dispatch import ArrivalNotifier, DispatchService
 from rocketstore.store.fsutil import makedirs_durable
 from rocketstore.store.flush import (CommitRealTimeService, FlushConsumeQueueService,
                                FlushRealTimeService, GroupCommitService)
-from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError,
+from rocketstore.errors import (DispatchStalledError, InvalidMessageError, InvalidMessageIdError,
                                 InvalidMessageTypeError, StoreClosedError, StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
 from rocketstore.store.mapped_file_queue import MappedFileQueue
@@ -172,6 +172,8 @@ class MessageStore:
         self._lock = lock
         self._closed = False
         self._closing = threading.Event()     # wakes read-only long polls at close()
+        self._dispatch_stall: DispatchStalledError | None = None
+        self.close_errors: list[BaseException] = []
         self.recovery: dict[str, Any] = {}
         self.flush_service: FlushRealTimeService | GroupCommitService | None = None
         self.cq_flush_service: FlushConsumeQueueService | None = None
@@ -180,6 +182,10 @@ class MessageStore:
         self.cleanup_service: CleanupService | None = None
         self._retention_checked = 0.0       # read-only: last look for deleted files
         self.last_exit_ok = not os.path.exists(paths.abort_path(root))
+        if not read_only:
+            # before recovery writes anything (files it creates, the tail it zeroes): a power
+            # cut from here on must make the next open recover
+            self._create_abort()
         self.allocator = AllocateMappedFileService(
             warm=config.warm_maped_file_enable, mlock=config.mlock_maped_file,
             flush_pages=(config.flush_least_pages_when_warm_maped_file
@@ -222,6 +228,7 @@ class MessageStore:
             self.dispatch_service = DispatchService(self.dispatch_core,
                                                     self.commit_log.get_max_offset,
                                                     self.commit_log, self.notifier)
+            self.dispatch_service.on_error = self._dispatch_failed
             self.topic_config_manager.load()
             self.consumer_offset_manager.load()
             if read_only:
@@ -236,7 +243,6 @@ class MessageStore:
                         self.transient_pool, config.fast_fail_if_no_buffer_in_store_pool)
                 for name, tc in self.topic_config_manager.all().items():
                     self._apply_topic_rule(tc)
-                self._create_abort()
                 self._start_flush()
                 self.consumer_offset_manager.start()
                 if config.dispatch_inline:
@@ -302,48 +308,108 @@ class MessageStore:
             self._release_files()
             return
         try:
+            step = self._close_step
             if self.cleanup_service is not None:
-                self.cleanup_service.shutdown()
-            self.commit_log.close()
+                step(self.cleanup_service.shutdown)
+            step(self.commit_log.close)
             if self.commit_service is not None:
-                self.commit_service.shutdown()      # everything into the files, then flush
+                step(self.commit_service.shutdown)      # everything into the files, then flush
             if self.flush_service is not None:
-                self.flush_service.shutdown()
+                step(self.flush_service.shutdown)
             if self.cq_flush_service is not None:
-                self.cq_flush_service.shutdown()
-            self.dispatch_service.shutdown()
-            self.consumer_offset_manager.shutdown()
-            self.allocator.shutdown()
-            self.notifier.close()
+                step(self.cq_flush_service.shutdown)
+            step(self.dispatch_service.shutdown)
+            step(self.consumer_offset_manager.shutdown)
+            step(self.allocator.shutdown)
+            step(self.notifier.close)
             if self.commit_log.flush_error is None:
-                self.commit_log_queue.flush(0)
-            self.consume_queues.flush(0)
-            self.index_service.flush()
-            last = self.commit_log_queue.last_file()
-            if last is not None and last.store_timestamp and self.commit_log.flush_error is None:
-                self.checkpoint.physic_msg_timestamp = last.store_timestamp
-            logics = max((q.get_last_store_timestamp() for q in self.consume_queues.queues()),
-                         default=0)
-            if logics:
-                self.checkpoint.logics_msg_timestamp = logics
-            self.checkpoint.flush()
-            caught_up = (self.dispatch_service.error is None
+                step(self.commit_log_queue.flush, 0)
+            step(self.consume_queues.flush, 0)
+            step(self.index_service.flush)
+            step(self._checkpoint_at_close)
+            caught_up = (not self.close_errors
+                         and self.dispatch_service.error is None
                          and self.dispatch_service.dispatch_behind_bytes() == 0
                          and (self.transient_pool is None
                               or self.transient_pool.uncommitted_bytes() == 0))
             if self.transient_pool is not None:
-                self.transient_pool.close()
-            self._release_files()
+                step(self.transient_pool.close)
+            step(self._release_files)
             if caught_up:
-                try:
-                    metadata_event("delete", paths.abort_path(self.root))
-                    os.unlink(paths.abort_path(self.root))
-                    fsync_dir(self.root)
-                except FileNotFoundError:
-                    pass
+                step(self._remove_abort)
         finally:
             if self._lock is not None:
                 self._lock.release()
+
+    def _close_step(self, fn, *args) -> None:
+        # close() never raises halfway (a full disk, a failed sync): each step runs, what
+        # failed is logged and kept in close_errors, and abort stays for the next open
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 - logged and kept
+            log.error("%s: closing: %s failed: %s", self.root, getattr(fn, "__qualname__", fn), e)
+            self.close_errors.append(e)
+
+    def _checkpoint_at_close(self) -> None:
+        logics = max((q.get_last_store_timestamp() for q in self.consume_queues.queues()),
+                     default=0)
+        last = self.commit_log_queue.last_file()
+        if self.commit_log.flush_error is None:
+            if last is not None and last.store_timestamp:
+                self.checkpoint.physic_msg_timestamp = last.store_timestamp
+            elif not self.checkpoint.physic_msg_timestamp and logics:
+                # nothing put since a recovery that started from a zeroed checkpoint: the
+                # last dispatched record is flushed and no later than the log's end
+                self.checkpoint.physic_msg_timestamp = logics
+        if logics:
+            self.checkpoint.logics_msg_timestamp = logics
+        self.checkpoint.flush()
+
+    def _remove_abort(self) -> None:
+        try:
+            metadata_event("delete", paths.abort_path(self.root))
+            os.unlink(paths.abort_path(self.root))
+            fsync_dir(self.root)
+        except FileNotFoundError:
+            pass
+
+    # -- service health ------------------------------------------------------------------------
+
+    def service_errors(self) -> dict[str, BaseException]:
+        """What the store's services are failing on now, by service (empty when all is
+        well): ``dispatch`` (retrying; puts are refused meanwhile), ``flush`` (a failed
+        sync: sticky, the store is read-only), ``disk_full``, ``consumer_offset_persist``
+        and ``cleanup`` (retried each round)."""
+        out: dict[str, BaseException] = {}
+        if self.read_only:
+            return out
+        if self.dispatch_service.error is not None:
+            out["dispatch"] = self.dispatch_service.error
+        if self.commit_log.flush_error is not None:
+            out["flush"] = self.commit_log.flush_error
+        if self.consumer_offset_manager.error is not None:
+            out["consumer_offset_persist"] = self.consumer_offset_manager.error
+        cleanup = self.cleanup_service
+        if cleanup is not None:
+            if cleanup._disk_full is not None:
+                out["disk_full"] = cleanup._disk_full
+            if cleanup.error is not None:
+                out["cleanup"] = cleanup.error
+        return out
+
+    def _dispatch_failed(self, error: BaseException | None) -> None:
+        self._dispatch_stall = None if error is None else DispatchStalledError(
+            self.dispatch_core.reput_offset, self.dispatch_service.dispatch_behind_bytes(), error)
+        self.refresh_put_refusal()
+
+    def refresh_put_refusal(self) -> None:
+        """Refuse puts (SERVICE_NOT_AVAILABLE with the cause) while a sync has failed, the
+        disk is full or dispatch is stalled; accept them again when none holds."""
+        cl = self.commit_log
+        cleanup = self.cleanup_service
+        cl.set_not_writeable(cl.flush_error
+                             or (cleanup._disk_full if cleanup is not None else None)
+                             or self._dispatch_stall)
 
     def _release_files(self) -> None:
         self.allocator.shutdown()

@@ -27,6 +27,7 @@ import time
 from types import TracebackType
 from typing import Any
 
+from rocketstore.store.names import check_name
 from rocketstore.store.configfile import ConfigFile
 
 __all__ = ["ConsumerOffsetManager", "CONSUMER_OFFSET_FILE", "TOPIC_GROUP_SEPARATOR"]
@@ -41,10 +42,8 @@ _INT_KEY = re.compile(r"-?\d+")
 
 
 def _check_name(arg: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{arg} must not be empty")
+    check_name(arg, value)
+    assert isinstance(value, str)
     if TOPIC_GROUP_SEPARATOR in value:
         raise ValueError(f"{arg}={value!r} must not contain {TOPIC_GROUP_SEPARATOR!r} "
                          "(it separates topic and group in consumerOffset.json keys)")
@@ -136,6 +135,7 @@ class ConsumerOffsetManager:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._service_rounds = 0  # wake-ups of the service, whether it persisted or not
+        self.error: BaseException | None = None  # the last periodic persist's, until one works
 
     @property
     def path(self) -> str:
@@ -289,10 +289,13 @@ class ConsumerOffsetManager:
             if self._dirty():
                 try:
                     self.persist()
-                except OSError:
-                    # a full disk must not kill the service: the table stays dirty and the
-                    # next round retries
-                    log.exception("%s: periodic persist failed", self.path)
+                    self.error = None
+                except Exception as e:  # noqa: BLE001 - kept, logged and reported
+                    # nothing may kill the service (a full disk, a bug): the table stays
+                    # dirty, the next round retries, and the store reports the error
+                    if self.error is None or type(self.error) is not type(e):
+                        log.exception("%s: periodic persist failed", self.path)
+                    self.error = e
             with self._cond:
                 self._service_rounds += 1
                 self._cond.notify_all()
