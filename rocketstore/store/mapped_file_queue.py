@@ -360,7 +360,7 @@ class MappedFileQueue:
                 st = os.stat(mf.path)
             except FileNotFoundError:
                 st = None
-            if st is not None and st.st_ino == os.fstat(mf.fileno()).st_ino:
+            if st is not None and st.st_ino == mf.inode:
                 continue
             i = files.index(mf)
             if st is None or st.st_size != self.file_size:
