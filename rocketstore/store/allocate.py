@@ -6,8 +6,8 @@ allocated, mapped and, when warm-up is on, faulted in. A failed pre-allocation (
 is not an error until that file is asked for: then creation is retried in the caller and its
 ``OSError`` propagates.
 
-Thread-safe. ``shutdown()`` stops the thread; files it pre-allocated stay on disk, empty, and
-are picked up by the next ``load()`` as RocketMQ's are.
+Thread-safe. ``shutdown()`` stops the thread and deletes the files it pre-allocated that were
+never handed out, as RocketMQ's shutdown does: a closed store holds only files with data.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 
-from rocketstore.store._mapped import MappedFile
+from rocketstore.store._mapped import MappedFile, metadata_event
 
 log = logging.getLogger("rocketstore.store.allocate")
 
@@ -96,7 +96,8 @@ class AllocateMappedFileService:
                 self._busy = None
                 if mf is not None:
                     if self._stopped:
-                        mf.release()
+                        metadata_event("delete", mf.path)
+                        mf.destroy()
                     else:
                         self._ready[path] = mf
                 self._cond.notify_all()
@@ -107,7 +108,8 @@ class AllocateMappedFileService:
             return self._cond.wait_for(lambda: not self._pending and self._busy is None, timeout)
 
     def shutdown(self) -> None:
-        """Stop the thread (waiting for an allocation in progress) and unmap unused files."""
+        """Stop the thread (waiting for an allocation in progress) and delete the files it
+        pre-allocated that were never handed out."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
@@ -116,6 +118,8 @@ class AllocateMappedFileService:
             thread.join()
         with self._cond:
             for mf in self._ready.values():
-                mf.release()
+                log.info("%s: deleting the pre-allocated file nobody used", mf.path)
+                metadata_event("delete", mf.path)
+                mf.destroy()
             self._ready.clear()
             self._pending.clear()

@@ -182,10 +182,6 @@ class MessageStore:
         self.cleanup_service: CleanupService | None = None
         self._retention_checked = 0.0       # read-only: last look for deleted files
         self.last_exit_ok = not os.path.exists(paths.abort_path(root))
-        if not read_only:
-            # before recovery writes anything (files it creates, the tail it zeroes): a power
-            # cut from here on must make the next open recover
-            self._create_abort()
         self.allocator = AllocateMappedFileService(
             warm=config.warm_maped_file_enable, mlock=config.mlock_maped_file,
             flush_pages=(config.flush_least_pages_when_warm_maped_file
@@ -218,8 +214,14 @@ class MessageStore:
             self.consume_queues.load(self.last_exit_ok)
             if config.message_index_enable:
                 self.index_service.load(self.last_exit_ok)
+            if not read_only:
+                # the files loaded (a refusal there changes nothing); before recovery writes
+                # anything (files it creates, the tail it zeroes), a power cut from here on
+                # must make the next open recover
+                self._create_abort()
             self.commit_log = CommitLog(self.commit_log_queue, store_host=config.store_host,
                                         max_message_size=config.max_message_size)
+            self.commit_log.set_v1_only(not config.auto_message_version_on_topic_len)
             self.dispatch_core = DispatchCore(self.commit_log_queue,
                                               self.consume_queues.find_or_create,
                                               config.delay_levels_ms())
@@ -993,7 +995,23 @@ class MessageStore:
     def get_max_phy_offset(self) -> int:
         """Commit-log offset one past the last stored record."""
         self._check_open()
+        if self.read_only:
+            return self._read_only_data_end()
         return self.commit_log.get_max_offset()
+
+    def _read_only_data_end(self) -> int:
+        # a reader maps whole files: the end of data is where the records of the last file
+        # holding any end (a writer's pre-allocated next file is all zeros)
+        q = self.commit_log_queue
+        q.refresh_files()
+        files = q.files
+        for mf in reversed(files[-2:]):
+            if mf.committed_pos == 0:
+                mf.set_positions(mf.file_size)
+            end_pos, _, _ = self.commit_log.scan_file(mf, False, False)
+            if end_pos > 0 or mf is files[0]:
+                return mf.file_from_offset + end_pos
+        return files[-1].file_from_offset if files else 0
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"max_phy_offset={self.commit_log.get_max_offset()}"
