@@ -329,7 +329,7 @@ class MappedFileQueue:
         """
         if not os.path.isdir(self.store_path):
             return []
-        self._remap_replaced(self.files[-2:])
+        self.remap_replaced(self.files[-2:])
         known = self.files[-1].file_from_offset if self.files else -1
         names = sorted(n for n in os.listdir(self.store_path)
                        if is_segment_name(n) and int(n) > known)
@@ -352,7 +352,10 @@ class MappedFileQueue:
             self.files = self.files + added
         return added
 
-    def _remap_replaced(self, candidates: list[MappedFile]) -> None:
+    def remap_replaced(self, candidates: list[MappedFile]) -> None:
+        """Read-only: map anew each of ``candidates`` whose file a writer replaced (another
+        inode); at one it deleted or resized, drop it and every later file (the next
+        ``refresh_files`` maps them again)."""
         files = list(self.files)
         changed = False
         for mf in candidates:
