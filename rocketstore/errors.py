@@ -28,6 +28,7 @@ __all__ = [
     "TransportError",
     "MQClientError",
     "MQBrokerError",
+    "RemotingProtocolError",
 ]
 
 
@@ -106,16 +107,19 @@ class DispatchStalledError(RocketStoreError):
 
 
 class InvalidConfigError(RocketStoreError, ValueError):
-    """A ``StoreConfig`` setting is out of range; ``setting`` names it."""
+    """A ``StoreConfig`` (or ``BrokerConfig``, named by ``config``) setting is out of range;
+    ``setting`` names it."""
 
-    def __init__(self, setting: str, value: object, reason: str) -> None:
+    def __init__(self, setting: str, value: object, reason: str,
+                 config: str = "StoreConfig") -> None:
         super().__init__(setting, value, reason)
         self.setting = setting
         self.value = value
         self.reason = reason
+        self.config = config
 
     def __str__(self) -> str:
-        return f"StoreConfig.{self.setting}={self.value!r}: {self.reason}"
+        return f"{self.config}.{self.setting}={self.value!r}: {self.reason}"
 
 
 class InvalidMessageIdError(RocketStoreError, ValueError):
@@ -263,3 +267,15 @@ class MQBrokerError(RocketStoreError):
     def __str__(self) -> str:
         where = f" from broker {self.broker!r}" if self.broker else ""
         return f"CODE: {int(self.code)} DESC: {self.remark}{where}"
+
+
+class RemotingProtocolError(RocketStoreError):
+    """A frame or command on RocketMQ's wire protocol is malformed (a bad length, a header that
+    is not JSON, a required header field missing); the reason names what was wrong."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason

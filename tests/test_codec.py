@@ -739,3 +739,14 @@ def test_uniq_ids_are_32_uppercase_hex_and_distinct_over_100k():
     # the fixed prefix is the IP (127.0.0.1 = 7F000001) then the pid
     assert ids[0].startswith("7F000001")
     assert ids[0][8:12] == f"{os.getpid() & 0xFFFF:04X}"
+
+
+@pytest.mark.parametrize("topic", ["T", "x" * 200])
+@pytest.mark.parametrize("born_host", ["1.2.3.4:5", "[::1]:9"])
+def test_properties_bytes_are_the_stored_segment_verbatim(topic, born_host):
+    # a 4.9.x string: no trailing \x02, writer's order; parsing and re-encoding would change both
+    raw = b"WAIT\x01true\x02TAGS\x01d"
+    rec = codec.encode_record(topic=topic, body=b"abc", properties_raw=raw, born_host=born_host,
+                              store_host="[::2]:3")
+    m = codec.decode(rec)
+    assert m.properties_bytes == raw and m.properties == {"WAIT": "true", "TAGS": "d"}

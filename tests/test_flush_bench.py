@@ -51,3 +51,11 @@ def test_transient_pool_run_reports_commits_and_the_uncommitted_window(tmp_path)
     r = _run("--flush", "SYNC_FLUSH", "--threads", "2", "--count", "200", "--transient-pool",
              "--dir", str(tmp_path), "--file-size", str(1 << 20))
     assert r["pool_used"] is False
+
+
+def test_async_put_run_acknowledges_every_message(tmp_path):
+    r = _run("--flush", "SYNC_FLUSH", "--threads", "1", "--count", "5000", "--async-put",
+             "--window", "500", "--dir", str(tmp_path), "--file-size", str(4 << 20))
+    assert r["messages"] == 5000 and r["async_put"] is True
+    assert 0 < r["syncs"] < 5000            # groups, not a sync per put
+    assert r["latency_us"]["p50"] > 0

@@ -10,6 +10,7 @@ millisecond. The experiment sweeps (issue 6) run this unit once per grid point.
 
 Example:
   python tools/flush_bench.py --flush SYNC_FLUSH --threads 16 --size 100 --duration 3
+  python tools/flush_bench.py --flush SYNC_FLUSH --threads 1 --async-put --duration 3
 """
 from __future__ import annotations
 
@@ -65,6 +66,30 @@ def run(args: argparse.Namespace) -> dict:
                 put_batch(batch, t % 8)
                 h.record_value(max(1, (clock() - t0) // 1000))
                 n += args.batch
+            counts[t] = n
+            return
+        if args.async_put:
+            # put_message(s)_async with up to --window futures in flight; latency (submit to
+            # acknowledgement) is sampled on every 64th future by its completion callback
+            from collections import deque
+            inflight: deque = deque()
+            put_async = store.put_messages_async if args.batch > 1 else store.put_message_async
+            item = [msg] * args.batch if args.batch > 1 else msg
+            step = max(1, args.batch)
+            i = 0
+            while not stop.is_set() and (not per_thread or n < per_thread):
+                f = put_async(item, t % 8)
+                if i & 63 == 0:
+                    t0 = clock()
+                    f.add_done_callback(lambda _f, t0=t0: h.record_value(max(1, (clock() - t0) // 1000)))
+                i += 1
+                inflight.append(f)
+                if len(inflight) > args.window:
+                    inflight.popleft().result()
+                n += step
+            for f in inflight:
+                if not f.result().ok:
+                    raise RuntimeError(f"put failed: {f.result()}")
             counts[t] = n
             return
         put = store.put_message
@@ -127,6 +152,7 @@ def run(args: argparse.Namespace) -> dict:
     total = sum(counts)
     return {
         "flush": args.flush, "threads": args.threads, "size": args.size, "batch": args.batch,
+        "async_put": args.async_put,
         "interval_ms": args.interval, "least_pages": args.least_pages,
         "thorough_interval_ms": args.thorough_interval, "warm": args.warm,
         "file_size": args.file_size, "transient_pool": args.transient_pool,
@@ -162,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="transient store pool (ASYNC_FLUSH only; ignored with SYNC_FLUSH)")
     ap.add_argument("--pool-size", type=int, default=5, help="transient_store_pool_size")
     ap.add_argument("--commit-interval", type=int, default=200, help="commit_interval_commit_log ms")
+    ap.add_argument("--async-put", action="store_true",
+                    help="put_message(s)_async: futures acknowledged by the flush, no thread "
+                         "waiting per put (latency sampled on every 64th)")
+    ap.add_argument("--window", type=int, default=10_000,
+                    help="--async-put: futures in flight per thread")
     ap.add_argument("--warm", action="store_true")
     ap.add_argument("--file-size", type=int, default=1 << 30)
     ap.add_argument("--dir", default=None)

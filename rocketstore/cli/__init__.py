@@ -8,6 +8,8 @@ Subcommands, one module per group:
   dump / export       messages to JSONL or Parquet; ``import`` puts them back (``transfer``)
   verify / recover    full CRC scan and cross-check of consume queues and index; rebuild them
   offsets             show and reset a consumer group's offsets
+  dlq                 list a consumer group's dead letters, resend them (``dlq``)
+  namesrv / broker    run a NameServer or a broker on RocketMQ's wire protocol (``servers``)
 
 Read-only commands open the store with ``read_only=True``: no lock, nothing written, so they
 work beside a broker or an application holding the directory. Errors print one line saying
@@ -19,7 +21,7 @@ import argparse
 import os
 import sys
 
-from rocketstore.cli import check, demo, lookup, offsets, transfer
+from rocketstore.cli import check, demo, dlq, lookup, offsets, servers, transfer
 from rocketstore.cli.demo import DEFAULT_STORE_DIR
 
 __all__ = ["main", "build_parser", "DEFAULT_STORE_DIR"]
@@ -43,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.register(sub)
     check.register(sub)
     offsets.register(sub)
+    dlq.register(sub)
+    servers.register(sub)
+    servers.register_broker(sub)
     return ap
 
 
@@ -58,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     args = build_parser().parse_args(argv)
     from rocketstore.errors import RocketStoreError
-    command = " ".join(c for c in (args.command, getattr(args, "offsets_command", None)) if c)
+    command = " ".join(c for c in (args.command, getattr(args, "offsets_command", None),
+                                   getattr(args, "dlq_command", None)) if c)
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -46,6 +46,7 @@ cdef bytes UNIQ_KEY_HEAD = b"UNIQ_KEY\x01"
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_DELAY = "DELAY"
 
 
 # -- clock ------------------------------------------------------------------------------------
@@ -578,6 +579,43 @@ cdef class Message:
             self._born_host_b = LOCAL_BORN_HOST
         self.born_host = born_host
 
+    @staticmethod
+    def from_properties_string(topic, body, properties_string, *, bint wait=True, flag=0,
+                               sys_flag=0, reconsume_times=0, prepared_transaction_offset=0,
+                               born_timestamp=None, born_host=None, dict properties=None):
+        """A message whose stored properties are exactly ``properties_string`` (str or bytes).
+
+        What a broker stores: RocketMQ writes ``MessageExtBrokerInner.propertiesString``, which
+        may differ from the property map (MESSAGING.md 0.4) and has no trailing ``\\x02``. The
+        string is stored verbatim: no UNIQ_KEY is added. ``wait=False`` is the map's
+        ``WAIT=false`` (a sync-flush put does not wait), which the string may not show.
+        ``properties``: the same entries as a dict, when the caller has them (not parsed again;
+        they must be the string's).
+        """
+        cdef bytes pb
+        if isinstance(properties_string, str):
+            pb = PyUnicode_AsUTF8String(properties_string)
+        elif isinstance(properties_string, (bytes, bytearray, memoryview)):
+            pb = bytes(properties_string)
+        else:
+            raise InvalidMessageTypeError("properties_string", "str or bytes",
+                                          type(properties_string).__name__)
+        if PyBytes_GET_SIZE(pb) > RS_MAX_PROPERTIES_LEN:
+            raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(pb)} bytes encoded",
+                                      f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
+                                      limit=RS_MAX_PROPERTIES_LEN, status="PROPERTIES_SIZE_EXCEEDED")
+        cdef Message m = Message(topic, body, flag=flag, sys_flag=sys_flag,
+                                 reconsume_times=reconsume_times,
+                                 prepared_transaction_offset=prepared_transaction_offset,
+                                 born_timestamp=born_timestamp, born_host=born_host)
+        cdef dict user = parse_properties(pb) if properties is None else properties
+        m._user = user if user else None
+        m._props_b = pb
+        m._has_uniq = True          # verbatim: the broker decides whether a UNIQ_KEY is there
+        m._delayed = PROPERTY_DELAY in user
+        m._no_wait = not wait
+        return m
+
     @property
     def body(self):
         """The body bytes."""
@@ -633,6 +671,16 @@ cdef class Message:
     @property
     def needs_uniq_key(self):
         return not self._has_uniq
+
+    @property
+    def delayed(self):
+        """True when the message carries a ``DELAY`` property (a batch refuses level > 0)."""
+        return self._delayed
+
+    @property
+    def wait_store_msg_ok(self):
+        """False only for ``WAIT=false`` (RocketMQ's ``isWaitStoreMsgOK``)."""
+        return not self._no_wait
 
     def __reduce__(self):
         return (_rebuild_message, (self.topic, self._body, self.properties, self.flag,
@@ -757,6 +805,12 @@ cdef class MessageExt:
                                                "replace")
         return self._topic
 
+    @topic.setter
+    def topic(self, str value):
+        # the client shows a retried message under its RETRY_TOPIC (resetRetryAndNamespace);
+        # the record's bytes are untouched
+        self._topic = value
+
     @property
     def stored_body(self):
         """The body exactly as stored (compressed when the record is): a zero-copy view.
@@ -797,6 +851,12 @@ cdef class MessageExt:
         if self._props is None:
             self._props = parse_properties(self._rec[self._props_off:self._props_off + self._props_len])
         return self._props
+
+    @property
+    def properties_bytes(self):
+        """The properties segment exactly as stored (a broker copies it verbatim: MESSAGING.md
+        0.4; 4.9.x strings have no trailing \\x02 and keep the writer's order)."""
+        return self._rec[self._props_off:self._props_off + self._props_len]
 
     @property
     def born_host(self):
@@ -995,3 +1055,78 @@ def encode_record(*, str topic, body, properties=None, int queue_id=0, int flag=
 BLANK_MAGIC_CODE = RS_BLANK_MAGIC
 MESSAGE_MAGIC_CODE = RS_MAGIC_V1
 MESSAGE_MAGIC_CODE_V2 = RS_MAGIC_V2
+
+
+# -- a producer's send-time stamping -------------------------------------------------------------
+
+cdef bytes _WAIT_TRUE_PROP = b"WAIT\x01true\x02"
+
+
+def stamp_for_send(list msgs, UniqIdGenerator gen not None):
+    """The messages as a RocketMQ producer sends them, and their UNIQ_KEYs.
+
+    A message without ``UNIQ_KEY`` gets a new one from ``gen`` (MessageClientIDSetter), one
+    without ``WAIT`` gets ``WAIT=true`` (what Java's ``Message`` constructors set); a message
+    that has both is returned as is. The copies append the two properties to the encoded
+    properties, so the cost is one small bytes concatenation per message (the client's batch
+    path). ``gen`` is not thread-safe: callers serialise calls on it.
+    """
+    cdef list out = [], keys = []
+    cdef Message m, c
+    cdef char buf[32]
+    cdef int64_t now = now_ms()
+    cdef bint need_uniq, need_wait
+    cdef dict user
+    cdef bytes extra
+    cdef str key
+    for obj in msgs:
+        if type(obj) is not Message:
+            raise InvalidMessageTypeError("message", "Message", type(obj).__name__)
+        m = <Message>obj
+        need_uniq = not (m._user and PROPERTY_UNIQ_KEY in m._user)
+        need_wait = not (m._user and "WAIT" in m._user)
+        if not need_uniq and not need_wait:
+            out.append(m)
+            keys.append(m._user[PROPERTY_UNIQ_KEY])
+            continue
+        user = dict(m._user) if m._user else {}
+        extra = b""
+        if need_uniq:
+            gen.next_into(buf, now)
+            key = buf[:32].decode("ascii")
+            user[PROPERTY_UNIQ_KEY] = key
+            extra = UNIQ_KEY_HEAD + buf[:32] + b"\x02"
+        else:
+            key = user[PROPERTY_UNIQ_KEY]
+        if need_wait:
+            user["WAIT"] = "true"
+            extra += _WAIT_TRUE_PROP
+        c = Message.__new__(Message)
+        c.topic = m.topic
+        c._body = m._body
+        c._user = user
+        c._tags = m._tags
+        c._keys = m._keys
+        c.flag = m.flag
+        c.sys_flag = m.sys_flag
+        c.reconsume_times = m.reconsume_times
+        c.prepared_transaction_offset = m.prepared_transaction_offset
+        c.born_timestamp = m.born_timestamp
+        c.born_host = m.born_host
+        c._topic_b = m._topic_b
+        c._props_b = m._props_b + extra
+        if PyBytes_GET_SIZE(c._props_b) > RS_MAX_PROPERTIES_LEN:
+            raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(c._props_b)} bytes encoded",
+                                      f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
+                                      limit=RS_MAX_PROPERTIES_LEN,
+                                      status="PROPERTIES_SIZE_EXCEEDED")
+        c._born_host_b = m._born_host_b
+        c._has_uniq = True
+        c._delayed = m._delayed
+        c._no_wait = m._no_wait
+        c._crc_cached = m._crc_cached
+        c._crc = m._crc
+        c._body_len = m._body_len
+        out.append(c)
+        keys.append(key)
+    return out, keys

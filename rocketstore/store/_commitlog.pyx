@@ -750,6 +750,9 @@ cdef class CommitLog:
 
     cpdef PutMessageResult put_message(self, object msg, object queue_id=0):
         """Append one message to ``queue_id`` of its topic; see the module doc."""
+        return self._put(msg, queue_id, True)
+
+    cdef PutMessageResult _put(self, object msg, object queue_id, bint wait):
         cdef RecordFields f
         cdef const char *body = NULL
         cdef char uniq[UNIQ_HEX_LEN]
@@ -820,13 +823,16 @@ cdef class CommitLog:
             self._armed = False
             if self.on_append is not None:
                 self.on_append()
-        if self.sync_flush and not m._no_wait and not self.debug_ack_before_sync:
+        if wait and self.sync_flush and not m._no_wait and not self.debug_ack_before_sync:
             return self._sync_result(r, f.phy_offset + total)
         return r
 
     cpdef PutMessageResult put_messages(self, object msgs, object queue_id=0):
         """Append a batch of one topic to one queue: consecutive queue offsets, one store
         timestamp, all in one file (the whole batch moves to the next file if needed)."""
+        return self._put_batch(msgs, queue_id, True)
+
+    cdef PutMessageResult _put_batch(self, object msgs, object queue_id, bint wait):
         if not isinstance(msgs, (list, tuple)):
             raise InvalidMessageTypeError("msgs", "list of Message", type(msgs).__name__)
         cdef tuple batch = tuple(msgs)      # the pointers below borrow from these objects
@@ -949,9 +955,63 @@ cdef class CommitLog:
             self._armed = False
             if self.on_append is not None:
                 self.on_append()
-        if self.sync_flush and not self.debug_ack_before_sync:
+        if wait and self.sync_flush and not self.debug_ack_before_sync:
             return self._sync_result(r, start_phy + total)
         return r
+
+    # -- acknowledgement without a waiting thread ------------------------------------------------
+
+    def put_message_async(self, object msg, object queue_id=0, acks=None):
+        """Append like ``put_message``; the durability wait goes to ``acks`` (a
+        ``FlushAckService``): ``acks.defer(result, end)`` when a sync flush must pass ``end``
+        first, else ``acks.completed(result)``. Returns what ``acks`` returns (a Future)."""
+        cdef PutMessageResult r = self._put(msg, queue_id, False)
+        if (r.status is PUT_OK and self.sync_flush and not (<Message>msg)._no_wait
+                and not self.debug_ack_before_sync):
+            return acks.defer(r, r.commitlog_offset + r.wrote_bytes)
+        return acks.completed(r)
+
+    def put_messages_async(self, object msgs, object queue_id=0, acks=None):
+        """``put_messages`` with the durability wait handed to ``acks`` (see above)."""
+        cdef PutMessageResult r = self._put_batch(msgs, queue_id, False)
+        if r.status is PUT_OK and self.sync_flush and not self.debug_ack_before_sync:
+            return acks.defer(r, r.commitlog_offset + r.wrote_bytes)
+        return acks.completed(r)
+
+    def request_flush(self, int64_t target):
+        """Ask the group-commit service to make everything below ``target`` durable."""
+        # the GIL stays held: whoever holds flush_mu never needs it, and releasing it per put
+        # would hand it to the acknowledging thread between every two puts
+        pthread_mutex_lock(&self.flush_mu)
+        if self.request_offset < target:
+            self.request_offset = target
+            pthread_cond_signal(&self.request_cv)
+        pthread_mutex_unlock(&self.flush_mu)
+
+    def wait_flushed(self, int64_t target, int64_t timeout_ms):
+        """Wait (GIL released) until the flushed offset reaches ``target``, a sync fails, the
+        flusher stops or ``timeout_ms`` passes. Returns (flushed offset, failed, stopped)."""
+        cdef timespec deadline
+        cdef int64_t flushed
+        cdef bint failed, stopped
+        _deadline_in(&deadline, timeout_ms)
+        with nogil:
+            pthread_mutex_lock(&self.flush_mu)
+            while (self.flushed_offset < target and not self.flush_failed
+                   and not self.flusher_stop):
+                if pthread_cond_timedwait(&self.flushed_cv, &self.flush_mu, &deadline) != 0:
+                    break
+            flushed = self.flushed_offset
+            failed = self.flush_failed
+            stopped = self.flusher_stop
+            pthread_mutex_unlock(&self.flush_mu)
+        return flushed, failed, stopped
+
+    def mark_not_durable(self, PutMessageResult r):
+        """What a sync put answers when its flush did not come: FLUSH_DISK_TIMEOUT, with the
+        failed sync's error if there was one."""
+        r.status = FLUSH_DISK_TIMEOUT
+        r.error = self.flush_error
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -28,10 +28,23 @@ class ArrivalNotifier:
         self._cond = threading.Condition()
         self._waiters = 0
         self._closed = False
+        self._listeners: list[Callable[[], None]] = []
+        # a listener (a broker's long-poll hold service) wants arrivals now; it clears this
+        # while it holds nothing, so dispatch costs nothing extra then
+        self.listeners_armed = False
 
     @property
     def has_waiters(self) -> bool:
-        return self._waiters > 0
+        return self._waiters > 0 or self.listeners_armed
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` (no args, must not block) after each dispatch round that made
+        messages visible, while ``listeners_armed`` is set."""
+        self._listeners.append(callback)
+
+    def remove_listener(self, callback: Callable[[], None]) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
 
     def wait(self, ready: Callable[[], bool], timeout: float) -> bool:
         """Wait until ``ready()`` is true (checked at each arrival), at most ``timeout`` s."""
@@ -43,8 +56,12 @@ class ArrivalNotifier:
                 self._waiters -= 1
 
     def notify(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
+        if self._waiters:
+            with self._cond:
+                self._cond.notify_all()
+        if self.listeners_armed:
+            for callback in self._listeners:
+                callback()
 
     def close(self) -> None:
         with self._cond:

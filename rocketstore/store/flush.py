@@ -26,6 +26,8 @@ import logging
 import os
 import threading
 import time
+from collections import deque
+from concurrent.futures import Future, InvalidStateError
 
 log = logging.getLogger("rocketstore.store.flush")
 
@@ -282,3 +284,104 @@ class FlushConsumeQueueService:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+
+class FlushAckService:
+    """Acknowledges sync-flush puts without a thread per waiting put (``put_message_async``).
+
+    A put appends, then hands its result here with the commit-log offset its record ends at
+    (``defer``); this thread waits, without the GIL, for the group-commit service's next sync
+    and completes every future whose record the sync covered, a whole group at a time. A future
+    never completes with PUT_OK before its bytes are durable: a sync that fails or does not come
+    within ``timeout_ms`` (``sync_flush_timeout``) completes it with FLUSH_DISK_TIMEOUT, as a
+    waiting ``put_message`` answers. Puts that need no wait (ASYNC_FLUSH, ``WAIT=false``, a
+    refused put) get an already completed future (``completed``).
+    """
+
+    def __init__(self, commit_log, timeout_ms: int) -> None:
+        self.commit_log = commit_log
+        self.timeout = timeout_ms / 1000.0
+        self._pending: deque = deque()          # (end offset, result, future, deadline)
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self.groups = 0                         # completion rounds (statistics)
+
+    @staticmethod
+    def completed(result) -> Future:
+        fut: Future = Future()
+        fut.set_result(result)
+        return fut
+
+    def defer(self, result, end: int) -> Future:
+        fut: Future = Future()
+        entry = (end, result, fut, time.monotonic() + self.timeout)
+        with self._cond:
+            if self._stopped:
+                # closing: the flush that covers it may never come; never claim durability
+                self.commit_log.mark_not_durable(result)
+                fut.set_result(result)
+                return fut
+            self._pending.append(entry)
+            if len(self._pending) == 1:
+                self._cond.notify()
+        self.commit_log.request_flush(end)
+        return fut
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="FlushAckService", daemon=True)
+        self._thread.start()
+
+    def _take(self, flushed: int, fail_all: bool) -> list:
+        """Entries to complete now: durable ones (end <= flushed) as PUT_OK, and, when
+        ``fail_all`` or past their deadline, the others as not durable."""
+        done = []
+        now = time.monotonic()
+        with self._cond:
+            pending = self._pending
+            while pending and (pending[0][0] <= flushed or fail_all or pending[0][3] <= now):
+                done.append(pending.popleft())
+        return done
+
+    def _complete(self, done: list, flushed: int) -> None:
+        mark = self.commit_log.mark_not_durable
+        for end, result, fut, _ in done:
+            if end > flushed:
+                mark(result)
+            if not fut.cancelled():
+                try:
+                    fut.set_result(result)
+                except InvalidStateError:      # cancelled by its waiter meanwhile
+                    pass
+        if done:
+            self.groups += 1
+
+    def _run(self) -> None:
+        cl = self.commit_log
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopped:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                end, _, _, deadline = self._pending[0]
+                stopping = self._stopped
+            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            flushed, failed, flusher_stopped = cl.wait_flushed(end, wait_ms)
+            self._complete(self._take(flushed, failed or stopping), flushed)
+            if flusher_stopped and not failed and not stopping:
+                # the store is closing: wait for shutdown(), which completes the rest
+                with self._cond:
+                    while not self._stopped:
+                        self._cond.wait()
+
+    def shutdown(self) -> None:
+        """Complete every pending future (after the flush service's last flush) and stop."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        flushed = self.commit_log.flushed_where
+        self._complete(self._take(flushed, True), flushed)

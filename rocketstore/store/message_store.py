@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import logging
 import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from rocketstore.store import _reader, paths
@@ -36,8 +38,9 @@ from rocketstore.store.config import StoreConfig
 from rocketstore.store.consumequeue import ConsumeQueueStore, unit_runs
 from rocketstore.store.dispatch import ArrivalNotifier, DispatchService
 from rocketstore.store.fsutil import makedirs_durable
-from rocketstore.store.flush import (CommitRealTimeService, FlushConsumeQueueService,
-                               FlushRealTimeService, GroupCommitService)
+from rocketstore.store.flush import (CommitRealTimeService, FlushAckService,
+                                    FlushConsumeQueueService, FlushRealTimeService,
+                                    GroupCommitService)
 from rocketstore.errors import (DispatchStalledError, InvalidMessageError, InvalidMessageIdError,
                                 InvalidMessageTypeError, StoreClosedError, StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
@@ -201,6 +204,7 @@ class MessageStore:
                                   _PHYS_MEMORY * config.access_message_in_memory_max_ratio // 100)
         self._tag_filters: dict[Any, TagFilter] = {}
         self._read_forbidden: set[str] = set()
+        self._topic_rules_on = True
         self.checkpoint = StoreCheckpoint(paths.checkpoint_path(root), read_only=read_only)
         self.index_service = IndexService(paths.index_dir(root), config.max_hash_slot_num,
                                           config.max_index_num, self.checkpoint,
@@ -222,6 +226,7 @@ class MessageStore:
             self.commit_log = CommitLog(self.commit_log_queue, store_host=config.store_host,
                                         max_message_size=config.max_message_size)
             self.commit_log.set_v1_only(not config.auto_message_version_on_topic_len)
+            self.flush_ack = FlushAckService(self.commit_log, config.sync_flush_timeout)
             self.dispatch_core = DispatchCore(self.commit_log_queue,
                                               self.consume_queues.find_or_create,
                                               config.delay_levels_ms())
@@ -256,6 +261,10 @@ class MessageStore:
                     # per put); it checks types and the closed state itself
                     self.put_message = self.commit_log.put_message  # type: ignore[method-assign]
                     self.put_messages = self.commit_log.put_messages  # type: ignore[method-assign]
+                    self.put_message_async = functools.partial(  # type: ignore[method-assign]
+                        self.commit_log.put_message_async, acks=self.flush_ack)
+                    self.put_messages_async = functools.partial(  # type: ignore[method-assign]
+                        self.commit_log.put_messages_async, acks=self.flush_ack)
                 self.cleanup_service = CleanupService(self, config)
                 self.cleanup_service.start()
         except BaseException:
@@ -318,6 +327,7 @@ class MessageStore:
                 step(self.commit_service.shutdown)      # everything into the files, then flush
             if self.flush_service is not None:
                 step(self.flush_service.shutdown)
+            step(self.flush_ack.shutdown)       # after the last flush: completes every future
             if self.cq_flush_service is not None:
                 step(self.cq_flush_service.shutdown)
             step(self.dispatch_service.shutdown)
@@ -533,6 +543,7 @@ class MessageStore:
         if cfg.flush_disk_type == "SYNC_FLUSH":
             self.commit_log.enable_sync_flush(cfg.sync_flush_timeout, flushed)
             self.flush_service = GroupCommitService(self.commit_log, self.checkpoint)
+            self.flush_ack.start()
         else:
             self.flush_service = FlushRealTimeService(
                 self.commit_log, self.checkpoint, cfg.flush_interval_commit_log,
@@ -593,6 +604,8 @@ class MessageStore:
             self._apply_topic_rule(tc)
         self.put_message = self._refuse_write  # type: ignore[method-assign]
         self.put_messages = self._refuse_write  # type: ignore[method-assign]
+        self.put_message_async = self._refuse_write  # type: ignore[method-assign,assignment]
+        self.put_messages_async = self._refuse_write  # type: ignore[method-assign,assignment]
 
     def _refuse_write(self, *args: object, **kwargs: object) -> PutMessageResult:
         self._check_open()
@@ -610,7 +623,23 @@ class MessageStore:
 
     # -- topics ----------------------------------------------------------------------------------
 
+    def enforce_topic_rules(self, enforce: bool) -> None:
+        """Whether topics.json's perm bits and write queue counts govern puts and gets here
+        (the default). A broker turns this off: it applies RocketMQ's own rules, under which
+        a plain send checks neither the topic's write perm nor its write queue count."""
+        self._check_open()
+        self._topic_rules_on = enforce
+        for name, tc in self.topic_config_manager.all().items():
+            if enforce:
+                self._apply_topic_rule(tc)
+            else:
+                self.commit_log.set_topic_rule(name, None)
+        if not enforce:
+            self._read_forbidden.clear()
+
     def _apply_topic_rule(self, tc: TopicConfig) -> None:
+        if not self._topic_rules_on:
+            return
         self.commit_log.set_topic_rule(tc.topic_name, (tc.is_writeable(), tc.write_queue_nums))
         if tc.is_readable():
             self._read_forbidden.discard(tc.topic_name)
@@ -661,6 +690,29 @@ class MessageStore:
     def put_messages(self, msgs: Sequence[Message], queue_id: int = 0) -> PutMessageResult:
         """Append a batch of one topic to one queue with consecutive queue offsets."""
         return self.commit_log.put_messages(msgs, queue_id)
+
+    def put_message_async(self, msg: Message, queue_id: int = 0) -> Future[PutMessageResult]:
+        """``put_message`` without waiting: a ``concurrent.futures.Future`` of its result.
+
+        Under SYNC_FLUSH the future completes once a sync made the record durable (the
+        group-commit service completes every future its sync covered at once; no thread waits
+        per put), or with FLUSH_DISK_TIMEOUT when the sync fails or takes longer than
+        ``sync_flush_timeout``; never PUT_OK before the bytes are on disk. Otherwise (ASYNC_FLUSH,
+        ``WAIT=false``, a refused put) it is already complete. From asyncio:
+        ``await asyncio.wrap_future(store.put_message_async(msg))``. Bad input raises here.
+        """
+        fut = self.commit_log.put_message_async(msg, queue_id, self.flush_ack)
+        if self.config.dispatch_inline:
+            self.dispatch_service.do_dispatch()
+        return fut
+
+    def put_messages_async(self, msgs: Sequence[Message],
+                           queue_id: int = 0) -> Future[PutMessageResult]:
+        """``put_messages`` without waiting; see ``put_message_async``."""
+        fut = self.commit_log.put_messages_async(msgs, queue_id, self.flush_ack)
+        if self.config.dispatch_inline:
+            self.dispatch_service.do_dispatch()
+        return fut
 
     def _put_inline(self, msg: Message, queue_id: int = 0) -> PutMessageResult:
         r = self.commit_log.put_message(msg, queue_id)

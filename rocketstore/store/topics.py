@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,6 +255,8 @@ class TopicConfigManager:
         self._table: dict[str, TopicConfig] = {}
         self._data_version = DataVersion()
         self._extra: dict[str, Any] = {}
+        # called after every change (a broker re-registers with its NameServers at once)
+        self.listeners: list[Callable[[], None]] = []
 
     @property
     def path(self) -> str:
@@ -284,6 +286,17 @@ class TopicConfigManager:
         with self._lock:
             self._table[config.topic_name] = config
             self._changed()
+
+    def register_absent(self, configs: list[TopicConfig]) -> list[TopicConfig]:
+        """Add the configs whose topic is absent, without a version bump (RocketMQ's
+        constructor-registered system topics), persisting once if any was added."""
+        with self._lock:
+            added = [c for c in configs if c.topic_name not in self._table]
+            for c in added:
+                self._table[c.topic_name] = c
+            if added:
+                self.persist()
+            return added
 
     def delete(self, topic: str) -> bool:
         """Remove *topic*. Returns False, with no version bump or write, if it did not exist."""
@@ -349,3 +362,5 @@ class TopicConfigManager:
         # counter always matches its table
         self._data_version = self._data_version.next_version()
         self.persist()
+        for listener in self.listeners:
+            listener()

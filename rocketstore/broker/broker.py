@@ -1,0 +1,428 @@
+"""Broker: RocketMQ 4.9.8's messaging model over one store directory (MESSAGING.md).
+
+``Broker.open(path, BrokerConfig(...), StoreConfig(...))`` opens the store, registers the system
+topics, loads ``subscriptionGroup.json`` and starts the services: the long-polling hold service,
+the client housekeeping scan, and the schedule and transaction-check services when their modules
+are present. Its methods are the broker's request handlers, one per RocketMQ request code; the
+in-process transport calls them directly and a TCP server maps request codes onto them, so every
+messaging rule lives here once. ``close()`` stops the services, answers parked pulls, and closes
+the store (which persists consumer offsets).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+from rocketstore.broker.channels import ClientChannelInfo, call_oneway
+from rocketstore.broker.config import BrokerConfig
+from rocketstore.broker.consumer_manager import ConsumerManager
+from rocketstore.broker.inner import MessageInner
+from rocketstore.broker.lock_manager import RebalanceLockManager
+from rocketstore.broker.producer_manager import ProducerManager
+from rocketstore.broker.pull import PullMessageProcessor
+from rocketstore.broker.send import SendMessageProcessor
+from rocketstore.broker.subscription_group import SubscriptionGroupManager
+from rocketstore.broker.topic_manager import BrokerTopicManager
+from rocketstore.common import constants as C
+from rocketstore.common.constants import PermName
+from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransactionRequest,
+                                         HeartbeatData, MessageQueue, PullMessageRequest,
+                                         QueueData, RemotingResult, ResponseCode,
+                                         SendMessageRequest, TopicRouteData)
+from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError, StoreClosedError
+from rocketstore.store import paths
+from rocketstore.store._codec import UniqIdGenerator
+from rocketstore.store.config import StoreConfig
+from rocketstore.store.message_store import _PHYS_MEMORY, MessageStore
+from rocketstore.store.status import PutMessageStatus
+from rocketstore.store.types import MessageExt, PutMessageResult
+
+log = logging.getLogger("rocketstore.broker")
+
+_TX_MASK = 0xC
+_TX_COMMIT = 0x8
+
+# services other modules provide: (module, class, attribute on the broker)
+_SERVICES = (("rocketstore.broker.schedule", "ScheduleMessageService", "schedule_service"),
+             ("rocketstore.broker.transaction", "TransactionalMessageCheckService",
+              "transaction_service"))
+
+
+class _Housekeeping:
+    """``ClientHousekeepingService``: every ``scan_not_active_channel_interval`` ms drop the
+    producer and consumer channels not refreshed for ``channel_expired_timeout`` ms."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ClientHousekeepingService",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        interval = self.broker.config.scan_not_active_channel_interval / 1000.0
+        while not self._stop.wait(interval):
+            try:
+                self.broker.scan_not_active_channels()
+            except Exception:  # noqa: BLE001 - keep scanning
+                log.exception("housekeeping scan failed")
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+class Broker:
+    """One broker over one store directory; a context manager.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from rocketstore.broker import Broker, BrokerConfig
+    >>> with Broker.open(tempfile.mkdtemp(), BrokerConfig()) as broker:
+    ...     broker.topic_manager.select("TBW102").perm
+    7
+    """
+
+    def __init__(self, store: MessageStore, config: BrokerConfig) -> None:
+        self.store = store
+        self.config = config
+        self.store_config = store.config
+        self.broker_name = config.broker_name
+        self.store_host = store.config.store_host
+        self._closed = False
+        self._uniq_lock = threading.Lock()
+        self._uniq = UniqIdGenerator(self.store_host.rpartition(":")[0].strip("[]") or "127.0.0.1")
+        self.max_delay_level = len(store.config.delay_levels_ms()) - 1
+        self._memory_limit = _PHYS_MEMORY * store.config.access_message_in_memory_max_ratio // 100
+        store.enforce_topic_rules(False)        # RocketMQ's rules apply here instead
+        self.topic_manager = BrokerTopicManager(store.topic_config_manager, config)
+        self.subscription_groups = SubscriptionGroupManager(paths.config_dir(store.root),
+                                                            config.auto_create_subscription_group)
+        self.subscription_groups.load()
+        self.consumer_manager = ConsumerManager(config.notify_consumer_ids_changed_enable,
+                                                config.channel_expired_timeout)
+        self.producer_manager = ProducerManager(config.channel_expired_timeout)
+        self.lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
+        self.send_processor = SendMessageProcessor(self)
+        self.pull_processor = PullMessageProcessor(self)
+        self._housekeeping = _Housekeeping(self)
+        self.schedule_service: Any = None
+        self.transaction_service: Any = None
+        self._services: list[Any] = []
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], config: BrokerConfig | None = None,
+             store_config: StoreConfig | None = None) -> Broker:
+        """Open (creating when missing) the broker's store at ``path`` and start the broker."""
+        config = config if config is not None else BrokerConfig()
+        if not isinstance(config, BrokerConfig):
+            raise InvalidMessageTypeError("config", "BrokerConfig", type(config).__name__)
+        store = MessageStore.open(path, store_config)
+        try:
+            broker = cls(store, config)
+            broker._start()
+        except BaseException:
+            store.close()
+            raise
+        return broker
+
+    def _start(self) -> None:
+        self.pull_processor.hold.start()
+        self._housekeeping.start()
+        for module, name, attr in _SERVICES:
+            if importlib.util.find_spec(module) is None:
+                continue
+            service = getattr(importlib.import_module(module), name)(self)
+            setattr(self, attr, service)
+            self._services.append(service)
+        started = []
+        try:
+            for service in self._services:
+                service.start()
+                started.append(service)
+        except BaseException:
+            for service in reversed(started):
+                service.shutdown()
+            self.pull_processor.hold.shutdown()
+            self._housekeeping.shutdown()
+            raise
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Stop the services (each persists its state), answer parked pulls, persist the
+        subscription groups, close the store (consumer offsets persist). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for service in reversed(self._services):
+                try:
+                    service.shutdown()
+                except Exception:  # noqa: BLE001 - the others must still stop
+                    log.exception("%s shutdown failed", type(service).__name__)
+            self.pull_processor.hold.shutdown()
+            self._housekeeping.shutdown()
+            self.subscription_groups.persist()
+        finally:
+            self.store.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("broker " + self.broker_name)
+
+    # -- helpers for the processors and services ---------------------------------------------
+
+    @staticmethod
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    def next_uniq_id(self) -> str:
+        """A client message id (``MessageClientIDSetter`` layout) for a message without one."""
+        with self._uniq_lock:
+            return self._uniq.next()
+
+    def put_inner(self, inner: MessageInner) -> Future:
+        """``DefaultMessageStore.asyncPutMessage`` of a broker-built message: a Future of the
+        ``PutMessageResult``.
+
+        As 4.9.8's ``CommitLog.asyncPutMessage``: a message of transaction type NOT or COMMIT
+        with ``DELAY`` > 0 in its map is rewritten, in place, to ``SCHEDULE_TOPIC_XXXX`` queue
+        ``level - 1`` (level clamped to the last one) with ``REAL_TOPIC``/``REAL_QID`` added and
+        the properties re-serialized. No perm or auto-create checks. Under SYNC_FLUSH the
+        future completes after the sync unless the map's ``WAIT`` is not true.
+        """
+        self._check_open()
+        if inner.sys_flag & _TX_MASK in (0, _TX_COMMIT):
+            try:
+                level = inner.delay_time_level()
+            except ValueError:
+                raise InvalidMessageError("properties['DELAY']", inner.properties.get("DELAY"),
+                                          "is not an integer delay level") from None
+            if level > 0:
+                props = inner.properties
+                if level > self.max_delay_level:
+                    level = self.max_delay_level
+                    props.put(C.PROPERTY_DELAY_TIME_LEVEL, str(level))
+                props.put(C.PROPERTY_REAL_TOPIC, inner.topic)
+                props.put(C.PROPERTY_REAL_QUEUE_ID, str(inner.queue_id))
+                inner.freeze()
+                inner.topic = C.SCHEDULE_TOPIC
+                inner.queue_id = level - 1
+        return self.store.put_message_async(inner.to_message(), inner.queue_id)
+
+    # -- produce -------------------------------------------------------------------------------
+
+    def send_message(self, request: SendMessageRequest) -> Future:
+        """``SEND_MESSAGE_V2`` / ``SEND_BATCH_MESSAGE``: a Future of the ``SendMessageResponse``
+        (completed after the sync under SYNC_FLUSH; no thread waits for it)."""
+        self._check_open()
+        return self.send_processor.send_message(request)
+
+    send_message_async = send_message      # the remoting server's name for the same call
+
+    def consumer_send_msg_back(self, request: ConsumerSendMsgBackRequest) -> Future:
+        """``CONSUMER_SEND_MSG_BACK``: a Future of a ``RemotingResult``."""
+        self._check_open()
+        return self.send_processor.consumer_send_msg_back(request)
+
+    def end_transaction(self, request: EndTransactionRequest) -> RemotingResult | None:
+        """``END_TRANSACTION``: handled by the transaction service (None: ignored)."""
+        self._check_open()
+        if self.transaction_service is None:
+            return RemotingResult(ResponseCode.SYSTEM_ERROR,
+                                  "transaction service not available on this broker")
+        return self.transaction_service.end_transaction(request)
+
+    # -- consume -------------------------------------------------------------------------------
+
+    def pull_message(self, request: PullMessageRequest) -> Future:
+        """``PULL_MESSAGE``: a Future of the ``PullMessageResponse``; a suspended pull completes
+        when a message arrives or its time is up."""
+        self._check_open()
+        return self.pull_processor.pull(request)
+
+    def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> RemotingResult:
+        """``QUERY_CONSUMER_OFFSET`` (MESSAGING.md 3.7): the committed offset; else 0 when the
+        queue's min offset is 0 and its first unit is still in memory (or absent); else
+        QUERY_NOT_FOUND."""
+        self._check_open()
+        offset = self.store.query_offset(group, topic, queue_id)
+        if offset >= 0:
+            return RemotingResult(ResponseCode.SUCCESS, value=offset)
+        if (self.store.get_min_offset_in_queue(topic, queue_id) <= 0
+                and not self._in_disk(topic, queue_id, 0)):
+            return RemotingResult(ResponseCode.SUCCESS, value=0)
+        return RemotingResult(ResponseCode.QUERY_NOT_FOUND,
+                              "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+    def _in_disk(self, topic: str, queue_id: int, offset: int) -> bool:
+        """``checkInDiskByConsumeOffset``: the unit's record lies further than the in-memory
+        share of RAM behind the commit log's end (no unit: not in disk)."""
+        cq = self.store.consume_queues.find(topic, queue_id)
+        unit = cq.get_unit(offset) if cq is not None else None
+        if unit is None:
+            return False
+        return self.store.get_max_phy_offset() - unit[0] > self._memory_limit
+
+    def update_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """``UPDATE_CONSUMER_OFFSET``: overwrite (the broker does not enforce monotonicity)."""
+        self._check_open()
+        self.store.commit_offset(group, topic, queue_id, offset)
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        self._check_open()
+        return self.store.get_max_offset_in_queue(topic, queue_id)
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        self._check_open()
+        return self.store.get_min_offset_in_queue(topic, queue_id)
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """``SEARCH_OFFSET_BY_TIMESTAMP``."""
+        self._check_open()
+        return self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
+
+    def get_earliest_msg_store_time(self, topic: str, queue_id: int) -> int:
+        """``GET_EARLIEST_MSG_STORETIME``: store time of the queue's first message, or -1."""
+        self._check_open()
+        return self.store.get_message_store_timestamp(
+            topic, queue_id, self.store.get_min_offset_in_queue(topic, queue_id))
+
+    def view_message(self, commit_log_offset: int) -> MessageExt | None:
+        """``VIEW_MESSAGE_BY_ID``: the record at a commit-log offset (zero copy)."""
+        self._check_open()
+        return self.store.look_message_by_offset(commit_log_offset)
+
+    # -- routes (in process: this broker is the whole cluster) ---------------------------------
+
+    def get_topic_route(self, topic: str) -> TopicRouteData | None:
+        self._check_open()
+        tc = self.topic_manager.select(topic)
+        if tc is None:
+            return None
+        perm = tc.perm & self.config.broker_permission | (tc.perm & PermName.PERM_INHERIT)
+        return TopicRouteData((QueueData(self.broker_name, tc.read_queue_nums,
+                                         tc.write_queue_nums, perm, tc.topic_sys_flag),),
+                              {self.broker_name: {self.config.broker_id: self.store_host}})
+
+    # -- group membership ----------------------------------------------------------------------
+
+    def heartbeat(self, data: HeartbeatData, channel: Any) -> None:
+        """``HEART_BEAT`` (MESSAGING.md 2.3): register the client's consumer groups (creating
+        their ``%RETRY%`` topics) and producer groups on ``channel``."""
+        self._check_open()
+        info = ClientChannelInfo(channel, data.client_id)
+        for cd in data.consumers:
+            sgc = self.subscription_groups.find(cd.group_name)
+            notify = True
+            if sgc is not None:
+                notify = sgc.notify_consumer_ids_changed_enable
+                self.topic_manager.create_topic_in_send_message_back_method(
+                    C.retry_topic(cd.group_name), sgc.retry_queue_nums,
+                    int(PermName.PERM_WRITE | PermName.PERM_READ), 1 if cd.unit_mode else 0)
+            self.consumer_manager.register_consumer(
+                cd.group_name, ClientChannelInfo(channel, data.client_id), cd.consume_type,
+                cd.message_model, cd.consume_from_where, list(cd.subscriptions), notify)
+        for group in data.producer_groups:
+            self.producer_manager.register_producer(group, info)
+
+    def unregister_client(self, client_id: str, producer_group: str | None,
+                          consumer_group: str | None, channel: Any = None) -> None:
+        """``UNREGISTER_CLIENT``: leave the groups now; the consumer group's others are told."""
+        self._check_open()
+        if producer_group:
+            ch = channel if channel is not None else self.producer_manager.find_channel(client_id)
+            if ch is not None:
+                self.producer_manager.unregister_producer(producer_group, ch)
+        if consumer_group:
+            g = self.consumer_manager.get_consumer_group_info(consumer_group)
+            if g is None:
+                return
+            ch = channel
+            if ch is None:
+                ch = next((c for c, i in g.channel_info_table.items()
+                           if i.client_id == client_id), None)
+            if ch is None:
+                return
+            sgc = self.subscription_groups.get(consumer_group)
+            notify = sgc.notify_consumer_ids_changed_enable if sgc is not None else True
+            self.consumer_manager.unregister_consumer(consumer_group, ch, notify)
+
+    def channel_closed(self, channel: Any) -> None:
+        """A client's connection closed: it leaves every group (the others are told)."""
+        self.producer_manager.do_channel_close_event(channel)
+        self.consumer_manager.do_channel_close_event(channel)
+
+    client_channel_closed = channel_closed
+
+    def scan_not_active_channels(self) -> None:
+        """One housekeeping round (120 s expiry, no notification)."""
+        self.producer_manager.scan_not_active_channel()
+        self.consumer_manager.scan_not_active_channel()
+
+    def get_consumer_list_by_group(self, group: str) -> RemotingResult:
+        """``GET_CONSUMER_LIST_BY_GROUP``: the group's client ids, SYSTEM_ERROR when none."""
+        self._check_open()
+        g = self.consumer_manager.get_consumer_group_info(group)
+        ids = g.all_client_ids() if g is not None else []
+        if not ids:
+            return RemotingResult(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return RemotingResult(ResponseCode.SUCCESS, value=ids)
+
+    def get_consumer_id_list(self, group: str) -> list[str]:
+        """The group's client ids (empty when none; ``get_consumer_list_by_group`` gives the
+        response code)."""
+        r = self.get_consumer_list_by_group(group)
+        return list(r.value) if r.code == ResponseCode.SUCCESS else []
+
+    def lock_batch_mq(self, group: str, client_id: str,
+                      mqs: set[MessageQueue]) -> set[MessageQueue]:
+        """``LOCK_BATCH_MQ``: the queues now locked by ``client_id``."""
+        self._check_open()
+        return self.lock_manager.try_lock_batch(group, mqs, client_id)
+
+    def unlock_batch_mq(self, group: str, client_id: str, mqs: set[MessageQueue]) -> None:
+        """``UNLOCK_BATCH_MQ``."""
+        self._check_open()
+        self.lock_manager.unlock_batch(group, mqs, client_id)
+
+    def check_transaction_state(self, group: str, request: Any, msg: MessageExt) -> bool:
+        """Send ``CHECK_TRANSACTION_STATE`` to an available producer of ``group``; False when
+        the group has none."""
+        channel = self.producer_manager.get_available_channel(group)
+        if channel is None:
+            return False
+        call_oneway("CHECK_TRANSACTION_STATE", channel.check_transaction_state,
+                    self.broker_name, request, msg)
+        return True
+
+    def __repr__(self) -> str:
+        return f"Broker({self.broker_name!r}, {self.store.root!r})"
+
+
+def put_status_ok(r: PutMessageResult) -> bool:
+    """Whether a put's status counts as stored for a send (PUT_OK or a flush/slave timeout)."""
+    return r.status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                        PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE)
+
+
+__all__ = ["Broker", "BrokerConfig", "put_status_ok"]

@@ -1,0 +1,84 @@
+"""BrokerConfig: RocketMQ 4.9.8's ``BrokerConfig`` settings the broker acts on, in snake_case.
+
+Defaults are 4.9.8's, except ``broker_name`` (RocketMQ uses the host name; a fixed
+``broker-a`` keeps routes and offset ids stable across machines). ``message_delay_level``
+lives in ``StoreConfig``, as ``messageDelayLevel`` lives in RocketMQ's ``MessageStoreConfig``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from rocketstore.errors import InvalidConfigError
+from rocketstore.common.constants import PermName
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """The broker's settings (RocketMQ ``BrokerConfig`` names in snake_case).
+
+    Examples
+    --------
+    >>> BrokerConfig().default_topic_queue_nums, BrokerConfig().transaction_check_interval
+    (8, 60000)
+    """
+
+    broker_name: str = "broker-a"
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = 0
+    broker_ip1: str = "127.0.0.1"
+    listen_port: int = 10911
+    broker_permission: int = int(PermName.PERM_READ | PermName.PERM_WRITE)
+    default_topic_queue_nums: int = 8
+    auto_create_topic_enable: bool = True
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
+    trace_topic_enable: bool = False
+    flush_consumer_offset_interval: int = 5000
+    reject_transaction_message: bool = False
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    notify_consumer_ids_changed_enable: bool = True
+    slave_read_enable: bool = False
+    start_accept_send_request_time_stamp: int = 0
+    filter_support_retry: bool = False
+    transaction_time_out: int = 6000
+    transaction_check_max: int = 15
+    transaction_check_interval: int = 60_000
+    store_reply_message_enable: bool = True
+    # ClientHousekeepingService / RebalanceLockManager constants, settable for tests
+    channel_expired_timeout: int = 120_000       # ConsumerManager.CHANNEL_EXPIRED_TIMEOUT
+    scan_not_active_channel_interval: int = 10_000
+    rebalance_lock_max_live_time: int = 60_000   # rocketmq.broker.rebalance.lockMaxLiveTime
+    long_polling_check_interval: int = 5000      # PullRequestHoldService's periodic check
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            want = {"str": str, "int": int, "bool": bool}[f.type if isinstance(f.type, str) else f.type.__name__]
+            if want is int and (isinstance(v, bool) or not isinstance(v, int)):
+                raise InvalidConfigError(f.name, v, "must be an int", "BrokerConfig")
+            if want is not int and not isinstance(v, want):
+                raise InvalidConfigError(f.name, v, f"must be a {want.__name__}", "BrokerConfig")
+        if not self.broker_name or not self.broker_cluster_name:
+            raise InvalidConfigError("broker_name", self.broker_name, "must not be empty",
+                                     "BrokerConfig")
+        if not 0 <= self.broker_permission <= 15:
+            raise InvalidConfigError("broker_permission", self.broker_permission,
+                                     "PermName bits: READ 4, WRITE 2, INHERIT 1", "BrokerConfig")
+        if not 1 <= self.default_topic_queue_nums <= 65535:
+            raise InvalidConfigError("default_topic_queue_nums", self.default_topic_queue_nums,
+                                     "must be in 1..65535", "BrokerConfig")
+        for name in ("short_polling_time_mills", "transaction_time_out",
+                     "transaction_check_interval", "channel_expired_timeout",
+                     "scan_not_active_channel_interval", "rebalance_lock_max_live_time",
+                     "long_polling_check_interval", "flush_consumer_offset_interval"):
+            if getattr(self, name) <= 0:
+                raise InvalidConfigError(name, getattr(self, name), "must be positive",
+                                         "BrokerConfig")
+
+    @property
+    def broker_addr(self) -> str:
+        """``brokerIP1:listenPort``, the address clients and offset ids use."""
+        return f"{self.broker_ip1}:{self.listen_port}"

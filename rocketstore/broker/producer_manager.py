@@ -1,0 +1,101 @@
+"""ProducerManager: producer groups' channels, for transaction check-backs (MESSAGING.md 2.5)."""
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from typing import Any
+
+from rocketstore.broker.channels import ClientChannelInfo, is_active, is_writable, now_ms
+
+log = logging.getLogger("rocketstore.broker.producers")
+
+GET_AVAILABLE_CHANNEL_RETRY_COUNT = 3
+
+
+class ProducerManager:
+    """``groupChannelTable`` (group -> channel -> info) and ``clientChannelTable``."""
+
+    def __init__(self, channel_expired_ms: int = 120_000) -> None:
+        self.channel_expired_ms = channel_expired_ms
+        self._lock = threading.Lock()
+        self._groups: dict[str, dict[Any, ClientChannelInfo]] = {}
+        self._clients: dict[str, Any] = {}
+        self._counter = itertools.count(1)
+
+    def register_producer(self, group: str, info: ClientChannelInfo) -> None:
+        with self._lock:
+            channels = self._groups.setdefault(group, {})
+            old = channels.get(info.channel)
+            if old is None:
+                channels[info.channel] = info
+                log.info("new producer connected, group %s client %s", group, info.client_id)
+            else:
+                old.last_update_timestamp = now_ms()
+            self._clients[info.client_id] = info.channel
+
+    def unregister_producer(self, group: str, channel: Any) -> None:
+        with self._lock:
+            channels = self._groups.get(group)
+            if channels is None:
+                return
+            info = channels.pop(channel, None)
+            if not channels:
+                del self._groups[group]
+            if info is not None:
+                self._clients.pop(info.client_id, None)
+
+    def do_channel_close_event(self, channel: Any) -> None:
+        with self._lock:
+            for group, channels in list(self._groups.items()):
+                info = channels.pop(channel, None)
+                if info is not None:
+                    self._clients.pop(info.client_id, None)
+                if not channels:
+                    del self._groups[group]
+
+    def scan_not_active_channel(self) -> list[tuple[str, str]]:
+        dropped = []
+        now = now_ms()
+        with self._lock:
+            for group, channels in list(self._groups.items()):
+                for ch, info in list(channels.items()):
+                    if now - info.last_update_timestamp > self.channel_expired_ms:
+                        del channels[ch]
+                        self._clients.pop(info.client_id, None)
+                        dropped.append((group, info.client_id))
+                if not channels:
+                    del self._groups[group]
+        return dropped
+
+    def group_channels(self, group: str) -> list[Any]:
+        with self._lock:
+            return list(self._groups.get(group, {}))
+
+    def find_channel(self, client_id: str) -> Any:
+        with self._lock:
+            return self._clients.get(client_id)
+
+    def get_available_channel(self, group: str) -> Any:
+        """``getAvailableChannel``: round robin from a shared counter, up to 3 channels tried
+        for one active and writable; else the last active one seen; else None."""
+        with self._lock:
+            channels = list(self._groups.get(group, {}))
+        size = len(channels)
+        if size == 0:
+            return None
+        last_active = None
+        index = next(self._counter) % size
+        channel = channels[index]
+        ok = is_active(channel) and is_writable(channel)
+        count = 0
+        while count < GET_AVAILABLE_CHANNEL_RETRY_COUNT:
+            count += 1
+            if ok:
+                return channel
+            if is_active(channel):
+                last_active = channel
+            index = (index + 1) % size
+            channel = channels[index]
+            ok = is_active(channel) and is_writable(channel)
+        return last_active

@@ -1,0 +1,329 @@
+"""ScheduleMessageService: delivers delayed messages when their delay level's time is up
+(RocketMQ 4.9.8 ``ScheduleMessageService``, MESSAGING.md §9).
+
+The broker's send path stores a message with ``DELAY=<level>`` in ``SCHEDULE_TOPIC_XXXX``, queue
+``level - 1``, with ``REAL_TOPIC``/``REAL_QID`` naming its destination; the store's dispatcher
+writes the delivery time (store time + the level's delay) as the unit's tags code. This service
+walks each level's consume queue from its offset: a unit whose time has come is read, rebuilt for
+``REAL_TOPIC``/``REAL_QID`` and put; the first unit not yet due ends that level's walk (a level is
+FIFO in store time and all its messages share one delay, so the rest are later).
+
+Rebuilt records keep the scheduled record's properties string as 4.9.8's ``messageTimeup`` stores
+it (§0.4): ``DELAY``, ``REAL_TOPIC``, ``REAL_QID`` and the scheduled ``WAIT`` value stay; body
+(as stored), flag, sysflag, born timestamp/host and reconsume times are copied. A record whose
+real topic is the transaction half topic is discarded, as in 4.9.8.
+
+Offsets: ``config/delayOffset.json``, ``{"offsetTable":{<level>:<next queue offset>}}`` with
+unquoted integer keys (FORMAT.md 10), only levels that delivered (or were loaded); persisted
+atomically every ``flush_delay_offset_interval`` ms when changed and at ``close()``; loaded at
+``start()`` and clamped into each queue's [min, max] (4.9.2's fix for issue #1869).
+
+One thread serves all levels. It sleeps on the store's arrival notifier until the earliest due
+time, until the dispatcher brings a new unit to a level queue, or until ``close()``; a failed put
+is retried after 100 ms at the same unit (RocketMQ retries forever too).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from rocketstore.broker.records import copy_record
+from rocketstore.common.constants import (PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+                                          SCHEDULE_TOPIC, TRANS_HALF_TOPIC)
+from rocketstore.errors import RocketStoreError
+from rocketstore.store import paths
+from rocketstore.store.configfile import ConfigFile
+
+if TYPE_CHECKING:
+    from rocketstore.store.message_store import MessageStore
+    from rocketstore.store.types import Message, MessageExt, PutMessageResult
+
+__all__ = ["ScheduleMessageService", "DELAY_OFFSET_FILE"]
+
+log = logging.getLogger(__name__)
+
+DELAY_OFFSET_FILE = "delayOffset.json"
+RETRY_PUT_MS = 100            # 4.9.8's DELAY_FOR_A_WHILE after a failed put
+RETRY_ERROR_MS = 10_000       # 4.9.8's DELAY_FOR_A_PERIOD after an exception
+
+PutFn = Callable[["Message", int], "PutMessageResult"]
+
+
+def _decode_offsets(doc: Any) -> dict[int, int]:
+    if not isinstance(doc, dict):
+        raise ValueError(f"top level is a {type(doc).__name__}, not an object")
+    raw = doc.get("offsetTable") or {}
+    if not isinstance(raw, dict):
+        raise ValueError("offsetTable is not an object")
+    out: dict[int, int] = {}
+    for level, offset in raw.items():
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise ValueError(f"offsetTable[{level}]: {offset!r} is not an integer")
+        out[int(level)] = offset
+    return out
+
+
+class ScheduleMessageService:
+    """Delivers the delayed messages of one store (one thread for every level).
+
+    Parameters
+    ----------
+    owner
+        The ``Broker`` (its ``store``), or an open, writable ``MessageStore``; the store's
+        ``message_delay_level`` gives the levels (the table its dispatcher uses for the
+        delivery times).
+    put
+        Stores a rebuilt record on ``(message, queue_id)`` with no broker rewrite; default
+        ``store.put_message``.
+    flush_interval_ms
+        How often changed offsets are persisted (default the store's
+        ``flush_delay_offset_interval``, 10 s).
+
+    Use ``start()`` and ``close()``, or ``with``. ``close()`` must come before the store's.
+    """
+
+    def __init__(self, owner: Any, put: PutFn | None = None, *,
+                 flush_interval_ms: int | None = None) -> None:
+        store: MessageStore = getattr(owner, "store", owner)
+        self.store = store
+        self._put: PutFn = put if put is not None else store.put_message
+        self.delays_ms = store.config.delay_levels_ms()[1:]   # index 0 = level 1
+        self.max_level = len(self.delays_ms)
+        self.flush_interval_ms = (store.config.flush_delay_offset_interval
+                                  if flush_interval_ms is None else flush_interval_ms)
+        self.path = os.path.join(paths.config_dir(store.root), DELAY_OFFSET_FILE)
+        self._file = ConfigFile(self.path)
+        self._lock = threading.Lock()            # guards _offsets and the change counts
+        self._offsets: dict[int, int] = {}       # level -> next queue offset to deliver
+        self._changes = 0
+        self._persisted = 0
+        self._queues: list[Any] = [None] * self.max_level   # consume queue per level, once seen
+        self._seen = [0] * self.max_level        # max offset of each level at the last walk
+        self._stopping = False
+        self._woken = False                      # wake() asked for a walk
+        self._thread: threading.Thread | None = None
+        self.delivered = 0                       # records put to their real topic (all levels)
+        self.rounds = 0                          # walks over the levels (wake-ups of the thread)
+        self._next_persist = float("inf")        # monotonic time of the next periodic persist
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read ``delayOffset.json`` (or its ``.bak``) and clamp each offset into its queue."""
+        loaded = self._file.load(_decode_offsets) or {}
+        with self._lock:
+            self._offsets = {}
+            self._persisted = self._changes     # as loaded; a clamped offset makes it dirty
+            for level, offset in loaded.items():
+                if not 1 <= level <= self.max_level:
+                    log.warning("%s: level %d is not one of the %d levels; ignored",
+                                self.path, level, self.max_level)
+                    continue
+                lo = self.store.get_min_offset_in_queue(SCHEDULE_TOPIC, level - 1)
+                hi = self.store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
+                fixed = min(max(offset, lo), hi)
+                if fixed != offset:
+                    log.warning("%s: level %d offset %d outside [%d, %d]; using %d",
+                                self.path, level, offset, lo, hi, fixed)
+                    self._changes += 1
+                self._offsets[level] = fixed
+
+    def offsets(self) -> dict[int, int]:
+        """Next queue offset to deliver per level (levels that delivered or were loaded)."""
+        with self._lock:
+            return dict(self._offsets)
+
+    def persist(self) -> None:
+        """Write ``delayOffset.json`` now (atomic: tmp, fsync, ``.bak``, rename)."""
+        with self._lock:
+            snapshot = dict(self._offsets)
+            count = self._changes
+        self._file.persist({"offsetTable": snapshot})
+        with self._lock:
+            self._persisted = count
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the offsets and start delivering."""
+        if self._thread is not None:
+            raise RuntimeError("ScheduleMessageService already started")
+        self.load()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="ScheduleMessageService",
+                                        daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Walk the levels now instead of at the next due time or arrival."""
+        self._woken = True
+        self.store.notifier.notify()
+
+    def close(self) -> None:
+        """Stop the thread (it finishes the put in progress) and persist the offsets."""
+        thread = self._thread
+        self._stopping = True
+        self.store.notifier.notify()
+        if thread is not None:
+            thread.join()
+            self._thread = None
+        with self._lock:
+            dirty = self._changes != self._persisted
+        if dirty:
+            self.persist()
+
+    shutdown = close        # the Broker's name for stopping a service
+
+    def __enter__(self) -> ScheduleMessageService:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- delivery ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._next_persist = time.monotonic() + self.flush_interval_ms / 1000
+        while not self._stopping and not self.store.closed:
+            self.rounds += 1
+            self._woken = False
+            try:
+                wait_ms = self.deliver_due()
+            except Exception:   # noqa: BLE001 - the service outlives one bad round, as 4.9.8's
+                log.exception("schedule: delivery round failed; retrying in %d ms",
+                              RETRY_ERROR_MS)
+                wait_ms = RETRY_ERROR_MS
+            self._maybe_persist()
+            timeout = self._next_persist - time.monotonic()
+            if wait_ms is not None:
+                timeout = min(timeout, wait_ms / 1000)
+            if timeout > 0:
+                self.store.notifier.wait(self._ready, timeout)
+
+    def _maybe_persist(self) -> None:
+        """Persist changed offsets when the interval is up (also in the middle of a long
+        burst of deliveries: a crash then repeats at most one interval's worth)."""
+        now = time.monotonic()
+        if now < self._next_persist:
+            return
+        self._next_persist = now + self.flush_interval_ms / 1000
+        with self._lock:
+            dirty = self._changes != self._persisted
+        if dirty:
+            try:
+                self.persist()
+            except OSError:
+                log.exception("%s: periodic persist failed", self.path)
+
+    def _ready(self) -> bool:
+        """Wake-up test run by the notifier on each dispatch: stop, or a level queue grew."""
+        if self._stopping or self._woken:
+            return True
+        queues = self._queues
+        for i in range(self.max_level):
+            cq = queues[i]
+            if cq is None:
+                cq = self.store.consume_queues.find(SCHEDULE_TOPIC, i)
+                if cq is None:
+                    continue
+                queues[i] = cq
+            if cq.get_max_offset_in_queue() > self._seen[i]:
+                return True
+        return False
+
+    def deliver_due(self) -> int | None:
+        """Deliver every unit that is due now, on every level.
+
+        Returns the ms until the earliest unit not yet due (or until a failed put is retried),
+        or None when every level is delivered to its end.
+        """
+        wait: int | None = None
+        for level in range(1, self.max_level + 1):
+            if self._stopping:
+                break
+            w = self._deliver_level(level)
+            if w is not None and (wait is None or w < wait):
+                wait = w
+        return wait
+
+    def _deliver_level(self, level: int) -> int | None:
+        i = level - 1
+        cq = self._queues[i]
+        if cq is None:
+            cq = self.store.consume_queues.find(SCHEDULE_TOPIC, i)
+            if cq is None:
+                return None
+            self._queues[i] = cq
+        delay = self.delays_ms[i]
+        with self._lock:
+            offset = self._offsets.get(level, 0)
+        lo = cq.get_min_offset_in_queue()
+        if offset < lo:               # retention removed undelivered units: go on from the first
+            offset = lo
+        hi = cq.get_max_offset_in_queue()
+        self._seen[i] = hi
+        try:
+            while offset < hi and not self._stopping:
+                unit = cq.get_unit(offset)
+                if unit is None:
+                    break
+                phy, size, deliver_at = unit
+                now = int(time.time() * 1000)
+                if deliver_at > now + delay:      # the clock went back: deliver now (4.9.8)
+                    deliver_at = now
+                if deliver_at > now:
+                    return deliver_at - now
+                ext = self.store.look_message_by_offset(phy, raw=True)
+                if ext is not None and not self._deliver(ext, level):
+                    return RETRY_PUT_MS
+                offset += 1
+                if not offset & 0xFF:
+                    self._set_offset(level, offset)
+                    self._maybe_persist()
+        finally:
+            self._set_offset(level, offset)
+        return None
+
+    def _deliver(self, ext: MessageExt, level: int) -> bool:
+        """Put one due record to its real topic; False when the put failed (retry later)."""
+        props = ext.properties
+        real_topic = props.get(PROPERTY_REAL_TOPIC)
+        try:
+            real_qid = int(props.get(PROPERTY_REAL_QUEUE_ID, ""))
+        except ValueError:
+            real_qid = -1
+        if not real_topic or real_qid < 0:
+            # 4.9.8 throws here and retries the unit forever; a record without a destination
+            # can never be delivered, so it is skipped and said so
+            log.error("schedule: level %d record at commit-log offset %d has no valid "
+                      "REAL_TOPIC/REAL_QID (%r, %r); skipped", level, ext.commitlog_offset,
+                      real_topic, props.get(PROPERTY_REAL_QUEUE_ID))
+            return True
+        if real_topic == TRANS_HALF_TOPIC:
+            log.error("schedule: level %d record at %d targets %s; discarded (as 4.9.8)",
+                      level, ext.commitlog_offset, TRANS_HALF_TOPIC)
+            return True
+        try:
+            msg = copy_record(ext, real_topic)
+            result = self._put(msg, real_qid)
+        except RocketStoreError as e:
+            log.error("schedule: level %d record at %d: %s; retrying", level,
+                      ext.commitlog_offset, e)
+            return False
+        if not result.ok:
+            log.warning("schedule: put of level %d record at %d to %s/%d: %s; retrying in %d ms",
+                        level, ext.commitlog_offset, real_topic, real_qid, result.status,
+                        RETRY_PUT_MS)
+            return False
+        self.delivered += 1
+        return True
+
+    def _set_offset(self, level: int, offset: int) -> None:
+        with self._lock:
+            if self._offsets.get(level) != offset and (offset or level in self._offsets):
+                self._offsets[level] = offset
+                self._changes += 1

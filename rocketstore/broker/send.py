@@ -1,0 +1,392 @@
+"""SendMessageProcessor: the one path every send takes (MESSAGING.md 1.10, 1.11, 5.5, 10.2).
+
+Order of a send, as 4.9.8's ``SendMessageProcessor``/``AbstractSendMessageProcessor`` run it:
+the accept-time guard, ``msgCheck`` (order topic on a non-writable broker, topic name rules,
+forbidden topics, auto-create from the template or as a retry topic, queue id range), a random
+queue for ``queue_id < 0``, the ``%RETRY%`` max-reconsume rule to ``%DLQ%``, sysflag and
+``CLUSTER``, ``WAIT`` left out of the stored string, then the transaction half-message rewrite
+or a plain put (where the store-level DELAY rewrite to ``SCHEDULE_TOPIC_XXXX`` happens, in
+``Broker.put_inner``). ``consumer_send_msg_back`` is ``CONSUMER_SEND_MSG_BACK``.
+
+Every answer is a response code, never an exception, except for a malformed request object.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import re
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from rocketstore.broker.channels import complete
+from rocketstore.broker.inner import MessageInner, PropertiesMap, java_properties
+from rocketstore.common import constants as C
+from rocketstore.common.constants import PermName
+from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, RemotingResult,
+                                         ResponseCode, SendMessageRequest, SendMessageResponse)
+from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError
+from rocketstore.store.status import PutMessageStatus, SysFlag
+from rocketstore.store.topics import MULTI_TAG
+from rocketstore.store.types import Message, PutMessageResult
+
+if TYPE_CHECKING:
+    from rocketstore.broker.broker import Broker
+
+log = logging.getLogger("rocketstore.broker.send")
+
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_TX_MASK = 0xC
+DLQ_NUMS_PER_GROUP = 1
+
+# handlePutMessageResult: store status -> (response code, stored?, remark)
+_PUT_STATUS = {
+    PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, True, None),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, True, None),
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, True, None),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, True, None),
+    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: (
+        ResponseCode.SYSTEM_ERROR, False, "create mapped file failed, server is busy or broken."),
+    PutMessageStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, False, None),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (ResponseCode.MESSAGE_ILLEGAL, False, None),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE, False,
+        "service not available now. It may be caused by one of the following reasons: the "
+        "broker's disk is full, messages are put to the slave, message store has been shut "
+        "down, etc."),
+    PutMessageStatus.OS_PAGE_CACHE_BUSY: (
+        ResponseCode.SYSTEM_ERROR, False, "[PC_SYNCHRONIZED]broker busy, start flow control "
+        "for a while"),
+    PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, False, "UNKNOWN_ERROR"),
+    PutMessageStatus.LMQ_CONSUME_QUEUE_NUM_EXCEEDED: (
+        ResponseCode.SYSTEM_ERROR, False, "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]"),
+    PutMessageStatus.NO_PERMISSION: (ResponseCode.NO_PERMISSION, False, None),
+}
+
+
+def _done(value):
+    f: Future = Future()
+    f.set_result(value)
+    return f
+
+
+def _refused(code: ResponseCode, remark: str) -> Future:
+    return _done(SendMessageResponse(code, remark))
+
+
+def _random_queue_id(write_queue_nums: int) -> int:
+    # ThreadLocalRandom.nextInt(99999999) % writeQueueNums
+    return random.randrange(99999999) % write_queue_nums if write_queue_nums > 0 else 0
+
+
+def _is_true(v: str | None) -> bool:
+    return v is not None and v.lower() == "true"        # Boolean.parseBoolean
+
+
+def put_response(r: PutMessageResult, queue_id: int) -> SendMessageResponse:
+    """``handlePutMessageResult``: the response of a send whose put finished with ``r``."""
+    code, stored, remark = _PUT_STATUS.get(r.status, (ResponseCode.SYSTEM_ERROR, False, None))
+    if not stored:
+        if remark is None:
+            remark = r.status.value if r.error is None else f"{r.status.value}: {r.error}"
+        return SendMessageResponse(code, remark)
+    return SendMessageResponse(code, None, msg_id=r.msg_id, queue_id=queue_id,
+                               queue_offset=r.queue_offset)
+
+
+class SendMessageProcessor:
+    """``SEND_MESSAGE(_V2)``, ``SEND_BATCH_MESSAGE`` and ``CONSUMER_SEND_MSG_BACK``."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.cfg = broker.config
+        self.topics = broker.topic_manager
+        self.groups = broker.subscription_groups
+        # PermName is an IntFlag: test the bits once, not per send
+        self._broker_writable = bool(self.cfg.broker_permission & int(PermName.PERM_WRITE))
+
+    # -- checks shared by single and batch sends -------------------------------------------
+
+    def _pre_send(self, req: SendMessageRequest):
+        """preSend + msgCheck: (error response or None, topic config)."""
+        cfg = self.cfg
+        if cfg.start_accept_send_request_time_stamp > self.broker.now_ms():
+            return SendMessageResponse(
+                ResponseCode.SYSTEM_ERROR, "broker unable to service, until "
+                f"{cfg.start_accept_send_request_time_stamp}"), None
+        topic = req.topic
+        if not self._broker_writable and self.topics.is_order_topic(topic):
+            return SendMessageResponse(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{cfg.broker_ip1}] sending message is forbidden"), None
+        if not isinstance(topic, str) or not topic.strip():
+            return SendMessageResponse(ResponseCode.SYSTEM_ERROR,
+                                       "The specified topic is blank."), None
+        if not _TOPIC_RE.match(topic):
+            return SendMessageResponse(
+                ResponseCode.SYSTEM_ERROR, "The specified topic contains illegal characters, "
+                "allowing only ^[%|a-zA-Z0-9_-]+$"), None
+        if len(topic) > C.TOPIC_MAX_LENGTH:
+            return SendMessageResponse(ResponseCode.SYSTEM_ERROR,
+                                       "The specified topic is longer than topic max length."), None
+        if topic in C.NOT_ALLOWED_SEND_TOPICS:
+            return SendMessageResponse(ResponseCode.NO_PERMISSION,
+                                       f"Sending message to topic[{topic}] is forbidden."), None
+        tc = self.topics.select(topic)
+        if tc is None:
+            tc = self.topics.create_topic_in_send_message_method(
+                topic, req.default_topic, req.default_topic_queue_nums)
+            if tc is None and topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
+                tc = self.topics.create_topic_in_send_message_back_method(
+                    topic, 1, int(PermName.PERM_WRITE | PermName.PERM_READ))
+            if tc is None:
+                return SendMessageResponse(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] not exist, apply first please!"), None
+        if req.queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+            return SendMessageResponse(
+                ResponseCode.SYSTEM_ERROR, f"request queueId[{req.queue_id}] is illegal, "
+                f"{tc} Producer: {req.born_host}"), None
+        return None, tc
+
+    # -- single message ----------------------------------------------------------------------
+
+    def send_message(self, req: SendMessageRequest) -> Future:
+        """``asyncSendMessage`` / ``asyncSendBatchMessage``: a Future of the response."""
+        if not isinstance(req, SendMessageRequest):
+            raise InvalidMessageTypeError("request", "SendMessageRequest", type(req).__name__)
+        if not req.messages:
+            raise InvalidMessageError("request.messages", req.messages,
+                                      "a send needs at least one message")
+        if req.batch:
+            return self._send_batch(req)
+        if len(req.messages) != 1:
+            raise InvalidMessageError("request.messages", f"{len(req.messages)} messages",
+                                      "a non-batch send carries exactly one (set batch=True)")
+        msg = req.messages[0]
+        if not isinstance(msg, Message):
+            raise InvalidMessageTypeError("request.messages[0]", "Message", type(msg).__name__)
+        err, tc = self._pre_send(req)
+        if err is not None:
+            return _done(err)
+        queue_id = req.queue_id if req.queue_id >= 0 else _random_queue_id(tc.write_queue_nums)
+        inner = MessageInner(req.topic, queue_id, msg.body, flag=msg.flag,
+                             born_timestamp=msg.born_timestamp,
+                             born_host=req.born_host or msg.born_host,
+                             reconsume_times=req.reconsume_times,
+                             prepared_transaction_offset=msg.prepared_transaction_offset)
+        err = self._handle_retry_and_dlq(req, inner, tc, msg.sys_flag)
+        if err is not None:
+            return _done(err)
+        user = msg.properties
+        if (C.PROPERTY_DELAY_TIME_LEVEL not in user
+                and not _is_true(user.get(C.PROPERTY_TRANSACTION_PREPARED))):
+            return self._respond(self._put_plain(inner, user), queue_id)
+        props = self._client_properties(msg)
+        inner.properties = props
+        props.put(C.PROPERTY_CLUSTER, self.cfg.broker_cluster_name)
+        wait = props.remove(C.PROPERTY_WAIT_STORE_MSG_OK)
+        inner.freeze()                  # the stored string has no WAIT ...
+        if wait is not None:
+            props.put(C.PROPERTY_WAIT_STORE_MSG_OK, wait)   # ... the map keeps it (flush wait)
+        if _is_true(props.get(C.PROPERTY_TRANSACTION_PREPARED)):
+            if self.cfg.reject_transaction_message:
+                return _refused(ResponseCode.NO_PERMISSION,
+                                f"the broker[{self.cfg.broker_ip1}] sending transaction "
+                                "message is forbidden")
+            self._parse_half_message_inner(inner)
+        try:
+            put = self.broker.put_inner(inner)
+        except InvalidMessageError as e:
+            return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
+        return self._respond(put, queue_id)
+
+    def _put_plain(self, inner: MessageInner, user: dict[str, str]) -> Future | PutMessageResult:
+        """The put of a send with no DELAY and no TRAN_MSG: the same stored string as the map
+        path below (client map + CLUSTER, WAIT removed), from the memoized key order."""
+        if C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in user:
+            user[C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.broker.next_uniq_id()
+        wait = user.get(C.PROPERTY_WAIT_STORE_MSG_OK)
+        string, entries = java_properties(
+            user, ((C.PROPERTY_CLUSTER, self.cfg.broker_cluster_name),),
+            (C.PROPERTY_WAIT_STORE_MSG_OK,) if wait is not None else ())
+        try:
+            m = Message.from_properties_string(
+                inner.topic, inner.body, string, wait=wait is None or _is_true(wait),
+                flag=inner.flag, sys_flag=inner.sys_flag, reconsume_times=inner.reconsume_times,
+                prepared_transaction_offset=inner.prepared_transaction_offset,
+                born_timestamp=inner.born_timestamp, born_host=inner.born_host,
+                properties=entries)
+            store = self.broker.store
+            if not store.commit_log.sync_flush:
+                return store.put_message(m, inner.queue_id)     # answered now: no future
+            return store.put_message_async(m, inner.queue_id)
+        except InvalidMessageError as e:
+            return _done(SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e)))
+
+    def _client_properties(self, msg: Message) -> PropertiesMap:
+        """The request's properties as the broker's map (``string2messageProperties`` of the
+        client's string), with the client message id a Java producer always sets."""
+        props = PropertiesMap.from_dict(msg.properties)
+        if C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
+            props.put(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, self.broker.next_uniq_id())
+        return props
+
+    def _handle_retry_and_dlq(self, req: SendMessageRequest, inner: MessageInner, tc,
+                              sys_flag: int) -> SendMessageResponse | None:
+        topic = req.topic
+        if topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
+            group = topic[len(C.RETRY_GROUP_TOPIC_PREFIX):]
+            sgc = self.groups.find(group)
+            if sgc is None:
+                return SendMessageResponse(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                           f"subscription group not exist, {group}")
+            max_times = sgc.retry_max_times
+            if req.max_reconsume_times is not None:
+                max_times = req.max_reconsume_times
+            if req.reconsume_times >= max_times:
+                dlq = C.dlq_topic(group)
+                self.topics.create_topic_in_send_message_back_method(
+                    dlq, DLQ_NUMS_PER_GROUP, int(PermName.PERM_WRITE | PermName.PERM_READ))
+                inner.topic = dlq
+                inner.queue_id = random.randrange(99999999) % DLQ_NUMS_PER_GROUP
+                # 4.9.8 sets DELAY=0 here on a map the request's properties then replace
+                # (MESSAGING.md 5.6): the DLQ copy keeps the client's DELAY
+        if tc.topic_filter_type == MULTI_TAG:
+            sys_flag |= int(SysFlag.MULTI_TAGS)
+        inner.sys_flag = sys_flag
+        return None
+
+    @staticmethod
+    def _parse_half_message_inner(inner: MessageInner) -> None:
+        """``TransactionalMessageBridge.parseHalfMessageInner`` (MESSAGING.md 10.2)."""
+        inner.properties.put(C.PROPERTY_REAL_TOPIC, inner.topic)
+        inner.properties.put(C.PROPERTY_REAL_QUEUE_ID, str(inner.queue_id))
+        inner.sys_flag &= ~_TX_MASK
+        inner.topic = C.TRANS_HALF_TOPIC
+        inner.queue_id = 0
+        inner.freeze()
+
+    def _respond(self, put: Future | PutMessageResult, queue_id: int) -> Future:
+        if isinstance(put, PutMessageResult):
+            return _done(put_response(put, queue_id))
+        if put.done():
+            r = put.result()
+            if isinstance(r, SendMessageResponse):      # refused before the put
+                return put
+            return _done(put_response(r, queue_id))
+        out: Future = Future()
+
+        def finish(f: Future) -> None:
+            try:
+                complete(out, put_response(f.result(), queue_id))
+            except BaseException as e:  # noqa: BLE001 - handed to the waiter
+                complete(out, error=e)
+        put.add_done_callback(finish)
+        return out
+
+    # -- batch -------------------------------------------------------------------------------
+
+    def _send_batch(self, req: SendMessageRequest) -> Future:
+        err, tc = self._pre_send(req)
+        if err is not None:
+            return _done(err)
+        queue_id = req.queue_id if req.queue_id >= 0 else _random_queue_id(tc.write_queue_nums)
+        if len(req.topic) > C.TOPIC_MAX_LENGTH:
+            return _refused(ResponseCode.MESSAGE_ILLEGAL,
+                            f"message topic length too long {len(req.topic)}")
+        if req.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
+            return _refused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group")
+        first = req.messages[0]
+        # MessageBatch.generateFromList: the batch carries WAIT of its first message; the
+        # broker adds CLUSTER; the store appends the batch's string to every inner message's
+        first_wait = first.properties.get(C.PROPERTY_WAIT_STORE_MSG_OK)
+        batch_props = PropertiesMap()
+        batch_props.put(C.PROPERTY_WAIT_STORE_MSG_OK,
+                        "true" if first_wait is None or _is_true(first_wait) else "false")
+        batch_props.put(C.PROPERTY_CLUSTER, self.cfg.broker_cluster_name)
+        batch_str = batch_props.to_string()
+        batch_entries = batch_props.to_dict()
+        batch_wait = batch_props.get(C.PROPERTY_WAIT_STORE_MSG_OK) == "true"
+        sys_flag = first.sys_flag | (int(SysFlag.MULTI_TAGS) if tc.topic_filter_type == MULTI_TAG else 0)
+        msgs = []
+        for i, m in enumerate(req.messages):
+            if not isinstance(m, Message):
+                raise InvalidMessageTypeError(f"request.messages[{i}]", "Message", type(m).__name__)
+            if C.PROPERTY_DELAY_TIME_LEVEL in m.properties or m.sys_flag & _TX_MASK:
+                return _refused(ResponseCode.MESSAGE_ILLEGAL,
+                                "a batch cannot hold delayed or transactional messages")
+            user = m.properties
+            if C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in user:
+                user[C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.broker.next_uniq_id()
+            own, entries = java_properties(user)
+            entries.update(batch_entries)
+            msgs.append(Message.from_properties_string(
+                req.topic, m.body, own + "\x02" + batch_str, wait=batch_wait, flag=m.flag,
+                sys_flag=sys_flag, born_timestamp=m.born_timestamp,
+                born_host=req.born_host or m.born_host, reconsume_times=req.reconsume_times,
+                properties=entries))
+        try:
+            put = self.broker.store.put_messages_async(msgs, queue_id)
+        except InvalidMessageError as e:
+            return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
+        return self._respond(put, queue_id)
+
+    # -- CONSUMER_SEND_MSG_BACK --------------------------------------------------------------
+
+    def consumer_send_msg_back(self, req: ConsumerSendMsgBackRequest) -> Future:
+        """``asyncConsumerSendMsgBack`` (MESSAGING.md 5.5): a Future of a ``RemotingResult``."""
+        sgc = self.groups.find(req.group)
+        if sgc is None:
+            return _done(RemotingResult(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                        f"subscription group not exist, {req.group}"))
+        if not PermName.PERM_WRITE & self.cfg.broker_permission:
+            return _done(RemotingResult(ResponseCode.NO_PERMISSION,
+                                        f"the broker[{self.cfg.broker_ip1}] sending message "
+                                        "is forbidden"))
+        if sgc.retry_queue_nums <= 0:
+            return _done(RemotingResult(ResponseCode.SUCCESS))    # dropped, as 4.9.8 does
+        new_topic = C.retry_topic(req.group)
+        queue_id = random.randrange(99999999) % sgc.retry_queue_nums
+        rw = int(PermName.PERM_WRITE | PermName.PERM_READ)
+        tc = self.topics.create_topic_in_send_message_back_method(
+            new_topic, sgc.retry_queue_nums, rw, 1 if req.unit_mode else 0)
+        if not tc.perm & PermName.PERM_WRITE:
+            return _done(RemotingResult(ResponseCode.NO_PERMISSION,
+                                        f"the topic[{new_topic}] sending message is forbidden"))
+        ext = self.broker.store.look_message_by_offset(req.offset, raw=True)
+        if ext is None:
+            return _done(RemotingResult(ResponseCode.SYSTEM_ERROR,
+                                        f"look message by offset failed, {req.offset}"))
+        inner = MessageInner.from_ext(ext)
+        props = inner.properties
+        if props.get(C.PROPERTY_RETRY_TOPIC) is None:
+            props.put(C.PROPERTY_RETRY_TOPIC, ext.topic)
+        props.put(C.PROPERTY_WAIT_STORE_MSG_OK, "false")
+        delay = req.delay_level
+        max_times = sgc.retry_max_times if req.max_reconsume_times is None else req.max_reconsume_times
+        if ext.reconsume_times >= max_times or delay < 0:
+            new_topic = C.dlq_topic(req.group)
+            queue_id = random.randrange(99999999) % DLQ_NUMS_PER_GROUP
+            self.topics.create_topic_in_send_message_back_method(new_topic, DLQ_NUMS_PER_GROUP, rw)
+            props.put(C.PROPERTY_DELAY_TIME_LEVEL, "0")
+        else:
+            if delay == 0:
+                delay = 3 + ext.reconsume_times
+            props.put(C.PROPERTY_DELAY_TIME_LEVEL, str(delay))
+        inner.topic = new_topic
+        inner.queue_id = queue_id
+        inner.reconsume_times = ext.reconsume_times + 1
+        origin = props.get(C.PROPERTY_ORIGIN_MESSAGE_ID)
+        props.put(C.PROPERTY_ORIGIN_MESSAGE_ID, origin if origin and origin.strip() else ext.msg_id)
+        inner.freeze()
+        put = self.broker.put_inner(inner)
+        out: Future = Future()
+
+        def finish(f: Future) -> None:
+            r = f.result()
+            if r.status is PutMessageStatus.PUT_OK:
+                complete(out, RemotingResult(ResponseCode.SUCCESS))
+            else:
+                complete(out, RemotingResult(ResponseCode.SYSTEM_ERROR, r.status.value))
+        put.add_done_callback(finish)
+        return out

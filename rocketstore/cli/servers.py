@@ -1,0 +1,215 @@
+"""``rocketstore namesrv`` and ``rocketstore broker``: servers in the foreground until SIGTERM
+or SIGINT, logging to stderr."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from rocketstore.cli._common import CommandError
+
+
+def parse_listen(text: str, default_port: int) -> tuple[str, int]:
+    """``host:port``, ``:port`` or ``host`` -> (host, port); 127.0.0.1 unless told."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = text, str(default_port)
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        raise CommandError(f"--listen {text!r}: the port must be a number 0-65535")
+    return host or "127.0.0.1", int(port)
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _run(coro) -> None:
+    """Run the server on uvloop when it is installed (the event loop is the server's hot path),
+    else on asyncio's loop."""
+    from rocketstore.remoting.server import new_event_loop
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(coro)
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+async def _serve(server, ready_line: str) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    print(ready_line.format(addr=server.addr), file=sys.stderr, flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def _namesrv(args: argparse.Namespace) -> int:
+    from rocketstore.namesrv import NameServer
+    host, port = parse_listen(args.listen, 9876)
+    _logging(args.verbose)
+    kv = args.kv_config or os.path.join(os.path.expanduser("~"), "namesrv", "kvConfig.json")
+    server = NameServer(host, port, kv_config_path=kv,
+                        order_message_enable=args.order_message_enable)
+    try:
+        _run(_serve(server, "rocketstore namesrv: listening on {addr}"))
+    except OSError as e:
+        raise CommandError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("namesrv", help="run a RocketMQ NameServer (foreground; SIGTERM stops it)",
+                       description="Run a NameServer on RocketMQ's wire protocol: brokers "
+                                   "register, clients look up topic routes.")
+    p.add_argument("--listen", default="127.0.0.1:9876", metavar="HOST:PORT",
+                   help="address to listen on (default 127.0.0.1:9876; port 0 picks one)")
+    p.add_argument("--kv-config", metavar="PATH",
+                   help="KV config file (default ~/namesrv/kvConfig.json, as RocketMQ)")
+    p.add_argument("--order-message-enable", action="store_true",
+                   help="serve ORDER_TOPIC_CONFIG as routes' orderTopicConf (RocketMQ's "
+                        "orderMessageEnable)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=_namesrv)
+
+
+# -- rocketstore broker --------------------------------------------------------------------
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java ``.properties`` file (RocketMQ's broker.conf): ``key=value``, ``key: value`` or
+    ``key value``; ``#``/``!`` comments; a trailing backslash continues the line."""
+    out: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise CommandError(f"-c {path}: {e.strerror}") from None
+    logical: list[str] = []
+    buf = ""
+    for raw in lines:
+        line = raw.strip() if not buf else raw.lstrip()
+        if not buf and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            buf += line[:-1]
+            continue
+        logical.append(buf + line)
+        buf = ""
+    if buf:
+        logical.append(buf)
+    for line in logical:
+        for i, ch in enumerate(line):
+            if ch in "=: \t":
+                key, rest = line[:i], line[i:].lstrip()
+                if rest[:1] in ("=", ":"):
+                    rest = rest[1:].lstrip()
+                break
+        else:
+            key, rest = line, ""
+        out[key] = rest
+    return out
+
+
+def _snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and (not name[i - 1].isupper() or
+                                   (i + 1 < len(name) and name[i + 1].islower())):
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out).replace("i_p1", "ip1").replace("i_p2", "ip2")
+
+
+def _typed(value: str, current: object, key: str) -> object:
+    if isinstance(current, bool):
+        if value.lower() not in ("true", "false"):
+            raise CommandError(f"broker.conf {key}={value!r}: expected true or false")
+        return value.lower() == "true"
+    if isinstance(current, int):
+        try:
+            return int(value)
+        except ValueError:
+            raise CommandError(f"broker.conf {key}={value!r}: expected an integer") from None
+    return value
+
+
+def broker_configs(args: argparse.Namespace):
+    """(store dir, BrokerConfig, StoreConfig, NameServer addresses) from the conf file and the
+    command line (the command line wins)."""
+    import dataclasses
+
+    from rocketstore.broker.config import BrokerConfig
+    from rocketstore.store.config import StoreConfig
+    props = read_properties(args.config) if args.config else {}
+    bkw: dict[str, object] = {}
+    skw: dict[str, object] = {}
+    bdefaults, sdefaults = BrokerConfig(), StoreConfig()
+    bnames = {f.name for f in dataclasses.fields(BrokerConfig)}
+    snames = {f.name for f in dataclasses.fields(StoreConfig)}
+    namesrv = props.pop("namesrvAddr", "")
+    root = props.pop("storePathRootDir", None)
+    for key, value in props.items():
+        name = _snake(key)
+        if name in bnames:
+            bkw[name] = _typed(value, getattr(bdefaults, name), key)
+        elif name in snames:
+            skw[name] = _typed(value, getattr(sdefaults, name), key)
+        else:
+            logging.getLogger("rocketstore.broker").warning("broker.conf: %s is not used", key)
+    store_dir = args.store_dir or root
+    if not store_dir:
+        raise CommandError("give STORE_DIR or storePathRootDir in the -c file")
+    if args.listen:
+        host, port = parse_listen(args.listen, 10911)
+        bkw.update(broker_ip1=host, listen_port=port)
+    if args.broker_name:
+        bkw["broker_name"] = args.broker_name
+    if args.cluster:
+        bkw["broker_cluster_name"] = args.cluster
+    if args.namesrv is not None:
+        namesrv = args.namesrv
+    skw["store_path_root_dir"] = store_dir
+    return (store_dir, BrokerConfig(**bkw), StoreConfig(**skw),  # type: ignore[arg-type]
+            [a.strip() for a in namesrv.split(";") if a.strip()])
+
+
+def _broker(args: argparse.Namespace) -> int:
+    from rocketstore.remoting.broker_server import BrokerServer
+    _logging(args.verbose)
+    store_dir, bc, sc, namesrv = broker_configs(args)
+    server = BrokerServer(store_dir, bc, sc, namesrv_addrs=namesrv, host=bc.broker_ip1)
+    try:
+        _run(_serve(server, "rocketstore broker: listening on {addr}"))
+    except OSError as e:
+        raise CommandError(f"cannot listen on {bc.broker_ip1}:{bc.listen_port} and "
+                           f"{bc.listen_port - 2}: {e.strerror or e}") from None
+    return 0
+
+
+def register_broker(sub) -> None:
+    p = sub.add_parser("broker", help="run a RocketMQ broker on a store directory (foreground)",
+                       description="Serve a store directory as a RocketMQ broker: RocketMQ "
+                                   "clients send and consume over its wire protocol. Listens on "
+                                   "the port and on port - 2 (RocketMQ's VIP channel); SIGTERM "
+                                   "or SIGINT stop it cleanly (offsets persisted, store closed).")
+    p.add_argument("store_dir", nargs="?", metavar="STORE_DIR",
+                   help="the store directory (or storePathRootDir in the -c file)")
+    p.add_argument("--namesrv", metavar="ADDR[;ADDR]",
+                   help="NameServer address(es) to register with, e.g. 127.0.0.1:9876")
+    p.add_argument("--listen", metavar="HOST:PORT",
+                   help="address to listen on (default 127.0.0.1:10911; port 0 picks a free pair)")
+    p.add_argument("--broker-name", help="brokerName (default broker-a)")
+    p.add_argument("--cluster", help="brokerClusterName (default DefaultCluster)")
+    p.add_argument("-c", "--config", metavar="broker.conf",
+                   help="RocketMQ broker properties file (brokerName, listenPort, namesrvAddr, "
+                        "storePathRootDir, flushDiskType, ...)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=_broker)

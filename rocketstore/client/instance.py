@@ -1,0 +1,263 @@
+"""``ClientInstance``: what producers and consumers of one client id share (MESSAGING.md §2).
+
+RocketMQ's ``MQClientInstance``: one per (process, client id) and broker connection; it
+registers groups, heartbeats them to the broker(s), runs the client timers (heartbeat 30 s,
+offset persistence 5 s, orderly re-lock 20 s), the rebalance service (every 20 s or when the
+broker says the group changed) and the pull service, and is the ``ClientChannel`` the broker
+calls back (transaction checks, consumer-ids-changed).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import threading
+import time
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Callable
+
+from rocketstore.client.scheduler import Scheduler, TaskThreads
+from rocketstore.client.transport import Transport
+from rocketstore.common.protocol import (CheckTransactionStateRequest, HeartbeatData,
+                                         TopicRouteData)
+from rocketstore.errors import MQClientError, TransportError
+
+if TYPE_CHECKING:
+    from rocketstore.common import MessageExt
+
+log = logging.getLogger("rocketstore.client")
+
+HEARTBEAT_BROKER_INTERVAL_MS = 30000
+PERSIST_CONSUMER_OFFSET_INTERVAL_MS = 5000
+REBALANCE_WAIT_INTERVAL_S = 20.0
+TCP_NOT_YET = "TCP transport arrives with the wire-protocol issue"
+
+
+@functools.lru_cache(maxsize=1)
+def local_address() -> str:
+    """``RemotingUtil.getLocalAddress``'s preference: a non-loopback IPv4 not in 127.0/192.168,
+    else any non-loopback IPv4 found, else 127.0.0.1."""
+    found: list[str] = []
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))     # no packet is sent: routing picks the source
+            found.append(s.getsockname()[0])
+    except OSError:
+        pass
+    try:
+        found.extend(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        pass
+    v4 = [a for a in found if not a.startswith("127.")]
+    for a in v4:
+        if not a.startswith("192.168"):
+            return a
+    return v4[-1] if v4 else "127.0.0.1"
+
+
+def build_client_id(instance_name: str | None, change_default: bool) -> str:
+    """``clientIP@instanceName``; producers and clustering consumers left at ``DEFAULT`` get
+    ``<pid>#<nanotime>`` (so two consumers in one process are two group members)."""
+    name = instance_name or os.environ.get("ROCKETMQ_CLIENT_NAME") or "DEFAULT"
+    if name == "DEFAULT" and change_default:
+        name = f"{os.getpid()}#{time.monotonic_ns()}"
+    return f"{local_address()}@{name}"
+
+
+def transport_for(broker: Any, namesrv_addr: str | None) -> tuple[object, Callable[[], Transport]]:
+    """(key, factory) of the transport of exactly one of ``broker`` / ``namesrv_addr``."""
+    if (broker is None) == (namesrv_addr is None):
+        raise MQClientError("pass exactly one of broker= (an in-process Broker) or "
+                            "namesrv_addr= (a NameServer address)")
+    if namesrv_addr is not None:
+        raise MQClientError(f"namesrv_addr={namesrv_addr!r}: {TCP_NOT_YET}; use broker= for an "
+                            "in-process broker")
+    if isinstance(broker, Transport):
+        return id(broker), lambda: broker
+
+    def make() -> Transport:
+        from rocketstore.client.inprocess import InProcessTransport
+        return InProcessTransport(broker)
+    return id(broker), make
+
+
+class PullMessageService(TaskThreads):
+    """One thread that sends pull requests and handles their responses (RocketMQ's
+    ``PullMessageService``). A pull returns a future; its completion (possibly on a broker
+    thread, for a long-polled pull) only queues the response here, so no thread is held per
+    queue and the broker's threads do no client work."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(1, name)
+
+    execute = TaskThreads.submit
+
+
+class ClientInstance:
+    """Shared by every producer and consumer of one client id on one transport."""
+
+    _registry: dict[tuple[str, object], ClientInstance] = {}
+    _registry_lock = threading.Lock()
+
+    @classmethod
+    def acquire(cls, client_id: str, key: object,
+                factory: Callable[[], Transport]) -> ClientInstance:
+        with cls._registry_lock:
+            inst = cls._registry.get((client_id, key))
+            if inst is None:
+                inst = cls(client_id, factory(), key)
+                cls._registry[(client_id, key)] = inst
+                inst._start()
+            inst._refs += 1
+            return inst
+
+    def release(self) -> None:
+        with ClientInstance._registry_lock:
+            self._refs -= 1
+            if self._refs > 0:
+                return
+            ClientInstance._registry.pop((self.client_id, self._key), None)
+        self._shutdown()
+
+    def __init__(self, client_id: str, transport: Transport, key: object) -> None:
+        self.client_id = client_id
+        self.transport = transport
+        self._key = key
+        self._refs = 0
+        self._lock = threading.RLock()
+        self.producers: dict[str, Any] = {}
+        self.consumers: dict[str, Any] = {}
+        tag = client_id.rsplit("@", 1)[-1]
+        self.scheduler = Scheduler(f"rocketstore-client-timer-{tag}")
+        self.pull_service = PullMessageService(f"rocketstore-client-pull-{tag}")
+        self._rebalance_wakeup = threading.Event()
+        self._stopping = threading.Event()
+        self._rebalance_thread = threading.Thread(target=self._rebalance_loop,
+                                                  name=f"rocketstore-client-rebalance-{tag}",
+                                                  daemon=True)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def _start(self) -> None:
+        self.scheduler.start()
+        self._rebalance_thread.start()
+        self.scheduler.schedule_at_fixed_rate(1000, HEARTBEAT_BROKER_INTERVAL_MS,
+                                              self.send_heartbeat_to_all_brokers)
+        self.scheduler.schedule_at_fixed_rate(10000, PERSIST_CONSUMER_OFFSET_INTERVAL_MS,
+                                              self.persist_all_consumer_offset)
+
+    def _shutdown(self) -> None:
+        self._stopping.set()
+        self._rebalance_wakeup.set()
+        self.scheduler.shutdown()
+        self.pull_service.shutdown()
+        if self._rebalance_thread.is_alive():
+            self._rebalance_thread.join()
+        self.transport.close()
+
+    # -- groups -------------------------------------------------------------------------------
+    def register_producer(self, group: str, producer: Any) -> None:
+        with self._lock:
+            if group in self.producers:
+                raise MQClientError(f"the producer group {group!r} has been created before in "
+                                    f"client {self.client_id}, specify another name")
+            self.producers[group] = producer
+        self.send_heartbeat_to_all_brokers()
+
+    def register_consumer(self, group: str, consumer: Any) -> None:
+        with self._lock:
+            if group in self.consumers:
+                raise MQClientError(f"the consumer group {group!r} has been created before in "
+                                    f"client {self.client_id}, specify another name")
+            self.consumers[group] = consumer
+
+    def unregister_producer(self, group: str) -> None:
+        with self._lock:
+            self.producers.pop(group, None)
+        self._unregister(group, None)
+
+    def unregister_consumer(self, group: str) -> None:
+        with self._lock:
+            self.consumers.pop(group, None)
+        self._unregister(None, group)
+
+    def _unregister(self, producer_group: str | None, consumer_group: str | None) -> None:
+        for name in self.transport.broker_names():
+            try:
+                self.transport.unregister_client(name, self.client_id, producer_group,
+                                                 consumer_group)
+            except TransportError as e:
+                log.warning("unregister %s from %s failed: %s", self.client_id, name, e)
+
+    # -- heartbeat ----------------------------------------------------------------------------
+    def heartbeat_data(self) -> HeartbeatData:
+        with self._lock:
+            producers = [g for g in self.producers]
+            consumers = [c.consumer_data() for c in self.consumers.values()]
+        return HeartbeatData(self.client_id, producers, consumers)
+
+    def send_heartbeat_to_all_brokers(self) -> None:
+        data = self.heartbeat_data()
+        if not data.producer_groups and not data.consumers:
+            return
+        for name in self.transport.broker_names():
+            try:
+                self.transport.heartbeat(name, data, self)
+            except TransportError as e:
+                log.warning("heartbeat to %s failed: %s", name, e)
+
+    # -- routes -------------------------------------------------------------------------------
+    def topic_route(self, topic: str) -> TopicRouteData | None:
+        try:
+            return self.transport.get_topic_route(topic)
+        except TransportError as e:
+            log.warning("route of %s: %s", topic, e)
+            return None
+
+    # -- offsets and rebalance ----------------------------------------------------------------
+    def _each_consumer(self, what: str, fn: Callable[[Any], None]) -> None:
+        with self._lock:
+            consumers = list(self.consumers.values())
+        for c in consumers:
+            try:
+                fn(c)
+            except Exception:          # one consumer's failure must not stop the others
+                log.exception("%s of %s failed", what, c.group)
+
+    def persist_all_consumer_offset(self) -> None:
+        self._each_consumer("persist offsets", lambda c: c.persist_consumer_offset())
+
+    def rebalance_immediately(self) -> None:
+        self._rebalance_wakeup.set()
+
+    def do_rebalance(self) -> None:
+        self._each_consumer("rebalance", lambda c: c.do_rebalance())
+
+    def _rebalance_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._rebalance_wakeup.wait(REBALANCE_WAIT_INTERVAL_S)
+            self._rebalance_wakeup.clear()
+            if self._stopping.is_set():
+                return
+            self.do_rebalance()
+
+    # -- ClientChannel (what the broker calls back) -------------------------------------------
+    def check_transaction_state(self, broker_name: str, request: CheckTransactionStateRequest,
+                                msg: MessageExt) -> None:
+        group = msg.properties.get("PGROUP")
+        with self._lock:
+            producer = self.producers.get(group) if group else None
+        if producer is None:
+            log.warning("transaction check for group %s: no producer of it in %s", group,
+                        self.client_id)
+            return
+        producer._check_transaction_state(broker_name, request, msg)
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        self.rebalance_immediately()
+
+
+def completed(value: Any) -> Future:
+    f: Future = Future()
+    f.set_result(value)
+    return f

@@ -1,0 +1,500 @@
+"""``Producer`` and ``TransactionProducer``: RocketMQ's ``DefaultMQProducer`` and
+``TransactionMQProducer`` (MESSAGING.md §1, §10).
+
+A send validates the message (§1.6), stamps its UNIQ_KEY (§1.8), compresses a large body
+(§1.7), picks a queue (§1.3, §1.5) and asks the broker through the transport; sync sends retry
+within ``send_msg_timeout`` on another queue (§1.4), sends to an explicit queue or through a
+selector never do.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterable, Protocol
+
+from rocketstore.client import validators
+from rocketstore.client.compression import compressor
+from rocketstore.client.instance import ClientInstance, build_client_id, local_address, \
+    transport_for
+from rocketstore.client.selector import MessageQueueSelector, TopicPublishInfo
+from rocketstore.common import (LocalTransactionState, Message, MessageExt, MessageQueue,
+                                ResponseCode, SendStatus, UniqIdGenerator, stamp_for_send)
+from rocketstore.common import constants as C
+from rocketstore.common.protocol import (CheckTransactionStateRequest, EndTransactionRequest,
+                                         SendMessageRequest, SendMessageResponse,
+                                         TransactionCommitType)
+from rocketstore.errors import MQBrokerError, MQClientError, TransportError
+
+log = logging.getLogger("rocketstore.client")
+
+# broker answers a sync send retries on another queue (DefaultMQProducer's retryResponseCodes)
+RETRY_RESPONSE_CODES = frozenset({ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE,
+                                  ResponseCode.SYSTEM_ERROR, ResponseCode.NO_PERMISSION})
+_STATUS_BY_CODE = {ResponseCode.SUCCESS: SendStatus.SEND_OK,
+                   ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+                   ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+                   ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+ROUTE_REFRESH_S = 30.0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_TYPE_MASK = 0xC
+
+
+@dataclass(slots=True)
+class SendResult:
+    """What a send reports: ``msg_id`` is the UNIQ_KEY (comma list for a batch),
+    ``offset_msg_id`` the broker's offset id(s), ``queue_offset`` the (first) logical offset."""
+
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str | None
+    message_queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
+
+
+@dataclass(slots=True)
+class TransactionSendResult(SendResult):
+    local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOW
+
+
+_uniq_lock = threading.Lock()
+_uniq_gen: UniqIdGenerator | None = None
+
+
+def stamp(msgs: list[Message]) -> tuple[list[Message], list[str]]:
+    """The messages with UNIQ_KEY (MessageClientIDSetter, one generator per process as in Java)
+    and WAIT=true added where absent, and their keys."""
+    global _uniq_gen
+    with _uniq_lock:
+        if _uniq_gen is None:
+            _uniq_gen = UniqIdGenerator(local_address())
+        return stamp_for_send(msgs, _uniq_gen)
+
+
+def commit_log_offset_of(offset_msg_id: str) -> int:
+    """The commit-log offset inside an offset message id (its last 8 bytes, FORMAT §7)."""
+    return int(offset_msg_id[-16:], 16)
+
+
+def _rebuilt(msg: Message, props: dict[str, str], body: Any = None, sys_flag: int | None = None
+             ) -> Message:
+    return Message(msg.topic, msg.body if body is None else body, properties=props,
+                   flag=msg.flag, sys_flag=msg.sys_flag if sys_flag is None else sys_flag,
+                   reconsume_times=msg.reconsume_times, born_timestamp=msg.born_timestamp,
+                   born_host=msg.born_host)
+
+
+class Producer:
+    """Sends messages to a broker (RocketMQ's ``DefaultMQProducer``).
+
+    >>> with Producer("pg", broker=broker) as p:          # doctest: +SKIP
+    ...     r = p.send(Message("TopicA", b"hello", tags="TagA"))
+    ...     r.status, r.message_queue.queue_id, r.queue_offset
+    """
+
+    def __init__(self, group: str, *, broker: Any = None, namesrv_addr: str | None = None,
+                 instance_name: str | None = None, send_msg_timeout: int = 3000,
+                 retry_times_when_send_failed: int = 2,
+                 retry_times_when_send_async_failed: int = 2,
+                 retry_another_broker_when_not_store_ok: bool = False,
+                 compress_msg_body_over_howmuch: int = 4096, compress_type: str = "ZLIB",
+                 compress_level: int = 5,
+                 max_message_size: int = validators.DEFAULT_MAX_MESSAGE_SIZE,
+                 create_topic_key: str = C.AUTO_CREATE_TOPIC_KEY_TOPIC,
+                 default_topic_queue_nums: int = 4) -> None:
+        self.group = group
+        self._transport_key, self._transport_factory = transport_for(broker, namesrv_addr)
+        self.instance_name = instance_name
+        self.send_msg_timeout = send_msg_timeout
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
+        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
+        self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
+        self._compress_bits, self._compress = compressor(compress_type, compress_level)
+        self.max_message_size = max_message_size
+        self.create_topic_key = create_topic_key
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self._instance: ClientInstance | None = None
+        self._publish: dict[str, tuple[float, TopicPublishInfo]] = {}
+        self._inner = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> Producer:
+        """Join the client instance of this process and register the group with the broker."""
+        if self._instance is not None:
+            raise MQClientError(f"producer {self.group!r} is already started")
+        validators.check_group(self.group)
+        if self.group == C.DEFAULT_PRODUCER_GROUP:
+            raise MQClientError("producer group DEFAULT_PRODUCER is reserved: name your group")
+        client_id = build_client_id(self.instance_name, change_default=True)
+        inst = ClientInstance.acquire(client_id, self._transport_key, self._transport_factory)
+        try:
+            inst.register_producer(self.group, self)
+        except BaseException:
+            inst.release()
+            raise
+        self._instance = inst
+        return self
+
+    def shutdown(self) -> None:
+        """Leave the group (the broker stops asking this client for transaction checks)."""
+        inst, self._instance = self._instance, None
+        if inst is None:
+            return
+        if not self._inner:
+            inst.unregister_producer(self.group)
+        inst.release()
+
+    def __enter__(self) -> Producer:
+        return self.start() if self._instance is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    @classmethod
+    def _inner_for(cls, instance: ClientInstance) -> Producer:
+        """The instance's ``CLIENT_INNER_PRODUCER`` (consumer send-back fallback): shares the
+        instance's transport without registering a group."""
+        p = cls.__new__(cls)
+        cls.__init__(p, C.CLIENT_INNER_PRODUCER_GROUP, broker=instance.transport)
+        p._instance = instance
+        p._inner = True
+        return p
+
+    @property
+    def transport(self):  # noqa: ANN201
+        if self._instance is None:
+            raise MQClientError(f"producer {self.group!r} is not started: call start() first")
+        return self._instance.transport
+
+    # -- routes -------------------------------------------------------------------------------
+    def publish_info(self, topic: str, refresh: bool = False) -> TopicPublishInfo:
+        """The topic's publish list; unknown topics use ``create_topic_key``'s route with
+        ``min(default_topic_queue_nums, its queues)`` (the broker creates the topic)."""
+        now = time.monotonic()
+        hit = self._publish.get(topic)
+        if hit is not None and not refresh and now - hit[0] < ROUTE_REFRESH_S:
+            return hit[1]
+        inst = self._instance
+        if inst is None:
+            raise MQClientError(f"producer {self.group!r} is not started: call start() first")
+        route = inst.topic_route(topic)
+        if route is None or not route.queue_datas:
+            default = inst.topic_route(self.create_topic_key)
+            if default is None or not default.queue_datas:
+                raise MQClientError(f"no route info of topic {topic!r} (and no "
+                                    f"{self.create_topic_key} to create it)")
+            qds = tuple(type(q)(q.broker_name, min(self.default_topic_queue_nums,
+                                                   q.read_queue_nums),
+                                min(self.default_topic_queue_nums, q.read_queue_nums), q.perm,
+                                q.topic_sys_flag) for q in default.queue_datas)
+            route = type(default)(qds, default.broker_addrs, None)
+        info = TopicPublishInfo.from_route(topic, route)
+        if not info.ok():
+            raise MQClientError(f"no writable queue of topic {topic!r}")
+        self._publish[topic] = (now, info)
+        return info
+
+    # -- message preparation ------------------------------------------------------------------
+    def _prepare(self, msg: Message, compress: bool = True) -> tuple[Message, str]:
+        """Validate; the message as sent (UNIQ_KEY and WAIT=true added when absent, as Java's
+        ``Message`` constructors and ``MessageClientIDSetter`` do; body compressed when
+        eligible) and its UNIQ_KEY."""
+        validators.check_message(msg, self.max_message_size)
+        (msg,), (uniq,) = stamp([msg])
+        if (compress and len(msg.body) >= self.compress_msg_body_over_howmuch
+                and not msg.sys_flag & 0x1):
+            msg = _rebuilt(msg, msg.properties, self._compress(bytes(msg.body)),
+                           msg.sys_flag | self._compress_bits)
+        return msg, uniq
+
+    def _request(self, msg: Message, mq: MessageQueue, batch: list[Message] | None = None
+                 ) -> SendMessageRequest:
+        req = SendMessageRequest(self.group, mq.topic, mq.queue_id,
+                                 batch if batch is not None else [msg], batch=batch is not None,
+                                 default_topic=self.create_topic_key,
+                                 default_topic_queue_nums=self.default_topic_queue_nums)
+        if mq.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
+            props = msg.properties          # §1.4: moved from the properties into the header
+            rt = props.get(C.PROPERTY_RECONSUME_TIME)
+            mx = props.get(C.PROPERTY_MAX_RECONSUME_TIMES)
+            if rt is not None or mx is not None:
+                props.pop(C.PROPERTY_RECONSUME_TIME, None)
+                props.pop(C.PROPERTY_MAX_RECONSUME_TIMES, None)
+                req.messages = [_rebuilt(msg, props)]
+                req.reconsume_times = int(rt or 0)
+                req.max_reconsume_times = int(mx) if mx is not None else None
+        return req
+
+    def _result(self, resp: SendMessageResponse, mq: MessageQueue, uniq: str) -> SendResult:
+        status = _STATUS_BY_CODE.get(resp.code)
+        if status is None:
+            raise MQBrokerError(resp.code, resp.remark, mq.broker_name)
+        return SendResult(status, uniq, resp.msg_id,
+                          MessageQueue(mq.topic, mq.broker_name, resp.queue_id),
+                          resp.queue_offset, resp.transaction_id)
+
+    # -- sync ---------------------------------------------------------------------------------
+    def send(self, msg: Message, message_queue: MessageQueue | None = None,
+             selector: MessageQueueSelector | None = None, arg: Any = None,
+             timeout: int | None = None) -> SendResult:
+        """Send and wait for the broker's answer.
+
+        Without a queue or selector the producer round-robins over the topic's queues and
+        retries (``retry_times_when_send_failed``) on another broker's queue within
+        ``send_msg_timeout`` ms in all; with ``message_queue`` or ``selector`` (+ ``arg``) it
+        sends once. Raises ``MQClientError`` (bad message, no route), ``MQBrokerError`` (the
+        broker refused) or ``TransportError``.
+        """
+        prepared, uniq = self._prepare(msg)
+        timeout = self.send_msg_timeout if timeout is None else timeout
+        if message_queue is not None or selector is not None:
+            mq = self._explicit_queue(msg, message_queue, selector, arg)
+            return self._result(self.transport.send_message(
+                mq.broker_name, self._request(prepared, mq), timeout), mq, uniq)
+        return self._send_with_retries(prepared, uniq, None, timeout)
+
+    def _explicit_queue(self, msg: Message, mq: MessageQueue | None,
+                        selector: MessageQueueSelector | None, arg: Any) -> MessageQueue:
+        if mq is not None:
+            if mq.topic != msg.topic:
+                raise MQClientError(f"message's topic {msg.topic!r} is not the queue's "
+                                    f"topic {mq.topic!r}")
+            return mq
+        info = self.publish_info(msg.topic)
+        chosen = selector.select(list(info.message_queues), msg, arg)  # type: ignore[union-attr]
+        if chosen is None:
+            raise MQClientError("select message queue return null")
+        return chosen
+
+    def _send_with_retries(self, prepared: Message, uniq: str, batch: list[Message] | None,
+                           timeout: int) -> SendResult:
+        begin = time.monotonic()
+        info = self.publish_info(prepared.topic)
+        last_broker: str | None = None
+        error: Exception | None = None
+        not_stored: SendResult | None = None
+        for _attempt in range(1 + self.retry_times_when_send_failed):
+            mq = info.select_one_message_queue(last_broker)
+            elapsed = (time.monotonic() - begin) * 1000
+            if elapsed > timeout:
+                break
+            try:
+                res = self._result(self.transport.send_message(
+                    mq.broker_name, self._request(prepared, mq, batch),
+                    int(timeout - elapsed)), mq, uniq)
+            except TransportError as e:
+                error = e
+            except MQBrokerError as e:
+                if e.code not in RETRY_RESPONSE_CODES:
+                    raise
+                error = e
+            else:
+                if res.status is SendStatus.SEND_OK or \
+                        not self.retry_another_broker_when_not_store_ok:
+                    return res
+                error = None
+                not_stored = res        # retried on another broker; returned if all fail so
+            last_broker = mq.broker_name
+            info = self.publish_info(prepared.topic, refresh=True)
+        if error is None and not_stored is not None:
+            return not_stored
+        if error is None:
+            raise MQClientError(f"sendDefaultImpl call timeout: {timeout} ms spent "
+                                f"(topic {prepared.topic!r})")
+        raise error
+
+    # -- async and oneway ---------------------------------------------------------------------
+    def send_async(self, msg: Message, message_queue: MessageQueue | None = None,
+                   selector: MessageQueueSelector | None = None, arg: Any = None
+                   ) -> Future[SendResult]:
+        """Send without waiting: the future completes with the ``SendResult`` when the broker
+        answers (under SYNC_FLUSH: once the message is on disk). A transport failure is
+        retried ``retry_times_when_send_async_failed`` times on another queue (default queue
+        selection only); a broker refusal is the future's exception. No thread waits per send.
+        """
+        out: Future[SendResult] = Future()
+        try:
+            prepared, uniq = self._prepare(msg)
+            if message_queue is not None or selector is not None:
+                mq = self._explicit_queue(msg, message_queue, selector, arg)
+                retries = 0
+                info = None
+            else:
+                info = self.publish_info(prepared.topic)
+                mq = info.select_one_message_queue()
+                retries = self.retry_times_when_send_async_failed
+        except Exception as e:
+            out.set_exception(e)
+            return out
+        self._send_async_attempt(out, prepared, uniq, mq, info, retries)
+        return out
+
+    def _send_async_attempt(self, out: Future, prepared: Message, uniq: str, mq: MessageQueue,
+                            info: TopicPublishInfo | None, retries: int) -> None:
+        def done(f: Future) -> None:
+            exc = f.exception()
+            if exc is None:
+                try:
+                    out.set_result(self._result(f.result(), mq, uniq))
+                except Exception as e:
+                    out.set_exception(e)
+                return
+            if isinstance(exc, TransportError) and retries > 0 and info is not None:
+                nxt = info.select_one_message_queue(mq.broker_name)
+                self._send_async_attempt(out, prepared, uniq, nxt, info, retries - 1)
+                return
+            out.set_exception(exc)
+        try:
+            fut = self.transport.send_message_async(mq.broker_name, self._request(prepared, mq))
+        except Exception as e:
+            out.set_exception(e)
+            return
+        fut.add_done_callback(done)
+
+    def send_oneway(self, msg: Message, message_queue: MessageQueue | None = None,
+                    selector: MessageQueueSelector | None = None, arg: Any = None) -> None:
+        """Send once, no answer, no retry."""
+        prepared, _ = self._prepare(msg)
+        if message_queue is not None or selector is not None:
+            mq = self._explicit_queue(msg, message_queue, selector, arg)
+        else:
+            mq = self.publish_info(prepared.topic).select_one_message_queue()
+        self.transport.send_message_oneway(mq.broker_name, self._request(prepared, mq))
+
+    # -- batch --------------------------------------------------------------------------------
+    def send_batch(self, msgs: Iterable[Message], message_queue: MessageQueue | None = None,
+                   timeout: int | None = None) -> SendResult:
+        """Send messages of one topic as one batch to one queue (§1.9): same topic and WAIT,
+        no delay level, no retry topic, not compressed; consecutive offsets."""
+        msgs = list(msgs)
+        if not msgs:
+            raise MQClientError("send_batch: the batch is empty")
+        topic = msgs[0].topic
+        wait = None
+        check = validators.check_message
+        max_size = self.max_message_size
+        for m in msgs:
+            check(m, max_size)
+            if m.topic != topic:
+                raise MQClientError(f"send_batch: the topic of the messages in one batch should "
+                                    f"be the same ({topic!r} and {m.topic!r})")
+            if m.delayed and \
+                    int(m.properties.get(C.PROPERTY_DELAY_TIME_LEVEL) or 0) > 0:
+                raise MQClientError("send_batch: TimeDelayLevel is not supported for batching")
+            w = m.wait_store_msg_ok
+            if wait is not None and w != wait:
+                raise MQClientError("send_batch: the waitStoreMsgOK of the messages in one batch "
+                                    "should be the same")
+            wait = w
+        if topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
+            raise MQClientError("send_batch: retry group topic is not supported for batching")
+        out, keys = stamp(msgs)
+        joined = ",".join(keys)
+        timeout = self.send_msg_timeout if timeout is None else timeout
+        if message_queue is not None:
+            mq = self._explicit_queue(msgs[0], message_queue, None, None)
+            return self._result(self.transport.send_message(
+                mq.broker_name, self._request(out[0], mq, out), timeout), mq, joined)
+        return self._send_with_retries(out[0], joined, out, timeout)
+
+
+class TransactionListener(Protocol):
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState: ...
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState: ...
+
+
+_COMMIT_TYPE = {LocalTransactionState.COMMIT_MESSAGE: TransactionCommitType.COMMIT_TYPE,
+                LocalTransactionState.ROLLBACK_MESSAGE: TransactionCommitType.ROLLBACK_TYPE,
+                LocalTransactionState.UNKNOW: TransactionCommitType.NOT_TYPE}
+
+
+def _state(value: Any) -> LocalTransactionState:
+    return value if isinstance(value, LocalTransactionState) else LocalTransactionState.UNKNOW
+
+
+class TransactionProducer(Producer):
+    """Half message, local transaction, commit or rollback (RocketMQ's
+    ``TransactionMQProducer``, §10.1); answers the broker's check-backs for its group with
+    ``listener.check_local_transaction`` on one check thread (§10.6)."""
+
+    def __init__(self, group: str, listener: TransactionListener, **kw: Any) -> None:
+        if listener is None or not callable(getattr(listener, "execute_local_transaction", None)):
+            raise MQClientError("TransactionProducer needs a listener with "
+                                "execute_local_transaction and check_local_transaction")
+        super().__init__(group, **kw)
+        self.listener = listener
+        self._check_executor: ThreadPoolExecutor | None = None
+
+    def start(self) -> TransactionProducer:
+        self._check_executor = ThreadPoolExecutor(1, thread_name_prefix=f"tx-check-{self.group}")
+        try:
+            super().start()
+        except BaseException:
+            self._check_executor.shutdown()
+            raise
+        return self
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        ex, self._check_executor = self._check_executor, None
+        if ex is not None:
+            ex.shutdown(wait=True)
+
+    def send_message_in_transaction(self, msg: Message, arg: Any = None
+                                    ) -> TransactionSendResult:
+        """Send ``msg`` as a half message, run ``execute_local_transaction(msg, arg)``, then
+        commit or roll back (UNKNOW leaves it to the broker's check-back)."""
+        validators.check_message(msg, self.max_message_size)
+        props = msg.properties
+        props.pop(C.PROPERTY_DELAY_TIME_LEVEL, None)
+        props[C.PROPERTY_TRANSACTION_PREPARED] = "true"
+        props[C.PROPERTY_PRODUCER_GROUP] = self.group
+        half = _rebuilt(msg, props, sys_flag=(msg.sys_flag & ~TRANSACTION_TYPE_MASK)
+                        | TRANSACTION_PREPARED_TYPE)
+        res = self.send(half)
+        state = LocalTransactionState.UNKNOW
+        error: BaseException | None = None
+        if res.status is SendStatus.SEND_OK:
+            try:
+                state = _state(self.listener.execute_local_transaction(msg, arg))
+            except Exception as e:       # counts as UNKNOW: the check-back decides
+                log.warning("execute_local_transaction failed: %s", e)
+                error = e
+        else:
+            state = LocalTransactionState.ROLLBACK_MESSAGE
+        if res.offset_msg_id:
+            self.transport.end_transaction(res.message_queue.broker_name, EndTransactionRequest(
+                self.group, res.queue_offset, commit_log_offset_of(res.offset_msg_id),
+                _COMMIT_TYPE[state], False, res.msg_id, res.msg_id))
+        if error is not None:
+            log.debug("local transaction error kept as UNKNOW: %r", error)
+        return TransactionSendResult(res.status, res.msg_id, res.offset_msg_id,
+                                     res.message_queue, res.queue_offset, res.msg_id, state)
+
+    def _check_transaction_state(self, broker_name: str, request: CheckTransactionStateRequest,
+                                 msg: MessageExt) -> None:
+        ex = self._check_executor
+        if ex is None:
+            return
+
+        def check() -> None:
+            try:
+                state = _state(self.listener.check_local_transaction(msg))
+            except Exception as e:
+                log.warning("check_local_transaction failed: %s", e)
+                state = LocalTransactionState.UNKNOW
+            try:
+                self.transport.end_transaction(broker_name, EndTransactionRequest(
+                    self.group, request.tran_state_table_offset, request.commit_log_offset,
+                    _COMMIT_TYPE[state], True, request.msg_id, request.transaction_id))
+            except (TransportError, MQClientError) as e:
+                log.warning("end transaction after check failed: %s", e)
+        try:
+            ex.submit(check)
+        except RuntimeError:
+            pass        # shut down meanwhile: the broker asks again later

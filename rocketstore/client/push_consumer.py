@@ -1,0 +1,326 @@
+"""``PushConsumer``: RocketMQ's ``DefaultMQPushConsumer`` (MESSAGING.md §3 - §7).
+
+Each owned queue has a ``ProcessQueue`` and one pull request in circulation: the instance's
+pull service sends it (long polling: the broker holds it up to 15 s), the response lands back
+on the pull service, messages go into the ProcessQueue and to the consume service, and the
+request is sent again. Flow control delays the next pull instead of blocking a thread.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from rocketstore.client.consume_service import (ConsumeMessageConcurrentlyService,
+                                                ConsumeMessageOrderlyService, JAVA_INT_MAX)
+from rocketstore.client.consumer import ConsumerBase
+from rocketstore.client.offset_store import ReadOffsetType
+from rocketstore.client.process_queue import ProcessQueue, now_ms
+from rocketstore.client.producer import Producer
+from rocketstore.client.subscription import filter_by_tags
+from rocketstore.common import MessageModel, MessageQueue, ResponseCode
+from rocketstore.common.protocol import PullMessageRequest, PullMessageResponse
+from rocketstore.errors import MQClientError
+
+log = logging.getLogger("rocketstore.client")
+
+BROKER_SUSPEND_MAX_TIME_MILLIS = 15000
+PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL = 50
+PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION = 1000
+PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL = 20
+PULL_TIME_DELAY_MILLS_WHEN_SUSPEND = 1000
+LOCK_INTERVAL_MS = 20000
+UNLOCK_DELAY_TIME_MILLS = 20000
+OFFSET_MOVED_DELAY_MS = 10000
+FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
+
+
+class PullRequest:
+    __slots__ = ("message_queue", "process_queue", "next_offset", "previously_locked")
+
+    def __init__(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
+        self.message_queue = mq
+        self.process_queue = pq
+        self.next_offset = next_offset
+        self.previously_locked = False
+
+
+def _check_range(name: str, value: int, lo: int, hi: int) -> int:
+    if not isinstance(value, int) or not lo <= value <= hi:
+        raise MQClientError(f"{name} {value!r} is out of range [{lo}, {hi}]")
+    return value
+
+
+class PushConsumer(ConsumerBase):
+    """Consumes subscribed topics with a listener, RocketMQ's push model.
+
+    ``fn(msgs, context)`` returns ``ConsumeConcurrentlyStatus`` (or, registered with
+    ``orderly=True``, ``ConsumeOrderlyStatus``); an exception counts as RECONSUME_LATER /
+    SUSPEND_CURRENT_QUEUE_A_MOMENT. ``max_reconsume_times`` -1 is RocketMQ's default: 16
+    retries for concurrent listeners, unlimited local retries for orderly ones.
+    """
+
+    def __init__(self, group: str, *, broker: Any = None, namesrv_addr: str | None = None,
+                 message_model: str | MessageModel = "CLUSTERING",
+                 consume_from_where: str = "CONSUME_FROM_LAST_OFFSET",
+                 consume_timestamp_ms: int | None = None,
+                 max_reconsume_times: int = -1, consume_thread_nums: int = 20,
+                 consume_message_batch_max_size: int = 1, pull_batch_size: int = 32,
+                 pull_interval: int = 0, pull_threshold_for_queue: int = 1000,
+                 pull_threshold_size_for_queue: int = 100,
+                 consume_concurrently_max_span: int = 2000,
+                 suspend_current_queue_time_millis: int = 1000,
+                 allocate_strategy: Any = "AVG", instance_name: str | None = None,
+                 offset_store_dir: Any = None, post_subscription_when_pull: bool = False
+                 ) -> None:
+        super().__init__(group, broker=broker, namesrv_addr=namesrv_addr,
+                         message_model=message_model, consume_from_where=consume_from_where,
+                         consume_timestamp_ms=consume_timestamp_ms,
+                         allocate_strategy_=allocate_strategy, instance_name=instance_name,
+                         offset_store_dir=offset_store_dir)
+        self.max_reconsume_times = max_reconsume_times
+        self.consume_thread_nums = _check_range("consume_thread_nums", consume_thread_nums, 1, 1000)
+        self.consume_message_batch_max_size = _check_range(
+            "consume_message_batch_max_size", consume_message_batch_max_size, 1, 1024)
+        self.pull_batch_size = _check_range("pull_batch_size", pull_batch_size, 1, 1024)
+        self.pull_interval = _check_range("pull_interval", pull_interval, 0, 65535)
+        self.pull_threshold_for_queue = _check_range("pull_threshold_for_queue",
+                                                     pull_threshold_for_queue, 1, 65535)
+        self.pull_threshold_size_for_queue = _check_range(
+            "pull_threshold_size_for_queue", pull_threshold_size_for_queue, 1, 1024)
+        self.consume_concurrently_max_span = _check_range(
+            "consume_concurrently_max_span", consume_concurrently_max_span, 1, 65535)
+        self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
+        self.post_subscription_when_pull = post_subscription_when_pull
+        self._listener: Callable[..., Any] | None = None
+        self._orderly = False
+        self.consume_service: Any = None
+        self._inner_producer: Producer | None = None
+        self._inner_lock = threading.Lock()
+        self._paused = False
+
+    # -- configuration ------------------------------------------------------------------------
+    def register_message_listener(self, fn: Callable[..., Any], orderly: bool = False) -> None:
+        """``fn(msgs, context)``: concurrent by default, one queue at a time with ``orderly``."""
+        if not callable(fn):
+            raise MQClientError(f"message listener {fn!r} is not callable")
+        if self._running:
+            raise MQClientError("register the message listener before start()")
+        self._listener = fn
+        self._orderly = orderly
+
+    def is_orderly(self) -> bool:
+        return self._orderly
+
+    def max_reconsume_times_concurrently(self) -> int:
+        return 16 if self.max_reconsume_times == -1 else self.max_reconsume_times
+
+    def max_reconsume_times_orderly(self) -> int:
+        return JAVA_INT_MAX if self.max_reconsume_times == -1 else self.max_reconsume_times
+
+    def inner_producer(self) -> Producer:
+        with self._inner_lock:
+            if self._inner_producer is None:
+                self._inner_producer = Producer._inner_for(self.instance)
+            return self._inner_producer
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> PushConsumer:
+        """Join the group: heartbeat, first rebalance, pulls start."""
+        if self._running:
+            raise MQClientError(f"push consumer {self.group!r} is already started")
+        if self._listener is None:
+            raise MQClientError("messageListener is null: register_message_listener() first")
+        if not self._subscriptions:
+            raise MQClientError("no subscription: subscribe() before start()")
+        self._start_base()
+        svc = ConsumeMessageOrderlyService if self._orderly else ConsumeMessageConcurrentlyService
+        self.consume_service = svc(self, self._listener)
+        self._running = True
+        if self._orderly and self.message_model is MessageModel.CLUSTERING:
+            self.instance.scheduler.schedule_at_fixed_rate(1000, LOCK_INTERVAL_MS,
+                                                           self._lock_all)
+        self.instance.send_heartbeat_to_all_brokers()
+        self.instance.rebalance_immediately()
+        return self
+
+    def _lock_all(self) -> None:
+        if self._running:
+            self.rebalance.lock_all()
+
+    def shutdown(self) -> None:
+        """Finish running listeners, commit and persist offsets, leave the group: the broker
+        notifies the other members, which take this consumer's queues at once."""
+        if not self._running:
+            return
+        self._running = False
+        self.consume_service.shutdown()
+        if self._orderly and self.message_model is MessageModel.CLUSTERING:
+            try:
+                self.persist_consumer_offset()
+            finally:
+                self.rebalance.unlock_all()
+        self._leave()
+
+    def suspend(self) -> None:
+        """Pause pulling (``suspend()``); ``resume()`` continues."""
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+        if self._running:
+            self.instance.rebalance_immediately()
+
+    # -- rebalance hooks ----------------------------------------------------------------------
+    def dispatch_pull_requests(self, pulls: list[tuple[MessageQueue, ProcessQueue, int]]) -> None:
+        for mq, pq, offset in pulls:
+            self.instance.pull_service.execute(self._pull, PullRequest(mq, pq, offset))
+
+    def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        self.offset_store.persist(mq)
+        self.offset_store.remove_offset(mq)
+        if self._orderly and self.message_model is MessageModel.CLUSTERING:
+            if not pq.consume_lock.acquire(timeout=1.0):
+                return False        # listener still running: keep it, retry next round
+            try:
+                if pq.has_temp_message():
+                    self.instance.scheduler.schedule(UNLOCK_DELAY_TIME_MILLS,
+                                                     lambda: self.rebalance.unlock(mq))
+                else:
+                    self.rebalance.unlock(mq)
+            finally:
+                pq.consume_lock.release()
+        return True
+
+    def message_queue_changed(self, topic: str, mq_all: set[MessageQueue],
+                              mq_divided: set[MessageQueue]) -> None:
+        self.instance.send_heartbeat_to_all_brokers()
+
+    # -- the pull loop (on the pull service thread) -------------------------------------------
+    def _later(self, req: PullRequest, delay_ms: float) -> None:
+        if self._running:
+            self.instance.scheduler.schedule(
+                delay_ms, lambda: self.instance.pull_service.execute(self._pull, req))
+
+    def _flow_controlled(self, pq: ProcessQueue) -> bool:
+        """§4.2 step 3: too many or too large cached messages, or (concurrent) too wide a span."""
+        return (pq.msg_count > self.pull_threshold_for_queue
+                or (pq.msg_size >> 20) > self.pull_threshold_size_for_queue
+                or (not self._orderly and pq.max_span() > self.consume_concurrently_max_span))
+
+    def resume_parked_pull(self, pq: ProcessQueue) -> None:
+        """Send the queue's flow-controlled pull if there is room now (consume service)."""
+        if pq.parked_pull is None or self._flow_controlled(pq):
+            return
+        req = pq.take_parked_pull()
+        if req is not None:
+            self.instance.pull_service.execute(self._pull, req)
+
+    def _pull(self, req: PullRequest) -> None:
+        pq = req.process_queue
+        if pq.dropped or not self._running:
+            return
+        pq.last_pull_timestamp = now_ms()
+        if self._paused:
+            self._later(req, PULL_TIME_DELAY_MILLS_WHEN_SUSPEND)
+            return
+        if self._flow_controlled(pq):
+            # RocketMQ re-tries after 50 ms; here the request waits on the ProcessQueue and the
+            # consume service sends it as soon as consumption makes room (the timer stays as
+            # a backstop), so a fast consumer never idles behind a fixed delay
+            pq.park_pull(req)
+            if not self._flow_controlled(pq):
+                self.resume_parked_pull(pq)
+            else:
+                self.instance.scheduler.schedule(PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL * 20,
+                                                  lambda: self.resume_parked_pull(pq))
+            return
+        if self._orderly and self.message_model is MessageModel.CLUSTERING:
+            if not pq.locked:
+                self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+                return
+            if not req.previously_locked:
+                offset = self.rebalance.compute_pull_from_where(req.message_queue)
+                if offset < 0:
+                    self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+                    return
+                req.next_offset = offset
+                req.previously_locked = True
+        mq = req.message_queue
+        sub = self.subscriptions_for_rebalance().get(mq.topic)
+        if sub is None:
+            self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+            return
+        sys_flag = FLAG_SUSPEND
+        commit = 0
+        if self.message_model is MessageModel.CLUSTERING:
+            commit = self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY)
+            if commit > 0:
+                sys_flag |= FLAG_COMMIT_OFFSET
+            else:
+                commit = 0
+        if self.post_subscription_when_pull:
+            sys_flag |= FLAG_SUBSCRIPTION
+        request = PullMessageRequest(self.group, mq.topic, mq.queue_id, req.next_offset,
+                                     self.pull_batch_size, sys_flag, commit,
+                                     BROKER_SUSPEND_MAX_TIME_MILLIS,
+                                     sub.sub_string if sys_flag & FLAG_SUBSCRIPTION else None,
+                                     sub.sub_version)
+        try:
+            fut = self.transport.pull_message(mq.broker_name, request)
+        except Exception as e:
+            log.warning("pull %s: %s", mq, e)
+            self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+            return
+        execute = self.instance.pull_service.execute
+        on_response = self._on_response
+        fut.add_done_callback(lambda f: execute(on_response, req, f))
+
+    def _on_response(self, req: PullRequest, fut: Future[PullMessageResponse]) -> None:
+        pq = req.process_queue
+        if pq.dropped or not self._running:
+            return
+        try:
+            resp = fut.result()
+        except Exception as e:
+            log.warning("pull %s failed: %s", req.message_queue, e)
+            self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+            return
+        code = resp.code
+        mq = req.message_queue
+        if code == ResponseCode.SUCCESS:
+            req.next_offset = resp.next_begin_offset
+            sub = self.subscriptions_for_rebalance().get(mq.topic)
+            msgs = resp.messages if sub is None else filter_by_tags(resp.messages, sub)
+            if msgs:
+                dispatch = pq.put_message(msgs)
+                self.consume_service.submit(msgs, pq, mq, dispatch)
+            elif pq.msg_count == 0:
+                self.offset_store.update_offset(mq, req.next_offset, True)
+            if self.pull_interval > 0 and msgs:
+                self._later(req, self.pull_interval)
+            else:
+                self._pull(req)
+        elif code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+            req.next_offset = resp.next_begin_offset
+            if pq.msg_count == 0:      # correctTagsOffset
+                self.offset_store.update_offset(mq, req.next_offset, True)
+            self._pull(req)
+        elif code == ResponseCode.PULL_OFFSET_MOVED:
+            log.warning("pull %s: offset %d illegal, moving to %d", mq, req.next_offset,
+                        resp.next_begin_offset)
+            req.next_offset = resp.next_begin_offset
+            pq.dropped = True
+
+            def correct() -> None:
+                self.offset_store.update_offset(mq, req.next_offset, False)
+                self.offset_store.persist(mq)
+                self.rebalance.process_queue_table.pop(mq, None)
+                self.instance.rebalance_immediately()
+            self.instance.scheduler.schedule(OFFSET_MOVED_DELAY_MS, correct)
+        elif code == ResponseCode.FLOW_CONTROL:
+            self._later(req, PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL)
+        else:
+            log.warning("pull %s: %s %s", mq, code, resp.remark)
+            self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)

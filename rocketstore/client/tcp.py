@@ -1,0 +1,375 @@
+"""The TCP transport: the client's requests as RocketMQ remoting commands.
+
+``TcpTransport(namesrv_addr)`` finds brokers through the NameServer(s) (``GET_ROUTEINFO_BY_TOPIC``),
+keeps the broker-name -> address table of the routes it has seen, and sends every ``Transport``
+call to the named broker's master. It speaks to ``rocketstore broker`` and to Apache RocketMQ
+brokers alike. Requests a broker pushes on a connection (CHECK_TRANSACTION_STATE,
+NOTIFY_CONSUMER_IDS_CHANGED) go to the ``ClientChannel`` of the last heartbeat, on a worker
+thread (a transaction check runs user code).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from rocketstore.common import Message, MessageExt
+from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
+                                         EndTransactionRequest, HeartbeatData, MessageQueue,
+                                         PullMessageRequest, PullMessageResponse, QueueData,
+                                         RemotingResult, ResponseCode, SendMessageRequest,
+                                         SendMessageResponse, TopicRouteData)
+from rocketstore.client.transport import ClientChannel, Transport
+from rocketstore.errors import RemotingProtocolError, TransportError
+from rocketstore.remoting import fastjson, headers
+from rocketstore.remoting.client import RemotingClient
+from rocketstore.remoting.codes import LanguageCode, RequestCode
+from rocketstore.remoting.command import RemotingCommand
+from rocketstore.store._codec import decode as decode_record
+from rocketstore.store._codec import encode_properties
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+API_TIMEOUT_S = 3.0          # mqClientApiTimeout
+PULL_EXTRA_S = 15.0          # a suspended pull: the broker's hold plus this (Java: 30 s in all)
+SEND_BACK_TIMEOUT_S = 5.0
+CLUSTER_INFO_TTL_S = 30.0    # how often broker_names() re-reads the NameServer's broker list
+
+
+def _chain(fut: concurrent.futures.Future[T], fn: Callable[[T], U]) -> concurrent.futures.Future[U]:
+    out: concurrent.futures.Future[U] = concurrent.futures.Future()
+
+    def done(f: concurrent.futures.Future[T]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            out.set_exception(exc)
+            return
+        try:
+            out.set_result(fn(f.result()))
+        except BaseException as e:      # a bad answer fails the future, not the loop
+            out.set_exception(e)
+    fut.add_done_callback(done)
+    return out
+
+
+def decode_records(body: bytes | memoryview) -> list[MessageExt]:
+    """A pull body: stored records back to back -> messages (body CRC checked)."""
+    out: list[MessageExt] = []
+    buf = bytes(body)
+    pos, n = 0, len(buf)
+    while pos < n:
+        try:
+            m = decode_record(buf, pos, check_crc=True)
+        except ValueError as e:
+            raise RemotingProtocolError(f"pull body: {e}") from None
+        if m is None:
+            break
+        out.append(m)
+        pos += m.store_size
+    return out
+
+
+def properties_string(msg: Message) -> str:
+    return encode_properties(msg.properties).decode("utf-8")
+
+
+class _PushProcessor:
+    """Requests a broker sends to this client."""
+
+    def __init__(self, transport: "TcpTransport") -> None:
+        self.transport = transport
+        self.pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="client-callback")
+
+    def process(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        ch = self.transport.channel
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            if ch is not None:
+                self.pool.submit(ch.notify_consumer_ids_changed, cmd.field("consumerGroup") or "")
+            return None
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            if ch is not None:
+                req = CheckTransactionStateRequest(
+                    commit_log_offset=cmd.int_field("commitLogOffset"),
+                    tran_state_table_offset=cmd.int_field("tranStateTableOffset"),
+                    offset_msg_id=cmd.field("offsetMsgId") or "", msg_id=cmd.field("msgId"),
+                    transaction_id=cmd.field("transactionId"))
+                msgs = decode_records(cmd.body)
+                if msgs:
+                    broker = self.transport.broker_of_addr(conn.peer) or ""
+                    self.pool.submit(ch.check_transaction_state, broker, req, msgs[0])
+            return None
+        return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                            f" request type {cmd.code} not supported")
+
+    def connection_closed(self, conn: Any) -> None:
+        pass
+
+
+class TcpTransport(Transport):
+    """Brokers reached through NameServer routes (``"host:port;host:port"``)."""
+
+    def __init__(self, namesrv_addr: str) -> None:
+        addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
+        if not addrs:
+            raise TransportError(namesrv_addr, "no NameServer address")
+        self.namesrv_addrs = addrs
+        self._ns_index = random.randrange(len(addrs))
+        self._push = _PushProcessor(self)
+        self.client = RemotingClient(self._push)
+        self.channel: ClientChannel | None = None
+        self._lock = threading.Lock()
+        self._brokers: dict[str, dict[int, str]] = {}
+        self._learned_at = float("-inf")
+
+    # -- addresses ----------------------------------------------------------------------------
+    def _namesrv(self) -> str:
+        return self.namesrv_addrs[self._ns_index % len(self.namesrv_addrs)]
+
+    def _addr(self, broker_name: str) -> str:
+        with self._lock:
+            addrs = self._brokers.get(broker_name)
+        if not addrs:
+            # a broker no route named yet: the NameServer's cluster info lists every broker
+            self._learn_brokers()
+            with self._lock:
+                addrs = self._brokers.get(broker_name)
+            if not addrs:
+                raise TransportError(broker_name, "no NameServer knows this broker")
+        return addrs.get(0) or next(iter(addrs.values()))
+
+    def _learn_brokers(self) -> None:
+        r = self._namesrv_call(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
+        self._learned_at = time.monotonic()
+        if r.code != ResponseCode.SUCCESS:
+            return
+        table = fastjson.loads(r.body).get("brokerAddrTable", {})
+        with self._lock:
+            for name, bd in table.items():
+                self._brokers[str(name)] = {int(k): str(v)
+                                            for k, v in bd.get("brokerAddrs", {}).items()}
+
+    def broker_of_addr(self, peer: str) -> str | None:
+        with self._lock:
+            for name, addrs in self._brokers.items():
+                if peer in addrs.values():
+                    return name
+        return None
+
+    def _invoke(self, broker_name: str, cmd: RemotingCommand,
+                timeout: float = API_TIMEOUT_S) -> RemotingCommand:
+        return self.client.invoke(self._addr(broker_name), cmd, timeout)
+
+    # -- routes -------------------------------------------------------------------------------
+    def _namesrv_call(self, cmd: RemotingCommand) -> RemotingCommand:
+        last: TransportError | None = None
+        for _ in range(len(self.namesrv_addrs)):
+            try:
+                return self.client.invoke(self._namesrv(), cmd, API_TIMEOUT_S)
+            except TransportError as e:       # try the next NameServer
+                last = e
+                self._ns_index += 1
+        assert last is not None
+        raise last
+
+    def get_topic_route(self, topic: str) -> TopicRouteData | None:
+        r = self._namesrv_call(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                       {"topic": topic}))
+        if r.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if r.code != ResponseCode.SUCCESS:
+            raise TransportError(self._namesrv(), f"route of {topic!r}: code {r.code} {r.remark}")
+        doc = fastjson.loads(r.body)
+        qds = tuple(QueueData(str(q["brokerName"]), int(q["readQueueNums"]),
+                              int(q["writeQueueNums"]), int(q["perm"]),
+                              int(q.get("topicSysFlag", 0))) for q in doc.get("queueDatas", ()))
+        addrs = {str(b["brokerName"]): {int(k): str(v) for k, v in b["brokerAddrs"].items()}
+                 for b in doc.get("brokerDatas", ())}
+        with self._lock:
+            self._brokers.update(addrs)
+        return TopicRouteData(qds, addrs, doc.get("orderTopicConf"))
+
+    def broker_names(self) -> list[str]:
+        """Brokers of the routes seen and of the NameServer's cluster info (re-read every
+        30 s): a client heartbeats to each, as a Java client does to the brokers of TBW102's and
+        its topics' routes, so a producer is known to its brokers before it sends."""
+        if time.monotonic() - self._learned_at > CLUSTER_INFO_TTL_S:
+            try:
+                self._learn_brokers()
+            except TransportError:
+                pass
+        with self._lock:
+            return sorted(self._brokers)
+
+    # -- produce ------------------------------------------------------------------------------
+    def _send_command(self, request: SendMessageRequest) -> RemotingCommand:
+        msgs = request.messages
+        if request.batch:
+            body = headers.encode_batch_body([(bytes(m.body), m.flag, properties_string(m))
+                                              for m in msgs])
+            first = msgs[0]
+            props, sys_flag, flag = "", 0, 0
+            code = RequestCode.SEND_BATCH_MESSAGE
+        else:
+            first = msgs[0]
+            body = bytes(first.body)
+            props, sys_flag, flag = properties_string(first), first.sys_flag, first.flag
+            code = RequestCode.SEND_MESSAGE_V2
+        born = first.born_timestamp if first.born_timestamp is not None else int(time.time() * 1000)
+        ext: dict[str, Any] = {
+            "a": request.producer_group, "b": request.topic, "c": request.default_topic,
+            "d": request.default_topic_queue_nums, "e": request.queue_id, "f": sys_flag,
+            "g": born, "h": flag, "i": props, "j": request.reconsume_times, "k": False,
+            "l": request.max_reconsume_times, "m": request.batch}
+        return RemotingCommand.request(code, ext, body)
+
+    @staticmethod
+    def _send_response(r: RemotingCommand) -> SendMessageResponse:
+        return SendMessageResponse(
+            code=ResponseCode(r.code) if r.code in ResponseCode._value2member_map_ else r.code,
+            remark=r.remark, msg_id=r.field("msgId"), queue_id=r.int_field("queueId", -1),
+            queue_offset=r.int_field("queueOffset", -1), transaction_id=r.field("transactionId"))
+
+    def send_message(self, broker_name: str, request: SendMessageRequest,
+                     timeout_ms: int = 3000) -> SendMessageResponse:
+        return self._send_response(self._invoke(broker_name, self._send_command(request),
+                                                timeout_ms / 1000))
+
+    def send_message_async(self, broker_name: str, request: SendMessageRequest
+                           ) -> concurrent.futures.Future[SendMessageResponse]:
+        fut = self.client.invoke_async(self._addr(broker_name), self._send_command(request), 3.0)
+        return _chain(fut, self._send_response)
+
+    def send_message_oneway(self, broker_name: str, request: SendMessageRequest) -> None:
+        self.client.invoke_oneway(self._addr(broker_name), self._send_command(request))
+
+    def end_transaction(self, broker_name: str, request: EndTransactionRequest) -> None:
+        self.client.invoke_oneway(self._addr(broker_name), RemotingCommand.request(
+            RequestCode.END_TRANSACTION, {
+                "producerGroup": request.producer_group,
+                "tranStateTableOffset": request.tran_state_table_offset,
+                "commitLogOffset": request.commit_log_offset,
+                "commitOrRollback": int(request.commit_or_rollback),
+                "fromTransactionCheck": request.from_transaction_check,
+                "msgId": request.msg_id, "transactionId": request.transaction_id}))
+
+    # -- consume ------------------------------------------------------------------------------
+    def pull_message(self, broker_name: str, request: PullMessageRequest
+                     ) -> concurrent.futures.Future[PullMessageResponse]:
+        cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": request.consumer_group, "topic": request.topic,
+            "queueId": request.queue_id, "queueOffset": request.queue_offset,
+            "maxMsgNums": request.max_msg_nums, "sysFlag": request.sys_flag,
+            "commitOffset": request.commit_offset,
+            "suspendTimeoutMillis": request.suspend_timeout_millis,
+            "subscription": request.subscription, "subVersion": request.sub_version,
+            "expressionType": request.expression_type})
+        timeout = (request.suspend_timeout_millis / 1000 + PULL_EXTRA_S
+                   if request.sys_flag & 0x2 else API_TIMEOUT_S * 3)
+        fut = self.client.invoke_async(self._addr(broker_name), cmd, timeout)
+
+        def convert(r: RemotingCommand) -> PullMessageResponse:
+            code = ResponseCode(r.code) if r.code in ResponseCode._value2member_map_ else r.code
+            return PullMessageResponse(
+                code=code,  # type: ignore[arg-type]
+                next_begin_offset=r.int_field("nextBeginOffset"),
+                min_offset=r.int_field("minOffset"), max_offset=r.int_field("maxOffset"),
+                messages=decode_records(r.body) if r.code == ResponseCode.SUCCESS else [],
+                suggest_which_broker_id=r.int_field("suggestWhichBrokerId"), remark=r.remark)
+        return _chain(fut, convert)
+
+    def query_consumer_offset(self, broker_name: str, group: str, topic: str,
+                              queue_id: int) -> RemotingResult:
+        r = self._invoke(broker_name, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {
+            "consumerGroup": group, "topic": topic, "queueId": queue_id}))
+        return RemotingResult(ResponseCode(r.code) if r.code in ResponseCode._value2member_map_
+                              else r.code, r.remark, r.int_field("offset", -1))  # type: ignore[arg-type]
+
+    def update_consumer_offset(self, broker_name: str, group: str, topic: str, queue_id: int,
+                               offset: int) -> None:
+        self.client.invoke_oneway(self._addr(broker_name), RemotingCommand.request(
+            RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic,
+                                                 "queueId": queue_id, "commitOffset": offset}))
+
+    def _offset_call(self, code: int, broker_name: str, **ext: Any) -> int:
+        r = self._invoke(broker_name, RemotingCommand.request(code, ext))
+        if r.code != ResponseCode.SUCCESS:
+            raise TransportError(broker_name, f"request {code}: code {r.code} {r.remark}")
+        return r.int_field("offset")
+
+    def get_max_offset(self, broker_name: str, topic: str, queue_id: int) -> int:
+        return self._offset_call(RequestCode.GET_MAX_OFFSET, broker_name, topic=topic,
+                                 queueId=queue_id)
+
+    def get_min_offset(self, broker_name: str, topic: str, queue_id: int) -> int:
+        return self._offset_call(RequestCode.GET_MIN_OFFSET, broker_name, topic=topic,
+                                 queueId=queue_id)
+
+    def search_offset(self, broker_name: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self._offset_call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, broker_name, topic=topic,
+                                 queueId=queue_id, timestamp=timestamp_ms)
+
+    def consumer_send_msg_back(self, broker_name: str,
+                               request: ConsumerSendMsgBackRequest) -> RemotingResult:
+        r = self._invoke(broker_name, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+            "group": request.group, "offset": request.offset, "delayLevel": request.delay_level,
+            "originMsgId": request.origin_msg_id, "originTopic": request.origin_topic,
+            "unitMode": request.unit_mode, "maxReconsumeTimes": request.max_reconsume_times}),
+            SEND_BACK_TIMEOUT_S)
+        return RemotingResult(r.code, r.remark)  # type: ignore[arg-type]
+
+    def view_message(self, broker_name: str, commit_log_offset: int) -> MessageExt | None:
+        r = self._invoke(broker_name, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID,
+                                                              {"offset": commit_log_offset}))
+        if r.code != ResponseCode.SUCCESS:
+            return None
+        msgs = decode_records(r.body)
+        return msgs[0] if msgs else None
+
+    # -- group membership ---------------------------------------------------------------------
+    def heartbeat(self, broker_name: str, data: HeartbeatData, channel: ClientChannel) -> None:
+        self.channel = channel
+        cmd = RemotingCommand.request(RequestCode.HEART_BEAT, None, headers.encode_heartbeat(data))
+        cmd.language = LanguageCode.PYTHON
+        r = self._invoke(broker_name, cmd)
+        if r.code != ResponseCode.SUCCESS:
+            raise TransportError(broker_name, f"heartbeat refused: code {r.code} {r.remark}")
+
+    def unregister_client(self, broker_name: str, client_id: str, producer_group: str | None,
+                          consumer_group: str | None) -> None:
+        self._invoke(broker_name, RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, {
+            "clientID": client_id, "producerGroup": producer_group,
+            "consumerGroup": consumer_group}))
+
+    def get_consumer_id_list(self, broker_name: str, group: str) -> list[str]:
+        r = self._invoke(broker_name, RemotingCommand.request(
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}))
+        if r.code != ResponseCode.SUCCESS or not r.body:
+            return []
+        return [str(c) for c in fastjson.loads(r.body).get("consumerIdList", [])]
+
+    def lock_batch_mq(self, broker_name: str, group: str, client_id: str,
+                      mqs: set[MessageQueue]) -> set[MessageQueue]:
+        body = fastjson.dumps({"clientId": client_id, "consumerGroup": group,
+                               "mqSet": [headers.mq_json(m) for m in sorted(mqs)]}).encode()
+        r = self._invoke(broker_name, RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, None, body),
+                         1.0)
+        if r.code != ResponseCode.SUCCESS:
+            return set()
+        doc = fastjson.loads(r.body)
+        return {MessageQueue(str(m["topic"]), str(m["brokerName"]), int(m["queueId"]))
+                for m in doc.get("lockOKMQSet", ())}
+
+    def unlock_batch_mq(self, broker_name: str, group: str, client_id: str,
+                        mqs: set[MessageQueue]) -> None:
+        body = fastjson.dumps({"clientId": client_id, "consumerGroup": group,
+                               "mqSet": [headers.mq_json(m) for m in sorted(mqs)]}).encode()
+        self._invoke(broker_name, RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, None, body))
+
+    def close(self) -> None:
+        self.client.close()
+        self._push.pool.shutdown(wait=False)
+

@@ -1,0 +1,280 @@
+"""The broker's request codes mapped onto ``Broker`` (docs/protocol.md §2).
+
+Every semantic is the ``Broker``'s; this module only decodes headers and bodies into the
+``rocketstore.common.protocol`` values the in-process transport also passes, and encodes the
+answers. What may wait never blocks the event loop: sends use the broker's futures (completed
+after the sync flush under SYNC_FLUSH), pulls the broker's long-poll hold (futures too), and
+calls that may touch the disk (heartbeats that create topics, send-back, end transaction,
+topic updates) run on a small thread pool.
+
+``TcpClientChannel`` is how the broker reaches a client over the connection its heartbeat
+came on: CHECK_TRANSACTION_STATE and NOTIFY_CONSUMER_IDS_CHANGED, both oneway.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from rocketstore.common.constants import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
+from rocketstore.common.protocol import (CheckTransactionStateRequest, ResponseCode,
+                                         TransactionCommitType)
+from rocketstore.remoting import fastjson, headers
+from rocketstore.remoting.codes import RequestCode
+from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.connection import Connection
+from rocketstore.store._codec import encode_record
+
+if TYPE_CHECKING:
+    from rocketstore.broker import Broker
+    from rocketstore.common import MessageExt
+
+log = logging.getLogger("rocketstore.broker.remoting")
+
+# codes not served on the VIP port (listenPort - 2): RocketMQ registers no pull processor there
+NOT_ON_VIP = frozenset({RequestCode.PULL_MESSAGE})
+
+
+class TcpClientChannel:
+    """A client connection as the broker's ``ClientChannel``; callable from any thread."""
+
+    def __init__(self, conn: Connection, loop: asyncio.AbstractEventLoop, client_id: str,
+                 broker_name: str) -> None:
+        self.conn = conn
+        self.loop = loop
+        self.client_id = client_id
+        self.broker_name = broker_name
+
+    def _oneway(self, cmd: RemotingCommand) -> None:
+        self.loop.call_soon_threadsafe(self.conn.oneway, cmd)
+
+    def check_transaction_state(self, broker_name: str, request: CheckTransactionStateRequest,
+                                msg: MessageExt) -> None:
+        # the body is the half record with its real topic and queue (MessageDecoder.encode)
+        props = msg.properties
+        real_topic = props.get(PROPERTY_REAL_TOPIC)
+        if real_topic is not None:
+            body = encode_record(
+                topic=real_topic, body=msg.stored_body, properties=props,
+                queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, msg.queue_id)), flag=msg.flag,
+                queue_offset=msg.queue_offset, physical_offset=msg.commitlog_offset,
+                sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host, store_timestamp=msg.store_timestamp,
+                store_host=msg.store_host, reconsume_times=msg.reconsume_times,
+                prepared_transaction_offset=msg.prepared_transaction_offset)
+        else:
+            body = msg.record()
+        self._oneway(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, {
+            "tranStateTableOffset": request.tran_state_table_offset,
+            "commitLogOffset": request.commit_log_offset, "msgId": request.msg_id,
+            "transactionId": request.transaction_id, "offsetMsgId": request.offset_msg_id},
+            body))
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        self._oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                             {"consumerGroup": group}))
+
+    def __repr__(self) -> str:
+        return f"TcpClientChannel({self.client_id} at {self.conn.peer})"
+
+
+def _bridge(cf: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
+    """An asyncio future that follows ``cf``. Unlike ``asyncio.wrap_future``, cancelling it
+    (a connection that closed, a server that stops) does not cancel ``cf``: the broker's own
+    future stays its to complete."""
+    loop = asyncio.get_running_loop()
+    af: asyncio.Future[Any] = loop.create_future()
+
+    def copy(f: concurrent.futures.Future[Any]) -> None:
+        if af.done():
+            return
+        exc = f.exception()
+        if exc is not None:
+            af.set_exception(exc)
+        else:
+            af.set_result(f.result())
+
+    def done(f: concurrent.futures.Future[Any]) -> None:
+        try:
+            loop.call_soon_threadsafe(copy, f)
+        except RuntimeError:        # the loop closed meanwhile: nobody waits any more
+            pass
+    cf.add_done_callback(done)
+    return af
+
+
+class BrokerProcessor:
+    """Serves one ``Broker`` on RocketMQ's wire protocol."""
+
+    def __init__(self, broker: Broker, *, vip: bool = False,
+                 executor: concurrent.futures.Executor | None = None) -> None:
+        self.broker = broker
+        self.vip = vip
+        self.executor = executor
+        R = RequestCode
+        self._handlers: dict[int, Callable[[Connection, RemotingCommand], Any]] = {
+            R.SEND_MESSAGE: self.send, R.SEND_MESSAGE_V2: self.send, R.SEND_BATCH_MESSAGE: self.send,
+            R.PULL_MESSAGE: self.pull,
+            R.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            R.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            R.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+            R.GET_MAX_OFFSET: self.get_max_offset, R.GET_MIN_OFFSET: self.get_min_offset,
+            R.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
+            R.VIEW_MESSAGE_BY_ID: self.view_message,
+            R.HEART_BEAT: self.heartbeat, R.UNREGISTER_CLIENT: self.unregister_client,
+            R.CONSUMER_SEND_MSG_BACK: self.send_back, R.END_TRANSACTION: self.end_transaction,
+            R.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            R.LOCK_BATCH_MQ: self.lock_batch, R.UNLOCK_BATCH_MQ: self.unlock_batch,
+            R.CHECK_CLIENT_CONFIG: self.check_client_config,
+        }
+
+    # -- dispatch -----------------------------------------------------------------------------
+    def process(self, conn: Connection, cmd: RemotingCommand
+                ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+        handler = self._handlers.get(cmd.code)
+        if handler is None or (self.vip and cmd.code in NOT_ON_VIP):
+            # AdminBrokerProcessor.getUnknownCmdResponse, leading space included
+            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                f" request type {cmd.code} not supported")
+        return handler(conn, cmd)
+
+    def connection_closed(self, conn: Connection) -> None:
+        channel = conn.attributes.get("channel")
+        if channel is not None:
+            self._blocking(self.broker.channel_closed, channel)
+
+    def _blocking(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def _channel(self, conn: Connection, client_id: str) -> TcpClientChannel:
+        ch = conn.attributes.get("channel")
+        if not isinstance(ch, TcpClientChannel) or ch.client_id != client_id:
+            ch = TcpClientChannel(conn, asyncio.get_running_loop(), client_id,
+                                  self.broker.broker_name)
+            conn.attributes["channel"] = ch
+        return ch
+
+    @staticmethod
+    def _answer(cmd: RemotingCommand, fut: concurrent.futures.Future[Any],
+                encode: Callable[[RemotingCommand, Any], RemotingCommand]
+                ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        # most futures are already complete (an async-flush send, a pull that found
+        # messages): answer at once, without a task and a loop round trip
+        if fut.done():
+            return encode(cmd, fut.result())
+
+        async def later() -> RemotingCommand:
+            return encode(cmd, await _bridge(fut))
+        return later()
+
+    # -- produce ------------------------------------------------------------------------------
+    def send(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        request = headers.decode_send(cmd, born_host=conn.peer)
+        return self._answer(cmd, self.broker.send_message(request), headers.encode_send_response)
+
+    async def end_transaction(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        request = headers.decode_end_transaction(cmd)
+        if request.commit_or_rollback == TransactionCommitType.NOT_TYPE:
+            return None       # unknown state: logged, no answer (the request is oneway anyway)
+        result = await self._blocking(self.broker.end_transaction, request)
+        if result is None:
+            return None
+        if result.code != ResponseCode.SUCCESS:
+            # the request is oneway: nobody else would ever see why it failed
+            log.warning("END_TRANSACTION from %s (%s, half at %d) refused: %s %s", conn.peer,
+                        request.producer_group, request.commit_log_offset, result.code,
+                        result.remark)
+        return cmd.response(int(result.code), result.remark)
+
+    # -- consume ------------------------------------------------------------------------------
+    def pull(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        return self._answer(cmd, self.broker.pull_message(headers.decode_pull(cmd)),
+                            headers.encode_pull_response)
+
+    def query_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        r = self.broker.query_consumer_offset(cmd.require("consumerGroup"), cmd.require("topic"),
+                                              cmd.int_field("queueId", required=True))
+        if r.code == ResponseCode.SUCCESS:
+            return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": r.value})
+        return cmd.response(int(r.code), r.remark)
+
+    def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        self.broker.update_consumer_offset(cmd.require("consumerGroup"), cmd.require("topic"),
+                                           cmd.int_field("queueId", required=True),
+                                           cmd.int_field("commitOffset", required=True))
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={})
+
+    def get_max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        off = self.broker.get_max_offset(cmd.require("topic"), cmd.int_field("queueId", required=True))
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": off})
+
+    def get_min_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        off = self.broker.get_min_offset(cmd.require("topic"), cmd.int_field("queueId", required=True))
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": off})
+
+    def search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        off = self.broker.search_offset(cmd.require("topic"), cmd.int_field("queueId", required=True),
+                                        cmd.int_field("timestamp", required=True))
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": off})
+
+    def get_earliest_msg_storetime(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic, qid = cmd.require("topic"), cmd.int_field("queueId", required=True)
+        store = self.broker.store
+        ts = store.get_message_store_timestamp(topic, qid, store.get_min_offset_in_queue(topic, qid))
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={"timestamp": ts})
+
+    def view_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        offset = cmd.int_field("offset", required=True)
+        msg = self.broker.view_message(offset)
+        if msg is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"can not find message by the offset, {offset}")
+        return cmd.response(ResponseCode.SUCCESS, body=msg.record())
+
+    def send_back(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        return self._answer(cmd, self.broker.consumer_send_msg_back(headers.decode_send_back(cmd)),
+                            lambda c, r: c.response(int(r.code), r.remark))
+
+    # -- membership ---------------------------------------------------------------------------
+    async def heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        data = headers.decode_heartbeat(bytes(cmd.body))
+        channel = self._channel(conn, data.client_id)
+        await self._blocking(self.broker.heartbeat, data, channel)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def unregister_client(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        # the C++ client sends "" for the group it does not use
+        await self._blocking(self.broker.unregister_client, cmd.require("clientID"),
+                             cmd.field("producerGroup") or None, cmd.field("consumerGroup") or None,
+                             conn.attributes.get("channel"))
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={})
+
+    def consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        r = self.broker.get_consumer_list_by_group(cmd.require("consumerGroup"))
+        if r.code != ResponseCode.SUCCESS:
+            return cmd.response(int(r.code), r.remark)
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={},
+                            body=fastjson.dumps({"consumerIdList": list(r.value)}).encode())
+
+    def lock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group, client_id, mqs = headers.decode_lock_body(bytes(cmd.body))
+        locked = self.broker.lock_batch_mq(group, client_id, mqs)
+        return cmd.response(ResponseCode.SUCCESS, body=headers.encode_mq_set("lockOKMQSet", locked))
+
+    def unlock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group, client_id, mqs = headers.decode_lock_body(bytes(cmd.body))
+        self.broker.unlock_batch_mq(group, client_id, mqs)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def check_client_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        doc = fastjson.loads(cmd.body) if cmd.body else {}
+        sub = doc.get("subscriptionData") or {}
+        etype = str(sub.get("expressionType") or "TAG")
+        if etype != "TAG":
+            # property (SQL92) filtering is not served: enablePropertyFilter=false
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                "The broker does not support consumer to filter message by "
+                                f"{etype}")
+        return cmd.response(ResponseCode.SUCCESS)
+

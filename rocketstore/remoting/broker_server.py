@@ -1,0 +1,217 @@
+"""A ``Broker`` on the network: the main port, the VIP port and NameServer registration.
+
+``BrokerServer`` binds ``listen_port`` and ``listen_port - 2`` (RocketMQ's "fast"/VIP port,
+which serves everything but PULL_MESSAGE) before opening the broker, so the store host written
+into every record is the advertised ``broker_ip1:listen_port`` that clients send to. It
+registers the broker's topics with every NameServer at start, every
+``register_name_server_period`` ms (30 s) and as soon as the topic table changes (a topic
+auto-created by a send or a heartbeat), and unregisters at stop. ``stop()`` closes the
+listeners and connections, then the broker (which persists offsets and configs).
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import socket
+import zlib
+from typing import Any
+
+from rocketstore.common.protocol import ResponseCode
+from rocketstore.errors import TransportError
+from rocketstore.remoting import fastjson
+from rocketstore.remoting.broker_processor import BrokerProcessor
+from rocketstore.remoting.client import RemotingClient
+from rocketstore.remoting.codes import RequestCode
+from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.server import LoopThread, RemotingServer
+
+log = logging.getLogger("rocketstore.broker.remoting")
+
+REGISTER_PERIOD_MS = 30_000
+REGISTER_TIMEOUT_S = 6.0
+
+
+def free_port_pair(host: str = "127.0.0.1") -> int:
+    """A port ``p`` with ``p`` and ``p - 2`` both free (tests run brokers on random ports)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            p = s.getsockname()[1]
+        if p < 1026:
+            continue
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind((host, p))
+                b.bind((host, p - 2))
+            return p
+        except OSError:
+            continue
+    raise OSError("no free port pair found")
+
+
+class _Deferred:
+    """The processor the listeners use until the broker is open."""
+
+    def __init__(self) -> None:
+        self.target: BrokerProcessor | None = None
+
+    def process(self, conn, cmd):
+        if self.target is None:
+            return cmd.response(ResponseCode.SYSTEM_BUSY, "broker is starting")
+        return self.target.process(conn, cmd)
+
+    def connection_closed(self, conn) -> None:
+        if self.target is not None:
+            self.target.connection_closed(conn)
+
+
+class BrokerServer:
+    """Opens a broker on ``store_dir`` and serves it; ``start``/``stop`` run on an event loop."""
+
+    def __init__(self, store_dir: str, broker_config: Any, store_config: Any, *,
+                 namesrv_addrs: list[str] | None = None, host: str = "127.0.0.1",
+                 register_period_ms: int = REGISTER_PERIOD_MS, broker: Any = None) -> None:
+        """``broker``: serve an already open ``Broker`` (its store host must be the address
+        given by ``broker_config``) instead of opening one; it is then not closed by ``stop``."""
+        self.store_dir = store_dir
+        self.broker_config = broker_config
+        self.store_config = store_config
+        self.namesrv_addrs = list(namesrv_addrs or [])
+        self.host = host
+        self.register_period_ms = register_period_ms
+        self.broker: Any = broker
+        self._own_broker = broker is None
+        self._main = _Deferred()
+        self._vip = _Deferred()
+        self.server: RemotingServer | None = None
+        self.vip_server: RemotingServer | None = None
+        self._executor = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="broker-io")
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ns_client: RemotingClient | None = None
+        self._ns_loop: LoopThread | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"{self.broker_config.broker_ip1}:{self.broker_config.listen_port}"
+
+    async def start(self) -> None:
+        from rocketstore.broker import Broker
+        port = self.broker_config.listen_port
+        if port == 0:
+            port = free_port_pair(self.host)
+        self.server = RemotingServer(self._main, self.host, port)
+        await self.server.start()
+        self.vip_server = RemotingServer(self._vip, self.host, port - 2)
+        try:
+            await self.vip_server.start()
+        except OSError:
+            await self.server.stop()
+            raise
+        bc = dataclasses.replace(self.broker_config, listen_port=port)
+        sc = dataclasses.replace(self.store_config, store_host=f"{bc.broker_ip1}:{port}")
+        self.broker_config, self.store_config = bc, sc
+        loop = asyncio.get_running_loop()
+        if self._own_broker:
+            try:
+                self.broker = await loop.run_in_executor(self._executor, Broker.open,
+                                                         self.store_dir, bc, sc)
+            except BaseException:
+                await self.vip_server.stop()
+                await self.server.stop()
+                raise
+        self._main.target = BrokerProcessor(self.broker, executor=self._executor)
+        self._vip.target = BrokerProcessor(self.broker, vip=True, executor=self._executor)
+        if self.namesrv_addrs:
+            self._ns_loop = LoopThread("rocketstore-broker-namesrv", use_uvloop=False)
+            self._ns_client = RemotingClient(loop=self._ns_loop)
+            await self._register_all()
+            self._tasks.append(loop.create_task(self._register_periodically()))
+            changed = asyncio.Event()
+            self.broker.store.topic_config_manager.listeners.append(
+                lambda: loop.call_soon_threadsafe(changed.set))
+            self._tasks.append(loop.create_task(self._register_on_topic_change(changed)))
+        log.info("broker %s serving %s (VIP %d), store %s", bc.broker_name, self.addr, port - 2,
+                 self.store_dir)
+
+    # -- NameServer registration --------------------------------------------------------------
+    def register_body(self) -> bytes:
+        table = self.broker.store.topic_config_manager
+        bc = self.broker_config
+        topics: dict[str, Any] = {}
+        for name, tc in table.all().items():
+            perm = tc.perm
+            # a broker that lost read or write registers every topic with its own perm
+            if bc.broker_permission & 6 != 6:
+                perm = bc.broker_permission
+            topics[name] = {"order": tc.order, "perm": perm, "readQueueNums": tc.read_queue_nums,
+                            "topicFilterType": tc.topic_filter_type, "topicName": name,
+                            "topicSysFlag": tc.topic_sys_flag, "writeQueueNums": tc.write_queue_nums}
+        dv = table.data_version
+        return fastjson.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
+            "dataVersion": {"counter": dv.counter, "timestamp": dv.timestamp},
+            "topicConfigTable": topics}}).encode()
+
+    def _register_command(self) -> RemotingCommand:
+        bc = self.broker_config
+        body = self.register_body()
+        return RemotingCommand.request(RequestCode.REGISTER_BROKER, {
+            "brokerName": bc.broker_name, "brokerAddr": self.addr,
+            "clusterName": bc.broker_cluster_name,
+            "haServerAddr": f"{bc.broker_ip1}:{bc.listen_port + 1}", "brokerId": bc.broker_id,
+            "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}, body)
+
+    async def _register_all(self) -> None:
+        assert self._ns_client is not None
+        futs = [asyncio.wrap_future(self._ns_client.invoke_async(a, self._register_command(),
+                                                                 REGISTER_TIMEOUT_S))
+                for a in self.namesrv_addrs]
+        for addr, res in zip(self.namesrv_addrs, await asyncio.gather(*futs, return_exceptions=True)):
+            if isinstance(res, BaseException):
+                log.warning("register with NameServer %s failed: %s", addr, res)
+            elif res.code != ResponseCode.SUCCESS:
+                log.warning("NameServer %s refused registration: %s %s", addr, res.code, res.remark)
+
+    async def _register_periodically(self) -> None:
+        period = min(max(self.register_period_ms, 10_000), 60_000) / 1000   # RocketMQ's clamp
+        while True:
+            await asyncio.sleep(period)
+            await self._register_all()
+
+    async def _register_on_topic_change(self, changed: asyncio.Event) -> None:
+        # RocketMQ re-registers right after a topic is created (oneway); so do we
+        while True:
+            await changed.wait()
+            changed.clear()
+            await self._register_all()
+
+    async def _unregister_all(self) -> None:
+        assert self._ns_client is not None
+        bc = self.broker_config
+        for addr in self.namesrv_addrs:
+            try:
+                await asyncio.wrap_future(self._ns_client.invoke_async(
+                    addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, {
+                        "brokerName": bc.broker_name, "brokerAddr": self.addr,
+                        "clusterName": bc.broker_cluster_name, "brokerId": bc.broker_id}), 3.0))
+            except TransportError as e:
+                log.warning("unregister from NameServer %s failed: %s", addr, e)
+
+    async def stop(self) -> None:
+        """Unregister, stop listening, close every connection, then close the broker."""
+        for t in self._tasks:
+            t.cancel()
+        if self._ns_client is not None:
+            await self._unregister_all()
+            self._ns_client.close()
+            assert self._ns_loop is not None
+            self._ns_loop.stop()
+        for srv in (self.vip_server, self.server):
+            if srv is not None:
+                await srv.stop()
+        if self.broker is not None and self._own_broker:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.broker.close)
+            self.broker = None
+        self._executor.shutdown(wait=True)
+        log.info("broker %s stopped", self.broker_config.broker_name)

@@ -1,0 +1,243 @@
+"""One TCP connection speaking RocketMQ remoting, in either direction (docs/protocol.md §1.5).
+
+Both ends of a RocketMQ connection are client and server at once: the client sends requests
+and the broker pushes requests back over the same socket (CHECK_TRANSACTION_STATE,
+NOTIFY_CONSUMER_IDS_CHANGED). ``Connection`` is therefore used by the servers and by the client:
+frames in are split by ``FrameDecoder``; a response completes the future its opaque names; a
+request goes to the ``Processor``. Requests this side sends get opaques from its own counter.
+
+Back-pressure: reading pauses while the peer has too many requests in flight here or while the
+socket's send buffer is above its high-water mark (the peer is not reading its responses), so a
+slow or hostile peer never grows this process's memory without bound.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import socket
+import time
+from typing import Any, Awaitable, Callable, Protocol
+
+from rocketstore.common.protocol import ResponseCode
+from rocketstore.errors import RemotingProtocolError, TransportError
+from rocketstore.remoting.command import FLAG_ONEWAY, MAX_FRAME, FrameDecoder, RemotingCommand
+
+log = logging.getLogger("rocketstore.remoting")
+
+MAX_IN_FLIGHT = 1024          # requests from one peer being processed before reading pauses
+WRITE_HIGH_WATER = 4 << 20    # bytes queued to a peer before reading pauses
+JOIN_BELOW = 256 << 10        # bodies smaller than this are copied into one write with the header
+
+
+class Processor(Protocol):
+    """Handles requests that arrive on a connection."""
+
+    def process(self, conn: "Connection", cmd: RemotingCommand
+                ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+        """The response (``None`` for none: oneway, or answered later with ``conn.send``)."""
+
+    def connection_closed(self, conn: "Connection") -> None:
+        """The peer went away; forget what it registered."""
+
+
+class Connection(asyncio.Protocol):
+    """A remoting connection; create through ``RemotingServer`` or ``RemotingClient``."""
+
+    def __init__(self, processor: Processor | None, *, max_frame: int = MAX_FRAME,
+                 on_close: "Callable[[Connection], None] | None" = None) -> None:
+        self.processor = processor
+        self.decoder = FrameDecoder(max_frame)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.last_active = time.monotonic()
+        self.closed: asyncio.Event | None = None    # made in connection_made, on the loop
+        # asyncio futures (requests made on the loop) or concurrent ones (client calls)
+        self._pending: dict[int, Any] = {}
+        self._opaques = itertools.count(1)
+        self._in_flight = 0
+        self._reading_paused = False
+        self._write_paused = False
+        self._on_close = on_close
+        self.attributes: dict[str, object] = {}     # what the processor records (client id ...)
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  (uvloop's is not a subclass)
+        self.closed = asyncio.Event()
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        try:
+            cmds = self.decoder.feed(data)
+        except RemotingProtocolError as e:
+            log.warning("closing %s: %s", self.peer, e)
+            self.close()
+            return
+        for cmd in cmds:
+            if cmd.is_response:
+                fut = self._pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+                continue
+            self._dispatch(cmd)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        err = TransportError(self.peer, f"connection closed{': ' + str(exc) if exc else ''}")
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._pending.clear()
+        if self.closed is not None:
+            self.closed.set()
+        if self.processor is not None:
+            try:
+                self.processor.connection_closed(self)
+            except Exception:       # a processor's bookkeeping must not break the loop
+                log.exception("connection_closed handler failed for %s", self.peer)
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    # -- requests in --------------------------------------------------------------------------
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: request code %s opaque %s %s", self.peer, cmd.code, cmd.opaque,
+                      cmd.ext_fields)
+        if self.processor is None:
+            if not cmd.is_oneway:
+                self.send(cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                       f" request type {cmd.code} not supported"))
+            return
+        try:
+            result = self.processor.process(self, cmd)
+        except Exception as e:
+            self._answer_error(cmd, e)
+            return
+        if inspect.isawaitable(result):
+            self._in_flight += 1
+            self._update_reading()
+            task = asyncio.ensure_future(result)
+            task.add_done_callback(lambda t, c=cmd: self._finished(c, t))
+        elif result is not None and not cmd.is_oneway:
+            self.send(result)
+
+    def _finished(self, cmd: RemotingCommand, task: "asyncio.Future[RemotingCommand | None]") -> None:
+        self._in_flight -= 1
+        self._update_reading()
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._answer_error(cmd, exc)
+            return
+        result = task.result()
+        if result is not None and not cmd.is_oneway:
+            self.send(result)
+
+    def _answer_error(self, cmd: RemotingCommand, exc: BaseException) -> None:
+        # a failure of ours, answered as RocketMQ's exception reply: SYSTEM_ERROR with the text
+        if isinstance(exc, RemotingProtocolError):
+            log.info("bad request from %s code %s: %s", self.peer, cmd.code, exc)
+        else:
+            log.exception("request code %s from %s failed", cmd.code, self.peer, exc_info=exc)
+        if not cmd.is_oneway:
+            self.send(cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"))
+
+    def _update_reading(self) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        want_pause = self._write_paused or self._in_flight >= MAX_IN_FLIGHT
+        if want_pause and not self._reading_paused:
+            t.pause_reading()
+            self._reading_paused = True
+        elif not want_pause and self._reading_paused:
+            t.resume_reading()
+            self._reading_paused = False
+
+    # -- frames out ---------------------------------------------------------------------------
+    def send(self, cmd: RemotingCommand) -> None:
+        """Write a command (a response, or a request whose answer nobody awaits)."""
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        prefix, header, body = cmd.encode_parts()
+        if len(body) < JOIN_BELOW:
+            # one write, one send(2): asyncio's writelines writes each part on its own
+            t.write(b"".join((prefix, header, body)))
+        else:
+            t.write(prefix + header)
+            t.write(body)
+        self.last_active = time.monotonic()
+
+    def request(self, cmd: RemotingCommand, timeout: float) -> "asyncio.Future[RemotingCommand]":
+        """Send a request and return the future of its response (fails after ``timeout``)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        t = self.transport
+        if t is None or t.is_closing():
+            fut.set_exception(TransportError(self.peer, "connection closed"))
+            return fut
+        opaque = cmd.opaque = next(self._opaques) & 0x7FFFFFFF
+        self._pending[opaque] = fut
+        handle = loop.call_later(timeout, self._expire, opaque, timeout, False)
+        fut.add_done_callback(lambda f: handle.cancel())
+        self.send(cmd)
+        return fut
+
+    def expect(self, opaque: int, fut: Any, timeout: float) -> None:
+        """Complete ``fut`` (any future with ``set_result``) with the response to ``opaque``,
+        or fail it after ``timeout`` (which also closes the connection, as RocketMQ does)."""
+        self._pending[opaque] = fut
+        handle = asyncio.get_running_loop().call_later(timeout, self._expire, opaque, timeout, True)
+        fut.add_done_callback(lambda f: handle.cancel())
+
+    def write_frames(self, frames: list[bytes]) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            err = TransportError(self.peer, "connection closed")
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(err)
+            self._pending.clear()
+            return
+        t.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        self.last_active = time.monotonic()
+
+    def oneway(self, cmd: RemotingCommand) -> None:
+        cmd.flag |= FLAG_ONEWAY
+        cmd.opaque = next(self._opaques) & 0x7FFFFFFF
+        self.send(cmd)
+
+    def _expire(self, opaque: int, timeout: float, close: bool) -> None:
+        fut = self._pending.pop(opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(TransportError(self.peer, f"no response within {timeout:g} s"))
+            if close:
+                self.close()
+
+    @property
+    def is_open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()

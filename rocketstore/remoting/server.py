@@ -1,0 +1,135 @@
+"""An asyncio TCP server for RocketMQ remoting, and an event loop on its own thread.
+
+``RemotingServer`` accepts connections and hands their requests to one ``Processor``; it
+closes connections idle for ``idle_timeout`` (RocketMQ: 120 s) and, on ``stop()``, every
+connection. uvloop is used when installed (``use_uvloop``).
+
+``LoopThread`` runs an event loop on a thread of its own so that synchronous code (tests, the
+client, an application embedding a broker) can start servers and make calls.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from typing import Any, Coroutine, TypeVar
+
+from rocketstore.remoting.command import MAX_FRAME
+from rocketstore.remoting.connection import Connection, Processor
+
+log = logging.getLogger("rocketstore.remoting")
+T = TypeVar("T")
+
+IDLE_TIMEOUT = 120.0
+
+
+def new_event_loop(use_uvloop: bool = True) -> asyncio.AbstractEventLoop:
+    """An event loop: uvloop's when installed and wanted, else asyncio's."""
+    if use_uvloop:
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+class RemotingServer:
+    """Listens on ``host:port`` (port 0 picks one: see ``port`` after ``start``)."""
+
+    def __init__(self, processor: Processor, host: str = "127.0.0.1", port: int = 0, *,
+                 idle_timeout: float = IDLE_TIMEOUT, max_frame: int = MAX_FRAME) -> None:
+        self.processor = processor
+        self.host = host
+        self.port = port
+        self.idle_timeout = idle_timeout
+        self.max_frame = max_frame
+        self.connections: set[Connection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._idle_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._make_connection, self.host, self.port,
+                                                reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._idle_task = loop.create_task(self._close_idle())
+        log.info("accepting connections on %s:%d", self.host, self.port)
+
+    def _make_connection(self) -> Connection:
+        conn = Connection(self.processor, max_frame=self.max_frame,
+                          on_close=self.connections.discard)
+        self.connections.add(conn)
+        return conn
+
+    async def _close_idle(self) -> None:
+        period = min(10.0, self.idle_timeout / 2)
+        while True:
+            await asyncio.sleep(period)
+            limit = time.monotonic() - self.idle_timeout
+            for conn in list(self.connections):
+                if conn.last_active < limit:
+                    log.info("closing %s: idle for %.0f s", conn.peer, self.idle_timeout)
+                    conn.close()
+
+    async def stop(self) -> None:
+        """Stop listening and close every connection."""
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+        self._server = None
+
+
+class LoopThread:
+    """An event loop running on a thread; ``run`` submits a coroutine from any thread."""
+
+    def __init__(self, name: str = "rocketstore-remoting", use_uvloop: bool = True) -> None:
+        self.loop = new_event_loop(use_uvloop)
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._started = threading.Event()
+        self._thread.start()
+        self._started.wait()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result."""
+        return self.submit(coro).result(timeout)
+
+    def call(self, fn: Any, *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self) -> None:
+        """Stop the loop (cancelling what still runs on it) and join the thread."""
+        if not self._thread.is_alive():
+            return
+
+        async def _cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            self.run(_cancel_all(), timeout=10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)

@@ -1,0 +1,84 @@
+"""ProcessQueue: the min-offset commit of concurrent consumption (MESSAGING.md §5.3), flow
+control counters, orderly take/commit/put-back."""
+from rocketstore.client.process_queue import ProcessQueue
+from rocketstore.store._codec import decode, encode_record
+
+
+def msgs(offsets, body=b"x" * 10):
+    out = []
+    for o in offsets:
+        rec = encode_record(topic="T", body=body, properties_raw=b"", queue_id=0, flag=0,
+                            queue_offset=o, physical_offset=o * 100, sys_flag=0,
+                            born_timestamp=0, born_host="127.0.0.1:1", store_timestamp=0,
+                            store_host="127.0.0.1:10911", reconsume_times=0,
+                            prepared_transaction_offset=0)
+        out.append(decode(rec).copy())
+    return out
+
+
+def test_worked_example_of_section_5_3():
+    pq = ProcessQueue()
+    first = msgs(range(100, 132))
+    pq.put_message(first)
+    assert pq.msg_count == 32 and pq.msg_size == 320
+    assert pq.remove_message([first[1]]) == 100                  # t1: 101 done, 100 pins
+    assert pq.remove_message(first[2:]) == 100                   # t2
+    second = msgs(range(132, 164))
+    pq.put_message(second)                                       # t3
+    assert pq.remove_message([first[0]]) == 132                  # t4
+    assert pq.remove_message(second) == 164                      # t5: max + 1
+    assert pq.msg_count == 0 and pq.msg_size == 0
+    assert pq.remove_message(second) == -1                       # already empty: no update
+
+
+def test_slow_middle_range_pins_the_offset():
+    """Pulled ranges 0-10, 10-20, 20-30 consumed in parallel; 10-20 is slow: the commit
+    stays at 10 until it finishes, then jumps to 30."""
+    pq = ProcessQueue()
+    a, b, c = msgs(range(0, 10)), msgs(range(10, 20)), msgs(range(20, 30))
+    for batch in (a, b, c):
+        pq.put_message(batch)
+    assert pq.remove_message(a) == 10
+    assert pq.remove_message(c) == 10
+    assert pq.max_span() == 9
+    assert pq.remove_message(b) == 30
+
+
+def test_duplicates_ignored_and_span():
+    pq = ProcessQueue()
+    m = msgs(range(5))
+    pq.put_message(m)
+    pq.put_message(m[2:])
+    assert pq.msg_count == 5
+    assert pq.max_span() == 4
+    pq.remove_message(m[:2])
+    assert pq.max_span() == 2
+    assert pq.cached_offsets() == [2, 3, 4]
+
+
+def test_orderly_take_commit_and_consume_again():
+    pq = ProcessQueue()
+    m = msgs(range(10, 16))
+    assert pq.put_message(m) is True          # dispatch: nothing running yet
+    assert pq.put_message(msgs([16])) is False
+    taken = pq.take_messages(2)
+    assert [x.queue_offset for x in taken] == [10, 11]
+    pq.make_message_to_consume_again(taken)   # suspend: back to the head, in order
+    assert pq.cached_offsets() == [10, 11, 12, 13, 14, 15, 16]
+    taken = pq.take_messages(3)
+    assert [x.queue_offset for x in taken] == [10, 11, 12]
+    assert pq.commit() == 13
+    assert pq.msg_count == 4
+    rest = pq.take_messages(10)
+    assert [x.queue_offset for x in rest] == [13, 14, 15, 16]
+    assert pq.commit() == 17
+    assert pq.take_messages(1) == [] and pq.consuming is False
+    assert pq.put_message(msgs([17])) is True
+
+
+def test_out_of_order_put_is_resorted():
+    pq = ProcessQueue()
+    pq.put_message(msgs([5, 6]))
+    pq.put_message(msgs([3, 4]))              # after a reset to an earlier offset
+    assert pq.cached_offsets() == [3, 4, 5, 6]
+    assert [x.queue_offset for x in pq.take_messages(4)] == [3, 4, 5, 6]

@@ -1,0 +1,128 @@
+"""MessageStore.put_message_async / put_messages_async: futures completed by the group-commit
+service after each sync, never PUT_OK before the bytes are durable (issue 11 item 6)."""
+from __future__ import annotations
+
+import asyncio
+import errno
+import threading
+import time
+
+import pytest
+
+from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
+from rocketstore.errors import InvalidMessageError, StoreReadOnlyError
+from rocketstore.store._mapped import set_sync_hook
+
+
+@pytest.fixture(autouse=True)
+def _no_hook():
+    yield
+    set_sync_hook(None)
+
+
+def _sync_cfg(**kw) -> StoreConfig:
+    return StoreConfig(mapped_file_size_commit_log=1 << 20, flush_disk_type="SYNC_FLUSH", **kw)
+
+
+def _blocking_msync():
+    """A sync hook holding every msync until released; says when one is waiting."""
+    release, entered = threading.Event(), threading.Event()
+
+    def hook(op, path, off, n):
+        if op == "msync":
+            entered.set()
+            release.wait(10)
+    return hook, release, entered
+
+
+def test_sync_flush_future_completes_only_after_its_record_is_synced(store_dir):
+    with MessageStore.open(store_dir, _sync_cfg()) as store:
+        hook, release, entered = _blocking_msync()
+        set_sync_hook(hook)
+        futs = [store.put_message_async(Message("T", b"m%d" % i), i % 2) for i in range(50)]
+        assert entered.wait(5), "no sync was requested"
+        time.sleep(0.05)
+        assert not any(f.done() for f in futs), "acknowledged before the sync finished"
+        release.set()
+        results = [f.result(5) for f in futs]
+        assert all(r.status is PutMessageStatus.PUT_OK for r in results)
+        flushed = store.commit_log.flushed_where
+        assert all(r.commitlog_offset + r.wrote_bytes <= flushed for r in results)
+        # one sync round completed many futures at once
+        assert store.flush_ack.groups < len(futs)
+        assert [r.queue_offset for r in results[::2]] == list(range(25))
+
+
+def test_failed_sync_completes_futures_without_put_ok(store_dir):
+    with MessageStore.open(store_dir, _sync_cfg()) as store:
+        assert store.put_message_async(Message("T", b"before")).result(5).ok
+
+        def hook(op, path, off, n):
+            if op == "msync":
+                raise OSError(errno.EIO, "injected I/O error", path)
+        set_sync_hook(hook)
+        futs = [store.put_message_async(Message("T", b"x%d" % i)) for i in range(20)]
+        results = [f.result(5) for f in futs]
+        assert all(r.status is not PutMessageStatus.PUT_OK for r in results)
+        assert all(r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT for r in results)
+        assert all(isinstance(r.error, OSError) and r.error.errno == errno.EIO for r in results)
+        set_sync_hook(None)
+        # sticky: later puts are refused, still through a completed future
+        r = store.put_message_async(Message("T", b"after")).result(5)
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+
+
+def test_slow_sync_answers_flush_disk_timeout(store_dir):
+    with MessageStore.open(store_dir, _sync_cfg(sync_flush_timeout=100)) as store:
+        hook, release, _ = _blocking_msync()
+        set_sync_hook(hook)
+        r = store.put_message_async(Message("T", b"slow")).result(5)
+        assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+        release.set()
+
+
+def test_batch_future_and_asyncio(store_dir):
+    with MessageStore.open(store_dir, _sync_cfg()) as store:
+        r = store.put_messages_async([Message("T", b"b%d" % i) for i in range(100)], 3).result(5)
+        assert r.ok and r.msg_count == 100 and r.queue_offset == 0
+        assert store.commit_log.flushed_where >= r.commitlog_offset + r.wrote_bytes
+
+        async def main():
+            return await asyncio.wrap_future(store.put_message_async(Message("T", b"aio"), 3))
+        r2 = asyncio.run(main())
+        assert r2.ok and r2.queue_offset == 100
+
+
+def test_async_flush_and_wait_false_complete_at_once(store_dir):
+    with MessageStore.open(store_dir, StoreConfig(mapped_file_size_commit_log=1 << 20)) as store:
+        f = store.put_message_async(Message("T", b"a"))
+        assert f.done() and f.result().ok
+    with MessageStore.open(store_dir, _sync_cfg()) as store:
+        hook, release, _ = _blocking_msync()
+        set_sync_hook(hook)
+        f = store.put_message_async(Message("T", b"nowait", properties={"WAIT": "false"}))
+        assert f.done() and f.result().ok
+        release.set()
+
+
+def test_close_completes_every_pending_future(store_dir):
+    store = MessageStore.open(store_dir, _sync_cfg())
+    futs = [store.put_message_async(Message("T", b"c%d" % i)) for i in range(200)]
+    store.close()
+    assert all(f.done() for f in futs)
+    assert all(f.result().ok for f in futs)    # the close's last flush made them durable
+    with MessageStore.open(store_dir, _sync_cfg()) as store:
+        assert store.get_max_offset_in_queue("T", 0) == 200
+
+
+def test_bad_input_raises_and_read_only_refuses(store_dir):
+    with MessageStore.open(store_dir, _sync_cfg()) as store:
+        with pytest.raises(InvalidMessageError):
+            store.put_messages_async([], 0)
+        assert store.put_message_async(Message("T", b"x")).result(5).ok
+    ro = MessageStore.open(store_dir, _sync_cfg(), read_only=True)
+    try:
+        with pytest.raises(StoreReadOnlyError):
+            ro.put_message_async(Message("T", b"x"))
+    finally:
+        ro.close()

@@ -1,0 +1,293 @@
+"""Benchmark: rocketstore's broker over loopback, against Redis Streams measured in the same run.
+
+Starts ``rocketstore namesrv`` and ``rocketstore broker`` as processes on a temporary store and
+measures, with 100 B bodies:
+
+  sync send, 1 thread          Producer.send from one thread (msgs/s, p50/p99 latency)
+  sync send, 8 threads         the same from 8 threads
+  batch send, 100 per call     Producer.send_batch
+  push consume                 a PushConsumer with a 32-message batch listener draining the topic
+  (C++ client)                 the same sync send and push consume through PyPI's rocketmq 0.4.4
+  Redis Streams                redis-py: XADD one by one from 1 and 8 threads, pipelined XADD x100,
+                               XREADGROUP + XACK in batches of 32 (a redis-server started on
+                               127.0.0.1 with a temporary directory; rows skipped if it is absent)
+
+and prints each row's rate, its ratio to the matching Redis row and to Apache RocketMQ 4.9.8's
+own broker with its Java client on this kind of machine (21 k/s sync 1 thread, 31 k/s 8 threads,
+218 k/s batches of 100, 110-160 k/s push consume: the issue's targets).
+
+  python tools/bench_broker.py [--num 20000] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--no-cpp] [--no-redis]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+TARGETS = {"sync1": 21_000, "sync8": 31_000, "batch": 218_000, "push": 110_000}
+BODY = b"x" * 100
+
+
+def pct(lat: list[float], p: float) -> float:
+    if not lat:
+        return float("nan")
+    s = sorted(lat)
+    return s[min(len(s) - 1, int(len(s) * p))] * 1e6
+
+
+def row(name: str, rate: float, base: float | None = None, target: str | None = None,
+        extra: str = "") -> None:
+    parts = [f"{name:<34} {rate:>12,.0f} msgs/s"]
+    if base:
+        parts.append(f"x{rate / base:5.2f} vs Redis")
+    if target:
+        parts.append(f"x{rate / TARGETS[target]:5.2f} vs RocketMQ 4.9.8 ({TARGETS[target]:,}/s)")
+    if extra:
+        parts.append(extra)
+    print("  ".join(parts), flush=True)
+
+
+# -- rocketstore client ---------------------------------------------------------------------
+
+def ours(namesrv: str, n: int, topic: str) -> dict[str, float]:
+    from rocketstore.client import Message, Producer, PushConsumer
+    from rocketstore.common import ConsumeConcurrentlyStatus
+    out: dict[str, float] = {}
+    with Producer("bench-pg", namesrv_addr=namesrv) as p:
+        for _ in range(200):
+            p.send(Message(topic, BODY))
+        lat: list[float] = []
+        t0 = time.perf_counter()
+        for _ in range(n):
+            a = time.perf_counter()
+            p.send(Message(topic, BODY))
+            lat.append(time.perf_counter() - a)
+        out["sync1"] = n / (time.perf_counter() - t0)
+        out["sync1_p50"], out["sync1_p99"] = pct(lat, .5), pct(lat, .99)
+
+        def worker(k: int) -> None:
+            for _ in range(k):
+                p.send(Message(topic, BODY))
+        per = n // 8
+        ts = [threading.Thread(target=worker, args=(per,)) for _ in range(8)]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        out["sync8"] = 8 * per / (time.perf_counter() - t0)
+        batches = max(1, n * 5 // 100)
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            p.send_batch([Message(topic, BODY) for _ in range(100)])
+        out["batch"] = batches * 100 / (time.perf_counter() - t0)
+        total = 200 + n + 8 * per + batches * 100
+    got = 0
+    done = threading.Event()
+    lock = threading.Lock()
+    first: list[float] = []
+
+    def listener(msgs, ctx):
+        nonlocal got
+        with lock:
+            if not first:
+                first.append(time.perf_counter())
+            got += len(msgs)
+            if got >= total:
+                done.set()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+    c = PushConsumer("bench-cg", namesrv_addr=namesrv,
+                     consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                     consume_message_batch_max_size=32)
+    c.subscribe(topic, "*")
+    c.register_message_listener(listener)
+    t0 = time.perf_counter()
+    c.start()
+    done.wait(300)
+    elapsed = time.perf_counter() - t0
+    c.shutdown()
+    out["push"] = got / elapsed
+    out["push_total"] = got
+    return out
+
+
+# -- C++ client -----------------------------------------------------------------------------
+
+CPP = textwrap.dedent("""
+    import json, sys, threading, time
+    from rocketmq.client import Producer, Message, PushConsumer
+    namesrv, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    p = Producer("bench-cpp-pg")
+    p.set_namesrv_addr(namesrv)
+    p.start()
+    def msg():
+        m = Message(topic); m.set_body(b"x" * 100); return m
+    for _ in range(100):
+        p.send_sync(msg())
+    lat = []
+    t0 = time.perf_counter()
+    for _ in range(n):
+        a = time.perf_counter(); p.send_sync(msg()); lat.append(time.perf_counter() - a)
+    sync1 = n / (time.perf_counter() - t0)
+    p.shutdown()
+    lat.sort()
+    got = [0]; done = threading.Event(); lock = threading.Lock(); total = n + 100
+    def on_message(m):
+        with lock:
+            got[0] += 1
+            if got[0] >= total:
+                done.set()
+    c = PushConsumer("bench-cpp-cg")
+    c.set_namesrv_addr(namesrv)
+    c.subscribe(topic, on_message)
+    t0 = time.perf_counter()
+    c.start()
+    done.wait(300)
+    push = got[0] / (time.perf_counter() - t0)
+    c.shutdown()
+    print(json.dumps({"sync1": sync1, "p50": lat[len(lat)//2] * 1e6,
+                      "p99": lat[int(len(lat) * .99)] * 1e6, "push": push}), flush=True)
+""")
+
+
+def cpp(namesrv: str, n: int, topic: str, tmp: Path) -> dict[str, float] | None:
+    try:
+        import rocketmq.client  # noqa: F401
+    except (ImportError, OSError):
+        return None
+    script = tmp / "cpp_bench.py"
+    script.write_text(CPP)
+    proc = subprocess.run([sys.executable, str(script), namesrv, topic, str(n)],
+                          capture_output=True, text=True, timeout=900, cwd=tmp,
+                          env=dict(os.environ, HOME=str(tmp)))
+    if proc.returncode != 0:
+        print("C++ client run failed:", proc.stderr[-2000:], file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- Redis Streams --------------------------------------------------------------------------
+
+def redis_rows(n: int, tmp: Path) -> dict[str, float] | None:
+    exe = shutil.which("redis-server")
+    try:
+        import redis
+    except ImportError:
+        return None
+    if exe is None:
+        return None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp),
+                             "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        r = redis.Redis(port=port)
+        for _ in range(100):
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        out: dict[str, float] = {}
+        t0 = time.perf_counter()
+        for _ in range(n):
+            r.xadd("s", {"b": BODY})
+        out["sync1"] = n / (time.perf_counter() - t0)
+        per = n // 8
+
+        def worker() -> None:
+            rr = redis.Redis(port=port)
+            for _ in range(per):
+                rr.xadd("s", {"b": BODY})
+        ts = [threading.Thread(target=worker) for _ in range(8)]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        out["sync8"] = 8 * per / (time.perf_counter() - t0)
+        batches = max(1, n * 5 // 100)
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            pipe = r.pipeline(transaction=False)
+            for _ in range(100):
+                pipe.xadd("s", {"b": BODY})
+            pipe.execute()
+        out["batch"] = batches * 100 / (time.perf_counter() - t0)
+        total = r.xlen("s")
+        r.xgroup_create("s", "g", id="0")
+        got = 0
+        t0 = time.perf_counter()
+        while got < total:
+            resp = r.xreadgroup("g", "c", {"s": ">"}, count=32)
+            if not resp:
+                break
+            ids = [i for i, _ in resp[0][1]]
+            r.xack("s", "g", *ids)
+            got += len(ids)
+        out["push"] = got / (time.perf_counter() - t0)
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--num", type=int, default=20000)
+    ap.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
+    ap.add_argument("--no-cpp", action="store_true")
+    ap.add_argument("--no-redis", action="store_true")
+    args = ap.parse_args()
+    from servers import start_broker, start_namesrv
+    tmp = Path(tempfile.mkdtemp(prefix="bench_broker_"))
+    print(f"load average {os.getloadavg()[0]:.2f}; {args.num:,} messages of 100 B; "
+          f"{args.flush}", flush=True)
+    ns = start_namesrv(tmp)
+    broker = start_broker(tmp / "store", ns.addr, {"flushDiskType": args.flush})
+    try:
+        red = None if args.no_redis else redis_rows(args.num, tmp)
+        mine = ours(ns.addr, args.num, "BenchT")
+        rb = red or {}
+        row("rocketstore client, sync 1 thread", mine["sync1"], rb.get("sync1"), "sync1",
+            f"p50 {mine['sync1_p50']:.0f} us, p99 {mine['sync1_p99']:.0f} us")
+        row("rocketstore client, sync 8 threads", mine["sync8"], rb.get("sync8"), "sync8")
+        row("rocketstore client, batch of 100", mine["batch"], rb.get("batch"), "batch")
+        row("rocketstore client, push consume", mine["push"], rb.get("push"), "push",
+            f"({mine['push_total']:,.0f} messages)")
+        c = None if args.no_cpp else cpp(ns.addr, args.num // 2, "BenchCpp", tmp)
+        if c:
+            row("C++ client, sync 1 thread", c["sync1"], rb.get("sync1"), "sync1",
+                f"p50 {c['p50']:.0f} us, p99 {c['p99']:.0f} us")
+            row("C++ client, push consume", c["push"], rb.get("push"), "push")
+        else:
+            print("C++ client rows skipped (rocketmq 0.4.4 not importable or it failed)")
+        if red:
+            for k, name in (("sync1", "XADD, 1 thread"), ("sync8", "XADD, 8 threads"),
+                            ("batch", "pipelined XADD x100"), ("push", "XREADGROUP+XACK x32")):
+                row(f"Redis Streams, {name}", red[k])
+        else:
+            print("Redis rows skipped (redis-server or redis-py missing)")
+    finally:
+        broker.stop()
+        ns.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
