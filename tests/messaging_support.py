@@ -8,6 +8,9 @@ import time
 from rocketstore import StoreConfig
 from rocketstore.broker.broker import Broker
 from rocketstore.broker.config import BrokerConfig
+from rocketstore.namesrv import NameServer
+from rocketstore.remoting.broker_server import BrokerServer, free_port_pair
+from rocketstore.remoting.server import LoopThread
 from rocketstore.client import (ConsumeConcurrentlyStatus, Message, MessageQueue, PushConsumer,
                                 SendStatus)
 
@@ -17,16 +20,49 @@ LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
 SHORT_LEVELS = "1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
 
 
-def open_broker(path, **broker_cfg):
+def open_broker(path, transport="inprocess", **broker_cfg):
+    """A Broker on ``path`` with short delay levels; with ``transport="tcp"`` it is also served
+    by a BrokerServer registered with a NameServer of its own (both on a loop thread), and
+    its ``close()`` stops them first."""
+    port = free_port_pair() if transport == "tcp" else 10911
     store_cfg = StoreConfig(mapped_file_size_commit_log=4 * 1024 * 1024,
                             mapped_file_size_consume_queue=6000 * 20,
-                            message_delay_level=SHORT_LEVELS)
-    cfg = dict(transaction_check_interval=500, transaction_time_out=300)
+                            message_delay_level=SHORT_LEVELS, store_host=f"127.0.0.1:{port}")
+    cfg = dict(transaction_check_interval=500, transaction_time_out=300, listen_port=port)
     cfg.update(broker_cfg)
-    return Broker.open(path, BrokerConfig(**cfg), store_cfg)
+    broker = Broker.open(path, BrokerConfig(**cfg), store_cfg)
+    if transport == "tcp":
+        _serve(broker)
+    return broker
+
+
+_SERVED: dict[int, tuple] = {}
+
+
+def _serve(broker) -> None:
+    loop = LoopThread("test-servers", use_uvloop=False)
+    ns = NameServer("127.0.0.1", 0)
+    loop.run(ns.start())
+    server = BrokerServer(str(broker.store.root), broker.config, broker.store_config,
+                          namesrv_addrs=[ns.addr], broker=broker)
+    loop.run(server.start())
+    _SERVED[id(broker)] = (loop, ns, server)
+    close = broker.close
+
+    def close_served() -> None:
+        served = _SERVED.pop(id(broker), None)
+        if served is not None:
+            lt, n, srv = served
+            lt.run(srv.stop())
+            lt.run(n.stop())
+            lt.stop()
+        close()
+    broker.close = close_served
 
 
 def client_kw(broker, transport):
+    if transport == "tcp":
+        return {"namesrv_addr": _SERVED[id(broker)][1].addr}
     assert transport == "inprocess"
     return {"broker": broker}
 

@@ -79,8 +79,10 @@ def test_validation_errors_are_clear(producer):
 def test_group_and_transport_arguments(broker):
     with pytest.raises(MQClientError, match="exactly one of broker"):
         Producer("pg")
-    with pytest.raises(MQClientError, match="TCP transport arrives with the wire-protocol issue"):
-        Producer("pg", namesrv_addr="127.0.0.1:9876")
+    with pytest.raises(MQClientError, match="exactly one of broker"):
+        Producer("pg", broker=broker, namesrv_addr="127.0.0.1:9876")
+    with pytest.raises(MQClientError, match="expected 'host:port"):
+        Producer("pg", namesrv_addr="")
     with pytest.raises(MQClientError, match="DEFAULT_PRODUCER is reserved"):
         Producer("DEFAULT_PRODUCER", broker=broker).start()
     with pytest.raises(MQClientError, match="illegal characters"):

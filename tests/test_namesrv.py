@@ -107,13 +107,22 @@ def test_slave_gets_master_addresses_and_appears_in_the_route(client, ns):
     assert rt["queueDatas"][0]["writeQueueNums"] == 4        # slaves do not change queue data
 
 
-def test_broker_expires_without_registration(client, ns):
-    register(client, ns)
+def test_broker_expires_without_registration(loop, client, ns):
+    broker_side = RemotingClient(loop=loop)
+    register(broker_side, ns)
     assert route(client, ns, "T")[0] == 0
     deadline = time.monotonic() + 10
     while route(client, ns, "T")[0] == 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert route(client, ns, "T")[0] == ResponseCode.TOPIC_NOT_EXIST
+    # the expired broker's connection is closed, as RocketMQ's scanNotActiveBroker does
+    deadline = time.monotonic() + 5
+    while any(c.attributes.get("broker_addr") for c in list(ns.server.connections)) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(c.attributes.get("broker_addr") for c in list(ns.server.connections))
+    assert len(ns.server.connections) == 1          # the querying client's stays open
+    broker_side.close()
     info = json.loads(client.invoke(ns.addr, RemotingCommand.request(
         RequestCode.GET_BROKER_CLUSTER_INFO)).body)
     assert info == {"brokerAddrTable": {}, "clusterAddrTable": {}}

@@ -14,14 +14,14 @@ from rocketstore.client import (ConsumeOrderlyStatus, LocalTransactionState, Mes
                                 PullConsumer, SelectMessageQueueByHash, TransactionProducer)
 
 
-@pytest.fixture(params=["inprocess"])
+@pytest.fixture(params=["inprocess", "tcp"])
 def transport(request):
     return request.param
 
 
 @pytest.fixture
 def broker(tmp_path, transport):
-    b = open_broker(tmp_path / "store")
+    b = open_broker(tmp_path / "store", transport)
     yield b
     b.close()
 
@@ -330,7 +330,7 @@ def test_colliding_tag_hashes_never_deliver_the_wrong_tag(broker, transport):
 
 def test_broker_close_reopen_keeps_offsets_delays_and_half_messages(tmp_path, transport):
     path = tmp_path / "store"
-    b = open_broker(path)
+    b = open_broker(path, transport)
     col = Collector()
     local = {"u": LocalTransactionState.UNKNOW}
     try:
@@ -347,7 +347,7 @@ def test_broker_close_reopen_keeps_offsets_delays_and_half_messages(tmp_path, tr
         tp.shutdown()
     finally:
         b.close()
-    b = open_broker(path)
+    b = open_broker(path, transport)
     try:
         col2 = Collector()
         c = push("gr", b, transport, col2, "TR")

@@ -1,138 +1,212 @@
 """``rocketstore demo`` (alias ``bench``): the README's main job.
 
-Writes a realistic workload into a store directory, reopens it (recovery), consumes every
-queue, pulls one with a tag filter, looks a message up by id, and prints the figures.
+A broker on an embedded store directory, used as an application would use RocketMQ: producers
+send orders (one by one, in batches, asynchronously), a consumer group of two push consumers
+shares the queues, a listener failure goes to the retry topic and comes back, a delayed
+message arrives after its delay, a transaction commits, and one topic is consumed in order per
+order id. The broker is then closed and reopened (recovery) and a message is looked up by id.
+Figures are printed; ``--keep`` keeps the store (it is removed otherwise).
 """
 from __future__ import annotations
 
 import argparse
 import os
-import random
+import shutil
 import sys
+import threading
 import time
 
 DEFAULT_STORE_DIR = os.path.join(".rocketstore", "demo")
 
 
+def _pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * p))] if s else float("nan")
+
+
 def _demo(args: argparse.Namespace) -> int:
-    import shutil
+    from rocketstore import StoreConfig
+    from rocketstore.store.topics import TopicConfig
+    from rocketstore.broker import Broker
+    from rocketstore.broker.config import BrokerConfig
+    from rocketstore.client import (ConsumeConcurrentlyStatus, ConsumeOrderlyStatus,
+                                    LocalTransactionState, Message, Producer, PushConsumer,
+                                    SelectMessageQueueByHash, TransactionProducer)
 
-    from rocketstore import Message, MessageStore, StoreConfig
-
-    rnd = random.Random(args.seed)
-    topics = [f"Orders{i}" for i in range(args.topics)]
-    tags = ["created", "paid", "shipped", "cancelled", "refunded"]
-    payloads = [rnd.randbytes(rnd.choice((64, 128, 200, 512, 1024))) for _ in range(256)]
-    cfg = StoreConfig(mapped_file_size_commit_log=args.file_size,
-                      warm_maped_file_enable=True)
-    if not args.keep and os.path.isdir(args.dir):
+    if os.path.isdir(args.dir) and not args.keep:
         shutil.rmtree(args.dir)
+    # one-second delay levels keep the retry and delay legs of the demo short
+    store_cfg = StoreConfig(mapped_file_size_commit_log=args.file_size,
+                            message_delay_level=" ".join(["1s"] * 18))
+    broker_cfg = BrokerConfig(transaction_check_interval=1000, transaction_time_out=500)
     total = args.messages
-    with MessageStore.open(args.dir, cfg) as store:
-        start = store.get_max_phy_offset()
-        # build the workload first: Message objects are what an application hands over
-        t0 = time.perf_counter()
-        msgs = [Message(topics[i % len(topics)], payloads[i % len(payloads)],
-                        tags=tags[i % len(tags)], keys=[f"order-{i}"],
-                        properties={"region": "eu-west"})
-                for i in range(total)]
-        build_s = time.perf_counter() - t0
-        # half one call per message, half in batches of 64 per (topic, queue)
-        half = total // 2
-        results = []
-        # the first put creates (and warms) the first file: timed on its own
-        t0 = time.perf_counter()
-        results.append(store.put_message(msgs[0], queue_id=0))
-        first_s = time.perf_counter() - t0
-        store.allocator.wait_idle(60)
-        t0 = time.perf_counter()
-        for i in range(1, half):
-            results.append(store.put_message(msgs[i], queue_id=i % args.queues))
-        single_s = time.perf_counter() - t0
-        by_topic: dict[str, list] = {}
-        for m in msgs[half:]:
-            by_topic.setdefault(m.topic, []).append(m)
-        batches = 0
-        t0 = time.perf_counter()
-        for topic, lst in by_topic.items():
-            for j in range(0, len(lst), 64):
-                results.append(store.put_messages(lst[j:j + 64], queue_id=batches % args.queues))
-                batches += 1
-        batch_s = time.perf_counter() - t0
-        failed = sum(not r.ok for r in results)
-        written = store.get_max_phy_offset() - start
-        probe_id = results[len(results) // 3].msg_id.split(",")[0]
-    # reopen: the store recovers its end and queue offsets from the files alone
+    tags = ["created", "paid", "shipped", "cancelled", "refunded"]
+    payload = b"{" + b'"amount": 12.5, "currency": "EUR", "items": 3' + b"}"
+    fails = {f"order-{i}" for i in range(0, total, max(1, total // 20))}
+    fails_left = set(fails)
+    lock = threading.Lock()
+    seen: set[str] = set()
+    latencies: list[float] = []
+    retried: list[int] = []
+    done = threading.Event()
+
+    def listener(msgs, ctx):
+        now = time.time() * 1000
+        with lock:
+            for m in msgs:
+                key = m.keys[0] if m.keys else ""
+                if key in fails_left:             # fail once: retry topic, then back again
+                    fails_left.discard(key)
+                    return ConsumeConcurrentlyStatus.RECONSUME_LATER
+            for m in msgs:
+                if m.reconsume_times:
+                    retried.append(m.reconsume_times)
+                else:
+                    latencies.append(now - m.born_timestamp)
+                seen.add(m.keys[0])
+            if len(seen) >= total:
+                done.set()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    t_start = time.perf_counter()
+    with Broker.open(args.dir, broker_cfg, store_cfg) as broker:
+        # topics are created up front, as an operator would (mqadmin updateTopic); a consumer
+        # of a topic that does not exist yet finds it only at its next rebalance (20 s)
+        for name in ("Orders", "Side", "OrderEvents"):
+            broker.store.update_topic_config(TopicConfig(name, read_queue_nums=args.queues,
+                                                         write_queue_nums=args.queues))
+        consumers = []
+        for i in range(2):
+            c = PushConsumer("demo-orders", broker=broker, instance_name=f"consumer-{i}",
+                             consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                             consume_message_batch_max_size=32, pull_batch_size=64)
+            c.subscribe("Orders", "*")
+            c.register_message_listener(listener)
+            consumers.append(c.start())
+        with Producer("demo-producer", broker=broker) as p:
+            third = total // 3
+            t_send = t0 = time.perf_counter()
+            first = None
+            for i in range(third):
+                r = p.send(Message("Orders", payload, tags=tags[i % 5], keys=[f"order-{i}"]))
+                first = first or r
+            sync_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for j in range(third, 2 * third, 100):
+                p.send_batch([Message("Orders", payload, tags=tags[i % 5], keys=[f"order-{i}"])
+                              for i in range(j, min(j + 100, 2 * third))])
+            batch_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            futs = [p.send_async(Message("Orders", payload, tags=tags[i % 5], keys=[f"order-{i}"]))
+                    for i in range(2 * third, total)]
+            for f in futs:
+                f.result()
+            async_s = time.perf_counter() - t0
+            ok = done.wait(args.timeout)
+            consume_s = time.perf_counter() - t_send
+            # a delayed message (level 2) and a committed transaction
+            arrived: dict[str, float] = {}
+            got = threading.Event()
+
+            def side(msgs, ctx):
+                for m in msgs:
+                    arrived[m.keys[0]] = time.time()
+                if {"delayed", "tx"} <= arrived.keys():
+                    got.set()
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+            sc = PushConsumer("demo-side", broker=broker,
+                              consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+            sc.subscribe("Side", "*")
+            sc.register_message_listener(side)
+            sc.start()
+            sent_delayed = time.time()
+            p.send(Message("Side", b"later", keys=["delayed"], properties={"DELAY": "2"}))
+
+            class Tx:
+                def execute_local_transaction(self, msg, arg):
+                    return LocalTransactionState.COMMIT_MESSAGE
+
+                def check_local_transaction(self, msg):
+                    return LocalTransactionState.COMMIT_MESSAGE
+            with TransactionProducer("demo-tx", Tx(), broker=broker) as tp:
+                tp.send_message_in_transaction(Message("Side", b"paid", keys=["tx"]), None)
+                got.wait(30)
+            sc.shutdown()
+            # orderly: events of each order in send order
+            orders: dict[int, list[int]] = {}
+            olock = threading.Lock()
+            n_orders, steps = 50, 5
+            finished = threading.Event()
+
+            def orderly(msgs, ctx):
+                with olock:
+                    for m in msgs:
+                        oid, step = map(int, bytes(m.body).split(b":"))
+                        orders.setdefault(oid, []).append(step)
+                    if sum(map(len, orders.values())) >= n_orders * steps:
+                        finished.set()
+                return ConsumeOrderlyStatus.SUCCESS
+            oc = PushConsumer("demo-orderly", broker=broker,
+                              consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+            oc.subscribe("OrderEvents", "*")
+            oc.register_message_listener(orderly, orderly=True)
+            oc.start()
+            by_hash = SelectMessageQueueByHash()
+            for step in range(steps):
+                for oid in range(n_orders):
+                    p.send(Message("OrderEvents", b"%d:%d" % (oid, step)), selector=by_hash,
+                           arg=oid)
+            finished.wait(30)
+            oc.shutdown()
+        for c in consumers:
+            c.shutdown()
+        probe = first.offset_msg_id if first is not None else None
     t0 = time.perf_counter()
-    with MessageStore.open(args.dir, cfg) as store:
+    with Broker.open(args.dir, broker_cfg, store_cfg) as broker:
         reopen_s = time.perf_counter() - t0
-        # consume every queue from its start, as a consumer group pulling 32 at a time
-        t0 = time.perf_counter()
-        n_read = body_bytes = 0
-        for topic in topics:
-            for q in range(args.queues):
-                offset = store.get_min_offset_in_queue(topic, q)
-                while True:
-                    r = store.get_message("demo-group", topic, q, offset, 32)
-                    if not r.messages:
-                        break
-                    n_read += len(r.messages)
-                    for m in r.messages:
-                        body_bytes += len(m.body)
-                    offset = r.next_begin_offset
-                store.commit_offset("demo-group", topic, q, offset)
-        read_s = time.perf_counter() - t0
-        # a tag-filtered pull: only "paid" messages of one queue
-        t0 = time.perf_counter()
-        paid = 0
-        offset = 0
-        while True:
-            r = store.get_message("demo-group", topics[0], 0, offset, 32, tags="paid")
-            if not r.messages and r.next_begin_offset == offset:
-                break
-            paid += len(r.messages)
-            offset = r.next_begin_offset
-            if offset >= store.get_max_offset_in_queue(topics[0], 0):
-                break
-        paid_s = time.perf_counter() - t0
-        found = store.look_message_by_id(probe_id)
-        files = len(store.commit_log_queue.files)
-        queues = store.consume_queues.max_offsets()
-        recovery = store.recovery
-    print(f"store {os.path.abspath(args.dir)}")
-    print(f"built {total:,} messages in {build_s:.2f} s ({total / build_s / 1e6:.2f} M/s)")
-    print(f"first put (creates and warms a {args.file_size >> 20} MiB commit-log file): "
-          f"{first_s * 1000:.0f} ms")
-    print(f"put   {half:,} one call each: {half / single_s / 1e6:.2f} M msgs/s; "
-          f"{total - half:,} in {batches:,} batches: {(total - half) / batch_s / 1e6:.2f} M msgs/s; "
-          f"{written / 1e6:.1f} MB written, {failed} failed")
-    print(f"reopen: {reopen_s * 1000:.0f} ms ({recovery['files_scanned']} of {recovery['files']} commit-log "
-          f"file(s) scanned, {recovery['messages_redispatched']} messages re-dispatched)")
-    print(f"consume {n_read:,} messages with get_message (32 per call): {read_s:.2f} s "
-          f"({n_read / read_s / 1e6:.2f} M msgs/s, {body_bytes / 1e6:.1f} MB of bodies)")
-    print(f"tag-filtered pull of {topics[0]}/0 for 'paid': {paid:,} messages in "
-          f"{paid_s * 1000:.0f} ms")
-    where = (f"{found.topic} queue {found.queue_id} offset {found.queue_offset}"
-             if found is not None else "NOT FOUND")
-    print(f"lookup by id {probe_id}: {where}")
-    print(f"{len(queues)} topic-queues, {sum(queues.values()):,} messages in all")
-    ok = n_read == total and not failed and found is not None
-    if not ok:
-        print("demo: read-back did not match what was written", file=sys.stderr)
-    return 0 if ok else 1
+        found = broker.store.look_message_by_id(probe) if probe else None
+        rec = broker.store.recovery
+    in_order = all(v == list(range(steps)) for v in orders.values()) and len(orders) == n_orders
+    print(f"broker on {os.path.abspath(args.dir)} (topic Orders, {args.queues} queues)")
+    print(f"send  {third:,} one by one: {third / sync_s:,.0f} msgs/s; {third:,} in batches of "
+          f"100: {third / batch_s:,.0f} msgs/s; {total - 2 * third:,} async: "
+          f"{(total - 2 * third) / async_s:,.0f} msgs/s")
+    print(f"consumer group 'demo-orders' (2 push consumers, 32-message batches): {len(seen):,} of "
+          f"{total:,} orders consumed, all within {consume_s:.1f} s of the first send "
+          f"({len(seen) / consume_s:,.0f} msgs/s); end-to-end latency p50 "
+          f"{_pct(latencies, .5):.1f} ms, p99 {_pct(latencies, .99):.1f} ms (producers and "
+          f"consumers share this process)")
+    print(f"retries: {len(fails)} listener failures sent their batches ({len(retried):,} "
+          f"messages) through %RETRY%demo-orders; each came back (reconsume times "
+          f"{sorted(set(retried))})")
+    if "delayed" in arrived:
+        print(f"delay level 2: arrived after {arrived['delayed'] - sent_delayed:.1f} s")
+    print(f"transaction: {'committed and consumed' if 'tx' in arrived else 'NOT consumed'}")
+    print(f"orderly: {n_orders} orders x {steps} events over {args.queues} queues, "
+          f"{'each in send order' if in_order else 'OUT OF ORDER'}")
+    print(f"reopen: {reopen_s * 1000:.0f} ms ({rec['files_scanned']} of {rec['files']} "
+          f"commit-log file(s) scanned); lookup by id {probe}: "
+          f"{'found' if found is not None else 'NOT FOUND'}")
+    print(f"total {time.perf_counter() - t_start:.1f} s")
+    good = ok and len(seen) == total and in_order and found is not None and \
+        {"delayed", "tx"} <= arrived.keys()
+    if not args.keep:
+        shutil.rmtree(args.dir, ignore_errors=True)
+    if not good:
+        print("demo: something did not arrive as sent", file=sys.stderr)
+    return 0 if good else 1
 
 
 def register(sub) -> None:
     """Add ``demo`` (alias ``bench``): the README's main job."""
     demo = sub.add_parser("demo", aliases=["bench"],
-                          help="write a realistic workload, read it back, print figures")
-    demo.add_argument("--dir", default=DEFAULT_STORE_DIR, help=f"store directory (default {DEFAULT_STORE_DIR})")
-    demo.add_argument("--messages", type=int, default=1_000_000)
-    demo.add_argument("--topics", type=int, default=4)
-    demo.add_argument("--queues", type=int, default=4)
-    demo.add_argument("--file-size", type=int, default=256 * 1024 * 1024,
+                          help="a broker, producers and a consumer group on an embedded store")
+    demo.add_argument("--dir", default=DEFAULT_STORE_DIR,
+                      help=f"store directory (default {DEFAULT_STORE_DIR})")
+    demo.add_argument("--messages", type=int, default=200_000)
+    demo.add_argument("--queues", type=int, default=8)
+    demo.add_argument("--file-size", type=int, default=64 * 1024 * 1024,
                       help="commit-log file size in bytes (RocketMQ's default is 1 GiB)")
-    demo.add_argument("--seed", type=int, default=7)
-    demo.add_argument("--keep", action="store_true",
-                      help="append to the existing demo store instead of starting afresh")
+    demo.add_argument("--timeout", type=float, default=300, help="seconds to wait for consumers")
+    demo.add_argument("--keep", action="store_true", help="keep the store afterwards")
     demo.set_defaults(func=_demo)

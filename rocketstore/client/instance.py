@@ -31,8 +31,6 @@ log = logging.getLogger("rocketstore.client")
 HEARTBEAT_BROKER_INTERVAL_MS = 30000
 PERSIST_CONSUMER_OFFSET_INTERVAL_MS = 5000
 REBALANCE_WAIT_INTERVAL_S = 20.0
-TCP_NOT_YET = "TCP transport arrives with the wire-protocol issue"
-
 
 @functools.lru_cache(maxsize=1)
 def local_address() -> str:
@@ -71,8 +69,13 @@ def transport_for(broker: Any, namesrv_addr: str | None) -> tuple[object, Callab
         raise MQClientError("pass exactly one of broker= (an in-process Broker) or "
                             "namesrv_addr= (a NameServer address)")
     if namesrv_addr is not None:
-        raise MQClientError(f"namesrv_addr={namesrv_addr!r}: {TCP_NOT_YET}; use broker= for an "
-                            "in-process broker")
+        if not isinstance(namesrv_addr, str) or not namesrv_addr.strip():
+            raise MQClientError(f"namesrv_addr={namesrv_addr!r}: expected 'host:port[;host:port]'")
+
+        def make_tcp() -> Transport:
+            from rocketstore.client.tcp import TcpTransport
+            return TcpTransport(namesrv_addr)
+        return ("tcp", namesrv_addr), make_tcp
     if isinstance(broker, Transport):
         return id(broker), lambda: broker
 

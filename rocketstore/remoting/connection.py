@@ -60,6 +60,7 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self._write_paused = False
         self._on_close = on_close
+        self._corked: list[bytes] | None = None
         self.attributes: dict[str, object] = {}     # what the processor records (client id ...)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
@@ -84,13 +85,21 @@ class Connection(asyncio.Protocol):
             log.warning("closing %s: %s", self.peer, e)
             self.close()
             return
-        for cmd in cmds:
-            if cmd.is_response:
-                fut = self._pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-                continue
-            self._dispatch(cmd)
+        # answers made while this chunk is processed leave in one write (one send(2) for a
+        # pipelining client instead of one per answer)
+        self._corked = corked = []
+        try:
+            for cmd in cmds:
+                if cmd.is_response:
+                    fut = self._pending.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                    continue
+                self._dispatch(cmd)
+        finally:
+            self._corked = None
+            if corked and self.transport is not None and not self.transport.is_closing():
+                self.transport.write(corked[0] if len(corked) == 1 else b"".join(corked))
 
     def connection_lost(self, exc: Exception | None) -> None:
         err = TransportError(self.peer, f"connection closed{': ' + str(exc) if exc else ''}")
@@ -180,10 +189,18 @@ class Connection(asyncio.Protocol):
         if t is None or t.is_closing():
             return
         prefix, header, body = cmd.encode_parts()
+        corked = self._corked
         if len(body) < JOIN_BELOW:
             # one write, one send(2): asyncio's writelines writes each part on its own
-            t.write(b"".join((prefix, header, body)))
+            frame = b"".join((prefix, header, body))
+            if corked is not None:
+                corked.append(frame)
+            else:
+                t.write(frame)
         else:
+            if corked:
+                t.write(b"".join(corked))
+                corked.clear()
             t.write(prefix + header)
             t.write(body)
         self.last_active = time.monotonic()
