@@ -45,10 +45,15 @@ with MessageStore.open(root, cfg) as s:
 
 def _writer(root: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    p = subprocess.Popen([sys.executable, "-c", WRITER, root, repr(CFG)],
-                         stdout=subprocess.PIPE, text=True, env=env)
+    errors = root + ".writer-stderr"
+    with open(errors, "w") as err:
+        p = subprocess.Popen([sys.executable, "-c", WRITER, root, repr(CFG)],
+                             stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     line = p.stdout.readline()
-    assert line.startswith("up"), line
+    if not line.startswith("up"):
+        p.wait()
+        with open(errors) as f:
+            raise AssertionError(f"the writer did not start: {f.read()[-3000:]}")
     return p
 
 
