@@ -100,34 +100,36 @@ class _StoreLock:
         self.path = paths.lock_path(root)
         self.keys = [os.path.realpath(root)]
         self.dir_fd = -1
+        names = [root]
         if commit_log_dir is not None:
             self.keys.append(os.path.realpath(commit_log_dir))
+            names.append(commit_log_dir)
         with _open_paths_lock:
-            for key in self.keys:
+            for key, name in zip(self.keys, names):
                 if key in _open_paths:
-                    raise StoreLockedError(root if key == self.keys[0] else commit_log_dir)
+                    raise StoreLockedError(name)
             _open_paths.update(self.keys)
         self.fd = -1
         try:
             if not os.path.exists(self.path):
                 metadata_event("create", self.path)     # the one sync function sees it
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            self._try(lambda: (fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB),
-                               fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)), root)
+            self._try(self.fd, True, root)
             if len(self.keys) > 1:
                 makedirs_durable(self.keys[1])
                 self.dir_fd = os.open(self.keys[1], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                self._try(lambda: fcntl.flock(self.dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB),
-                          commit_log_dir)
+                self._try(self.dir_fd, False, names[1])
         except BaseException:
             self.release()
             raise
         os.pwrite(self.fd, b"lock", 0)
 
     @staticmethod
-    def _try(take, what: str) -> None:
+    def _try(fd: int, record_lock: bool, what: str) -> None:
         try:
-            take()
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if record_lock:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
         except OSError as e:
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise StoreLockedError(what) from None
