@@ -178,6 +178,16 @@ uint64_t rs_touch_pages(char *addr, size_t size, size_t page_size, int write)
     return sum;
 }
 
+int rs_populate_write(char *addr, size_t size)
+{
+#ifdef MADV_POPULATE_WRITE
+    return madvise(addr, size, MADV_POPULATE_WRITE) == 0 ? 0 : -errno;
+#else
+    (void)addr; (void)size;
+    return -EINVAL;
+#endif
+}
+
 int rs_alloc_aligned(size_t size, size_t align, char **out)
 {
     void *p = NULL;

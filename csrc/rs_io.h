@@ -40,6 +40,10 @@ int rs_fsync_dir(const char *dir_path);
 /* Write all of buf at offset (retrying short writes and EINTR). */
 int rs_pwrite_all(int fd, const char *buf, size_t size, int64_t offset);
 
+/* Fault [addr, addr+size) in writable without touching its bytes (MADV_POPULATE_WRITE, Linux
+ * 5.14+; -EINVAL where unsupported), so it is safe beside a writer of the same pages. */
+int rs_populate_write(char *addr, size_t size);
+
 /* Page-aligned off-heap memory (posix_memalign) for the transient store pool; rs_free_aligned
  * releases it. */
 int rs_alloc_aligned(size_t size, size_t align, char **out);

@@ -7,6 +7,8 @@ field by field at its limits.
 """
 import ipaddress
 import os
+import pickle
+import random
 import re
 import struct
 import sys
@@ -526,6 +528,18 @@ def test_crc32_continues_from_a_value():
     assert codec.crc32(b, codec.crc32(a)) == zlib.crc32(a + b)
 
 
+def test_crc32_equals_zlib_at_every_length_alignment_and_start_value():
+    # the folding CRC (>= 64 bytes) must agree with zlib wherever its 64- and 16-byte steps
+    # and the tail split a buffer, from any start value (a continued CRC)
+    data = memoryview(bytes(random.Random(11).randrange(256) for _ in range(700)))
+    for start in (0, 1, 0xFFFFFFFF, 0x12345678):
+        for off in range(0, 16, 3):
+            for n in list(range(0, 260)) + [511, 512, 513, 640, 655]:
+                piece = data[off:off + n]
+                assert codec.crc32(piece, start) == zlib.crc32(piece, start), (start, off, n)
+                assert codec.body_crc(piece) == zlib.crc32(piece) & 0x7FFFFFFF
+
+
 # ---------------------------------------------------------------------------------------------
 # message ids (FORMAT.md 7)
 
@@ -639,6 +653,10 @@ BAD_MESSAGES = [
     (dict(topic="T", body=b"", properties={1: "a"}), "properties", InvalidMessageTypeError),
     (dict(topic="T", body=b"", tags=5), "tags", InvalidMessageTypeError),
     (dict(topic="T", body=b"", keys=5), "keys", InvalidMessageTypeError),
+    (dict(topic="T", body=b"", delay_level=-1), "delay_level", InvalidMessageError),
+    (dict(topic="T", body=b"", delay_level=2**31), "delay_level", InvalidMessageError),
+    (dict(topic="T", body=b"", delay_level="3"), "delay_level", InvalidMessageTypeError),
+    (dict(topic="T", body=b"", delay_level=True), "delay_level", InvalidMessageTypeError),
 ]
 
 
@@ -709,6 +727,21 @@ def test_message_is_immutable_and_keeps_tags_keys_properties():
         m.topic = "U"
     with pytest.raises(AttributeError):
         m.flag = 1
+
+
+def test_delay_level_is_the_delay_property():
+    m = codec.Message("T", b"x", tags="A", delay_level=3)
+    assert m.delay_level == 3
+    assert m.properties == {"TAGS": "A", "DELAY": "3"}
+    # the explicit argument wins over a DELAY in properties, which is then not stored twice
+    m = codec.Message("T", b"x", properties={"DELAY": "1", "p": "v"}, delay_level=4)
+    assert m.delay_level == 4 and m.properties == {"p": "v", "DELAY": "4"}
+    # 0 (the default) leaves the properties alone: no delay, or the one they carry
+    assert codec.Message("T", b"x").delay_level == 0
+    assert "DELAY" not in codec.Message("T", b"x", delay_level=0).properties
+    assert codec.Message("T", b"x", properties={"DELAY": "2"}).delay_level == 2
+    # survives pickling (a message handed to another process)
+    assert pickle.loads(pickle.dumps(codec.Message("T", b"x", delay_level=5))).delay_level == 5
 
 
 def test_message_rejects_host_sysflag_bits():

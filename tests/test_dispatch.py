@@ -21,6 +21,7 @@ import pytest
 
 import refreader
 from rocketstore import GetMessageStatus, Message, MessageStore, StoreConfig
+from rocketstore.errors import InvalidMessageError
 from rocketstore.store._commitlog import CommitLog
 from rocketstore.store._dispatch import DispatchCore
 from rocketstore.store.consumequeue import ConsumeQueueStore
@@ -176,6 +177,24 @@ def _put_delayed(store, delay: str | None, tags: str = "TagD", topic: str = SCHE
     m = store.look_message_by_offset(r.commitlog_offset)
     assert store.dispatch_core.tags_code_of(m) == unit[2]
     return r, unit[2]
+
+
+def test_delay_level_argument_stores_delay_property_and_delivery_time(store_dir):
+    # Message(delay_level=N) is RocketMQ's setDelayTimeLevel(N): the same record bytes as a
+    # DELAY property, so the same delivery time in the consume queue
+    with MessageStore.open(store_dir, _inline()) as store:
+        msg = Message(SCHEDULE_TOPIC, b"delayed", tags="TagD", delay_level=4,
+                      properties={"REAL_TOPIC": "TopicA", "REAL_QID": "0"})
+        r = store.put_message(msg, 1)
+        assert r.ok
+        assert store.look_message_by_offset(r.commitlog_offset).properties["DELAY"] == "4"
+        with pytest.raises(InvalidMessageError, match="delayed"):
+            store.put_messages([Message("TopicA", b"a"), Message("TopicA", b"b", delay_level=1)])
+    recs = [rec for _, _, _, rec in refreader.iter_commitlog(os.path.join(store_dir, "commitlog"))
+            if rec["kind"] == "msg"]
+    assert len(recs) == 1 and recs[0]["properties"]["DELAY"] == "4"
+    assert _units_on_disk(store_dir, SCHEDULE_TOPIC, 1) == [
+        (r.commitlog_offset, recs[0]["total_size"], recs[0]["store_timestamp"] + 30_000)]
 
 
 def test_delay_level_3_tags_code_is_delivery_time(store_dir):
@@ -362,11 +381,12 @@ def test_dispatch_lag_visible_and_caught_up(tmp_path):
 
 
 def test_store_lag_when_commit_log_is_written_directly(store_dir):
-    """In inline mode nothing dispatches except the put wrapper: a put straight to the commit
-    log stays invisible until a dispatch runs."""
+    """In inline mode nothing dispatches except the put itself: a put to a commit log whose
+    inline dispatch is off stays invisible until a dispatch runs."""
     with MessageStore.open(store_dir, _inline()) as store:
         store.put_message(Message("Lag", b"a"), 0)
         assert store.dispatch_behind_bytes() == 0
+        store.commit_log.set_inline_dispatch(None)
         r = store.commit_log.put_message(Message("Lag", b"b"), 0)
         assert store.dispatch_behind_bytes() == r.wrote_bytes
         assert store.get_max_offset_in_queue("Lag", 0) == 1

@@ -10,7 +10,12 @@ Messages are built before timing (1,024 distinct Message objects cycled, as db_b
 builds its values first); a Message caches its encoded properties and body CRC, so
 ``put_fresh`` also measures the realistic path of building a Message per put.
 
-Usage: python tools/bench.py [--benchmarks=put,put_batch,...] [--num=N] [--dir=DIR]
+The headline (run first) is the realistic put path: a new ``Message`` per put, 100 B bodies,
+the default StoreConfig (index and dispatch thread on, files not warmed), against a bare
+f.write loop and lmdb (when installed: ``pip install lmdb``) in the same run, with the
+targets of issue 11.
+
+Usage: python tools/bench.py [--benchmarks=headline,put,put_batch,...] [--num=N] [--dir=DIR]
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from rocketstore.store._codec import body_crc  # noqa: E402
 GiB = 1 << 30
 POOL = 1024          # distinct messages cycled through
 BATCH = 256          # messages per put_messages call
+HEADLINE_BATCH = 1000   # the headline's batches, and lmdb's transactions
 TOPIC = "BenchTopic"
 
 
@@ -146,6 +152,148 @@ def bench_put_fresh(store: MessageStore, bodies: list[bytes], num: int) -> tuple
     for i in range(num):
         put(Message(TOPIC, bodies[i & mask], tags="TagA"))
     return num, num * len(bodies[0])
+
+
+# -- the headline: the realistic put path -----------------------------------------------------
+
+def _headline_store(workdir: str, **overrides) -> MessageStore:
+    """A store as a user opens it (default StoreConfig: index and dispatch thread on, files
+    not warmed), after its first file exists and the next one's pre-allocation is done."""
+    root = tempfile.mkdtemp(prefix="store-", dir=workdir)
+    store = MessageStore.open(root, StoreConfig(**overrides))
+    store.put_message(Message("HeadlineWarmUp", b"warm-up"))
+    store.allocator.wait_idle(120)
+    return store
+
+
+def _wait_dispatched(store: MessageStore) -> None:
+    while store.dispatch_behind_bytes() > 0:
+        time.sleep(0.0005)
+
+
+def headline_rocketstore(workdir: str, bodies: list[bytes], num: int, mode: str) -> dict[str, float]:
+    """One run: ``num`` puts, each of a Message built in the loop; msgs/s when the last put
+    returns, and (``_readable``) when consumers can see every message."""
+    store = _headline_store(workdir, dispatch_inline=mode == "inline")
+    mask = POOL - 1
+    try:
+        t0 = time.perf_counter()
+        if mode == "batch":
+            put_batch = store.put_messages
+            for s in range(0, num, HEADLINE_BATCH):
+                put_batch([Message(TOPIC, bodies[i & mask]) for i in range(s, min(s + HEADLINE_BATCH, num))])
+        else:
+            put = store.put_message
+            for i in range(num):
+                put(Message(TOPIC, bodies[i & mask]))
+        t_put = time.perf_counter() - t0
+        _wait_dispatched(store)
+        t_readable = time.perf_counter() - t0
+        assert store.get_max_offset_in_queue(TOPIC, 0) == num
+    finally:
+        close_store(store)
+    return {mode: num / t_put, mode + "_readable": num / t_readable}
+
+
+def headline_file_write(workdir: str, bodies: list[bytes], num: int) -> dict[str, float]:
+    """The bare-append floor: a buffered file, f.write of a 4-byte length then the body."""
+    path = os.path.join(workdir, "headline.append")
+    mask = POOL - 1
+    with open(path, "wb") as f:
+        w = f.write
+        t0 = time.perf_counter()
+        for i in range(num):
+            b = bodies[i & mask]
+            w(len(b).to_bytes(4, "big"))
+            w(b)
+        dt = time.perf_counter() - t0
+    os.unlink(path)
+    return {"file_write": num / dt}
+
+
+def headline_lmdb(workdir: str, bodies: list[bytes], num: int) -> dict[str, float]:
+    """lmdb as tools/bench_peers.py drives it: txn.put(append=True) with a write transaction
+    per 1,000 puts, and cursor.putmulti of 1,000 prebuilt pairs per transaction; sync off."""
+    import lmdb
+    keys = [i.to_bytes(8, "big") for i in range(num)]
+    mask = POOL - 1
+    out = {}
+    for mode in ("lmdb_txn", "lmdb_putmulti"):
+        path = tempfile.mkdtemp(prefix="lmdb-", dir=workdir)
+        env = lmdb.open(path, map_size=64 << 30, sync=False, metasync=False, max_spare_txns=16)
+        items = [[(keys[i], bodies[i & mask]) for i in range(s, min(s + HEADLINE_BATCH, num))]
+                 for s in range(0, num, HEADLINE_BATCH)] if mode == "lmdb_putmulti" else None
+        t0 = time.perf_counter()
+        if items is None:
+            for s in range(0, num, HEADLINE_BATCH):
+                with env.begin(write=True) as txn:
+                    put = txn.put
+                    for i in range(s, min(s + HEADLINE_BATCH, num)):
+                        put(keys[i], bodies[i & mask], append=True)
+        else:
+            for batch in items:
+                with env.begin(write=True) as txn:
+                    txn.cursor().putmulti(batch, append=True)
+        out[mode] = num / (time.perf_counter() - t0)
+        env.close()
+        shutil.rmtree(path, ignore_errors=True)
+    return out
+
+
+def bench_headline(workdir: str, num: int, repeat: int) -> None:
+    """The realistic put path (issue 11): a new Message per put, 100 B bodies, default
+    StoreConfig, against a bare f.write loop and lmdb in the same run. Rows interleave over
+    ``repeat`` rounds (best kept), so a noisy moment does not fall on one row only."""
+    try:
+        import lmdb  # noqa: F401
+        have_lmdb = True
+    except ImportError:
+        have_lmdb = False
+    bodies = [os.urandom(100) for _ in range(POOL)]
+    best: dict[str, float] = {}
+    for _ in range(repeat):
+        runs = [lambda: headline_file_write(workdir, bodies, num),
+                lambda: headline_rocketstore(workdir, bodies, num, "thread"),
+                lambda: headline_rocketstore(workdir, bodies, num, "inline"),
+                lambda: headline_rocketstore(workdir, bodies, num, "batch")]
+        if have_lmdb:
+            runs.append(lambda: headline_lmdb(workdir, bodies, num))
+        for run in runs:
+            for k, v in run().items():
+                best[k] = max(best.get(k, 0.0), v)
+    load = os.getloadavg()[0]
+    print(f"-- headline: a new Message per put, 100 B bodies, {num:,} puts, default StoreConfig "
+          f"(index on, files not warmed); best of {repeat}, load average {load:.1f}")
+    base = best["file_write"]
+    lm, lmb = best.get("lmdb_txn"), best.get("lmdb_putmulti")
+    rows = [("file_write", "f.write(len) + f.write(body) per message (baseline)", None),
+            ("lmdb_txn", f"lmdb txn.put, a txn per {HEADLINE_BATCH:,} (baseline)", None),
+            ("lmdb_putmulti", f"lmdb putmulti of {HEADLINE_BATCH:,} prebuilt pairs (baseline)", None),
+            ("thread", "put_message(Message(...)), dispatch thread", "lmdb_txn"),
+            ("thread_readable", "  ... until consumers see all", "lmdb_txn"),
+            ("inline", "put_message(Message(...)), dispatch_inline=True", "lmdb_txn"),
+            ("batch", f"put_messages([Message(...) x {HEADLINE_BATCH:,}]), dispatch thread", "lmdb_putmulti"),
+            ("batch_readable", "  ... until consumers see all", "lmdb_putmulti")]
+    for key, label, peer in rows:
+        if key not in best:
+            continue
+        r = best[key]
+        line = f"{label:58s} {r / 1e6:6.2f} M msgs/s"
+        if peer is not None:
+            line += f"   {r / base:5.2f}x f.write"
+            if best.get(peer):
+                line += f"  {r / best[peer]:5.2f}x {peer}"
+        print(line)
+    targets = [("one put per message >= 1.0x f.write", best["thread"] / base, 1.0)]
+    if lm:
+        targets.append(("one put per message >= 2x lmdb (txn per 1,000)", best["thread"] / lm, 2.0))
+        targets.append(("dispatch_inline >= the dispatch thread (single puts)",
+                        best["inline"] / best["thread"], 1.0))
+    if lmb:
+        targets.append(("batched puts >= 4x lmdb putmulti", best["batch"] / lmb, 4.0))
+    for label, ratio, want in targets:
+        print(f"  target {label:54s} {ratio:5.2f}x  {'met' if ratio >= want else 'NOT met'}")
+    print()
 
 
 def bench_get_seq(store: MessageStore, offsets: list[int]) -> tuple[int, int]:
@@ -259,8 +407,9 @@ def bench_dispatch_index(workdir: str, num: int) -> None:
         with MessageStore.open(root, cfg) as store:
             body = os.urandom(100)
             msgs = [Message(TOPIC, body, keys=[f"key-{j}"]) for j in range(BATCH)]
+            store.commit_log.set_inline_dispatch(None)      # put now, dispatch timed below
             for i in range(num // BATCH):
-                store.commit_log.put_messages(msgs, i % 4)      # bypass the inline dispatch
+                store.commit_log.put_messages(msgs, i % 4)
             t0 = time.perf_counter()
             n = store.dispatch_service.do_dispatch()
             rates[index] = n / (time.perf_counter() - t0)
@@ -363,6 +512,7 @@ def bench_crc32(bodies: list[bytes], num: int) -> tuple[int, int]:
 
 
 WORKLOADS = {
+    "headline": "the realistic put path: a new Message per put, defaults, vs f.write and lmdb",
     "put": "one put_message call per message, 100 B bodies",
     "put_batch": f"put_messages in batches of {BATCH}, 100 B bodies",
     "put_1k": "one put_message call per message, 1 KiB bodies",
@@ -393,6 +543,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated workloads: " + ", ".join(WORKLOADS))
     ap.add_argument("--num", type=int, default=3_000_000, help="messages per 100 B workload")
     ap.add_argument("--num_1k", type=int, default=600_000, help="messages per 1 KiB workload")
+    ap.add_argument("--num_headline", type=int, default=300_000, help="puts per headline run")
+    ap.add_argument("--repeat", type=int, default=3, help="headline rounds (best kept)")
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir in /tmp)")
     ap.add_argument("--no-warm", action="store_true", help="do not warm mapped files")
     args = ap.parse_args(argv)
@@ -409,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
         print()
         names = [n for n in names if n != "tag_scan"]
     workdir = tempfile.mkdtemp(prefix="rocketstore-bench-", dir=args.dir)
+    if "headline" in names:
+        bench_headline(workdir, args.num_headline, args.repeat)
+        names = [n for n in names if n != "headline"]
     if "recover" in names:
         print("-- recovery")
         bench_recover(workdir, 1.0)

@@ -31,6 +31,7 @@ import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,6 +47,17 @@ def pct(lat: list[float], p: float) -> float:
         return float("nan")
     s = sorted(lat)
     return s[min(len(s) - 1, int(len(s) * p))] * 1e6
+
+
+def timed_threads(n: int, fn: Callable[[], None]) -> float:
+    """Run ``fn`` on ``n`` threads at once; the seconds until the last one ends."""
+    ts = [threading.Thread(target=fn) for _ in range(n)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0
 
 
 def row(name: str, rate: float, base: float | None = None, target: str | None = None,
@@ -78,17 +90,12 @@ def ours(namesrv: str, n: int, topic: str) -> dict[str, float]:
         out["sync1"] = n / (time.perf_counter() - t0)
         out["sync1_p50"], out["sync1_p99"] = pct(lat, .5), pct(lat, .99)
 
-        def worker(k: int) -> None:
-            for _ in range(k):
-                p.send(Message(topic, BODY))
         per = n // 8
-        ts = [threading.Thread(target=worker, args=(per,)) for _ in range(8)]
-        t0 = time.perf_counter()
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        out["sync8"] = 8 * per / (time.perf_counter() - t0)
+
+        def worker() -> None:
+            for _ in range(per):
+                p.send(Message(topic, BODY))
+        out["sync8"] = 8 * per / timed_threads(8, worker)
         batches = max(1, n * 5 // 100)
         t0 = time.perf_counter()
         for _ in range(batches):
@@ -213,13 +220,7 @@ def redis_rows(n: int, tmp: Path) -> dict[str, float] | None:
             rr = redis.Redis(port=port)
             for _ in range(per):
                 rr.xadd("s", {"b": BODY})
-        ts = [threading.Thread(target=worker) for _ in range(8)]
-        t0 = time.perf_counter()
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        out["sync8"] = 8 * per / (time.perf_counter() - t0)
+        out["sync8"] = 8 * per / timed_threads(8, worker)
         batches = max(1, n * 5 // 100)
         t0 = time.perf_counter()
         for _ in range(batches):

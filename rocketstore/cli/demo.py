@@ -128,9 +128,12 @@ def _demo(args: argparse.Namespace) -> int:
 
                 def check_local_transaction(self, msg):
                     return LocalTransactionState.COMMIT_MESSAGE
-            with TransactionProducer("demo-tx", Tx(), broker=broker) as tp:
+            tp = TransactionProducer("demo-tx", Tx(), broker=broker).start()
+            try:
                 tp.send_message_in_transaction(Message("Side", b"paid", keys=["tx"]), None)
                 got.wait(30)
+            finally:
+                tp.shutdown()
             sc.shutdown()
             # orderly: events of each order in send order
             orders: dict[int, list[int]] = {}

@@ -14,7 +14,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from rocketstore.common import Message, MessageExt
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
@@ -54,6 +54,15 @@ def _chain(fut: concurrent.futures.Future[T], fn: Callable[[T], U]) -> concurren
             out.set_exception(e)
     fut.add_done_callback(done)
     return out
+
+
+def _code(code: int) -> ResponseCode:
+    """A response code as the enum; a code RocketMQ added later than this list stays an int
+    (an IntEnum compares equal to its value either way)."""
+    try:
+        return ResponseCode(code)
+    except ValueError:
+        return cast(ResponseCode, code)
 
 
 def decode_records(body: bytes | memoryview) -> list[MessageExt]:
@@ -229,7 +238,7 @@ class TcpTransport(Transport):
     @staticmethod
     def _send_response(r: RemotingCommand) -> SendMessageResponse:
         return SendMessageResponse(
-            code=ResponseCode(r.code) if r.code in ResponseCode._value2member_map_ else r.code,
+            code=_code(r.code),
             remark=r.remark, msg_id=r.field("msgId"), queue_id=r.int_field("queueId", -1),
             queue_offset=r.int_field("queueOffset", -1), transaction_id=r.field("transactionId"))
 
@@ -272,9 +281,8 @@ class TcpTransport(Transport):
         fut = self.client.invoke_async(self._addr(broker_name), cmd, timeout)
 
         def convert(r: RemotingCommand) -> PullMessageResponse:
-            code = ResponseCode(r.code) if r.code in ResponseCode._value2member_map_ else r.code
             return PullMessageResponse(
-                code=code,  # type: ignore[arg-type]
+                code=_code(r.code),
                 next_begin_offset=r.int_field("nextBeginOffset"),
                 min_offset=r.int_field("minOffset"), max_offset=r.int_field("maxOffset"),
                 messages=decode_records(r.body) if r.code == ResponseCode.SUCCESS else [],
@@ -285,8 +293,7 @@ class TcpTransport(Transport):
                               queue_id: int) -> RemotingResult:
         r = self._invoke(broker_name, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {
             "consumerGroup": group, "topic": topic, "queueId": queue_id}))
-        return RemotingResult(ResponseCode(r.code) if r.code in ResponseCode._value2member_map_
-                              else r.code, r.remark, r.int_field("offset", -1))  # type: ignore[arg-type]
+        return RemotingResult(_code(r.code), r.remark, r.int_field("offset", -1))
 
     def update_consumer_offset(self, broker_name: str, group: str, topic: str, queue_id: int,
                                offset: int) -> None:
@@ -319,7 +326,7 @@ class TcpTransport(Transport):
             "originMsgId": request.origin_msg_id, "originTopic": request.origin_topic,
             "unitMode": request.unit_mode, "maxReconsumeTimes": request.max_reconsume_times}),
             SEND_BACK_TIMEOUT_S)
-        return RemotingResult(r.code, r.remark)  # type: ignore[arg-type]
+        return RemotingResult(_code(r.code), r.remark)
 
     def view_message(self, broker_name: str, commit_log_offset: int) -> MessageExt | None:
         r = self._invoke(broker_name, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID,

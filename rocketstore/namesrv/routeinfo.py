@@ -10,10 +10,13 @@ One lock guards every table: registrations are rare and route queries cheap.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from rocketstore.common.protocol import QueueData
 
 BROKER_EXPIRE_S = 120.0
 
@@ -38,18 +41,9 @@ class BrokerData:
                 "brokerName": self.broker_name, "cluster": self.cluster}
 
 
-@dataclass
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"brokerName": self.broker_name, "perm": self.perm,
-                "readQueueNums": self.read_queue_nums, "topicSysFlag": self.topic_sys_flag,
-                "writeQueueNums": self.write_queue_nums}
+def queue_data_json(qd: QueueData) -> dict[str, Any]:
+    return {"brokerName": qd.broker_name, "perm": qd.perm, "readQueueNums": qd.read_queue_nums,
+            "topicSysFlag": qd.topic_sys_flag, "writeQueueNums": qd.write_queue_nums}
 
 
 class RouteInfoManager:
@@ -173,7 +167,7 @@ class RouteInfoManager:
             route: dict[str, Any] = {
                 "brokerDatas": [b.to_json() for b in brokers],
                 "filterServerTable": {},
-                "queueDatas": [qds[n].to_json() for n in sorted(qds)],
+                "queueDatas": [queue_data_json(qds[n]) for n in sorted(qds)],
             }
         if order_topic_conf:
             route["orderTopicConf"] = order_topic_conf
@@ -199,6 +193,6 @@ class RouteInfoManager:
             for qds in self.topic_queue_table.values():
                 qd = qds.get(broker_name)
                 if qd is not None:
-                    qd.perm &= ~2
+                    qds[broker_name] = dataclasses.replace(qd, perm=qd.perm & ~2)
                     n += 1
         return n

@@ -14,7 +14,7 @@ import concurrent.futures
 import itertools
 import logging
 import threading
-from typing import Any
+from typing import Any, cast
 
 from rocketstore.errors import TransportError
 from rocketstore.remoting.command import FLAG_ONEWAY, RemotingCommand
@@ -65,9 +65,10 @@ class RemotingClient:
         try:
             host, port = split_addr(addr)
             try:
-                _, conn = await asyncio.wait_for(
+                _, made = await asyncio.wait_for(
                     loop.create_connection(lambda: Connection(self.processor), host, port),
                     self.connect_timeout)
+                conn = cast(Connection, made)
             except (OSError, asyncio.TimeoutError) as e:
                 raise TransportError(addr, f"connect failed: {e or 'timed out'}") from None
             self._conns[addr] = conn

@@ -13,12 +13,13 @@ slow or hostile peer never grows this process's memory without bound.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import logging
 import socket
 import time
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol, cast
 
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.errors import RemotingProtocolError, TransportError
@@ -65,11 +66,12 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  (uvloop's is not a subclass)
+        # uvloop's transports are not asyncio.Transport subclasses, hence no isinstance check
+        self.transport = cast(asyncio.Transport, transport)
         self.closed = asyncio.Event()
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -87,7 +89,8 @@ class Connection(asyncio.Protocol):
             return
         # answers made while this chunk is processed leave in one write (one send(2) for a
         # pipelining client instead of one per answer)
-        self._corked = corked = []
+        corked: list[bytes] = []
+        self._corked = corked
         try:
             for cmd in cmds:
                 if cmd.is_response:
@@ -144,7 +147,7 @@ class Connection(asyncio.Protocol):
             self._in_flight += 1
             self._update_reading()
             task = asyncio.ensure_future(result)
-            task.add_done_callback(lambda t, c=cmd: self._finished(c, t))
+            task.add_done_callback(functools.partial(self._finished, cmd))
         elif result is not None and not cmd.is_oneway:
             self.send(result)
 

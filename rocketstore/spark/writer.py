@@ -155,25 +155,55 @@ class _Plan:
 def _validate(b: pa.RecordBatch, max_body: int) -> None:
     """Refuse, in the task, what the driver's append would refuse (so a bad row fails the job
     before anything is appended): each row must make a valid Message, and no body may pass
-    the store's max_message_size."""
+    the store's max_message_size. Columns are checked whole; only a row a check flags (or
+    every row with user properties) is built into a ``Message``, which raises the error
+    naming the field."""
     if b.num_rows == 0:
         return
     longest = pc.max(pc.binary_length(b.column(2))).as_py() or 0
     if longest > max_body:
         raise InvalidOptionError("body", f"<{longest} bytes>",
                                  f"longer than the store's max_message_size {max_body}")
-    tags = _column_list(b.column(3))
-    keys = _column_list(b.column(4))
+    for topic in pc.unique(b.column(0)).to_pylist():
+        Message(topic, b"")
+    tags = b.column(3)
+    keys = b.column(4)
     props = _column_list(b.column(5))
-    if tags is None and keys is None and props is None:
-        for topic in pc.unique(b.column(0)).to_pylist():
-            Message(topic, b"")
+    flagged = np.zeros(b.num_rows, dtype=bool)
+    if tags.null_count < len(tags):
+        flagged |= _bad_text(tags, allow_space=True)
+    if keys.null_count < len(keys):
+        tokens = pc.list_flatten(keys)
+        if len(tokens):
+            bad = _bad_text(tokens, allow_space=False)
+            if bad.any():
+                rows = pc.list_parent_indices(keys).to_numpy(zero_copy_only=False)
+                flagged[rows[bad]] = True
+        # a property string near the 32 KiB limit: let Message count it exactly
+        joined = pc.fill_null(pc.binary_length(pc.binary_join(keys, " ")), 0)
+        flagged |= pc.greater(joined, 16 << 10).to_numpy(zero_copy_only=False)
+    if tags.null_count < len(tags):
+        flagged |= pc.greater(pc.fill_null(pc.binary_length(tags), 0), 16 << 10) \
+            .to_numpy(zero_copy_only=False)
+    rows_to_build = np.arange(b.num_rows) if props is not None else np.flatnonzero(flagged)
+    if not len(rows_to_build):
         return
     topics = b.column(0).to_pylist()
-    for i in range(b.num_rows):
-        Message(topics[i], b"", tags=tags[i] if tags else None,
-                keys=(keys[i] or None) if keys else None,
+    tag_list = _column_list(tags)
+    key_list = _column_list(keys)
+    for i in rows_to_build.tolist():
+        Message(topics[i], b"", tags=tag_list[i] if tag_list else None,
+                keys=(key_list[i] or None) if key_list else None,
                 properties=dict(props[i]) if props and props[i] else None)
+
+
+def _bad_text(col: pa.Array, allow_space: bool) -> np.ndarray:
+    """Rows of a string column that Message would refuse: empty, or holding a property
+    separator (or, for keys, a space). Nulls are not flagged."""
+    bad = pc.equal(pc.binary_length(col), 0)
+    for ch in ("\x01", "\x02") if allow_space else ("\x01", "\x02", " "):
+        bad = pc.or_(bad, pc.match_substring(col, ch))
+    return pc.fill_null(bad, False).to_numpy(zero_copy_only=False)
 
 
 def _open_writer(path: str, scan: ScanOptions) -> MessageStore:
@@ -193,7 +223,7 @@ def append_staged(store: MessageStore, files: list[str], marker: str | None = No
     limit = max(1, store.config.mapped_file_size_commit_log // 4)
     skip = dict(skip or {})
     for name in files:
-        with ipc.open_file(name) as f:
+        with pa.memory_map(name) as source, ipc.open_file(source) as f:
             for i in range(f.num_record_batches):
                 total += _append_batch(store, f.get_batch(i), limit, marker, skip)
     return total
@@ -220,12 +250,19 @@ def _append_batch(store: MessageStore, b: pa.RecordBatch, byte_limit: int,
     cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
     starts = np.concatenate(([0], cuts))
     ends = np.concatenate((cuts, [n]))
-    bodies = b.column(2).to_pylist()
-    tags = _column_list(b.column(3))
-    keys = _column_list(b.column(4))
-    props = _column_list(b.column(5))
+    user_props = _column_list(b.column(5))
+    if user_props is None:
+        # the columnar path: bodies and encoded properties straight from Arrow buffers
+        rows_of = _Columns(b, marker)
+    else:
+        rows_of = _MessageRows(b, marker, user_props)
     # what a record costs beyond its body, at most (header, topic, tags, keys, UNIQ_KEY)
     est = pc.add(pc.binary_length(b.column(2)), 512).to_numpy(zero_copy_only=False)
+    if marker:
+        est = est + len(SINK_PROPERTY) + len(marker) + 2
+    if user_props is not None:
+        est = est + np.array([sum(len(k) + len(v) + 2 for k, v in p or ()) for p in user_props],
+                             dtype=np.int64) * 4
     for s, e in zip(starts.tolist(), ends.tolist()):
         g = int(sorted_groups[s])
         topic, qid = names[g >> 32], g & 0xFFFFFFFF
@@ -236,35 +273,104 @@ def _append_batch(store: MessageStore, b: pa.RecordBatch, byte_limit: int,
                 s += k
                 if s == e:
                     continue
-        idx = order[s:e].tolist()
-        if tags is None and keys is None and props is None and marker is None:
-            msgs = [Message(topic, bodies[i]) for i in idx]
-        else:
-            extra = {SINK_PROPERTY: marker} if marker is not None else {}
-            msgs = [Message(topic, bodies[i], tags=tags[i] if tags else None,
-                            keys=(keys[i] or None) if keys else None,
-                            properties={**dict(props[i] or ()), **extra} if props
-                            else (extra or None))
-                    for i in idx]
-        appended += len(msgs)
-        sizes = est[order[s:e]] + (len(SINK_PROPERTY) + len(marker) + 2 if marker else 0)
-        if props is not None:
-            sizes = sizes + np.array([sum(len(k) + len(v) + 2 for k, v in props[i] or ())
-                                      for i in idx], dtype=np.int64) * 4
+        idx = order[s:e]
+        appended += len(idx)
+        sizes = est[idx]
         lo = 0
-        while lo < len(msgs):
+        while lo < len(idx):
             # the longest run from lo within BATCH_MESSAGES and the byte limit (at least one)
             run = np.cumsum(sizes[lo:lo + BATCH_MESSAGES])
             hi = lo + max(1, int(np.searchsorted(run, byte_limit, side="right")))
-            _put(store, msgs[lo:hi], qid)
+            _put(store, rows_of.batch(topic, idx[lo:hi]), qid)
             lo = hi
     return appended
 
 
-def _put(store: MessageStore, msgs: list[Message], queue_id: int) -> None:
-    r = store.put_messages(msgs, queue_id)
+class _Columns:
+    """Rows of a staged batch as ``CommitLog.put_columns`` arguments (no Message per row):
+    the body column's Arrow buffers, and each row's encoded properties -- TAGS, KEYS and the
+    sink's marker -- built column-wise by Arrow."""
+
+    def __init__(self, b: pa.RecordBatch, marker: str | None) -> None:
+        self.body_data, self.body_offsets = _binary_buffers(b.column(2))
+        parts = []
+        tags, keys = b.column(3), b.column(4)
+        if marker is not None:
+            parts.append(pa.scalar(f"{SINK_PROPERTY}\x01{marker}\x02"))
+        if tags.null_count < len(tags):
+            parts.append(_prop_column("TAGS", tags))
+        if keys.null_count < len(keys):
+            parts.append(_prop_column("KEYS", pc.binary_join(keys, " ")))
+        self.const_props = None
+        self.props_data = self.props_offsets = None
+        if parts and all(isinstance(p, pa.Scalar) for p in parts):
+            self.const_props = b"".join(p.as_py().encode() for p in parts)
+        elif parts:
+            joined = pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
+            self.props_data, self.props_offsets = _binary_buffers(joined.cast(pa.binary()))
+
+    def batch(self, topic: str, rows: np.ndarray) -> "_ColumnBatch":
+        return _ColumnBatch(self, topic, np.ascontiguousarray(rows, dtype=np.int64))
+
+
+class _ColumnBatch:
+    """One put of rows (what ``_put`` appends)."""
+
+    def __init__(self, cols: _Columns, topic: str, rows: np.ndarray) -> None:
+        self.cols, self.topic, self.rows = cols, topic, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def put(self, store: MessageStore, queue_id: int):
+        c = self.cols
+        return store.commit_log.put_columns(self.topic, queue_id, self.rows, c.body_data,
+                                            c.body_offsets, c.props_data, c.props_offsets,
+                                            c.const_props)
+
+
+class _MessageRows:
+    """Rows with user properties: a Message each (the rare case; Message applies the rules
+    of tags and keys over TAGS and KEYS given as properties)."""
+
+    def __init__(self, b: pa.RecordBatch, marker: str | None, props: list) -> None:
+        self.bodies = b.column(2).to_pylist()
+        self.tags = _column_list(b.column(3))
+        self.keys = _column_list(b.column(4))
+        self.props = props
+        self.extra = {SINK_PROPERTY: marker} if marker is not None else {}
+
+    def batch(self, topic: str, rows: np.ndarray) -> list[Message]:
+        tags, keys, props, extra = self.tags, self.keys, self.props, self.extra
+        return [Message(topic, self.bodies[i], tags=tags[i] if tags else None,
+                        keys=(keys[i] or None) if keys else None,
+                        properties={**dict(props[i] or ()), **extra})
+                for i in rows.tolist()]
+
+
+def _prop_column(name: str, values: pa.Array) -> pa.Array:
+    """``name \x01 value \x02`` per row; empty where the value is null or empty."""
+    wrapped = pc.binary_join_element_wise(f"{name}\x01", values, "\x02", "")
+    return pc.if_else(pc.fill_null(pc.greater(pc.binary_length(values), 0), False), wrapped, "")
+
+
+def _binary_buffers(col: pa.Array) -> tuple[Any, np.ndarray]:
+    """(data buffer, int32 offsets of each row) of a binary/string array, zero-copy."""
+    bufs = col.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int32)[col.offset:col.offset + len(col) + 1]
+    return (bufs[2] if bufs[2] is not None else b""), offsets
+
+
+def _put(store: MessageStore, batch, queue_id: int) -> None:
+    """Append one batch (Messages, or rows of staged columns) to ``queue_id``."""
+    if isinstance(batch, _ColumnBatch):
+        r = batch.put(store, queue_id)
+        topic = batch.topic
+    else:
+        r = store.put_messages(batch, queue_id)
+        topic = batch[0].topic
     if r.status.name != "PUT_OK":
-        raise RocketStoreError(f"appending {len(msgs)} staged messages to {msgs[0].topic}/"
+        raise RocketStoreError(f"appending {len(batch)} staged messages to {topic}/"
                                f"{queue_id} failed: {r.status.name}")
 
 

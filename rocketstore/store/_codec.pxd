@@ -178,6 +178,7 @@ cdef class Message:
     cdef bytes _born_host_b
     cdef bint _has_uniq
     cdef bint _delayed              # has a DELAY property (not allowed in a batch)
+    cdef int32_t _delay             # delay_level given to the constructor (> 0), else 0
     cdef bint _no_wait              # WAIT=false: sync flush does not wait for it
     cdef bint _crc_cached           # body is bytes: its CRC is computed once
     cdef int32_t _crc
@@ -225,4 +226,5 @@ cdef class MessageExt:
 
 
 cpdef str format_msg_id(bytes host_bytes, int64_t phy_offset)
+cdef bytes _check_topic(object topic)
 cpdef bytes encode_host(str host)

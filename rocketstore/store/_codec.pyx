@@ -442,6 +442,7 @@ def _rebuild_message(topic, body, props, flag, sys_flag, reconsume_times, prepar
 
 
 @cython.final
+@cython.freelist(64)    # a Message per put is the common case: skip the allocator
 @cython.no_gc       # holds only str/bytes/dict-of-str: no cycles, so no GC traversal cost
 cdef class Message:
     """A message to put: what a RocketMQ producer sends.
@@ -468,6 +469,9 @@ cdef class Message:
     sys_flag, reconsume_times, prepared_transaction_offset, born_timestamp, born_host
         Stored as given: transaction type bits (``sys_flag & 0xC``), compression bits;
         ``born_timestamp=None`` means the put time, ``born_host=None`` means ``127.0.0.1:0``.
+    delay_level : int
+        RocketMQ's delay level (``Message.setDelayTimeLevel``): the ``DELAY`` property when
+        above 0 (it overrides a ``DELAY`` given in ``properties``); 0 means no delay.
 
     Examples
     --------
@@ -478,8 +482,8 @@ cdef class Message:
 
     def __init__(self, topic, body, tags=None, keys=None, properties=None, flag=0, *,
                  sys_flag=0, reconsume_times=0, prepared_transaction_offset=0,
-                 born_timestamp=None, born_host=None):
-        cdef bytes tags_b = None, keys_b = None, user_b = b"", kb, vb
+                 born_timestamp=None, born_host=None, delay_level=0):
+        cdef bytes tags_b = None, keys_b = None, delay_b = None, user_b = b"", kb, vb
         cdef dict user = None
         cdef list parts
         cdef Py_ssize_t plen, pos, i
@@ -501,6 +505,8 @@ cdef class Message:
                 user.pop(PROPERTY_TAGS, None)       # the explicit argument wins
             if keys is not None:
                 user.pop(PROPERTY_KEYS, None)
+            if delay_level is not 0:
+                user.pop(PROPERTY_DELAY, None)
             if user:
                 parts = []
                 plen = 0
@@ -528,19 +534,29 @@ cdef class Message:
                     keys_b = _text_utf8("keys", " ".join(keys), True)
             else:
                 raise InvalidMessageTypeError("keys", "str or list of str", type(keys).__name__)
+        if delay_level is not 0:
+            self._delay = _int32("delay_level", delay_level)
+            if self._delay < 0:
+                raise InvalidMessageError("delay_level", delay_level,
+                                          "must not be negative (0 means no delay)")
+            if self._delay:
+                delay_b = str(self._delay).encode("ascii")
         self._user = user
         self._tags = tags
         self._keys = None if keys_b is None else (keys if type(keys) is str else " ".join(keys))
         self._has_uniq = bool(user) and PROPERTY_UNIQ_KEY in user
-        self._delayed = bool(user) and "DELAY" in user
+        self._delayed = delay_b is not None or (bool(user) and PROPERTY_DELAY in user)
         # WAIT=false: a sync-flush put does not wait for the disk (FORMAT.md 2)
         self._no_wait = bool(user) and user.get("WAIT") == "false"
-        # properties bytes: user properties, then TAGS and KEYS (order is free: FORMAT.md 1.4)
+        # properties bytes: user properties, then TAGS, KEYS and DELAY (order is free:
+        # FORMAT.md 1.4)
         plen = PyBytes_GET_SIZE(user_b)
         if tags_b is not None:
             plen += 6 + PyBytes_GET_SIZE(tags_b)
         if keys_b is not None:
             plen += 6 + PyBytes_GET_SIZE(keys_b)
+        if delay_b is not None:
+            plen += 7 + PyBytes_GET_SIZE(delay_b)
         if plen == PyBytes_GET_SIZE(user_b):
             self._props_b = user_b
         else:
@@ -551,6 +567,8 @@ cdef class Message:
                 pos += _put_prop(PyBytes_AS_STRING(self._props_b) + pos, "TAGS", 4, tags_b)
             if keys_b is not None:
                 pos += _put_prop(PyBytes_AS_STRING(self._props_b) + pos, "KEYS", 4, keys_b)
+            if delay_b is not None:
+                pos += _put_prop(PyBytes_AS_STRING(self._props_b) + pos, "DELAY", 5, delay_b)
         plen += 0 if self._has_uniq else UNIQ_PROP_LEN
         if plen > RS_MAX_PROPERTIES_LEN:
             raise InvalidMessageError("properties", f"{plen} bytes encoded",
@@ -635,13 +653,26 @@ cdef class Message:
         return [x for x in k.split(" ") if x] if k else []
 
     @property
+    def delay_level(self):
+        """The delay level (the ``DELAY`` property as an int), 0 when the message has none."""
+        if self._delay:
+            return self._delay
+        v = self._user.get(PROPERTY_DELAY) if self._user else None
+        try:
+            return int(v) if v is not None else 0
+        except ValueError:
+            return 0
+
+    @property
     def properties(self):
-        """A copy of every property, TAGS and KEYS included (UNIQ_KEY only when given)."""
+        """A copy of every property, TAGS, KEYS and DELAY included (UNIQ_KEY only when given)."""
         cdef dict out = dict(self._user) if self._user else {}
         if self._tags is not None:
             out[PROPERTY_TAGS] = self._tags
         if self._keys is not None:
             out[PROPERTY_KEYS] = self._keys
+        if self._delay:
+            out[PROPERTY_DELAY] = str(self._delay)
         return out
 
     cdef int _fill(self, RecordFields *f, const char **body_buf) except -1:
@@ -1123,6 +1154,7 @@ def stamp_for_send(list msgs, UniqIdGenerator gen not None):
         c._born_host_b = m._born_host_b
         c._has_uniq = True
         c._delayed = m._delayed
+        c._delay = m._delay
         c._no_wait = m._no_wait
         c._crc_cached = m._crc_cached
         c._crc = m._crc

@@ -77,6 +77,7 @@ cdef extern from "rs_io.h" nogil:
     int rs_mmap(int fd, size_t size, int readonly, char **addr_out)
     int rs_munmap(char *addr, size_t size)
     int rs_madvise(char *addr, size_t size, int advice)
+    int rs_populate_write(char *addr, size_t size)
     int rs_mlock(char *addr, size_t size)
     int rs_munlock(char *addr, size_t size)
     int rs_msync(char *addr, size_t size)

@@ -11,6 +11,7 @@ class DispatchCore:
     reput_offset: int
     dispatchers: list[Callable[[MessageExt], Any]]
     dispatched: int
+    notifier: Any
     def __init__(self, commit_log_queue: Any, find_queue: Callable[[str, int], ConsumeQueue],
                  delay_levels_ms: list[int], reput_offset: int = ...) -> None: ...
     index_last_phy: int

@@ -9,18 +9,21 @@ keep running while a backlog is indexed. Anything else -- a queue seen for the f
 full queue file, a gap, an extra dispatcher such as the index -- takes the GIL path for that
 one record. Units become visible to readers when the run ends (``ConsumeQueue.publish``).
 
-Not thread-safe: one dispatcher thread (or the put path under the store's dispatch lock in
-inline mode) calls ``dispatch``.
+One dispatcher at a time, under the core's own mutex: the dispatch thread through
+``dispatch``, or in inline mode the putting thread through ``dispatch_inline``, which the
+compiled put calls after each successful put (no Python frame; the GIL is kept when one put's
+records are all there is to do).
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.ref cimport PyObject
-from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
+from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t, INT64_MAX
 from libc.string cimport memcmp, memset
 
 from rocketstore.store._csrc cimport (
     rs_java_hash, rs_load_acquire, rs_prefetch_write, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED,
-    RS_SYSFLAG_TX_ROLLBACK,
+    RS_SYSFLAG_TX_ROLLBACK, pthread_mutex_init, pthread_mutex_destroy, pthread_mutex_lock,
+    pthread_mutex_trylock, pthread_mutex_unlock,
 )
 from rocketstore.store._codec cimport (RecordInfo, PropRefs, parse_record, MessageExt, find_prop,
                                  find_dispatch_props)
@@ -37,22 +40,12 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 cdef const char *SCHEDULE_TOPIC_C = b"SCHEDULE_TOPIC_XXXX"
 
 cdef enum:
-    CACHE_SLOTS = 256           # queues dispatched without the GIL (direct-mapped)
-    MAX_DELAY_LEVELS = 64
-    MAX_FAST_KEYS = 32          # index keys of one record handled without the GIL
     STOP_END = 0                # reached the bound
     STOP_BLANK = 1              # end-of-file blank: go to the next file
     STOP_INVALID = 2            # not a record (yet): stop this round
     STOP_SLOW = 3               # this record needs the GIL path
     STOP_LIMIT = 4              # record budget used
-
-
-cdef struct CacheSlot:
-    const char *topic           # borrowed from the queue's topic_b
-    int topic_len
-    int32_t queue_id
-    CQState *state              # inside the ConsumeQueue object (kept alive by the store)
-    PyObject *cq
+    INLINE_NOGIL_BYTES = 1 << 16    # an inline dispatch releases the GIL above this backlog
 
 
 cdef inline uint32_t _slot_of(const char *topic, int n, int32_t qid) noexcept nogil:
@@ -78,28 +71,6 @@ cdef class DispatchCore:
         Delay of each level (index 1..N; index 0 unused), for the tags code of
         ``SCHEDULE_TOPIC_XXXX`` records (FORMAT.md 3).
     """
-    cdef object cl_mfq
-    cdef object find_queue
-    cdef public int64_t reput_offset
-    cdef CacheSlot cache[CACHE_SLOTS]
-    cdef list _cached                   # strong refs of the cached queues
-    cdef int64_t delay_ms[MAX_DELAY_LEVELS]
-    cdef int max_delay_level
-    cdef bytes schedule_topic_b
-    cdef public list dispatchers        # extra dispatchers: callables taking a MessageExt
-    cdef public int64_t dispatched      # records dispatched so far (statistics)
-    # the index (FORMAT.md 6): keys of each record go to the service's last file
-    cdef object index_service
-    cdef IndexFile index_file
-    cdef public int64_t index_last_phy  # offset of the last indexed record, -1 for none
-    cdef public object index_error      # the OSError that stopped index building, or None
-    cdef bint _boundary                 # indexing the record at index_last_phy again
-    # the GIL-free path indexes a record one record late: its slots are prefetched first and
-    # written while the next record is parsed, hiding the cache misses of the slot table
-    cdef int32_t pend_hashes[MAX_FAST_KEYS]
-    cdef Py_ssize_t pend_n
-    cdef int64_t pend_phy, pend_ts
-
     def __init__(self, commit_log_queue, find_queue, delay_levels_ms, int64_t reput_offset=0):
         self.cl_mfq = commit_log_queue
         self.find_queue = find_queue
@@ -112,6 +83,12 @@ cdef class DispatchCore:
         for i in range(self.max_delay_level + 1):
             self.delay_ms[i] = delay_levels_ms[i]
         self.schedule_topic_b = SCHEDULE_TOPIC.encode()
+
+    def __cinit__(self):
+        pthread_mutex_init(&self.mu, NULL)
+
+    def __dealloc__(self):
+        pthread_mutex_destroy(&self.mu)
 
     def set_index(self, index_service):
         """Build the index too (``IndexService``), or stop building it (None)."""
@@ -126,7 +103,9 @@ cdef class DispatchCore:
     def invalidate(self):
         """Forget the cached queues (after queues were destroyed or reloaded)."""
         memset(self.cache, 0, sizeof(self.cache))
+        self.n_dirty = 0
         self._cached = []
+        self._mf = None
 
     # -- per record ---------------------------------------------------------------------------
 
@@ -193,11 +172,23 @@ cdef class DispatchCore:
             self._cached = [q for q in self._cached if q in live]
         return cq
 
+    cdef void _mark(self, CacheSlot *s) noexcept nogil:
+        """List the slot for the next publish (once)."""
+        if not s.listed:
+            s.listed = 1
+            self.dirty[self.n_dirty] = <int>(s - self.cache)
+            self.n_dirty += 1
+
     cdef void _publish_all(self) noexcept:
+        # only the listed slots: a walk over the whole cache would cost every inline put
         cdef int i
-        for i in range(CACHE_SLOTS):
-            if self.cache[i].state != NULL and self.cache[i].state.dirty:
-                (<ConsumeQueue>self.cache[i].cq).publish()
+        cdef CacheSlot *s
+        for i in range(self.n_dirty):
+            s = &self.cache[self.dirty[i]]
+            s.listed = 0
+            if s.state != NULL and s.state.dirty:
+                (<ConsumeQueue>s.cq).publish()
+        self.n_dirty = 0
 
     # -- index -------------------------------------------------------------------------------
 
@@ -355,6 +346,7 @@ cdef class DispatchCore:
                 return STOP_SLOW
             if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
                 tags = self.tags_code_refs(info, &refs)
+                self._mark(s)
                 if cq_append_fast(s.state, info.phy_offset, info.total_size, tags,
                                   info.queue_offset, info.store_ts) < 0:
                     return STOP_SLOW
@@ -366,8 +358,61 @@ cdef class DispatchCore:
 
         Stops early at data that is not (yet) a valid record, and after ``max_records``. With
         ``follow`` (``bound`` is the commit log's live end), records appended during the call
-        are dispatched as well.
+        are dispatched as well. One dispatcher at a time: callers from other threads wait.
         """
+        cdef Py_ssize_t n
+        self._acquire()
+        try:
+            n = self._dispatch(bound, max_records, follow, 0)
+        finally:
+            pthread_mutex_unlock(&self.mu)
+        self._notify(n)
+        return n
+
+    cdef void _acquire(self) noexcept:
+        # never block holding the GIL: the holder may need it (a new queue's files)
+        if pthread_mutex_trylock(&self.mu) != 0:
+            with nogil:
+                pthread_mutex_lock(&self.mu)
+
+    cdef int _notify(self, Py_ssize_t n) except -1:
+        # the notifier's counter, not its property: no Python frame per inline put
+        if n and self.notifier is not None and self.notifier._waiters:
+            self.notifier.notify()
+        return 0
+
+    cdef Py_ssize_t dispatch_inline(self) except -1:
+        """Dispatch everything readable now, on the putting thread (inline mode): the
+        commit log calls this after each put, so no Python frame runs per put. The GIL is
+        kept for a small backlog (one put's records), released for a large one."""
+        cdef Py_ssize_t n = 0, done
+        self._acquire()
+        try:
+            while True:
+                # one call runs to the end of what is readable unless its budget ran out
+                done = self._dispatch(INT64_MAX, 1 << 16, True, INLINE_NOGIL_BYTES)
+                n += done
+                if done < 1 << 16:
+                    break
+        finally:
+            pthread_mutex_unlock(&self.mu)
+        self._notify(n)
+        return n
+
+    cdef MappedFile _file_at(self, int64_t offset):
+        """The commit-log file holding ``offset`` (the last run's file when it still does)."""
+        cdef MappedFile mf = self._mf
+        if mf is not None and mf.base != NULL and mf.file_from_offset <= offset \
+                and offset - mf.file_from_offset < mf.file_size:
+            return mf
+        mf = self.cl_mfq.find_mapped_file_by_offset(offset)
+        self._mf = mf
+        return mf
+
+    cdef Py_ssize_t _dispatch(self, int64_t bound, Py_ssize_t max_records, bint follow,
+                              Py_ssize_t nogil_above) except -1:
+        """``dispatch`` under ``mu``; the fast path runs without the GIL when more than
+        ``nogil_above`` bytes wait."""
         cdef MappedFile mf
         cdef RecordInfo info
         cdef Py_ssize_t pos, end, budget = max_records, start_budget = max_records
@@ -377,7 +422,7 @@ cdef class DispatchCore:
         cdef bint extra
         cdef int tx
         while self.reput_offset < bound and budget > 0:
-            mf = self.cl_mfq.find_mapped_file_by_offset(self.reput_offset)
+            mf = self._file_at(self.reput_offset)
             if mf is None:
                 first = self.cl_mfq.get_min_offset()
                 if 0 <= self.reput_offset < first:
@@ -392,7 +437,11 @@ cdef class DispatchCore:
                     continue
                 break
             extra = bool(self.dispatchers)
-            if not extra:
+            if not extra and end - pos <= nogil_above:
+                stop = self._run(mf, &pos, &end, follow, &budget, &info)
+                if self.index_file is not None:
+                    self._index_flush()
+            elif not extra:
                 with nogil:
                     stop = self._run(mf, &pos, &end, follow, &budget, &info)
                     if self.index_file is not None:
@@ -429,6 +478,9 @@ cdef class DispatchCore:
             elif tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
                 s = self._lookup(&info)
                 cq = <ConsumeQueue>s.cq if s != NULL else self._queue_slow(&info)
+                s = self._lookup(&info)
+                if s != NULL:
+                    self._mark(s)
                 tags = self.tags_code(&info)
                 cq.put_position(info.phy_offset, info.total_size, tags, info.queue_offset,
                                 info.store_ts)

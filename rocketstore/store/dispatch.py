@@ -6,9 +6,9 @@ asleep, so a busy dispatcher costs producers nothing), dispatches everything wri
 reput offset through ``DispatchCore`` (GIL-free for runs of records to known queues), then wakes
 readers waiting for those queues. ``dispatch_behind_bytes`` is the lag.
 
-Thread-safety: ``DispatchCore`` is driven by one thread at a time (the service thread, or in
-inline mode the putting thread under ``lock``). ``shutdown()`` dispatches what is left, stops
-and joins the thread.
+Thread-safety: ``DispatchCore`` is driven by one thread at a time (its own mutex: the service
+thread, or in inline mode the putting thread, straight from the compiled put). ``shutdown()``
+dispatches what is left, stops and joins the thread.
 """
 from __future__ import annotations
 
@@ -93,6 +93,7 @@ class DispatchService:
         self.follow = follow        # the bound is the commit log's live end
         self.commit_log = commit_log
         self.notifier = notifier
+        core.notifier = notifier            # the core wakes readers after each dispatch
         self.lock = threading.Lock()        # one dispatcher at a time
         self._wake = threading.Event()
         self._stopped = False
@@ -118,8 +119,6 @@ class DispatchService:
                 n += done
                 if done == 0:
                     break
-        if n and self.notifier.has_waiters:
-            self.notifier.notify()
         return n
 
     # -- thread ------------------------------------------------------------------------------

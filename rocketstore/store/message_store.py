@@ -28,6 +28,7 @@ from rocketstore.store import _reader, paths
 from rocketstore.store._codec import Message, MessageExt, decode_msg_id
 from rocketstore.store._commitlog import CommitLog, PutMessageResult
 from rocketstore.store._dispatch import DispatchCore
+from rocketstore.store.fault_ahead import FaultAheadService
 from rocketstore.store._mapped import fsync_dir, metadata_event
 from rocketstore.store._reader import GetMessageResult, ReadLimits, TagFilter
 from rocketstore.store.allocate import AllocateMappedFileService
@@ -185,6 +186,7 @@ class MessageStore:
         self.commit_service: CommitRealTimeService | None = None
         self.transient_pool: TransientStorePool | None = None
         self.cleanup_service: CleanupService | None = None
+        self.fault_ahead_service: FaultAheadService | None = None
         self._retention_checked = 0.0       # read-only: last look for deleted files
         self.last_exit_ok = not os.path.exists(paths.abort_path(root))
         self.allocator = AllocateMappedFileService(
@@ -253,20 +255,24 @@ class MessageStore:
                 for name, tc in self.topic_config_manager.all().items():
                     self._apply_topic_rule(tc)
                 self._start_flush()
+                if not config.warm_maped_file_enable and self.transient_pool is None:
+                    self.fault_ahead_service = FaultAheadService(self.commit_log)
+                    self.fault_ahead_service.start()
                 self.consumer_offset_manager.start()
                 if config.dispatch_inline:
-                    self.put_message = self._put_inline  # type: ignore[method-assign]
-                    self.put_messages = self._put_batch_inline  # type: ignore[method-assign]
+                    # the compiled put dispatches what it wrote before returning
+                    self.commit_log.set_inline_dispatch(self.dispatch_core)
                 else:
                     self.dispatch_service.start()
-                    # the hot calls go straight to the compiled commit log (no Python frame
-                    # per put); it checks types and the closed state itself
-                    self.put_message = self.commit_log.put_message  # type: ignore[method-assign]
-                    self.put_messages = self.commit_log.put_messages  # type: ignore[method-assign]
-                    self.put_message_async = functools.partial(  # type: ignore[method-assign]
-                        self.commit_log.put_message_async, acks=self.flush_ack)
-                    self.put_messages_async = functools.partial(  # type: ignore[method-assign]
-                        self.commit_log.put_messages_async, acks=self.flush_ack)
+                # the hot calls go straight to the compiled commit log (no Python frame per
+                # put); it checks types and the closed state itself, and in inline mode
+                # dispatches what it wrote
+                self.put_message = self.commit_log.put_message  # type: ignore[method-assign]
+                self.put_messages = self.commit_log.put_messages  # type: ignore[method-assign]
+                self.put_message_async = functools.partial(  # type: ignore[method-assign]
+                    self.commit_log.put_message_async, acks=self.flush_ack)
+                self.put_messages_async = functools.partial(  # type: ignore[method-assign]
+                    self.commit_log.put_messages_async, acks=self.flush_ack)
                 self.cleanup_service = CleanupService(self, config)
                 self.cleanup_service.start()
         except BaseException:
@@ -325,6 +331,8 @@ class MessageStore:
             if self.cleanup_service is not None:
                 step(self.cleanup_service.shutdown)
             step(self.commit_log.close)
+            if self.fault_ahead_service is not None:
+                step(self.fault_ahead_service.shutdown)
             if self.commit_service is not None:
                 step(self.commit_service.shutdown)      # everything into the files, then flush
             if self.flush_service is not None:
@@ -426,6 +434,8 @@ class MessageStore:
                              or self._dispatch_stall)
 
     def _release_files(self) -> None:
+        if self.fault_ahead_service is not None:
+            self.fault_ahead_service.shutdown()     # before any file is unmapped
         self.allocator.shutdown()
         self.consume_queues.close()
         self.commit_log_queue.close()
@@ -703,30 +713,12 @@ class MessageStore:
         ``WAIT=false``, a refused put) it is already complete. From asyncio:
         ``await asyncio.wrap_future(store.put_message_async(msg))``. Bad input raises here.
         """
-        fut = self.commit_log.put_message_async(msg, queue_id, self.flush_ack)
-        if self.config.dispatch_inline:
-            self.dispatch_service.do_dispatch()
-        return fut
+        return self.commit_log.put_message_async(msg, queue_id, self.flush_ack)
 
     def put_messages_async(self, msgs: Sequence[Message],
                            queue_id: int = 0) -> Future[PutMessageResult]:
         """``put_messages`` without waiting; see ``put_message_async``."""
-        fut = self.commit_log.put_messages_async(msgs, queue_id, self.flush_ack)
-        if self.config.dispatch_inline:
-            self.dispatch_service.do_dispatch()
-        return fut
-
-    def _put_inline(self, msg: Message, queue_id: int = 0) -> PutMessageResult:
-        r = self.commit_log.put_message(msg, queue_id)
-        if r.ok:
-            self.dispatch_service.do_dispatch()
-        return r
-
-    def _put_batch_inline(self, msgs: Sequence[Message], queue_id: int = 0) -> PutMessageResult:
-        r = self.commit_log.put_messages(msgs, queue_id)
-        if r.ok:
-            self.dispatch_service.do_dispatch()
-        return r
+        return self.commit_log.put_messages_async(msgs, queue_id, self.flush_ack)
 
     def dispatch_behind_bytes(self) -> int:
         """Commit-log bytes not yet dispatched to consume queues (consumers cannot see them)."""

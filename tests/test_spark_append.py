@@ -1,0 +1,85 @@
+"""The driver's append of staged rows (no SparkSession needed): rows without user properties
+go through CommitLog.put_columns straight from the Arrow buffers, and must be stored exactly
+as the Message path stores them; the tasks' column-wise validation refuses what Message
+refuses."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+pytest.importorskip("pyspark")
+
+from rocketstore import MessageStore, StoreConfig  # noqa: E402
+from rocketstore.errors import InvalidMessageError  # noqa: E402
+from rocketstore.spark import writer as W  # noqa: E402
+
+from pulling import pull_all  # noqa: E402
+
+CFG = StoreConfig(mapped_file_size_commit_log=1 << 20, dispatch_inline=True)
+
+
+def _staged(tmp_path, rows: list[dict], name: str = "t.arrow") -> str:
+    cols = {f.name: [r.get(f.name) for r in rows] for f in W.STAGED_SCHEMA}
+    batch = pa.record_batch([pa.array(cols[f.name], f.type) for f in W.STAGED_SCHEMA],
+                            schema=W.STAGED_SCHEMA)
+    path = str(tmp_path / name)
+    with ipc.new_file(path, W.STAGED_SCHEMA) as w:
+        w.write_batch(batch.slice(1))       # a slice: buffers with a non-zero offset
+    return path
+
+
+ROWS = [{"topic": "X", "queue_id": 0, "body": b"skipped by the slice"}] + [
+    {"topic": "A" if i % 3 else "B", "queue_id": i % 2, "body": bytes([i]) * (i % 7),
+     "tags": None if i % 4 == 0 else f"t{i % 3}",
+     "keys": None if i % 5 == 0 else ([] if i % 5 == 1 else [f"k{i}", "kk"])}
+    for i in range(40)]
+
+
+def _stored(root: str) -> list[tuple]:
+    out = []
+    with MessageStore.open(root, CFG) as store:
+        for topic in ("A", "B"):
+            for q in (0, 1):
+                for m in pull_all(store, topic, q):
+                    props = {k: v for k, v in m.properties.items() if k != "UNIQ_KEY"}
+                    out.append((topic, q, m.queue_offset, bytes(m.body), m.tags, m.keys,
+                                sorted(props.items()), len(m.uniq_key)))
+    return out
+
+
+@pytest.mark.parametrize("marker", [None, "sink:7"])
+def test_columns_path_stores_what_the_message_path_stores(tmp_path, marker):
+    staged = _staged(tmp_path, ROWS)
+    cols_root, msgs_root = str(tmp_path / "cols"), str(tmp_path / "msgs")
+    with MessageStore.open(cols_root, CFG) as store:
+        assert W.append_staged(store, [staged], marker) == 40
+    # the Message path: the same rows with an (empty) user-properties map each
+    staged_p = _staged(tmp_path, [dict(r, properties={}) for r in ROWS], "p.arrow")
+    with MessageStore.open(msgs_root, CFG) as store:
+        assert W.append_staged(store, [staged_p], marker) == 40
+    got, want = _stored(cols_root), _stored(msgs_root)
+    assert got == want and len(got) == 40
+    tags = {r[4] for r in got}
+    assert tags == {None, "t0", "t1", "t2"}
+    assert any(r[5] == [f"k{i}", "kk"] for r in got for i in range(40))
+    assert all((dict(r[6]).get(W.SINK_PROPERTY) == marker) for r in got)
+
+
+@pytest.mark.parametrize("row, field", [
+    ({"tags": "a\x01b"}, "tags"),
+    ({"tags": ""}, "tags"),
+    ({"keys": ["ok", "has space"]}, "keys"),
+    ({"keys": ["k\x02"]}, "keys"),
+    ({"keys": [""]}, "keys"),
+])
+def test_task_validation_refuses_what_message_refuses(row, field):
+    rows = [{"topic": "A", "queue_id": 0, "body": b"x", "tags": "fine", "keys": ["k"]}] * 5
+    rows = rows + [dict(rows[0], **row)]
+    cols = {f.name: [r.get(f.name) for r in rows] for f in W.STAGED_SCHEMA}
+    batch = pa.record_batch([pa.array(cols[f.name], f.type) for f in W.STAGED_SCHEMA],
+                            schema=W.STAGED_SCHEMA)
+    with pytest.raises(InvalidMessageError) as ei:
+        W._validate(batch, 1 << 20)
+    assert ei.value.field.startswith(field)
+    W._validate(batch.slice(0, 5), 1 << 20)         # the good rows pass
