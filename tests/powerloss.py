@@ -58,6 +58,7 @@ class DurableImage:
         self.acked = 0                  # the workload's counter, read at each snapshot
         self.marks: dict = {}
         self.fresh: set[str] = set()    # created, inode not seen yet
+        self.owner: dict[int, str] = {}  # inode -> the name its bytes were synced under
 
     # -- recording -------------------------------------------------------------------------
 
@@ -84,6 +85,23 @@ class DurableImage:
         # number is not the new file's
         if op in ("create", "allocate"):
             self.fresh.add(path)
+        try:
+            ino = os.stat(path).st_ino if op in ("msync", "fsync") and os.path.isfile(path) else -1
+        except FileNotFoundError:
+            ino = -1
+        if ino >= 0:
+            # bytes recorded for this inode under a name that no longer holds it came from
+            # a deleted file (a rename keeps a file's bytes, but renamed files are fsynced
+            # whole, which replaces them anyway)
+            owner = self.owner.get(ino)
+            if owner is not None and owner != path:
+                try:
+                    gone = os.stat(owner).st_ino != ino
+                except FileNotFoundError:
+                    gone = True
+                if gone and op == "msync":
+                    self.data.pop(ino, None)
+            self.owner[ino] = path
         for p in list(self.fresh):
             try:
                 self.data.pop(os.stat(p).st_ino, None)
