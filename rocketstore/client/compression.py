@@ -32,12 +32,12 @@ def compressor(kind: str, level: int = 5) -> tuple[int, Callable[[bytes], bytes]
             import lz4.frame  # type: ignore[import-untyped]
         except ImportError as e:
             raise MQClientError("compress_type LZ4 needs the 'lz4' package "
-                                "(pip install lz4)") from e
+                                "(pip install 'rocketstore[compression]')") from e
         return bits, lambda body: lz4.frame.compress(body, compression_level=level)
     try:
         import zstandard
     except ImportError as e:
         raise MQClientError("compress_type ZSTD needs the 'zstandard' package "
-                            "(pip install zstandard)") from e
+                            "(pip install 'rocketstore[compression]')") from e
     # a ZstdCompressor is not thread-safe; the module function makes one per call
     return bits, lambda body: zstandard.compress(body, level)
