@@ -144,12 +144,6 @@ class InvalidNameError(InvalidArgumentError):
         super().__init__(field, value, reason)
         self.field = field
 
-    def __str__(self) -> str:
-        shown = repr(self.value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        return f"{self.field} {shown}: {self.reason}"
-
 
 class InvalidArgumentTypeError(RocketStoreError, TypeError):
     """An argument of a store call has the wrong Python type; ``argument`` names it."""

@@ -68,7 +68,7 @@ class DurableImage:
             return
         with self.lock:
             self.events += 1
-            self._forget_reused_inodes(op, path)
+            self._forget_reused_inodes(op, path, off)
             if self.want:
                 # reservoir sampling over every hook call: the power goes just before it
                 if len(self.snapshots) < self.want:
@@ -80,10 +80,12 @@ class DurableImage:
             except FileNotFoundError:
                 pass                    # deleted meanwhile by another thread
 
-    def _forget_reused_inodes(self, op: str, path: str) -> None:
+    def _forget_reused_inodes(self, op: str, path: str, off: int) -> None:
         # a new file may get the inode number of a deleted one: what was durable for that
         # number is not the new file's
-        if op in ("create", "allocate"):
+        # a new file: "create", then "allocate" from 0; an "allocate" further on is a file
+        # growing into its next extent (fallocate within its size), whose bytes stay its own
+        if op == "create" or (op == "allocate" and off == 0):
             self.fresh.add(path)
         try:
             ino = os.stat(path).st_ino if op in ("msync", "fsync") and os.path.isfile(path) else -1

@@ -94,7 +94,8 @@ def test_recover_keeps_a_correct_physic_msg_timestamp(tmp_path):
 
 def test_a_clean_close_deletes_the_pre_allocated_next_file(tmp_path):
     root = str(tmp_path / "s")
-    cfg = StoreConfig(mapped_file_size_commit_log=4096)
+    # whole-file allocation: the next file is queued at every roll, as RocketMQ does
+    cfg = StoreConfig(mapped_file_size_commit_log=4096, allocation_extent=0)
     with MessageStore.open(root, cfg) as s:
         for _ in range(10):
             s.put_message(Message("T", b"z" * 500), 0)     # rolls: the next file is queued

@@ -66,7 +66,9 @@ def _run_workload(root: str, image: DurableImage, rnd: random.Random, wrong: boo
                                                           write_queue_nums=4))
                     with image.lock:
                         image.marks = {"offset": i, "topics": i}
-            # every kind of file rolled while the image recorded
+            # every kind of file rolled while the image recorded (the index and consume
+            # queues once dispatch, behind the commit service with the pool, caught up)
+            assert store.wait_dispatched(30, until=r)
             assert len(store.commit_log_queue.files) >= 3
             assert len(store.index_service.files) >= 3
             assert all(len(q.mapped_file_queue.files) >= 2 for q in store.consume_queues.queues())
