@@ -149,6 +149,13 @@ class PullConsumer(ConsumerBase):
             self.offset_store.update_offset(mq, offset, False)
             self.instance.pull_service.execute(self._pull, a)
 
+    def do_rebalance(self) -> None:
+        # assigned queues are fixed: a group rebalance racing start() would add the same
+        # queue a second time and deliver its messages twice (RocketMQ's lite pull consumer
+        # rebalances in subscribe mode only)
+        if self._mode == "subscribe":
+            super().do_rebalance()
+
     def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         self._assigned.pop(mq, None)
         return super().remove_unnecessary_message_queue(mq, pq)
