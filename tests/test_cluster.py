@@ -16,7 +16,7 @@ import pytest
 
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.client import (ConsumeConcurrentlyStatus, Message, MessageQueue, Producer,
-                                PushConsumer, SendStatus)
+                                PullConsumer, PushConsumer, SendStatus)
 from rocketstore.errors import MQBrokerError, MQClientError, TransportError
 from cluster_support import Cluster  # noqa: E402  (tests/cluster_support.py)
 
@@ -104,6 +104,19 @@ def test_the_route_merges_both_brokers_and_sends_spread_over_every_queue(cluster
     per_queue = Counter((r.message_queue.broker_name, r.message_queue.queue_id) for r in res)
     # round-robin over, B-0, B-1, B-2: 20 each, so A gets 40 and B 60
     assert per_queue == {(A, 0): 20, (A, 1): 20, (B, 0): 20, (B, 1): 20, (B, 2): 20}
+    # a lite pull consumer reads all five queues of both brokers
+    pc = PullConsumer("pc-cluster", namesrv_addr=cluster.namesrv_addr,
+                      consume_from_where="CONSUME_FROM_FIRST_OFFSET", **FAST)
+    pc.subscribe("CT", "*")
+    with pc:
+        pulled: dict[bytes, str] = {}
+        deadline = time.monotonic() + 60
+        while len(pulled) < 100 and time.monotonic() < deadline:
+            for m in pc.poll(1000):
+                pulled[bytes(m.body)] = m.store_host
+        assert pc.assignment("CT") == {MessageQueue("CT", n, q) for n, k in QUEUES.items()
+                                       for q in range(k)}
+    assert Counter(pulled.values()) == {cluster.nodes[A].addr: 40, cluster.nodes[B].addr: 60}
     # and the brokers stored them where the results say
     for name, n in ((A, 40), (B, 60)):
         assert cluster.stop_broker(name) == 0
