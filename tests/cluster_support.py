@@ -15,6 +15,7 @@ are children of the test run and the stores live under the given temp dir.
 """
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ class BrokerNode:
     conf: dict[str, str]
     port: int = 0
     proc: ServerProcess | None = None
+    paused: bool = False
     exits: list[int] = field(default_factory=list)
 
     @property
@@ -58,8 +60,12 @@ class Cluster:
     """One NameServer and brokers ``names`` under ``tmp`` (see the module docstring)."""
 
     def __init__(self, tmp: Path, names: list[str] | tuple[str, ...] = ("broker-a", "broker-b"),
-                 conf: dict[str, str] | None = None) -> None:
+                 conf: dict[str, str] | None = None,
+                 namesrv_args: list[str] | None = None) -> None:
+        """``conf``: every broker's broker.conf keys (default ``SYNC_FLUSH_CONF``);
+        ``namesrv_args``: extra ``rocketstore namesrv`` options (``--broker-expire 2``)."""
         self.tmp = Path(tmp)
+        self.namesrv_args = list(namesrv_args or [])
         self.nodes = {n: BrokerNode(n, self.tmp / f"store-{n}", dict(conf or SYNC_FLUSH_CONF))
                       for n in names}
         self.namesrv: ServerProcess | None = None
@@ -69,7 +75,7 @@ class Cluster:
     def start(self) -> Cluster:
         """Start the NameServer, then every broker not running."""
         if self.namesrv is None:
-            self.namesrv = start_namesrv(self.tmp)
+            self.namesrv = start_namesrv(self.tmp, self.namesrv_args)
         for name in self.nodes:
             if not self.nodes[name].alive:
                 self.start_broker(name)
@@ -98,12 +104,30 @@ class Cluster:
         node = self.nodes[name]
         assert node.proc is not None
         node.proc.kill()
+        node.paused = False
         node.exits.append(node.proc.proc.returncode)
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP ``name``: a hung broker whose connections stay open (no answers, no
+        registrations, no close for the NameServer to notice)."""
+        node = self.nodes[name]
+        assert node.alive and node.proc is not None
+        node.proc.proc.send_signal(signal.SIGSTOP)
+        node.paused = True
+
+    def resume(self, name: str) -> None:
+        """SIGCONT ``name``."""
+        node = self.nodes[name]
+        assert node.proc is not None
+        node.proc.proc.send_signal(signal.SIGCONT)
+        node.paused = False
 
     def stop_broker(self, name: str) -> int:
         """SIGTERM ``name`` and wait; returns its exit code."""
         node = self.nodes[name]
         assert node.proc is not None
+        if node.paused:
+            self.resume(name)         # a stopped process would never handle SIGTERM
         rc = node.proc.stop()
         node.exits.append(rc)
         return rc

@@ -7,6 +7,8 @@ Apache RocketMQ's C++ client.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -18,7 +20,7 @@ from rocketstore import MessageStore, StoreConfig
 from rocketstore.client import (ConsumeConcurrentlyStatus, Message, MessageQueue, Producer,
                                 PullConsumer, PushConsumer, SendStatus)
 from rocketstore.errors import MQBrokerError, MQClientError, TransportError
-from cluster_support import Cluster  # noqa: E402  (tests/cluster_support.py)
+from cluster_support import SYNC_FLUSH_CONF, Cluster  # noqa: E402  (tests/cluster_support.py)
 
 A, B = "broker-a", "broker-b"
 QUEUES = {A: 2, B: 3}
@@ -225,6 +227,53 @@ def test_kill_9_of_one_broker_mid_stream_fails_over_and_loses_no_send_ok(cluster
     assert len(unconsumed_on_b) >= 60 and unconsumed_on_b <= set(got.by_broker[B])
 
 
+def test_a_hung_broker_expires_and_fault_avoidance_stops_waiting_for_it(tmp_path):
+    """SIGSTOP: the broker's connections stay open, so only timeouts tell. Without fault
+    avoidance every send whose first attempt picks it waits out the whole send timeout (the
+    attempt gets all that is left of it, as in RocketMQ); with it, one timeout isolates the
+    broker and later sends go straight to the other. The NameServer drops the broker after
+    --broker-expire without a registration."""
+    # brokers re-register every 10 s (RocketMQ's shortest period), so A stays while the
+    # paused B expires after 15 s
+    c = Cluster(tmp_path, [A, B], conf={**SYNC_FLUSH_CONF, "registerNameServerPeriod": "10000"},
+                namesrv_args=["--broker-expire", "15", "--scan-interval", "0.5"])
+    c.create_topic("HT", QUEUES)
+    try:
+        c.start()
+        c.wait_route("HT", QUEUES)
+        plain = Producer("pg-plain", namesrv_addr=c.namesrv_addr, send_msg_timeout=400,
+                         poll_name_server_interval=60000).start()
+        avoid = Producer("pg-avoid", namesrv_addr=c.namesrv_addr, send_msg_timeout=400,
+                         poll_name_server_interval=60000, send_latency_fault_enable=True).start()
+        try:
+            for p in (plain, avoid):          # routes cached (for a minute) while B works
+                assert {p.send(Message("HT", b"w")).message_queue.broker_name
+                        for _ in range(10)} == {A, B}
+            c.pause(B)
+            outcome: dict[str, Counter[str]] = {"plain": Counter(), "avoid": Counter()}
+            for name, p in (("plain", plain), ("avoid", avoid)):
+                for i in range(10):
+                    try:
+                        r = p.send(Message("HT", b"h-%d" % i))
+                    except TransportError:
+                        outcome[name]["raised"] += 1
+                    else:
+                        outcome[name][r.message_queue.broker_name] += 1
+            # a retry after a timeout finds no time left: the send raises
+            assert outcome["plain"]["raised"] >= 3, outcome
+            assert outcome["avoid"]["raised"] <= 1 and outcome["avoid"][A] >= 9, outcome
+            assert not avoid.fault_strategy.is_available(B)
+            c.wait_route("HT", {A: 2}, timeout=60)        # expired at the NameServer
+        finally:
+            if c.nodes[B].paused:
+                c.resume(B)           # so the producers' goodbyes do not wait for it
+            plain.shutdown()
+            avoid.shutdown()
+    finally:
+        codes = c.stop()
+    assert all(rc == 0 for rc in codes.values()), codes
+
+
 CPP_TOPIC = "CppCluster"
 
 
@@ -254,3 +303,20 @@ def test_cpp_client_sends_and_consumes_across_both_brokers(tmp_path):
     # the C++ producer round-robins over all five queues: both brokers got their share
     assert len(per_broker[A]) >= 4 and len(per_broker[B]) >= 6
     assert sorted(per_broker[A] + per_broker[B]) == sorted(f"S-{i}" for i in range(20))
+
+
+@pytest.mark.parametrize("args", [["--broker-expire", "0"], ["--scan-interval", "-1"]])
+def test_namesrv_refuses_non_positive_expiry_settings(args):
+    proc = subprocess.run([sys.executable, "-m", "rocketstore", "namesrv", "--listen",
+                           "127.0.0.1:0", *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("rocketstore namesrv: --broker-expire ")
+    assert "expected seconds > 0" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_broker_conf_register_period_is_checked():
+    from rocketstore.broker.config import BrokerConfig
+    from rocketstore.errors import InvalidConfigError
+    assert BrokerConfig().register_name_server_period == 30_000
+    with pytest.raises(InvalidConfigError, match="register_name_server_period"):
+        BrokerConfig(register_name_server_period=0)

@@ -96,6 +96,12 @@ def _rebuilt(msg: Message, props: dict[str, str], body: Any = None, sys_flag: in
 class Producer:
     """Sends messages to a broker (RocketMQ's ``DefaultMQProducer``).
 
+    Over a NameServer the topic's queues are those of every broker in its route.
+    ``send_latency_fault_enable`` turns on RocketMQ's latency-based broker avoidance;
+    ``poll_name_server_interval`` (ms) is how long a topic's publish list is used before its
+    route is read again, ``heartbeat_broker_interval`` (ms) the heartbeat period
+    (docs/cluster.md).
+
     >>> with Producer("pg", broker=broker) as p:          # doctest: +SKIP
     ...     r = p.send(Message("TopicA", b"hello", tags="TagA"))
     ...     r.status, r.message_queue.queue_id, r.queue_offset
