@@ -95,9 +95,13 @@ def producer(fake: FakeCluster, **kw) -> Producer:
 
 
 def test_round_robin_covers_every_queue_of_every_broker(fake):
-    p = producer(fake)
+    p = producer(fake, poll_name_server_interval=100)
+    res = []
     try:
-        res = [p.send(Message(TOPIC, b"x")) for _ in range(50)]
+        for i in range(50):
+            res.append(p.send(Message(TOPIC, b"x")))
+            if i % 10 == 9:
+                time.sleep(0.15)      # the route is re-read: same queues, same positions
     finally:
         p.shutdown()
     queues = [(r.message_queue.broker_name, r.message_queue.queue_id) for r in res]

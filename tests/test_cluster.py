@@ -183,6 +183,10 @@ def test_kill_9_of_one_broker_mid_stream_fails_over_and_loses_no_send_ok(cluster
         # the members rebalanced over A's two queues and keep consuming them
         wait(lambda: c1.assignment("CT") | c2.assignment("CT") ==
              {MessageQueue("CT", A, 0), MessageQueue("CT", A, 1)}, 30, "a rebalance onto A")
+        # the client forgets B when it re-reads the NameServer's broker list (every 30 s;
+        # asked for now): no more heartbeats to a dead address
+        producer.transport._learn_brokers()
+        assert producer.transport.broker_names() == [A]
         sent_to_a_while_down = {k for k, b in acked[n_down:] if b == A}
         assert got.wait_for(sent_to_a_while_down, 60) == set()
         with got.lock:

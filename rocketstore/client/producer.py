@@ -226,6 +226,12 @@ class Producer:
         info = TopicPublishInfo.from_route(topic, route)
         if not info.ok():
             raise MQClientError(f"no writable queue of topic {topic!r}")
+        if hit is not None and hit[1].message_queues == info.message_queues and \
+                hit[1].order_topic == info.order_topic:
+            # the same queues: keep the list and its round-robin positions (RocketMQ replaces
+            # a publish list only when the route changed), so sends stay evenly spread
+            hit[1].route = info.route
+            info = hit[1]
         self._publish[topic] = (now, info)
         return info
 
