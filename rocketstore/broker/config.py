@@ -52,6 +52,9 @@ class BrokerConfig:
     scan_not_active_channel_interval: int = 10_000
     rebalance_lock_max_live_time: int = 60_000   # rocketmq.broker.rebalance.lockMaxLiveTime
     long_polling_check_interval: int = 5000      # PullRequestHoldService's periodic check
+    # plain ACL (docs/acl.md): off unless acl_enable; acl_file "" is <store dir>/conf/plain_acl.yml
+    acl_enable: bool = False
+    acl_file: str = ""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -8,6 +8,7 @@ from typing import Any
 
 from rocketstore.client import validators
 from rocketstore.client.allocate import AllocateMessageQueueStrategy, allocate_strategy
+from rocketstore.acl.signature import SessionCredentials, credentials_from
 from rocketstore.client.instance import ClientInstance, build_client_id, transport_for
 from rocketstore.client.offset_store import (LocalFileOffsetStore, OffsetStore,
                                              RemoteBrokerOffsetStore)
@@ -40,9 +41,12 @@ class ConsumerBase:
     def __init__(self, group: str, *, broker: Any, namesrv_addr: str | None,
                  message_model: str | MessageModel, consume_from_where: str | ConsumeFromWhere,
                  consume_timestamp_ms: int | None, allocate_strategy_: Any,
-                 instance_name: str | None, offset_store_dir: Any) -> None:
+                 instance_name: str | None, offset_store_dir: Any,
+                 credentials: SessionCredentials | None = None, access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
         self.group = group
-        self._transport_key, self._transport_factory = transport_for(broker, namesrv_addr)
+        self._transport_key, self._transport_factory = transport_for(
+            broker, namesrv_addr, credentials_from(credentials, access_key, secret_key))
         self.message_model: MessageModel = _enum(MessageModel, message_model, "message_model")
         self.consume_from_where: ConsumeFromWhere = _enum(ConsumeFromWhere, consume_from_where,
                                                           "consume_from_where")

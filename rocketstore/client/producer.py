@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
+from rocketstore.acl.signature import SessionCredentials, credentials_from
 from rocketstore.client import validators
 from rocketstore.client.compression import compressor
 from rocketstore.client.instance import ClientInstance, build_client_id, local_address, \
@@ -104,9 +105,13 @@ class Producer:
                  compress_level: int = 5,
                  max_message_size: int = validators.DEFAULT_MAX_MESSAGE_SIZE,
                  create_topic_key: str = C.AUTO_CREATE_TOPIC_KEY_TOPIC,
-                 default_topic_queue_nums: int = 4) -> None:
+                 default_topic_queue_nums: int = 4, credentials: SessionCredentials | None = None,
+                 access_key: str | None = None, secret_key: str | None = None) -> None:
+        """``credentials`` (or ``access_key`` and ``secret_key``): sign every request for a
+        broker with plain ACL on (docs/acl.md); needs ``namesrv_addr``."""
         self.group = group
-        self._transport_key, self._transport_factory = transport_for(broker, namesrv_addr)
+        self._transport_key, self._transport_factory = transport_for(
+            broker, namesrv_addr, credentials_from(credentials, access_key, secret_key))
         self.instance_name = instance_name
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed

@@ -58,12 +58,16 @@ class PullConsumer(ConsumerBase):
                  auto_commit_interval_ms: int = 5000, pull_batch_size: int = 10,
                  pull_threshold_for_queue: int = 1000, pull_threshold_for_all: int = 10000,
                  allocate_strategy: Any = "AVG", instance_name: str | None = None,
-                 offset_store_dir: Any = None) -> None:
+                 offset_store_dir: Any = None, credentials: Any = None,
+                 access_key: str | None = None, secret_key: str | None = None) -> None:
+        """``credentials`` (a ``rocketstore.acl.SessionCredentials``, or ``access_key`` and
+        ``secret_key``): sign every request for a broker with plain ACL on (docs/acl.md)."""
         super().__init__(group, broker=broker, namesrv_addr=namesrv_addr,
                          message_model=message_model, consume_from_where=consume_from_where,
                          consume_timestamp_ms=consume_timestamp_ms,
                          allocate_strategy_=allocate_strategy, instance_name=instance_name,
-                         offset_store_dir=offset_store_dir)
+                         offset_store_dir=offset_store_dir, credentials=credentials,
+                         access_key=access_key, secret_key=secret_key)
         self.auto_commit = auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.pull_batch_size = pull_batch_size

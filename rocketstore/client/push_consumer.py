@@ -72,13 +72,17 @@ class PushConsumer(ConsumerBase):
                  consume_concurrently_max_span: int = 2000,
                  suspend_current_queue_time_millis: int = 1000,
                  allocate_strategy: Any = "AVG", instance_name: str | None = None,
-                 offset_store_dir: Any = None, post_subscription_when_pull: bool = False
-                 ) -> None:
+                 offset_store_dir: Any = None, post_subscription_when_pull: bool = False,
+                 credentials: Any = None, access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
+        """``credentials`` (a ``rocketstore.acl.SessionCredentials``, or ``access_key`` and
+        ``secret_key``): sign every request for a broker with plain ACL on (docs/acl.md)."""
         super().__init__(group, broker=broker, namesrv_addr=namesrv_addr,
                          message_model=message_model, consume_from_where=consume_from_where,
                          consume_timestamp_ms=consume_timestamp_ms,
                          allocate_strategy_=allocate_strategy, instance_name=instance_name,
-                         offset_store_dir=offset_store_dir)
+                         offset_store_dir=offset_store_dir, credentials=credentials,
+                         access_key=access_key, secret_key=secret_key)
         self.max_reconsume_times = max_reconsume_times
         self.consume_thread_nums = _check_range("consume_thread_nums", consume_thread_nums, 1, 1000)
         self.consume_message_batch_max_size = _check_range(
