@@ -520,3 +520,18 @@ def test_acl_off_by_default_ignores_the_file(tmp_path):
     finally:
         assert broker.stop() == 0
         assert ns.stop() == 0
+
+
+def test_broker_refuses_to_start_on_a_malformed_acl_file(tmp_path):
+    store = tmp_path / "store"
+    (store / "conf").mkdir(parents=True)
+    (store / "conf" / "plain_acl.yml").write_text(
+        "accounts:\n- {accessKey: RocketMQ, secretKey: 12345678, topicPerms: [topicA]}\n")
+    conf = tmp_path / "broker.conf"
+    conf.write_text("aclEnable=true\n")
+    proc = subprocess.run([sys.executable, "-m", "rocketstore", "broker", str(store), "--listen",
+                           "127.0.0.1:0", "-c", str(conf)], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode != 0
+    assert "accounts[0].topicPerms='topicA'" in proc.stderr, proc.stderr[-2000:]
+    assert "listening on" not in proc.stderr

@@ -62,7 +62,7 @@ class PlainAclConfig:
 
 def _load_yaml(text: str, path: str) -> Any:
     try:
-        import yaml
+        import yaml  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
         raise AclConfigError(path, "file", path, "reading plain_acl.yml needs PyYAML: "
                              "pip install 'rocketstore[acl]'") from None
