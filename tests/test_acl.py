@@ -497,6 +497,31 @@ def test_our_client_signs_and_a_reload_changes_decisions(acl_cluster, tmp_path):
         c.shutdown()
     assert got == [b"ours"]
 
+    from rocketstore.client import PullConsumer
+    pc = PullConsumer("CG-acl-pull", namesrv_addr=ns.addr, access_key="RocketMQ",
+                      secret_key="12345678", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    pc.subscribe("AclTopic", "*")
+    pc.start()
+    try:
+        queues = pc.fetch_message_queues("AclTopic")
+        pulled: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while not pulled and time.monotonic() < deadline:
+            pulled = [bytes(m.body) for m in pc.poll(1000)]
+    finally:
+        pc.shutdown()
+    assert pulled == [b"ours"]
+    # a wrong secret: refused from its first request for an offset on
+    pc = PullConsumer("CG-acl-pull2", namesrv_addr=ns.addr, access_key="RocketMQ",
+                      secret_key="wrong-secret", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    pc.assign(queues)
+    try:
+        with pytest.raises(MQClientError, match="no start offset"):
+            pc.start()
+    finally:
+        pc.shutdown()
+    assert "ACL refused request code 14 " in broker.output    # QUERY_CONSUMER_OFFSET
+
     # an unsigned C++ producer is refused until its address is white-listed in the file
     res = run_client(tmp_path, CPP_PRODUCE, ns.addr, json.dumps(None), "AclTopic")
     assert [r["ok"] for r in res] == [False]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import hashlib
 import hmac
 from collections.abc import Mapping
 
@@ -31,15 +30,18 @@ def _java_text(v: object) -> str:
 def combine_request_content(ext_fields: Mapping[str, object], body: bytes | memoryview | None,
                             *, skip: frozenset[str] = frozenset({SIGNATURE})) -> bytes:
     """What is signed: the field values sorted by field name, then the body."""
-    text = "".join(_java_text(ext_fields[k]) for k in sorted(ext_fields) if k not in skip)
+    # decoded header values are str already: only others go through _java_text
+    text = "".join([v if v.__class__ is str else _java_text(v)
+                    for v in [ext_fields[k] for k in sorted(ext_fields) if k not in skip]])
     head = text.encode("utf-8")
     return head + bytes(body) if body else head
 
 
 def calc_signature(content: bytes, secret_key: str) -> str:
     """``Base64(HmacSHA1(secret_key, content))``."""
-    mac = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
-    return base64.b64encode(mac).decode("ascii")
+    # hmac.digest: OpenSSL's one-shot HMAC, no per-call Python HMAC object
+    return base64.b64encode(hmac.digest(secret_key.encode("utf-8"), content, "sha1")
+                            ).decode("ascii")
 
 
 @dataclasses.dataclass(frozen=True)
