@@ -6,9 +6,9 @@ import logging
 import time
 from typing import Any
 
+from rocketstore.acl.signature import SessionCredentials, credentials_from
 from rocketstore.client import validators
 from rocketstore.client.allocate import AllocateMessageQueueStrategy, allocate_strategy
-from rocketstore.acl.signature import SessionCredentials, credentials_from
 from rocketstore.client.instance import ClientInstance, build_client_id, transport_for
 from rocketstore.client.offset_store import (LocalFileOffsetStore, OffsetStore,
                                              RemoteBrokerOffsetStore)
