@@ -31,6 +31,8 @@ __all__ = [
     "MQClientError",
     "MQBrokerError",
     "RemotingProtocolError",
+    "AclConfigError",
+    "AccessDeniedError",
 ]
 
 
@@ -299,6 +301,34 @@ class RemotingProtocolError(RocketStoreError):
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class AclConfigError(RocketStoreError, ValueError):
+    """A ``plain_acl.yml`` entry is malformed (``field`` names it, ``value`` is what was read);
+    the file is not loaded (a running broker keeps the rules it had)."""
+
+    def __init__(self, path: str, field: str, value: object, reason: str) -> None:
+        super().__init__(path, field, value, reason)
+        self.path = path
+        self.field = field
+        self.value = value
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.field}={self.value!r}: {self.reason}"
+
+
+class AccessDeniedError(RocketStoreError, PermissionError):
+    """The broker's access control refused a request (answered as ``NO_PERMISSION``);
+    ``access_key`` is the requester's (None when it sent none)."""
+
+    def __init__(self, access_key: str | None, reason: str) -> None:
+        super().__init__(access_key, reason)
+        self.access_key = access_key
         self.reason = reason
 
     def __str__(self) -> str:

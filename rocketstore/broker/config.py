@@ -54,6 +54,9 @@ class BrokerConfig:
     long_polling_check_interval: int = 5000      # PullRequestHoldService's periodic check
     # registerNameServerPeriod: re-registration with the NameServers (clamped to 10-60 s)
     register_name_server_period: int = 30_000
+    # plain ACL (docs/acl.md): off unless acl_enable; acl_file "" is <store dir>/conf/plain_acl.yml
+    acl_enable: bool = False
+    acl_file: str = ""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -191,6 +191,7 @@ def broker_configs(args: argparse.Namespace):
 
 
 def _broker(args: argparse.Namespace) -> int:
+    from rocketstore.errors import AclConfigError
     from rocketstore.remoting.broker_server import BrokerServer
     _logging(args.verbose)
     store_dir, bc, sc, namesrv = broker_configs(args)
@@ -198,6 +199,8 @@ def _broker(args: argparse.Namespace) -> int:
                           register_period_ms=bc.register_name_server_period)
     try:
         _run(_serve(server, "rocketstore broker: listening on {addr}"))
+    except AclConfigError as e:
+        raise CommandError(f"aclEnable=true but the ACL file is not usable: {e}") from None
     except OSError as e:
         raise CommandError(f"cannot listen on {bc.broker_ip1}:{bc.listen_port} and "
                            f"{bc.listen_port - 2}: {e.strerror or e}") from None

@@ -6,6 +6,7 @@ import logging
 import time
 from typing import Any
 
+from rocketstore.acl.signature import SessionCredentials, credentials_from
 from rocketstore.client import validators
 from rocketstore.client.allocate import AllocateMessageQueueStrategy, allocate_strategy
 from rocketstore.client.instance import (ClientInstance, ClientTimers, build_client_id,
@@ -42,10 +43,13 @@ class ConsumerBase:
                  message_model: str | MessageModel, consume_from_where: str | ConsumeFromWhere,
                  consume_timestamp_ms: int | None, allocate_strategy_: Any,
                  instance_name: str | None, offset_store_dir: Any,
-                 timers: ClientTimers | None = None) -> None:
+                 timers: ClientTimers | None = None,
+                 credentials: SessionCredentials | None = None, access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
         self.group = group
         self.timers = timers or ClientTimers()
-        self._transport_key, self._transport_factory = transport_for(broker, namesrv_addr)
+        self._transport_key, self._transport_factory = transport_for(
+            broker, namesrv_addr, credentials_from(credentials, access_key, secret_key))
         self.message_model: MessageModel = _enum(MessageModel, message_model, "message_model")
         self.consume_from_where: ConsumeFromWhere = _enum(ConsumeFromWhere, consume_from_where,
                                                           "consume_from_where")

@@ -86,8 +86,10 @@ def build_client_id(instance_name: str | None, change_default: bool) -> str:
     return f"{local_address()}@{name}"
 
 
-def transport_for(broker: Any, namesrv_addr: str | None) -> tuple[object, Callable[[], Transport]]:
-    """(key, factory) of the transport of exactly one of ``broker`` / ``namesrv_addr``."""
+def transport_for(broker: Any, namesrv_addr: str | None, credentials: Any = None
+                  ) -> tuple[object, Callable[[], Transport]]:
+    """(key, factory) of the transport of exactly one of ``broker`` / ``namesrv_addr``;
+    ``credentials`` (a ``rocketstore.acl.SessionCredentials``) sign every TCP request."""
     if (broker is None) == (namesrv_addr is None):
         raise MQClientError("pass exactly one of broker= (an in-process Broker) or "
                             "namesrv_addr= (a NameServer address)")
@@ -97,8 +99,12 @@ def transport_for(broker: Any, namesrv_addr: str | None) -> tuple[object, Callab
 
         def make_tcp() -> Transport:
             from rocketstore.client.tcp import TcpTransport
-            return TcpTransport(namesrv_addr)
-        return ("tcp", namesrv_addr), make_tcp
+            return TcpTransport(namesrv_addr, credentials=credentials)
+        # clients with other credentials get another connection set: signing is per client
+        return ("tcp", namesrv_addr, credentials), make_tcp
+    if credentials is not None:
+        raise MQClientError("credentials sign requests to a broker over TCP: give "
+                            "namesrv_addr= (an in-process broker has no access control)")
     if isinstance(broker, Transport):
         return id(broker), lambda: broker
 

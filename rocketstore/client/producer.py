@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
+from rocketstore.acl.signature import SessionCredentials, credentials_from
 from rocketstore.client import validators
 from rocketstore.client.compression import compressor
 from rocketstore.client.instance import (HEARTBEAT_BROKER_INTERVAL_MS,
@@ -118,14 +119,18 @@ class Producer:
                  create_topic_key: str = C.AUTO_CREATE_TOPIC_KEY_TOPIC,
                  default_topic_queue_nums: int = 4, send_latency_fault_enable: bool = False,
                  poll_name_server_interval: int = POLL_NAME_SERVER_INTERVAL_MS,
-                 heartbeat_broker_interval: int = HEARTBEAT_BROKER_INTERVAL_MS
-                 ) -> None:
+                 heartbeat_broker_interval: int = HEARTBEAT_BROKER_INTERVAL_MS,
+                 credentials: SessionCredentials | None = None,
+                 access_key: str | None = None, secret_key: str | None = None) -> None:
+        """``credentials`` (or ``access_key`` and ``secret_key``): sign every request for a
+        broker with plain ACL on (docs/acl.md); needs ``namesrv_addr``."""
         self.group = group
         # ClientConfig's timers (ms): how often routes are re-read and brokers heartbeated
         self.timers = ClientTimers.checked(poll_name_server_interval, heartbeat_broker_interval)
         # queue selection and, when enabled, latency-based broker avoidance (docs/cluster.md)
         self.fault_strategy = MQFaultStrategy(send_latency_fault_enable)
-        self._transport_key, self._transport_factory = transport_for(broker, namesrv_addr)
+        self._transport_key, self._transport_factory = transport_for(
+            broker, namesrv_addr, credentials_from(credentials, access_key, secret_key))
         self.instance_name = instance_name
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed

@@ -62,14 +62,19 @@ class PullConsumer(ConsumerBase):
                  allocate_strategy: Any = "AVG", instance_name: str | None = None,
                  offset_store_dir: Any = None,
                  poll_name_server_interval: int = POLL_NAME_SERVER_INTERVAL_MS,
-                 heartbeat_broker_interval: int = HEARTBEAT_BROKER_INTERVAL_MS) -> None:
+                 heartbeat_broker_interval: int = HEARTBEAT_BROKER_INTERVAL_MS,
+                 credentials: Any = None, access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
+        """``credentials`` (a ``rocketstore.acl.SessionCredentials``, or ``access_key`` and
+        ``secret_key``): sign every request for a broker with plain ACL on (docs/acl.md)."""
         super().__init__(group, broker=broker, namesrv_addr=namesrv_addr,
                          message_model=message_model, consume_from_where=consume_from_where,
                          consume_timestamp_ms=consume_timestamp_ms,
                          allocate_strategy_=allocate_strategy, instance_name=instance_name,
                          offset_store_dir=offset_store_dir,
                          timers=ClientTimers.checked(poll_name_server_interval,
-                                                     heartbeat_broker_interval))
+                                                     heartbeat_broker_interval),
+                         credentials=credentials, access_key=access_key, secret_key=secret_key)
         self.auto_commit = auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.pull_batch_size = pull_batch_size

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+from rocketstore.acl.signature import SessionCredentials
 from rocketstore.common import Message, MessageExt
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
                                          EndTransactionRequest, HeartbeatData, MessageQueue,
@@ -121,14 +122,17 @@ class _PushProcessor:
 class TcpTransport(Transport):
     """Brokers reached through NameServer routes (``"host:port;host:port"``)."""
 
-    def __init__(self, namesrv_addr: str) -> None:
+    def __init__(self, namesrv_addr: str, *, credentials: SessionCredentials | None = None
+                 ) -> None:
+        """``credentials``: sign every request (RocketMQ's ``AclClientRPCHook``)."""
         addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         if not addrs:
             raise TransportError(namesrv_addr, "no NameServer address")
         self.namesrv_addrs = addrs
         self._ns_index = random.randrange(len(addrs))
         self._push = _PushProcessor(self)
-        self.client = RemotingClient(self._push)
+        self.client = RemotingClient(self._push, rpc_hook=credentials.sign if credentials
+                                     else None)
         self.channel: ClientChannel | None = None
         self._lock = threading.Lock()
         self._brokers: dict[str, dict[int, str]] = {}

@@ -27,6 +27,7 @@ from rocketstore.remoting.connection import Connection
 from rocketstore.store._codec import encode_record
 
 if TYPE_CHECKING:
+    from rocketstore.acl import PlainAccessValidator
     from rocketstore.broker import Broker
     from rocketstore.common import MessageExt
 
@@ -108,10 +109,12 @@ class BrokerProcessor:
     """Serves one ``Broker`` on RocketMQ's wire protocol."""
 
     def __init__(self, broker: Broker, *, vip: bool = False,
-                 executor: concurrent.futures.Executor | None = None) -> None:
+                 executor: concurrent.futures.Executor | None = None,
+                 acl: PlainAccessValidator | None = None) -> None:
         self.broker = broker
         self.vip = vip
         self.executor = executor
+        self.acl = acl         # checks every request before dispatch when the broker's ACL is on
         R = RequestCode
         self._handlers: dict[int, Callable[[Connection, RemotingCommand], Any]] = {
             R.SEND_MESSAGE: self.send, R.SEND_MESSAGE_V2: self.send, R.SEND_BATCH_MESSAGE: self.send,
@@ -132,6 +135,10 @@ class BrokerProcessor:
     # -- dispatch -----------------------------------------------------------------------------
     def process(self, conn: Connection, cmd: RemotingCommand
                 ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+        if self.acl is not None:
+            denied = self.acl.check(cmd, conn.peer)
+            if denied is not None:
+                return cmd.response(ResponseCode.NO_PERMISSION, denied)
         handler = self._handlers.get(cmd.code)
         if handler is None or (self.vip and cmd.code in NOT_ON_VIP):
             # AdminBrokerProcessor.getUnknownCmdResponse, leading space included

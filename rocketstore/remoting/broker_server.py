@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import logging
+import os
 import socket
 import zlib
 from typing import Any
@@ -91,6 +92,7 @@ class BrokerServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._ns_client: RemotingClient | None = None
         self._ns_loop: LoopThread | None = None
+        self.acl: Any = None
 
     @property
     def addr(self) -> str:
@@ -113,16 +115,21 @@ class BrokerServer:
         sc = dataclasses.replace(self.store_config, store_host=f"{bc.broker_ip1}:{port}")
         self.broker_config, self.store_config = bc, sc
         loop = asyncio.get_running_loop()
-        if self._own_broker:
-            try:
+        try:
+            # before the broker opens: a plain_acl.yml that does not parse stops the start
+            self.acl = self._open_acl(bc)
+            if self._own_broker:
                 self.broker = await loop.run_in_executor(self._executor, Broker.open,
                                                          self.store_dir, bc, sc)
-            except BaseException:
-                await self.vip_server.stop()
-                await self.server.stop()
-                raise
-        self._main.target = BrokerProcessor(self.broker, executor=self._executor)
-        self._vip.target = BrokerProcessor(self.broker, vip=True, executor=self._executor)
+        except BaseException:
+            if self.acl is not None:
+                self.acl.close()
+            await self.vip_server.stop()
+            await self.server.stop()
+            raise
+        self._main.target = BrokerProcessor(self.broker, executor=self._executor, acl=self.acl)
+        self._vip.target = BrokerProcessor(self.broker, vip=True, executor=self._executor,
+                                           acl=self.acl)
         if self.namesrv_addrs:
             self._ns_loop = LoopThread("rocketstore-broker-namesrv", use_uvloop=False)
             self._ns_client = RemotingClient(loop=self._ns_loop)
@@ -134,6 +141,15 @@ class BrokerServer:
             self._tasks.append(loop.create_task(self._register_on_topic_change(changed)))
         log.info("broker %s serving %s (VIP %d), store %s", bc.broker_name, self.addr, port - 2,
                  self.store_dir)
+
+    def _open_acl(self, bc: Any) -> Any:
+        """The plain ACL validator when ``aclEnable`` (docs/acl.md), else None."""
+        if not bc.acl_enable:
+            return None
+        from rocketstore.acl import PlainAccessValidator
+        path = bc.acl_file or os.path.join(self.store_dir, "conf", "plain_acl.yml")
+        log.info("ACL enabled: %s", path)
+        return PlainAccessValidator(path)
 
     # -- NameServer registration --------------------------------------------------------------
     def register_body(self) -> bytes:
@@ -213,5 +229,7 @@ class BrokerServer:
         if self.broker is not None and self._own_broker:
             await asyncio.get_running_loop().run_in_executor(self._executor, self.broker.close)
             self.broker = None
+        if self.acl is not None:
+            self.acl.close()
         self._executor.shutdown(wait=True)
         log.info("broker %s stopped", self.broker_config.broker_name)

@@ -14,6 +14,7 @@ import concurrent.futures
 import itertools
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any, cast
 
 from rocketstore.errors import TransportError
@@ -39,8 +40,13 @@ class RemotingClient:
     consumers."""
 
     def __init__(self, processor: Processor | None = None, *, loop: LoopThread | None = None,
-                 connect_timeout: float = CONNECT_TIMEOUT) -> None:
+                 connect_timeout: float = CONNECT_TIMEOUT,
+                 rpc_hook: Callable[[dict[str, str], bytes | memoryview], None] | None = None
+                 ) -> None:
+        """``rpc_hook(ext_fields, body)`` may add header fields to every request before it is
+        encoded (ACL signing)."""
         self.processor = processor
+        self.rpc_hook = rpc_hook
         self._own_loop = loop is None
         self._loop = loop or LoopThread("rocketstore-client")
         self.connect_timeout = connect_timeout
@@ -89,6 +95,8 @@ class RemotingClient:
                  fut: concurrent.futures.Future[RemotingCommand] | None, timeout: float) -> None:
         # the frame is encoded on the caller's thread; the loop only writes. Frames queued
         # while the loop is busy go out in one writelines per connection (one wake-up).
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd.ext_fields, cmd.body)
         item = (addr, cmd.encode(), cmd.opaque, fut, timeout)
         with self._outbox_lock:
             self._outbox.append(item)
