@@ -172,7 +172,7 @@ class AdminProcessor:
             attrs = getattr(getattr(ch, "conn", None), "attributes", {})
             conns.append({"clientAddr": getattr(getattr(ch, "conn", None), "peer", "") or "",
                           "clientId": info.client_id,
-                          "language": attrs.get("client_language", "PYTHON"),
+                          "language": attrs.get("client_language", "OTHER"),
                           "version": attrs.get("client_version", 0)})
         body = {"connectionSet": sorted(conns, key=lambda c: c["clientId"]),
                 "consumeFromWhere": g.consume_from_where.value,
