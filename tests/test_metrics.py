@@ -144,14 +144,15 @@ def test_metrics_off(tmp_path):
 def test_failed_sends_are_counted_apart(tmp_path):
     from rocketstore.common.protocol import ResponseCode, SendMessageRequest
     with Broker.open(tmp_path / "store", BrokerConfig(auto_create_topic_enable=False)) as broker:
-        ok = broker.send_message(SendMessageRequest("pg", "SELF_TEST_TOPIC", 0,
-                                                    [Message("SELF_TEST_TOPIC", b"abc")]))
+        from rocketstore.store.topics import TopicConfig
+        broker.topic_manager.update(TopicConfig("OkT", 1, 1))
+        ok = broker.send_message(SendMessageRequest("pg", "OkT", 0, [Message("OkT", b"abc")]))
         refused = broker.send_message(SendMessageRequest("pg", "NoSuchTopicHere", 0,
                                                          [Message("NoSuchTopicHere", b"x")]))
         assert ok.result().code == ResponseCode.SUCCESS
         assert refused.result().code == ResponseCode.TOPIC_NOT_EXIST
         puts, put_bytes, failed, _, _ = broker.metrics.counters()
-        assert puts == {"SELF_TEST_TOPIC": 1} and put_bytes == {"SELF_TEST_TOPIC": 3}
+        assert puts == {"OkT": 1} and put_bytes == {"OkT": 3}
         assert failed == {"NoSuchTopicHere": 1}
 
 
