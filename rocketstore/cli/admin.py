@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from rocketstore.cli._common import CommandError, encode_body, fmt_ts, parse_time, table
 
-COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {}
+COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int]]] = {}
 
 
 def _command(name: str, help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

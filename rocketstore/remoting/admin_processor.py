@@ -83,8 +83,7 @@ class AdminProcessor:
         why = validate_topic(topic)
         if why is not None:
             return cmd.response(ResponseCode.INVALID_PARAMETER, why)
-        if topic == C.AUTO_CREATE_TOPIC_KEY_TOPIC or topic in (self.broker.config.broker_name,
-                                                              self.broker.config.broker_cluster_name):
+        if self.broker.topic_manager.is_system_topic(topic):
             return cmd.response(ResponseCode.INVALID_PARAMETER,
                                 f"The topic[{topic}] is conflict with system topic.")
         filter_type = cmd.field("topicFilterType") or SINGLE_TAG
@@ -108,6 +107,9 @@ class AdminProcessor:
         topic = cmd.require("topic")
         if not topic.strip():
             return cmd.response(ResponseCode.INVALID_PARAMETER, "The specified topic is blank.")
+        if self.broker.topic_manager.is_system_topic(topic):
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                f"The topic[{topic}] is conflict with system topic.")
         log.info("delete topic %s from %s", topic, conn.peer)
         await self._blocking(self.broker.store.delete_topic_config, topic)
         return cmd.response(ResponseCode.SUCCESS)
