@@ -260,3 +260,43 @@ def test_errors_are_one_line_with_nonzero_exit(cluster):
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not-an-id" in p.stderr
     p = run_cli("noSuchCommand", "-n", ns)
     assert p.returncode == 2 and p.stderr.count("\n") == 1
+
+
+def test_reset_reaches_a_running_push_consumer(cluster, capsys):
+    """The broker pushes RESET_CONSUMER_CLIENT_OFFSET to the group's online client: a running
+    consumer drops its queues and consumes again from the reset offsets."""
+    import threading
+
+    from rocketstore.client import ConsumeConcurrentlyStatus, PushConsumer
+    ns, addr = cluster
+    admin(capsys, "updateTopic", "-n", ns, "-b", addr, "-t", "AdminT5", "-r", "2", "-w", "2")
+    until(lambda: "AdminT5" in admin_json(capsys, "topicList", "-n", ns)["topicList"],
+          "AdminT5 registered")
+    before = int(time.time() * 1000) - 1
+    bodies = [f"r{i}" for i in range(6)]
+    send(ns, "AdminT5", bodies)
+    got: list[str] = []
+    lock = threading.Lock()
+
+    def listener(msgs, ctx):
+        with lock:
+            got.extend(bytes(m.body).decode() for m in msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    c = PushConsumer("cg-live", namesrv_addr=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    c.subscribe("AdminT5", "*")
+    c.register_message_listener(listener)
+    c.start()
+    try:
+        until(lambda: len(got) >= 6, "first delivery")
+        c.instance.persist_all_consumer_offset()
+        until(lambda: admin_json(capsys, "consumerProgress", "-n", ns, "-g", "cg-live", "-t",
+                                 "AdminT5")["diffTotal"] == 0, "offsets committed")
+        reset = admin_json(capsys, "resetOffsetByTime", "-n", ns, "-g", "cg-live", "-t",
+                           "AdminT5", "-s", str(before))
+        assert [r["offset"] for r in reset["offsetTable"]] == [0, 0]
+        until(lambda: len(got) >= 12, "second delivery after the reset")
+        with lock:
+            assert sorted(got) == sorted(bodies + bodies)
+    finally:
+        c.shutdown()
