@@ -257,7 +257,23 @@ class BrokerMetrics:
             "topicCount": str(len(store.topic_config_manager.all())),
             "consumerGroupCount": str(len(b.consumer_manager.groups())),
         }
+        # keys Java's mqadmin clusterList parses: this broker counts from its start, so the
+        # "morning" snapshots are 0 (today's figure is everything since start); it has no send
+        # or pull thread-pool queues and no timer wheel
+        put_rate = info["putTps"]
+        get_rate = info["getTransferedTps"]
+        info.update({"brokerActive": "true", "getTransferredTps": get_rate, "putTps": put_rate,
+                     "msgPutTotalYesterdayMorning": "0", "msgPutTotalTodayMorning": "0",
+                     "msgGetTotalYesterdayMorning": "0", "msgGetTotalTodayMorning": "0",
+                     "pageCacheLockTimeMills": "0", "sendThreadPoolQueueSize": "0",
+                     "sendThreadPoolQueueHeadWaitTimeMills": "0", "pullThreadPoolQueueSize": "0",
+                     "pullThreadPoolQueueHeadWaitTimeMills": "0", "timerReadBehind": "0",
+                     "timerOffsetBehind": "0", "timerCongestNum": "0", "timerEnqueueTps": "0.0",
+                     "timerDequeueTps": "0.0",
+                     "earliestMessageTimeStamp": str(_earliest_store_time(store))})
         if "fs_total" in disk:
+            used = disk["fs_total"] - disk["fs_free"]
+            info["commitLogDiskRatio"] = f"{used / disk['fs_total']:.4f}" if disk["fs_total"] else "0"
             info["commitLogDirCapacity"] = (f"Total : {_human(disk['fs_total'])}, "
                                             f"Free : {_human(disk['fs_free'])}.")
         for name in STORE_DIRS:
@@ -270,6 +286,12 @@ class BrokerMetrics:
         lags = list(self.lag())
         info["consumerLagTotal"] = str(sum(lag for *_, lag in lags))
         return info
+
+
+def _earliest_store_time(store: Any) -> int:
+    """Store time of the oldest message still in the commit log (-1 when it is empty)."""
+    msg = store.look_message_by_offset(store.get_min_phy_offset())
+    return msg.store_timestamp if msg is not None else -1
 
 
 def _allocated_bytes(path: str) -> int:
