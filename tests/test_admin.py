@@ -300,3 +300,33 @@ def test_reset_reaches_a_running_push_consumer(cluster, capsys):
             assert sorted(got) == sorted(bodies + bodies)
     finally:
         c.shutdown()
+
+
+def test_bodies_in_fastjson_form():
+    """Queue-keyed maps go out as fastjson writes them (the queue object as the key), and a
+    Java broker's body reads back."""
+    from rocketstore.common.protocol import MessageQueue
+    from rocketstore.remoting import admin_bodies as b
+    mq0, mq1 = MessageQueue("T", "broker-a", 0), MessageQueue("T", "broker-a", 1)
+    body = b.encode_consume_stats({mq1: b.OffsetWrapper(9, 4, 4, 77),
+                                   mq0: b.OffsetWrapper(5, 5, 5, 0)}, 1.5)
+    assert body == (b'{"consumeTps":1.5,"offsetTable":{'
+                    b'{"brokerName":"broker-a","queueId":0,"topic":"T"}:{"brokerOffset":5,'
+                    b'"consumerOffset":5,"lastTimestamp":0,"pullOffset":5},'
+                    b'{"brokerName":"broker-a","queueId":1,"topic":"T"}:{"brokerOffset":9,'
+                    b'"consumerOffset":4,"lastTimestamp":77,"pullOffset":4}}}')
+    table, tps = b.decode_consume_stats(body)
+    assert tps == 1.5 and table[mq1].lag == 5 and table[mq0].lag == 0
+    # what a Java 4.9 broker writes for TopicStatsTable (no topicPutTps there)
+    java = (b'{"offsetTable":{{"brokerName":"b1","queueId":3,"topic":"X"}:'
+            b'{"lastUpdateTimestamp":1700000000000,"maxOffset":12,"minOffset":2}}}')
+    stats, put_tps = b.decode_topic_stats(java)
+    assert stats == {MessageQueue("X", "b1", 3): b.TopicOffset(2, 12, 1700000000000)}
+    assert put_tps == 0.0
+    assert b.decode_reset_offsets(b.encode_reset_offsets({mq0: 3})) == {mq0: 3}
+    assert b.encode_reset_offsets_for_c({mq0: 3}) == (
+        b'{"offsetTable":[{"brokerName":"broker-a","offset":3,"queueId":0,"topic":"T"}]}')
+    assert b.decode_kv_table(b.encode_kv_table({"b": "2", "a": "1"})) == {"a": "1", "b": "2"}
+    from rocketstore.errors import RemotingProtocolError
+    with pytest.raises(RemotingProtocolError, match="not a message queue"):
+        b.decode_consume_stats(b'{"offsetTable":{"nope":{}}}')
