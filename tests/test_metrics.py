@@ -141,6 +141,18 @@ def test_metrics_off(tmp_path):
         BrokerConfig(metrics_port=70000)
 
 
+def test_metrics_port_in_use_is_a_clear_error(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(InvalidConfigError, match=f"cannot serve /metrics on 127.0.0.1:{port}"):
+            Broker.open(tmp_path / "store", BrokerConfig(metrics_port=port))
+    # the failed open left nothing locked: the store opens again
+    with Broker.open(tmp_path / "store", BrokerConfig()) as broker:
+        assert broker.metrics_server is None
+
+
 def test_failed_sends_are_counted_apart(tmp_path):
     from rocketstore.common.protocol import ResponseCode, SendMessageRequest
     with Broker.open(tmp_path / "store", BrokerConfig(auto_create_topic_enable=False)) as broker:

@@ -443,7 +443,13 @@ class MetricsHttpServer:
                                      "BrokerConfig") from None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(metrics))     # type: ignore[arg-type]
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr=host,
+                                                           registry=self.registry)
+        except OSError as e:
+            from rocketstore.errors import InvalidConfigError
+            raise InvalidConfigError("metrics_port", port, f"cannot serve /metrics on "
+                                     f"{host}:{port}: {e.strerror or e}", "BrokerConfig") from None
         self.host = host
         self.port = self._server.server_address[1]
 
