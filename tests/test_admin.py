@@ -260,6 +260,11 @@ def test_errors_are_one_line_with_nonzero_exit(cluster):
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not-an-id" in p.stderr
     p = run_cli("noSuchCommand", "-n", ns)
     assert p.returncode == 2 and p.stderr.count("\n") == 1
+    # system topics are not the admin's to change or delete
+    p = run_cli("deleteTopic", "-n", ns, "-t", "TBW102")
+    assert p.returncode == 2 and "INVALID_PARAMETER" in p.stderr and "system topic" in p.stderr
+    p = run_cli("updateTopic", "-n", ns, "-t", "SCHEDULE_TOPIC_XXXX", "-b", addr)
+    assert p.returncode == 2 and "conflict with system topic" in p.stderr
 
 
 def test_reset_reaches_a_running_push_consumer(cluster, capsys):
