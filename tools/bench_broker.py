@@ -17,6 +17,10 @@ own broker with its Java client on this kind of machine (21 k/s sync 1 thread, 3
 218 k/s batches of 100, 110-160 k/s push consume: the issue's targets).
 
   python tools/bench_broker.py [--num 20000] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--no-cpp] [--no-redis]
+
+``--metrics-cost`` instead runs the rocketstore client rows against brokers with the metrics
+counters off (``metricsEnable=false``) and on (counters plus a ``metricsPort`` endpoint),
+alternating off/on/off/on on fresh stores, and prints each row's on/off ratio.
 """
 from __future__ import annotations
 
@@ -253,8 +257,12 @@ def main() -> int:
     ap.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
     ap.add_argument("--no-cpp", action="store_true")
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--metrics-cost", action="store_true",
+                    help="compare brokers with metrics off and on (rocketstore rows only)")
     args = ap.parse_args()
     from servers import start_broker, start_namesrv
+    if args.metrics_cost:
+        return metrics_cost(args.num, args.flush)
     tmp = Path(tempfile.mkdtemp(prefix="bench_broker_"))
     print(f"load average {os.getloadavg()[0]:.2f}; {args.num:,} messages of 100 B; "
           f"{args.flush}", flush=True)
@@ -287,6 +295,40 @@ def main() -> int:
         broker.stop()
         ns.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def metrics_cost(n: int, flush: str) -> int:
+    """The send/consume rows with the broker's metrics off and on, two rounds each."""
+    from servers import start_broker, start_namesrv
+    tmp = Path(tempfile.mkdtemp(prefix="bench_metrics_"))
+    print(f"load average {os.getloadavg()[0]:.2f}; {n:,} messages of 100 B; {flush}; "
+          "metrics off vs on", flush=True)
+    results: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+    try:
+        for i, mode in enumerate(("off", "on", "off", "on")):
+            (tmp / f"ns{i}").mkdir(exist_ok=True)
+            ns = start_namesrv(tmp / f"ns{i}")
+            conf = {"flushDiskType": flush, "metricsEnable": "false" if mode == "off" else "true"}
+            if mode == "on":
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    conf["metricsPort"] = str(s.getsockname()[1])
+            broker = start_broker(tmp / f"store{i}", ns.addr, conf)
+            try:
+                results[mode].append(ours(ns.addr, n, "BenchM"))
+            finally:
+                broker.stop()
+                ns.stop()
+                shutil.rmtree(tmp / f"store{i}", ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for key, name in (("sync1", "sync send, 1 thread"), ("sync8", "sync send, 8 threads"),
+                      ("batch", "batch send, 100 per call"), ("push", "push consume")):
+        off = max(r[key] for r in results["off"])
+        on = max(r[key] for r in results["on"])
+        print(f"{name:<28} off {off:>10,.0f}/s  on {on:>10,.0f}/s  on/off x{on / off:.3f}",
+              flush=True)
     return 0
 
 

@@ -24,6 +24,7 @@ from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.consumer_manager import ConsumerManager
 from rocketstore.broker.inner import MessageInner
 from rocketstore.broker.lock_manager import RebalanceLockManager
+from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.producer_manager import ProducerManager
 from rocketstore.broker.pull import PullMessageProcessor
 from rocketstore.broker.send import SendMessageProcessor
@@ -119,6 +120,8 @@ class Broker:
         self.schedule_service: Any = None
         self.transaction_service: Any = None
         self._services: list[Any] = []
+        self.metrics: BrokerMetrics | None = BrokerMetrics(self) if config.metrics_enable else None
+        self.metrics_server: Any = None
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], config: BrokerConfig | None = None,
@@ -141,6 +144,10 @@ class Broker:
         return broker
 
     def _start(self) -> None:
+        if self.config.metrics_port and self.metrics is not None:
+            from rocketstore.broker.metrics import MetricsHttpServer
+            self.metrics_server = MetricsHttpServer(self.metrics, self.config.metrics_port,
+                                                    self.config.broker_ip1)
         self.pull_processor.hold.start()
         self._housekeeping.start()
         for module, name, attr in _SERVICES:
@@ -159,6 +166,8 @@ class Broker:
                 service.shutdown()
             self.pull_processor.hold.shutdown()
             self._housekeeping.shutdown()
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             raise
 
     def __enter__(self) -> Broker:
@@ -178,6 +187,8 @@ class Broker:
             return
         self._closed = True
         try:
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             for service in reversed(self._services):
                 try:
                     service.shutdown()
@@ -239,7 +250,10 @@ class Broker:
         """``SEND_MESSAGE_V2`` / ``SEND_BATCH_MESSAGE``: a Future of the ``SendMessageResponse``
         (completed after the sync under SYNC_FLUSH; no thread waits for it)."""
         self._check_open()
-        return self.send_processor.send_message(request)
+        fut = self.send_processor.send_message(request)
+        if self.metrics is not None:
+            self.metrics.on_send(request, fut)
+        return fut
 
     send_message_async = send_message      # the remoting server's name for the same call
 
@@ -262,7 +276,10 @@ class Broker:
         """``PULL_MESSAGE``: a Future of the ``PullMessageResponse``; a suspended pull completes
         when a message arrives or its time is up."""
         self._check_open()
-        return self.pull_processor.pull(request)
+        fut = self.pull_processor.pull(request)
+        if self.metrics is not None:
+            self.metrics.on_pull(request, fut)
+        return fut
 
     def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> RemotingResult:
         """``QUERY_CONSUMER_OFFSET`` (MESSAGING.md 3.7): the committed offset; else 0 when the

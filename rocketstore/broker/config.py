@@ -57,6 +57,9 @@ class BrokerConfig:
     # plain ACL (docs/acl.md): off unless acl_enable; acl_file "" is <store dir>/conf/plain_acl.yml
     acl_enable: bool = False
     acl_file: str = ""
+    # rocketstore's own (rocketstore.broker.metrics): counters on by default, /metrics opt-in
+    metrics_enable: bool = True                  # per-topic/group counters, runtime info
+    metrics_port: int = 0                        # Prometheus /metrics on broker_ip1 (0: off)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -75,6 +78,9 @@ class BrokerConfig:
         if not 1 <= self.default_topic_queue_nums <= 65535:
             raise InvalidConfigError("default_topic_queue_nums", self.default_topic_queue_nums,
                                      "must be in 1..65535", "BrokerConfig")
+        if not 0 <= self.metrics_port < 65536:
+            raise InvalidConfigError("metrics_port", self.metrics_port, "must be 0 (off) or a "
+                                     "TCP port", "BrokerConfig")
         for name in ("short_polling_time_mills", "transaction_time_out",
                      "transaction_check_interval", "channel_expired_timeout",
                      "scan_not_active_channel_interval", "rebalance_lock_max_live_time",

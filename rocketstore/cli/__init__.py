@@ -10,6 +10,7 @@ Subcommands, one module per group:
   offsets             show and reset a consumer group's offsets
   dlq                 list a consumer group's dead letters, resend them (``dlq``)
   namesrv / broker    run a NameServer or a broker on RocketMQ's wire protocol (``servers``)
+  admin               mqadmin's commands against running servers (``admin``)
 
 Read-only commands open the store with ``read_only=True``: no lock, nothing written, so they
 work beside a broker or an application holding the directory. Errors print one line saying
@@ -21,7 +22,7 @@ import argparse
 import os
 import sys
 
-from rocketstore.cli import check, demo, dlq, lookup, offsets, servers, transfer
+from rocketstore.cli import admin, check, demo, dlq, lookup, offsets, servers, transfer
 from rocketstore.cli.demo import DEFAULT_STORE_DIR
 
 __all__ = ["main", "build_parser", "DEFAULT_STORE_DIR"]
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     dlq.register(sub)
     servers.register(sub)
     servers.register_broker(sub)
+    admin.register(sub)
     return ap
 
 
@@ -72,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from rocketstore.errors import RocketStoreError
     command = " ".join(c for c in (args.command, getattr(args, "offsets_command", None),
-                                   getattr(args, "dlq_command", None)) if c)
+                                   getattr(args, "dlq_command", None),
+                                   getattr(args, "admin_command", None)) if c)
     from rocketstore.store import integrity
     since = integrity.mark()
     try:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from rocketstore.client.scheduler import Scheduler, TaskThreads
 from rocketstore.client.transport import Transport
-from rocketstore.common.protocol import (CheckTransactionStateRequest, HeartbeatData,
+from rocketstore.common.protocol import (CheckTransactionStateRequest, HeartbeatData, MessageQueue,
                                          TopicRouteData)
 from rocketstore.errors import MQClientError, TransportError
 
@@ -316,6 +316,29 @@ class ClientInstance:
         producer._check_transaction_state(broker_name, request, msg)
 
     def notify_consumer_ids_changed(self, group: str) -> None:
+        self.rebalance_immediately()
+
+    def reset_offset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (an admin's ``resetOffsetByTime``): for each queue of
+        ``group`` held here, drop what was pulled, take the new offset and let the next
+        rebalance take the queue again from there (as ``MQClientInstance.resetOffset``)."""
+        with self._lock:
+            consumer = self.consumers.get(group)
+        if consumer is None:
+            return
+        table = consumer.rebalance.process_queue_table
+        for mq, offset in offsets.items():
+            if mq.topic != topic:
+                continue
+            pq = table.get(mq)
+            if pq is not None:
+                pq.dropped = True
+                pq.clear()
+            consumer.offset_store.update_offset(mq, offset, False)
+            if pq is not None and consumer.remove_unnecessary_message_queue(mq, pq):
+                table.pop(mq, None)
+        log.info("%s: offsets of %s on %s reset to %s", self.client_id, group, topic,
+                 {mq.queue_id: o for mq, o in sorted(offsets.items())})
         self.rebalance_immediately()
 
 

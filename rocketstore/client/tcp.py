@@ -112,6 +112,14 @@ class _PushProcessor:
                     broker = self.transport.broker_of_addr(conn.peer) or ""
                     self.pool.submit(ch.check_transaction_state, broker, req, msgs[0])
             return None
+        if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            # an admin reset: the broker already wrote the offsets; drop what we hold
+            from rocketstore.remoting.admin_bodies import decode_reset_offsets
+            reset = getattr(ch, "reset_offset", None)
+            if reset is not None:
+                self.pool.submit(reset, cmd.field("group") or "", cmd.field("topic") or "",
+                                 decode_reset_offsets(bytes(cmd.body)))
+            return None
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                             f" request type {cmd.code} not supported")
 

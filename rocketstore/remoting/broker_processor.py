@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from rocketstore.common.constants import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ResponseCode,
                                          TransactionCommitType)
-from rocketstore.remoting import fastjson, headers
+from rocketstore.remoting import admin_processor, fastjson, headers
 from rocketstore.remoting.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
@@ -131,6 +131,7 @@ class BrokerProcessor:
             R.LOCK_BATCH_MQ: self.lock_batch, R.UNLOCK_BATCH_MQ: self.unlock_batch,
             R.CHECK_CLIENT_CONFIG: self.check_client_config,
         }
+        admin_processor.install(self)       # mqadmin's codes (rocketstore.remoting.admin_processor)
 
     # -- dispatch -----------------------------------------------------------------------------
     def process(self, conn: Connection, cmd: RemotingCommand

@@ -1,0 +1,287 @@
+"""The broker's admin request codes: what ``mqadmin`` (Java's or ``rocketstore admin``) sends.
+
+``install(processor)`` adds these handlers to a ``BrokerProcessor`` (its one hook):
+
+  UPDATE_AND_CREATE_TOPIC 17      create or change a topic (the broker then re-registers)
+  DELETE_TOPIC_IN_BROKER 215      drop a topic's config (its stored messages age out)
+  GET_TOPIC_STATS_INFO 202        min/max offset and last store time per queue
+  GET_CONSUME_STATS 208           per queue: broker offset, the group's offset, last consumed time
+  GET_CONSUMER_CONNECTION_LIST 203 the group's clients, subscriptions and consume settings
+  QUERY_MESSAGE 12                messages by key (or client id) through the index
+  INVOKE_BROKER_TO_RESET_OFFSET 222 move a group's offsets to a time
+  GET_BROKER_RUNTIME_INFO 28      RocketMQ's key/value table plus this broker's metrics
+
+Bodies are what a Java admin reads (``admin_bodies``). Calls that touch the disk or persist
+(topic updates, index lookups, resets) run on the processor's thread pool.
+
+Offset reset is done by the broker, as RocketMQ 5's ``useServerSideResetOffset``: it writes the
+group's committed offsets itself (so the reset works with no consumer online) and pushes
+``RESET_CONSUMER_CLIENT_OFFSET`` (220) to the group's online clients so they drop what they
+hold and pull from there (``ResetOffsetBodyForC`` for the C++ client, as 4.9.8's
+``Broker2Client`` does). 4.9.8 instead answers CONSUMER_NOT_ONLINE when nobody is online and
+leaves the write to mqadmin; a Java mqadmin works with either.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import TYPE_CHECKING, Any, Callable
+
+from rocketstore.common import constants as C
+from rocketstore.common.protocol import MessageQueue, ResponseCode
+from rocketstore.remoting import admin_bodies as bodies
+from rocketstore.remoting import fastjson
+from rocketstore.remoting.codes import LanguageCode, RequestCode
+from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.connection import Connection
+from rocketstore.store.topics import MULTI_TAG, SINGLE_TAG, TopicConfig
+
+if TYPE_CHECKING:
+    from rocketstore.broker import Broker
+    from rocketstore.remoting.broker_processor import BrokerProcessor
+
+log = logging.getLogger("rocketstore.broker.admin")
+
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+DEFAULT_QUERY_MAX_NUM = 32              # MessageStoreConfig.defaultQueryMaxNum
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+
+
+def validate_topic(topic: str) -> str | None:
+    """``TopicValidator.validateTopic``: None when valid, else the reason."""
+    if not topic or not topic.strip():
+        return "The specified topic is blank."
+    if not _TOPIC_RE.match(topic):
+        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    if len(topic) > C.TOPIC_MAX_LENGTH:
+        return "The specified topic is longer than topic max length."
+    return None
+
+
+class AdminProcessor:
+    """Admin handlers over one ``Broker``; ``handlers()`` maps request codes to them."""
+
+    def __init__(self, broker: Broker, blocking: Callable[..., asyncio.Future[Any]]) -> None:
+        self.broker = broker
+        self._blocking = blocking
+
+    def handlers(self) -> dict[int, Callable[[Connection, RemotingCommand], Any]]:
+        R = RequestCode
+        return {R.UPDATE_AND_CREATE_TOPIC: self.update_topic,
+                R.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+                R.GET_TOPIC_STATS_INFO: self.topic_stats,
+                R.GET_CONSUME_STATS: self.consume_stats,
+                R.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
+                R.QUERY_MESSAGE: self.query_message,
+                R.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
+                R.GET_BROKER_RUNTIME_INFO: self.runtime_info}
+
+    # -- topics -------------------------------------------------------------------------------
+    async def update_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = cmd.require("topic")
+        why = validate_topic(topic)
+        if why is not None:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, why)
+        if self.broker.topic_manager.is_system_topic(topic):
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                f"The topic[{topic}] is conflict with system topic.")
+        filter_type = cmd.field("topicFilterType") or SINGLE_TAG
+        if filter_type not in (SINGLE_TAG, MULTI_TAG):
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                f"topicFilterType {filter_type!r} is not SINGLE_TAG or MULTI_TAG")
+        try:
+            tc = TopicConfig(topic, cmd.int_field("readQueueNums", required=True),
+                             cmd.int_field("writeQueueNums", required=True),
+                             cmd.int_field("perm", required=True), filter_type,
+                             cmd.int_field("topicSysFlag", 0), cmd.bool_field("order"))
+        except (TypeError, ValueError) as e:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, str(e))
+        if self.broker.topic_manager.select(topic) == tc:
+            return cmd.response(ResponseCode.SUCCESS)       # unchanged: idempotent, as 5.x
+        log.info("update or create topic %s from %s: %s", topic, conn.peer, tc)
+        await self._blocking(self.broker.topic_manager.update, tc)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = cmd.require("topic")
+        if not topic.strip():
+            return cmd.response(ResponseCode.INVALID_PARAMETER, "The specified topic is blank.")
+        if self.broker.topic_manager.is_system_topic(topic):
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                f"The topic[{topic}] is conflict with system topic.")
+        log.info("delete topic %s from %s", topic, conn.peer)
+        await self._blocking(self.broker.store.delete_topic_config, topic)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = cmd.require("topic")
+        tc = self.broker.topic_manager.select(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        store, name = self.broker.store, self.broker.broker_name
+        table = {}
+        for qid in range(max(tc.write_queue_nums, tc.read_queue_nums)):
+            lo = max(0, store.get_min_offset_in_queue(topic, qid))
+            hi = max(0, store.get_max_offset_in_queue(topic, qid))
+            ts = store.get_message_store_timestamp(topic, qid, hi - 1) if hi > 0 else 0
+            table[MessageQueue(topic, name, qid)] = bodies.TopicOffset(lo, hi, max(0, ts))
+        m = self.broker.metrics
+        tps = m.rates()[0].get(topic, 0.0) if m is not None else 0.0
+        return cmd.response(ResponseCode.SUCCESS, body=bodies.encode_topic_stats(table, tps))
+
+    # -- consumers ----------------------------------------------------------------------------
+    def _stats_topics(self, group: str, topic: str | None) -> list[str]:
+        if topic:
+            return [topic]
+        topics = set(self.broker.store.consumer_offset_manager.which_topics_by_group(group))
+        g = self.broker.consumer_manager.get_consumer_group_info(group)
+        if g is not None:
+            topics.update(g.subscription_table)
+        return sorted(topics)
+
+    def consume_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = cmd.require("consumerGroup")
+        topics = [t for t in (cmd.field("topicList") or "").split(";") if t] or \
+            self._stats_topics(group, cmd.field("topic"))
+        store, name = self.broker.store, self.broker.broker_name
+        table = {}
+        tps = 0.0
+        rates = self.broker.metrics.rates()[1] if self.broker.metrics is not None else {}
+        for topic in topics:
+            tc = self.broker.topic_manager.select(topic)
+            if tc is None:
+                continue
+            for qid in range(tc.read_queue_nums):
+                broker_off = max(0, store.get_max_offset_in_queue(topic, qid))
+                consumer_off = max(0, store.query_offset(group, topic, qid))
+                last = 0
+                if consumer_off > 0:
+                    last = max(0, store.get_message_store_timestamp(topic, qid, consumer_off - 1))
+                table[MessageQueue(topic, name, qid)] = bodies.OffsetWrapper(
+                    broker_off, consumer_off, consumer_off, last)
+            tps += rates.get((group, topic), 0.0)
+        return cmd.response(ResponseCode.SUCCESS, body=bodies.encode_consume_stats(table, tps))
+
+    def consumer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = cmd.require("consumerGroup")
+        g = self.broker.consumer_manager.get_consumer_group_info(group)
+        if g is None or not g.channel_info_table:
+            return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE,
+                                f"the consumer group[{group}] not online")
+        conns = []
+        for ch, info in list(g.channel_info_table.items()):
+            attrs = getattr(getattr(ch, "conn", None), "attributes", {})
+            conns.append({"clientAddr": getattr(getattr(ch, "conn", None), "peer", "") or "",
+                          "clientId": info.client_id,
+                          "language": attrs.get("client_language", "OTHER"),
+                          "version": attrs.get("client_version", 0)})
+        body = {"connectionSet": sorted(conns, key=lambda c: c["clientId"]),
+                "consumeFromWhere": g.consume_from_where.value,
+                "consumeType": g.consume_type.value, "messageModel": g.message_model.value,
+                "subscriptionTable": {t: bodies.subscription_json(s)
+                                      for t, s in sorted(g.subscription_table.items())}}
+        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(body).encode())
+
+    async def reset_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic, group = cmd.require("topic"), cmd.require("group")
+        timestamp = cmd.int_field("timestamp", required=True)
+        force = cmd.bool_field("isForce", True)
+        return await self._blocking(self._reset_offset, cmd, topic, group, timestamp, force)
+
+    def _reset_offset(self, cmd: RemotingCommand, topic: str, group: str, timestamp: int,
+                      force: bool) -> RemotingCommand:
+        broker, store = self.broker, self.broker.store
+        tc = broker.topic_manager.select(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, "[reset-offset] reset offset "
+                                f"failed, no topic in this broker. topic={topic}")
+        committed = store.consumer_offset_manager.query_offsets(group, topic)
+        online = broker.consumer_manager.get_consumer_group_info(group)
+        if not committed and (online is None or topic not in online.subscription_table):
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"THe consumer group <{group}> not exist")
+        table: dict[MessageQueue, int] = {}
+        for qid in range(tc.write_queue_nums):
+            current = committed.get(qid, -1)
+            if timestamp == -1:
+                target = store.get_max_offset_in_queue(topic, qid)
+            else:
+                target = store.get_offset_in_queue_by_time(topic, qid, timestamp)
+            target = max(0, target)
+            new = target if force or current < 0 or target < current else current
+            table[MessageQueue(topic, broker.broker_name, qid)] = new
+            store.commit_offset(group, topic, qid, new)
+        store.persist_offsets()
+        log.info("[reset-offset] group %s topic %s to %d (force %s): %s", group, topic, timestamp,
+                 force, {mq.queue_id: o for mq, o in table.items()})
+        if online is not None:
+            for ch in list(online.channel_info_table):
+                self._push_reset(ch, topic, group, timestamp, table)
+        return cmd.response(ResponseCode.SUCCESS, body=bodies.encode_reset_offsets(table))
+
+    @staticmethod
+    def _push_reset(channel: Any, topic: str, group: str, timestamp: int,
+                    table: dict[MessageQueue, int]) -> None:
+        conn = getattr(channel, "conn", None)
+        loop = getattr(channel, "loop", None)
+        if conn is None or loop is None:
+            return          # an in-process client: it reads the committed offsets again
+        is_c = conn.attributes.get("client_language") == LanguageCode.CPP.name
+        body = (bodies.encode_reset_offsets_for_c(table) if is_c
+                else bodies.encode_reset_offsets(table))
+        req = RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, {
+            "topic": topic, "group": group, "timestamp": timestamp, "isForce": True}, body,
+            oneway=True)
+        try:
+            loop.call_soon_threadsafe(conn.oneway, req)
+        except RuntimeError:            # the loop is closing: the client is going away anyway
+            pass
+
+    # -- messages -----------------------------------------------------------------------------
+    async def query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic, key = cmd.require("topic"), cmd.require("key")
+        max_num = cmd.int_field("maxNum", required=True)
+        if cmd.field(UNIQUE_MSG_QUERY_FLAG) == "true":
+            max_num = DEFAULT_QUERY_MAX_NUM
+        begin = cmd.int_field("beginTimestamp", required=True)
+        end = cmd.int_field("endTimestamp", required=True)
+        store = self.broker.store
+        msgs = await self._blocking(lambda: store.query_message(topic, key, max(1, max_num),
+                                                                begin, end, raw=True))
+        ext = {"indexLastUpdateTimestamp": store.checkpoint.index_msg_timestamp,
+               "indexLastUpdatePhyoffset": store.get_max_phy_offset()}
+        if not msgs:
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND,
+                                "can not find message, maybe time range not correct",
+                                ext_fields=ext)
+        return cmd.response(ResponseCode.SUCCESS, ext_fields=ext,
+                            body=b"".join(bytes(m.record()) for m in msgs))
+
+    # -- broker -------------------------------------------------------------------------------
+    async def runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        m = self.broker.metrics
+        if m is None:
+            from rocketstore.broker.metrics import BrokerMetrics
+            m = BrokerMetrics(self.broker)      # no counters: the store-derived figures only
+        table = await self._blocking(m.runtime_info)
+        return cmd.response(ResponseCode.SUCCESS, body=bodies.encode_kv_table(table))
+
+
+def install(processor: BrokerProcessor) -> None:
+    """Register the admin handlers on ``processor`` and have its heartbeat record the client's
+    language and version on the connection (GET_CONSUMER_CONNECTION_LIST reports them, and
+    the offset reset picks the body the C++ client parses)."""
+    admin = AdminProcessor(processor.broker, processor._blocking)
+    handlers = processor._handlers
+    handlers.update(admin.handlers())
+    heartbeat = handlers.get(RequestCode.HEART_BEAT)
+    if heartbeat is not None:
+        def recording_heartbeat(conn: Connection, cmd: RemotingCommand) -> Any:
+            try:
+                conn.attributes["client_language"] = LanguageCode(cmd.language).name
+            except ValueError:
+                conn.attributes["client_language"] = str(cmd.language)
+            conn.attributes["client_version"] = cmd.version
+            return heartbeat(conn, cmd)
+        handlers[RequestCode.HEART_BEAT] = recording_heartbeat
