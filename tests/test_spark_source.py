@@ -133,6 +133,13 @@ def test_options_select_topics_queues_offsets(spark, store_dir, rand):
     assert keys == [("Orders", 1, o) for o in range(5, 20)] + [("Orders", 2, o) for o in range(5, hi2)]
 
 
+def test_a_read_that_selects_nothing_is_empty(spark, store_dir, rand):
+    # no split planned: Spark still runs one task, with its own stand-in partition
+    _core_store(store_dir, rand)
+    df = spark.read.format("rocketstore").option("topics", "NoSuchTopic").load(store_dir)
+    assert df.count() == 0 and df.collect() == []
+
+
 def test_bad_options_name_the_option(spark, store_dir, rand):
     with pytest.raises(InvalidOptionError, match="queueids"):
         ScanOptions.from_options({"queueIds": "1,x"})

@@ -1,0 +1,330 @@
+"""Reading a RocketMQ cluster over the wire, for the Spark source's ``namesrv`` mode; no Spark here.
+
+A read is planned from the NameServer's routes (``GET_ROUTEINFO_BY_TOPIC``): every readable
+queue of every broker of each topic is a ``WireQueue``, and its bounds come from the broker
+(``GET_MIN_OFFSET`` / ``GET_MAX_OFFSET``). ``read_split`` pulls one queue's offsets
+[start, end) with ``PULL_MESSAGE`` at explicit offsets: the subscription travels in the
+request (sysFlag 0x4), no offset is committed and no consumer registers, so nothing is
+rebalanced and the consumer group (``consumerGroup``, created by the broker on first use)
+keeps no state. Works against ``rocketstore broker`` and Apache RocketMQ brokers alike.
+
+Offsets (options and streaming checkpoints) are JSON ``{"topic": {"broker": {"queue":
+offset}}}``: a queue's next offset to read.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from rocketstore.client.tcp import TcpTransport
+from rocketstore.common.protocol import PullMessageRequest, ResponseCode
+from rocketstore.errors import InvalidOptionError, MQBrokerError, RemotingProtocolError
+from rocketstore.spark.arrow import ARROW_SCHEMA, SCHEMA_DDL, TIMESTAMP
+from rocketstore.spark.scan import MAX_TAGS, _int, _str_set
+
+#: The wire read's schema: the local read's columns, then the broker each row came from.
+WIRE_SCHEMA_DDL = SCHEMA_DDL + ", broker_name string"
+WIRE_ARROW_SCHEMA = ARROW_SCHEMA.append(pa.field("broker_name", pa.string()))
+
+DEFAULT_GROUP = "rocketstore_spark_reader"
+FLAG_SUBSCRIPTION = 0x4        # PULL_MESSAGE sysFlag: the subscription is in the request
+PERM_READ = 0x4
+
+#: Offsets of queues: {(topic, broker, queue id): offset}.
+Offsets = dict[tuple[str, str, int], int]
+
+
+@dataclass(frozen=True, order=True)
+class WireQueue:
+    """One queue of a topic on one broker."""
+    topic: str
+    broker: str
+    queue_id: int
+
+
+@dataclass(frozen=True)
+class WireSplit:
+    """Queue offsets [start, end) of one broker's queue: the work of one Spark task."""
+    topic: str
+    broker: str
+    queue_id: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class WireOptions:
+    """What a wire read selects and how it pulls (parsed from the source's options)."""
+    namesrv: str
+    topics: tuple[str, ...]
+    queue_ids: frozenset[int] | None = None
+    brokers: frozenset[str] | None = None
+    starting: str | Offsets = "earliest"        # "earliest", "latest" or explicit offsets
+    ending: str | Offsets = "latest"
+    tags: frozenset[str] | None = None
+    min_ts: int | None = None                   # store time, ms, inclusive
+    max_ts: int | None = None
+    group: str = DEFAULT_GROUP
+    pull_batch: int = 32                        # maxMsgNums of one PULL_MESSAGE
+    max_rows_per_split: int = 1 << 20
+    timeout_s: float = 10.0
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> "WireOptions":
+        """Parse the source's options (case-insensitive keys) for the ``namesrv`` mode."""
+        o = {str(k).lower(): v for k, v in options.items()}
+        namesrv = str(o.get("namesrv") or "").strip()
+        if not namesrv:
+            raise InvalidOptionError("namesrv", o.get("namesrv"), 'expected "host:port[;host:port]"')
+        topics = _str_set(o, "topics") or _str_set(o, "topic")
+        if not topics:
+            raise InvalidOptionError("topics", None, "a read over the wire needs the topic(s) to read")
+        tags = _str_set(o, "tags", seps=("||", ","))
+        if tags is not None and len(tags) > MAX_TAGS:
+            raise InvalidOptionError("tags", o["tags"], f"at most {MAX_TAGS} tags")
+        qids = _str_set(o, "queueids")
+        try:
+            queue_ids = frozenset(int(x) for x in qids) if qids is not None else None
+        except ValueError:
+            raise InvalidOptionError("queueIds", o["queueids"],
+                                     "expected integers separated by commas") from None
+        group = str(o.get("consumergroup", DEFAULT_GROUP)).strip()
+        if not group or not all(c.isalnum() or c in "-_%|" for c in group):
+            raise InvalidOptionError("consumerGroup", group, "use letters, digits, '-', '_', '%', '|'")
+        timeout_ms = _int(o, "timeoutms", 10_000, minimum=1)
+        return cls(
+            namesrv=namesrv, topics=tuple(sorted(topics)), queue_ids=queue_ids,
+            brokers=_str_set(o, "brokers"),
+            starting=parse_offsets("startingOffsets", o.get("startingoffsets", "earliest")),
+            ending=parse_offsets("endingOffsets", o.get("endingoffsets", "latest")),
+            tags=tags, min_ts=_int(o, "starttimestamp"), max_ts=_int(o, "endtimestamp"),
+            group=group, pull_batch=_int(o, "pullbatchsize", 32, minimum=1) or 32,
+            max_rows_per_split=_int(o, "maxrowsperpartition", 1 << 20, minimum=1) or 1 << 20,
+            timeout_s=(timeout_ms or 10_000) / 1000)
+
+    @property
+    def subscription(self) -> str:
+        """The pull's subscription expression: ``*`` or the tags joined by ``||``."""
+        return "||".join(sorted(self.tags)) if self.tags is not None else "*"
+
+
+# -- offsets as JSON -----------------------------------------------------------------------------
+
+def parse_offsets(option: str, value: Any) -> str | Offsets:
+    """``earliest`` / ``latest`` as is; JSON ``{"topic": {"broker": {"queue": offset}}}`` as
+    Offsets (an offset of -2 means earliest and -1 latest, as in Kafka's options)."""
+    s = str(value).strip()
+    if s in ("earliest", "latest"):
+        return s
+    try:
+        return offsets_from_json(json.loads(s))
+    except (ValueError, TypeError, AttributeError):
+        raise InvalidOptionError(option, value, 'expected "earliest", "latest" or JSON '
+                                 '{"topic": {"broker": {"queue": offset}}}') from None
+
+
+def offsets_from_json(doc: Mapping[str, Any]) -> Offsets:
+    """Nested JSON offsets (a parsed dict) as Offsets."""
+    out: Offsets = {}
+    for topic, brokers in doc.items():
+        for broker, queues in brokers.items():
+            for qid, off in queues.items():
+                out[(str(topic), str(broker), int(qid))] = int(off)
+    return out
+
+
+def offsets_to_json(offsets: Offsets) -> dict[str, dict[str, dict[str, int]]]:
+    """Offsets as nested JSON-able dicts, keys sorted (queues by number)."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for (topic, broker, qid), off in sorted(offsets.items()):
+        out.setdefault(topic, {}).setdefault(broker, {})[str(qid)] = int(off)
+    return out
+
+
+# -- planning -----------------------------------------------------------------------------------
+
+def open_transport(opts: WireOptions) -> TcpTransport:
+    """A transport to the options' NameServer(s); close it after use."""
+    return TcpTransport(opts.namesrv)
+
+
+def discover(transport: TcpTransport, opts: WireOptions) -> list[WireQueue]:
+    """Every readable queue the options select, from the topics' current routes (a topic no
+    broker has yet has none)."""
+    out: list[WireQueue] = []
+    for topic in opts.topics:
+        route = transport.get_topic_route(topic)
+        if route is None:
+            continue
+        for qd in route.queue_datas:
+            if not qd.perm & PERM_READ or not route.broker_addrs.get(qd.broker_name):
+                continue
+            if opts.brokers is not None and qd.broker_name not in opts.brokers:
+                continue
+            out.extend(WireQueue(topic, qd.broker_name, q) for q in range(qd.read_queue_nums)
+                       if opts.queue_ids is None or q in opts.queue_ids)
+    return sorted(out)
+
+
+def queue_bounds(transport: TcpTransport, queues: list[WireQueue]
+                 ) -> dict[tuple[str, str, int], tuple[int, int]]:
+    """{(topic, broker, queue id): (min offset, max offset)} asked of each queue's broker now."""
+    return {(q.topic, q.broker, q.queue_id): (transport.get_min_offset(q.broker, q.topic, q.queue_id),
+                                              transport.get_max_offset(q.broker, q.topic, q.queue_id))
+            for q in queues}
+
+
+def resolve(spec: str | Offsets, bounds: dict[tuple[str, str, int], tuple[int, int]],
+            default: str) -> Offsets:
+    """Each queue's offset under ``spec``: ``earliest`` is its min offset, ``latest`` its max;
+    a queue the explicit offsets leave out (or give as -2 / -1) takes ``default``."""
+    out: Offsets = {}
+    for k, (lo, hi) in bounds.items():
+        v: Any = spec if isinstance(spec, str) else spec.get(k, default)
+        if v == -2:
+            v = "earliest"
+        elif v == -1:
+            v = "latest"
+        out[k] = lo if v == "earliest" else hi if v == "latest" else int(v)
+    return out
+
+
+def splits(start: Offsets, end: Offsets, max_rows: int) -> list[WireSplit]:
+    """The splits covering [start, end) of every queue in ``end``, at most ``max_rows``
+    offsets each; a queue missing from ``start`` starts at 0."""
+    out = []
+    for (topic, broker, qid), e in sorted(end.items()):
+        s = start.get((topic, broker, qid), 0)
+        out.extend(WireSplit(topic, broker, qid, a, min(e, a + max_rows))
+                   for a in range(s, e, max_rows))
+    return out
+
+
+def plan(opts: WireOptions, transport: TcpTransport | None = None) -> list[WireSplit]:
+    """The splits of a batch read: each selected queue from ``startingOffsets`` (not before
+    its min offset) to ``endingOffsets`` (not past its max)."""
+    own = transport is None
+    t = open_transport(opts) if transport is None else transport
+    try:
+        bounds = queue_bounds(t, discover(t, opts))
+        start = resolve(opts.starting, bounds, "earliest")
+        end = resolve(opts.ending, bounds, "latest")
+        for k, (lo, hi) in bounds.items():
+            start[k] = max(start[k], lo)
+            end[k] = max(start[k], min(end[k], hi))
+            if opts.min_ts is not None and start[k] < end[k]:
+                # the first offset stored at or after min_ts (rows are still checked)
+                topic, broker, qid = k
+                start[k] = max(start[k], t.search_offset(broker, topic, qid, opts.min_ts))
+                end[k] = max(start[k], end[k])
+        return splits(start, end, opts.max_rows_per_split)
+    finally:
+        if own:
+            t.close()
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+def read_split(transport: TcpTransport, split: WireSplit, opts: WireOptions,
+               batch_rows: int = 1 << 12) -> Iterator[pa.RecordBatch]:
+    """RecordBatches (``WIRE_ARROW_SCHEMA``) of the split's messages that pass the tags and
+    store-time options, in queue order.
+
+    The broker filters by the tags' hash codes; each row's real TAGS is compared here (a
+    hash collision is dropped), as RocketMQ's clients do. Offsets the broker no longer has
+    (deleted by retention: PULL_OFFSET_MOVED) are skipped; a queue that ends before the
+    split does fails the read, naming the queue."""
+    rows = _Rows(split)
+    off = split.start
+    while off < split.end:
+        req = PullMessageRequest(opts.group, split.topic, split.queue_id, off,
+                                 max_msg_nums=min(opts.pull_batch, split.end - off),
+                                 sys_flag=FLAG_SUBSCRIPTION, suspend_timeout_millis=0,
+                                 subscription=opts.subscription)
+        resp = transport.pull_message(split.broker, req).result(opts.timeout_s)
+        where = f"{split.topic}@{split.broker}/{split.queue_id} offset {off}"
+        if resp.code == ResponseCode.SUCCESS:
+            for m in resp.messages:
+                if off <= m.queue_offset < split.end and _wanted(m, opts):
+                    rows.add(m)
+        elif resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY:
+            pass                        # nothing matched the tags up to next_begin_offset
+        elif resp.code == ResponseCode.PULL_OFFSET_MOVED and resp.next_begin_offset > off:
+            pass                        # retention deleted [off, next): those rows are gone
+        elif resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED):
+            raise MQBrokerError(resp.code, f"pulling {where}: the queue holds "
+                                f"[{resp.min_offset}, {resp.max_offset}), the read wanted up to "
+                                f"{split.end} ({resp.remark or 'no message'})", split.broker)
+        else:
+            raise MQBrokerError(resp.code, f"pulling {where}: {resp.remark}", split.broker)
+        nxt = resp.next_begin_offset
+        if nxt <= off:
+            raise RemotingProtocolError(f"pulling {where}: the broker answered code {int(resp.code)} "
+                                        f"with next offset {nxt}, not past the request")
+        off = nxt
+        if len(rows) >= batch_rows:
+            yield rows.batch()
+    if len(rows):
+        yield rows.batch()
+
+
+def _wanted(m: Any, opts: WireOptions) -> bool:
+    if opts.tags is not None and m.tags not in opts.tags:
+        return False
+    if opts.min_ts is not None and m.store_timestamp < opts.min_ts:
+        return False
+    return opts.max_ts is None or m.store_timestamp <= opts.max_ts
+
+
+class _Rows:
+    """Messages of one split gathered column by column into RecordBatches."""
+
+    NAMES = WIRE_ARROW_SCHEMA.names
+
+    def __init__(self, split: WireSplit) -> None:
+        self.split = split
+        self.cols: dict[str, list[Any]] = {n: [] for n in self.NAMES}
+
+    def __len__(self) -> int:
+        return len(self.cols["queue_offset"])
+
+    def add(self, m: Any) -> None:
+        c = self.cols
+        c["queue_offset"].append(m.queue_offset)
+        c["commitlog_offset"].append(m.commitlog_offset)
+        c["msg_id"].append(m.msg_id)
+        c["tags"].append(m.tags)
+        c["keys"].append(m.keys)
+        c["properties"].append(list(m.properties.items()))
+        c["body"].append(m.body_bytes)
+        c["born_timestamp"].append(m.born_timestamp)
+        c["store_timestamp"].append(m.store_timestamp)
+        c["born_host"].append(m.born_host)
+        c["store_host"].append(m.store_host)
+        c["reconsume_times"].append(m.reconsume_times)
+        c["sys_flag"].append(m.sys_flag)
+
+    def batch(self) -> pa.RecordBatch:
+        """The rows gathered so far as one RecordBatch; starts a new one."""
+        c = self.cols
+        n = len(self)
+        s = self.split
+        arrays = []
+        for f in WIRE_ARROW_SCHEMA:
+            if f.name == "topic":
+                arrays.append(pa.array([s.topic] * n, pa.string()))
+            elif f.name == "queue_id":
+                arrays.append(pa.array([s.queue_id] * n, pa.int32()))
+            elif f.name == "broker_name":
+                arrays.append(pa.array([s.broker] * n, pa.string()))
+            elif f.type == TIMESTAMP:
+                # ms since the epoch -> the schema's µs timestamps, without datetimes
+                arrays.append(pa.array([v * 1000 for v in c[f.name]], pa.int64()).view(TIMESTAMP))
+            else:
+                arrays.append(pa.array(c[f.name], f.type))
+        self.cols = {name: [] for name in self.NAMES}
+        return pa.RecordBatch.from_arrays(arrays, schema=WIRE_ARROW_SCHEMA)

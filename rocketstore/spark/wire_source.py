@@ -1,0 +1,116 @@
+"""The Spark readers of the source's ``namesrv`` mode: a cluster's topics, read over the wire.
+
+``RocketStoreDataSource`` hands reads here when the ``namesrv`` option is given (see
+``rocketstore.spark.wire`` for planning and pulling). Partitions are (topic, broker, queue,
+[start, end)) pulled by the executors; the driver only talks to the NameServer and asks
+brokers for queue bounds.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+                                              SupportsTriggerAvailableNow)
+
+from rocketstore.client.tcp import TcpTransport
+from rocketstore.errors import InvalidOptionError
+from rocketstore.spark.progress import advance_offsets
+from rocketstore.spark.scan import _int
+from rocketstore.spark.wire import (Offsets, WireOptions, WireSplit, discover, offsets_from_json,
+                                    offsets_to_json, open_transport, plan, queue_bounds,
+                                    read_split, resolve, splits)
+
+
+class WirePartition(InputPartition):
+    """One split (topic, broker, queue, [start, end)) with the read's options, pickled to a task."""
+
+    def __init__(self, split: WireSplit, opts: WireOptions) -> None:
+        super().__init__(split)
+        self.split = split
+        self.opts = opts
+
+
+def _read_partition(partition: InputPartition) -> Iterator[Any]:
+    if not isinstance(partition, WirePartition):
+        return          # Spark's stand-in when planning found nothing to read
+    transport = open_transport(partition.opts)
+    try:
+        yield from read_split(transport, partition.split, partition.opts)
+    finally:
+        transport.close()
+
+
+class WireReader(DataSourceReader):
+    """Batch read of a cluster: a partition per selected queue of every broker (ranges of at
+    most ``maxRowsPerPartition`` offsets), each pulled by offset."""
+
+    def __init__(self, options: Any) -> None:
+        self.opts = WireOptions.from_options(options)
+
+    def partitions(self) -> Sequence[WirePartition]:
+        return [WirePartition(s, self.opts) for s in plan(self.opts)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _read_partition(partition)
+
+
+class WireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over every selected queue of every broker of the topics.
+
+    An offset is JSON ``{"topic": {"broker": {"queue": next offset}}}``; Spark's checkpoint
+    keeps it, so a restarted query reads exactly what it had not. Each micro-batch re-reads
+    the routes: a queue or broker that appears starts at its min offset (0 for a new queue);
+    one that leaves keeps its offset. ``maxRowsPerBatch`` caps a micro-batch (shared fairly
+    across queues); Trigger.AvailableNow reads to the max offsets seen when it starts.
+    """
+
+    def __init__(self, options: Any) -> None:
+        self.opts = WireOptions.from_options(options)
+        o = {str(k).lower(): v for k, v in options.items()}
+        if "endingoffsets" in o:
+            raise InvalidOptionError("endingOffsets", o["endingoffsets"],
+                                     "a streaming read has no end: use a batch read")
+        self.max_rows = _int(o, "maxrowsperbatch", minimum=1)
+        self._transport: TcpTransport | None = None
+        self._target: Offsets | None = None
+
+    def _bounds(self) -> dict[tuple[str, str, int], tuple[int, int]]:
+        if self._transport is None:
+            self._transport = open_transport(self.opts)
+        return queue_bounds(self._transport, discover(self._transport, self.opts))
+
+    def initialOffset(self) -> dict:
+        return offsets_to_json(resolve(self.opts.starting, self._bounds(), "earliest"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {k: hi for k, (lo, hi) in self._bounds().items()}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else None
+        end = advance_offsets(offsets_from_json(start), self._bounds(), self._target, max_rows)
+        return offsets_to_json(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        return offsets_to_json({k: hi for k, (lo, hi) in self._bounds().items()})
+
+    def partitions(self, start: dict, end: dict) -> Sequence[WirePartition]:
+        return [WirePartition(s, self.opts) for s in
+                splits(offsets_from_json(start), offsets_from_json(end),
+                       self.opts.max_rows_per_split)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the checkpoint holds the progress (no broker-side offsets)."""
+
+    def stop(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
