@@ -23,7 +23,8 @@ pytestmark = pytest.mark.spark
 TOPICS = {"WireRead": {"broker-a": 4, "broker-b": 2},
           "WireStream": {"broker-a": 2},                 # broker-b gets it mid-test
           "WireWrite": {"broker-a": 3, "broker-b": 3},
-          "WireShard": {"broker-a": 2, "broker-b": 2}}
+          "WireShard": {"broker-a": 2, "broker-b": 2},
+          "WireCopy": {"broker-a": 2, "broker-b": 1}}
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +88,14 @@ def test_batch_read_returns_every_message_of_both_brokers_once(spark, cluster):
                    endingOffsets=json.dumps({"WireRead": {"broker-b": {"1": 4}}})).collect()
     assert sorted((r["queue_offset"], bytes(r["body"])) for r in ranged) == q1[2:4]
     assert _read(spark, cluster.namesrv, topics="WireRead", startingOffsets="latest").count() == 0
+
+    # startTimestamp: the start found by time on each broker, then every row checked
+    times = sorted(r["store_timestamp"] for r in rows)
+    cut = times[len(times) // 2]
+    ms = round(cut.timestamp() * 1000)
+    late = _read(spark, cluster.namesrv, topics="WireRead", startTimestamp=str(ms)).collect()
+    assert _where(late) == {bytes(r["body"]): _where([r])[bytes(r["body"])]
+                            for r in rows if r["store_timestamp"] >= cut}
 
 
 def _stream(spark, namesrv: str, out: str, ckpt: str) -> list[int]:
@@ -161,6 +170,21 @@ def test_write_sends_to_both_brokers_and_reads_back(spark, cluster):
         order = [index(r) for r in sorted(back, key=lambda r: r["queue_offset"])
                  if (r["broker_name"], r["queue_id"]) == queue and index(r) % 4 == user]
         assert order == sorted(order) and len(order) == 10, "a key's rows out of order"
+
+
+def test_stream_to_stream_copies_every_message_once(spark, cluster, tmp_path):
+    sent = _send(cluster.namesrv, [Message("WireCopy", b"c/%d" % i, tags="X") for i in range(30)])
+    assert {w[0] for w in sent.values()} == {"broker-a", "broker-b"}
+    q = (spark.readStream.format("rocketstore").option("namesrv", cluster.namesrv)
+         .option("topics", "WireCopy").option("maxRowsPerBatch", "12").load()
+         .selectExpr("body", "tags", "'WireWrite' AS topic")
+         .writeStream.format("rocketstore").option("namesrv", cluster.namesrv)
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    assert q.exception() is None
+    copied = _read(spark, cluster.namesrv, topics="WireWrite").where("body LIKE 'c/%'").collect()
+    assert sorted(bytes(r["body"]) for r in copied) == sorted(sent)
+    assert {r["tags"] for r in copied} == {"X"}
 
 
 def test_write_fails_the_task_naming_the_queue_a_send_failed_on(spark, cluster):

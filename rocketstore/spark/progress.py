@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeVar
 
-K = TypeVar("K")
+K = TypeVar("K", str, tuple[str, str, int])      # "topic/queue" (local), (topic, broker, queue) (wire)
 
 
 def advance_offsets(start: Mapping[K, int], bounds: Mapping[K, tuple[int, int]],

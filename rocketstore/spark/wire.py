@@ -196,7 +196,7 @@ def resolve(spec: str | Offsets, bounds: dict[tuple[str, str, int], tuple[int, i
 def splits(start: Offsets, end: Offsets, max_rows: int) -> list[WireSplit]:
     """The splits covering [start, end) of every queue in ``end``, at most ``max_rows``
     offsets each; a queue missing from ``start`` starts at 0."""
-    out = []
+    out: list[WireSplit] = []
     for (topic, broker, qid), e in sorted(end.items()):
         s = start.get((topic, broker, qid), 0)
         out.extend(WireSplit(topic, broker, qid, a, min(e, a + max_rows))
@@ -217,9 +217,11 @@ def plan(opts: WireOptions, transport: TcpTransport | None = None) -> list[WireS
             start[k] = max(start[k], lo)
             end[k] = max(start[k], min(end[k], hi))
             if opts.min_ts is not None and start[k] < end[k]:
-                # the first offset stored at or after min_ts (rows are still checked)
+                # searched for a ms earlier: an exact match may be any of the messages
+                # stored in that ms, a near one the last before it; either way no message
+                # stored at min_ts or later comes before it (rows are still checked)
                 topic, broker, qid = k
-                start[k] = max(start[k], t.search_offset(broker, topic, qid, opts.min_ts))
+                start[k] = max(start[k], t.search_offset(broker, topic, qid, opts.min_ts - 1))
                 end[k] = max(start[k], end[k])
         return splits(start, end, opts.max_rows_per_split)
     finally:

@@ -264,7 +264,7 @@ def _append_batch(store: MessageStore, b: pa.RecordBatch, byte_limit: int,
     user_props = _column_list(b.column(5))
     if user_props is None:
         # the columnar path: bodies and encoded properties straight from Arrow buffers
-        rows_of = _Columns(b, marker)
+        rows_of: _Columns | _MessageRows = _Columns(b, marker)
     else:
         rows_of = _MessageRows(b, marker, user_props)
     # what a record costs beyond its body, at most (header, topic, tags, keys, UNIQ_KEY)
