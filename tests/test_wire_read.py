@@ -1,89 +1,159 @@
-"""``rocketstore.spark.wire.read_split`` against a scripted transport: how each PULL_MESSAGE
-answer moves the read (no broker, no Spark)."""
+"""``rocketstore.spark.wire.read_split`` against a simulated broker queue: how PULL_MESSAGE
+answers move a pipelined read (no broker process, no Spark)."""
 from __future__ import annotations
 
 from concurrent.futures import Future
 
 import pytest
 
-from rocketstore.common.protocol import PullMessageResponse, ResponseCode
+from rocketstore.common.protocol import ResponseCode
 from rocketstore.errors import MQBrokerError, RemotingProtocolError
+from rocketstore.remoting.command import RemotingCommand
 from rocketstore.spark.wire import WireOptions, WireSplit, read_split, resolve
-from rocketstore.store._codec import decode, encode_record
+from rocketstore.store._codec import encode_record, java_hash
 
 
-def _msg(offset: int, tags: str | None = None):
-    props = {"TAGS": tags} if tags else {}
-    rec = encode_record(topic="T", body=b"m%d" % offset, properties=props, queue_id=1,
-                        queue_offset=offset, physical_offset=1000 + offset,
-                        born_timestamp=5, store_timestamp=7, born_host="127.0.0.1:1",
-                        store_host="127.0.0.1:2")
-    return decode(rec)
+def _record(offset: int, tags: str | None, topic: str = "T", queue_id: int = 1) -> bytes:
+    return encode_record(topic=topic, body=b"m%d" % offset,
+                         properties={"TAGS": tags} if tags else {}, queue_id=queue_id,
+                         queue_offset=offset, physical_offset=1000 + offset,
+                         born_timestamp=5, store_timestamp=100 + offset,
+                         born_host="127.0.0.1:1", store_host="127.0.0.1:2")
 
 
-class Scripted:
-    """Answers pulls from a list; records each request."""
+def _answer(code: int, nxt: int, lo: int, hi: int, body: bytes = b"", remark: str | None = None):
+    return RemotingCommand(code, remark=remark, body=body, ext_fields={
+        "nextBeginOffset": str(nxt), "minOffset": str(lo), "maxOffset": str(hi)})
 
-    def __init__(self, answers: list[PullMessageResponse]) -> None:
-        self.answers = answers
-        self.requests = []
 
-    def pull_message(self, broker, request):
+class Queue:
+    """One queue of a broker: offsets [lo, hi), tags per offset; answers at most
+    ``per_pull`` messages a pull (a broker's transfer limit) and filters by tag hash as a
+    broker does (scanning at most ``scan`` units a pull)."""
+
+    def __init__(self, lo: int, hi: int, tags=lambda off: None, per_pull: int = 32,
+                 scan: int = 64) -> None:
+        self.lo, self.hi, self.tags, self.per_pull, self.scan = lo, hi, tags, per_pull, scan
+        self.requests: list[tuple[str, int, int, int, str]] = []
+
+    def pull_message_raw(self, broker, request):
         self.requests.append((broker, request.queue_offset, request.max_msg_nums,
                               request.sys_flag, request.subscription))
         f: Future = Future()
-        f.set_result(self.answers.pop(0))
+        f.set_result(self.answer(request.queue_offset, request.max_msg_nums, request.subscription))
         return f
 
+    def answer(self, off: int, n: int, subscription: str):
+        if off < self.lo:
+            return _answer(ResponseCode.PULL_OFFSET_MOVED, self.lo, self.lo, self.hi)
+        if off >= self.hi:
+            return _answer(ResponseCode.PULL_NOT_FOUND, self.hi, self.lo, self.hi)
+        codes = None if subscription == "*" else {java_hash(t) for t in subscription.split("||")}
+        out, i = [], off
+        while i < min(self.hi, off + self.scan) and len(out) < min(n, self.per_pull):
+            t = self.tags(i)
+            if codes is None or (t is not None and java_hash(t) in codes):
+                out.append(_record(i, t))
+            i += 1
+        if not out:
+            return _answer(ResponseCode.PULL_RETRY_IMMEDIATELY, i, self.lo, self.hi)
+        return _answer(ResponseCode.SUCCESS, i, self.lo, self.hi, b"".join(out))
 
-OPTS = WireOptions.from_options({"namesrv": "h:1", "topics": "T", "pullBatchSize": "4"})
+
+def _opts(**extra: str) -> WireOptions:
+    return WireOptions.from_options({"namesrv": "h:1", "topics": "T", "pullBatchSize": "4",
+                                     **extra})
 
 
-def _rows(transport, split, opts=OPTS):
-    return [r for b in read_split(transport, split, opts, batch_rows=3) for r in b.to_pylist()]
+def _rows(transport, split, opts=None):
+    # answers decoded a few at a time: several RecordBatches per split
+    batches = list(read_split(transport, split, opts or _opts(), batch_bytes=1000))
+    return [r for b in batches for r in b.to_pylist()]
 
 
-def test_pulls_advance_by_the_brokers_next_offset_and_stop_at_the_end():
-    t = Scripted([
-        PullMessageResponse(ResponseCode.SUCCESS, 4, 0, 20, [_msg(i) for i in range(2, 4)]),
-        PullMessageResponse(ResponseCode.PULL_RETRY_IMMEDIATELY, 6, 0, 20),
-        # a broker may scan past the split: rows from 8 on are not the split's
-        PullMessageResponse(ResponseCode.SUCCESS, 9, 0, 20, [_msg(i) for i in range(6, 9)]),
-    ])
-    rows = _rows(t, WireSplit("T", "b", 1, 2, 8))
-    assert [r["queue_offset"] for r in rows] == [2, 3, 6, 7]
+def test_pipelined_pulls_read_each_offset_once_in_order():
+    q = Queue(0, 50)
+    batches = list(read_split(q, WireSplit("T", "b", 1, 3, 41), _opts(), batch_bytes=1000))
+    assert len(batches) > 2
+    rows = [r for b in batches for r in b.to_pylist()]
+    assert [r["queue_offset"] for r in rows] == list(range(3, 41))
     assert {(r["broker_name"], r["queue_id"], r["topic"]) for r in rows} == {("b", 1, "T")}
-    assert rows[0]["body"] == b"m2" and rows[0]["commitlog_offset"] == 1002
-    # explicit offsets, never more than the split needs, subscription in the request
-    assert [(o, n) for _, o, n, _, _ in t.requests] == [(2, 4), (4, 4), (6, 2)]
-    assert {(b, f, s) for b, _, _, f, s in t.requests} == {("b", 0x4, "*")}
+    assert rows[0]["body"] == b"m3" and rows[0]["commitlog_offset"] == 1003
+    assert rows[0]["store_timestamp"].timestamp() == 0.103
+    # explicit offsets, never past the split, subscription in the request, 4 in flight
+    assert [o for _, o, _, _, _ in q.requests] == list(range(3, 41, 4))
+    assert q.requests[-1][2] == 2
+    assert {(b, f, s) for b, _, _, f, s in q.requests} == {("b", 0x4, "*")}
 
 
-def test_offsets_deleted_by_retention_are_skipped():
-    t = Scripted([PullMessageResponse(ResponseCode.PULL_OFFSET_MOVED, 5, 5, 9),
-                  PullMessageResponse(ResponseCode.SUCCESS, 7, 5, 9, [_msg(5), _msg(6)])])
-    assert [r["queue_offset"] for r in _rows(t, WireSplit("T", "b", 1, 0, 7))] == [5, 6]
+def test_a_broker_answering_fewer_than_asked_restarts_the_pipeline_where_it_ended():
+    q = Queue(0, 30, per_pull=3)
+    assert [r["queue_offset"] for r in _rows(q, WireSplit("T", "b", 1, 0, 30))] == list(range(30))
+    # the first answer ends one short of the next pull in flight: the pulls in flight are
+    # dropped and re-asked, 3 at a time from then on
+    assert [o for _, o, _, _, _ in q.requests][:8] == [0, 4, 8, 12, 3, 6, 9, 12]
 
 
 def test_tags_are_compared_exactly_after_the_brokers_hash_filter():
-    opts = WireOptions.from_options({"namesrv": "h:1", "topics": "T", "tags": "A||B"})
-    t = Scripted([PullMessageResponse(ResponseCode.SUCCESS, 3, 0, 3,
-                                      [_msg(0, "A"), _msg(1, "Collides"), _msg(2, "B")])])
-    assert [r["tags"] for r in _rows(t, WireSplit("T", "b", 1, 0, 3), opts)] == ["A", "B"]
-    assert t.requests[0][4] == "A||B"
+    # "Aa" and "BB" share a Java hash code: the broker's filter lets both through
+    assert java_hash("Aa") == java_hash("BB")
+    tags = ["Aa", "BB", "C", None]
+    q = Queue(0, 40, tags=lambda off: tags[off % 4], scan=6)
+    rows = _rows(q, WireSplit("T", "b", 1, 0, 40), _opts(tags="Aa||C"))
+    assert [(r["queue_offset"], r["tags"]) for r in rows] == \
+        [(o, tags[o % 4]) for o in range(40) if tags[o % 4] in ("Aa", "C")]
+    assert {s for *_, s in q.requests} == {"Aa||C"}
+    # most units filtered out: pulls that scan no match answer PULL_RETRY_IMMEDIATELY
+    sparse = Queue(0, 40, tags=lambda off: "C" if off % 10 == 9 else "Z", scan=6)
+    rows = _rows(sparse, WireSplit("T", "b", 1, 0, 40), _opts(tags="C"))
+    assert [r["queue_offset"] for r in rows] == [9, 19, 29, 39]
 
 
-@pytest.mark.parametrize("answer, error, text", [
-    (PullMessageResponse(ResponseCode.PULL_NOT_FOUND, 4, 0, 4), MQBrokerError,
+def test_offsets_deleted_by_retention_are_skipped():
+    q = Queue(5, 9)
+    assert [r["queue_offset"] for r in _rows(q, WireSplit("T", "b", 1, 0, 9))] == [5, 6, 7, 8]
+
+
+def test_store_time_options_filter_rows():
+    rows = _rows(Queue(0, 20), WireSplit("T", "b", 1, 0, 20),
+                 _opts(startTimestamp="104", endTimestamp="110"))
+    assert [r["queue_offset"] for r in rows] == list(range(4, 11))
+
+
+class Scripted(Queue):
+    def __init__(self, answer) -> None:
+        super().__init__(0, 0)
+        self.fixed = answer
+
+    def answer(self, off, n, subscription):
+        return self.fixed
+
+
+@pytest.mark.parametrize("answer, end, error, text", [
+    (_answer(ResponseCode.PULL_NOT_FOUND, 4, 0, 4), 6, MQBrokerError,
      r"T@b/1 offset 4: the queue holds \[0, 4\), the read wanted up to 6"),
-    (PullMessageResponse(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, 0, remark="no group"),
+    (_answer(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, 0, 0, 0, remark="no group"), 6,
      MQBrokerError, "T@b/1 offset 4: no group"),
-    (PullMessageResponse(ResponseCode.SUCCESS, 4, 0, 9, []), RemotingProtocolError,
+    (_answer(ResponseCode.SUCCESS, 4, 0, 9), 6, RemotingProtocolError,
      "next offset 4, not past the request"),
+    (_answer(ResponseCode.SUCCESS, 5, 0, 9, _record(4, None, topic="U")), 5, RemotingProtocolError,
+     r"T@b/1 before offset 5: the record at byte 0 is of b'U'/1, not b'T'/1"),
+    (_answer(ResponseCode.SUCCESS, 5, 0, 9, _record(4, None)[:-3]), 5, RemotingProtocolError,
+     "no valid record at byte 0"),
 ])
-def test_a_queue_that_cannot_serve_the_split_fails_the_read_naming_it(answer, error, text):
+def test_a_queue_that_cannot_serve_the_split_fails_the_read_naming_it(answer, end, error, text):
     with pytest.raises(error, match=text):
-        _rows(Scripted([answer]), WireSplit("T", "b", 1, 4, 6))
+        _rows(Scripted(answer), WireSplit("T", "b", 1, 4, end))
+
+
+def test_a_last_answer_short_of_the_split_end_pulls_on():
+    # one pull asks for the whole rest; the broker sends 3 at a time
+    q = Queue(0, 20, per_pull=3)
+    rows = _rows(q, WireSplit("T", "b", 1, 0, 20), _opts(pullBatchSize="256"))
+    assert [r["queue_offset"] for r in rows] == list(range(20))
+    # the first answer shows the broker's limit: the pulls after it ask for 3 each
+    assert [(o, n) for _, o, n, _, _ in q.requests] == \
+        [(0, 20)] + [(o, min(3, 20 - o)) for o in range(3, 20, 3)]
 
 
 def test_resolve_earliest_latest_and_explicit_offsets():
