@@ -13,8 +13,14 @@ times interleaved (best kept):
 - local: ``rocketstore.spark.scan.read_split`` on the broker's own store directory, opened
   read-only while the broker runs (the local source's task; no network).
 
-Ratios are wire / raw pulls and wire / local. The load average is printed: the machine may be
-shared.
+Then writes ``--num`` rows again, each way ``--repeat`` times interleaved (best kept):
+
+- raw sends: ``Producer.send_batch`` of prebuilt Messages, ``--write-batch`` a send;
+- wire write: ``rocketstore.spark.wire_sink.WireWritePlan.send`` of Arrow batches (body, tags)
+  as one task does it (rows to Messages, then the same batch sends).
+
+Ratios are wire / raw pulls, wire / local and wire write / raw sends. The load average is
+printed: the machine may be shared.
 """
 from __future__ import annotations
 
@@ -59,6 +65,7 @@ def main() -> None:
     ap.add_argument("--body", type=int, default=100)
     ap.add_argument("--pull-batch", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--write-batch", type=int, default=128)
     a = ap.parse_args()
 
     from rocketstore.client import Message, Producer
@@ -72,7 +79,9 @@ def main() -> None:
     procs = []
     try:
         store = os.path.join(tmp, "broker-a")
-        TopicConfigManager(config_dir(store)).update(TopicConfig("Bench", a.queues, a.queues))
+        topics = TopicConfigManager(config_dir(store))
+        topics.update(TopicConfig("Bench", a.queues, a.queues))
+        topics.update(TopicConfig("BenchW", a.queues, a.queues))
         conf = os.path.join(tmp, "broker.conf")
         with open(conf, "w") as f:
             f.write(f"mappedFileSizeCommitLog={64 << 20}\nmappedFileSizeConsumeQueue={300_000 * 20}\n")
@@ -134,6 +143,35 @@ def main() -> None:
                     dt = time.perf_counter() - t0
                     assert n == a.num, (name, n)
                     best[name] = min(best.get(name, float("inf")), dt)
+
+            import pyarrow as pa
+            from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+            from rocketstore.spark.wire_sink import WireWritePlan
+            plan = WireWritePlan({"namesrv": ns_addr, "topic": "BenchW",
+                                  "batchSize": str(a.write_batch)},
+                                 StructType([StructField("body", BinaryType()),
+                                             StructField("tags", StringType())]))
+            arrow = [pa.record_batch([pa.array([body] * n, pa.binary()), pa.array(["T"] * n)],
+                                     names=["body", "tags"])
+                     for n in [min(10_000, a.num - i) for i in range(0, a.num, 10_000)]]
+
+            def raw_sends() -> int:
+                with Producer("bench-pg", namesrv_addr=ns_addr) as p:
+                    for start in range(0, a.num, a.write_batch):
+                        p.send_batch([Message("BenchW", body, tags="T")
+                                      for _ in range(min(a.write_batch, a.num - start))])
+                return a.num
+
+            def wire_write() -> int:
+                return plan.send(iter(arrow)).rows
+
+            for _ in range(a.repeat):
+                for name, fn in (("raw sends", raw_sends), ("wire write", wire_write)):
+                    t0 = time.perf_counter()
+                    n = fn()
+                    dt = time.perf_counter() - t0
+                    assert n == a.num, (name, n)
+                    best[name] = min(best.get(name, float("inf")), dt)
         finally:
             t.close()
         print(f"load average {os.getloadavg()[0]:.2f}; {a.num} rows, {a.queues} queues, "
@@ -141,7 +179,8 @@ def main() -> None:
         for name, dt in best.items():
             print(f"  {name:10s} {a.num / dt:12,.0f} rows/s")
         print(f"  wire / raw pulls: {best['raw pulls'] / best['wire']:.2f}x the rate; "
-              f"wire / local: {best['local'] / best['wire']:.3f}x the rate")
+              f"wire / local: {best['local'] / best['wire']:.3f}x the rate; "
+              f"wire write / raw sends: {best['raw sends'] / best['wire write']:.2f}x the rate")
     finally:
         for p in reversed(procs):
             _stop(p)

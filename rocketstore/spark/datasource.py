@@ -10,6 +10,9 @@ reads     ``topics`` (comma list), ``queueIds``, ``startOffset`` / ``endOffset``
           ``consumeQueueFileSize`` (default: the store's own file sizes)
 streaming ``startingOffsets`` (``earliest``, ``latest`` or JSON), ``maxRowsPerBatch``
 writes    see ``rocketstore.spark.writer``
+wire      with ``namesrv`` (``host:port[;host:port]``) and no path, a cluster is read and
+          written over RocketMQ's protocol instead: ``rocketstore.spark.wire`` (reads,
+          schema + ``broker_name``) and ``rocketstore.spark.wire_sink`` (writes)
 
 With ``spark.sql.python.filterPushdown.enabled`` the batch reader takes filters on
 ``topic`` and ``queue_id`` (= / IN: queues pruned at planning), ``tags`` (= / IN: the
