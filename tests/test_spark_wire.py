@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -29,9 +30,11 @@ TOPICS = {"WireRead": {"broker-a": 4, "broker-b": 2},
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("wire"), TOPICS)
+    root = tmp_path_factory.mktemp("wire")
+    c = Cluster(root, TOPICS)
     yield c
     c.close()
+    shutil.rmtree(root, ignore_errors=True)     # the brokers' stores
 
 
 def _send(namesrv: str, msgs: list[Message], queues: list[MessageQueue] | None = None) -> dict:
@@ -200,6 +203,8 @@ def test_wire_options_are_checked():
         WireOptions.from_options({"namesrv": "127.0.0.1:9876"})
     with pytest.raises(InvalidOptionError, match="startingOffsets='soonest'"):
         WireOptions.from_options({"namesrv": "h:1", "topics": "T", "startingOffsets": "soonest"})
+    with pytest.raises(InvalidOptionError, match="startOffset.*startingOffsets"):
+        WireOptions.from_options({"namesrv": "h:1", "topics": "T", "startOffset": "5"})
     with pytest.raises(InvalidOptionError, match="tags"):
         WireOptions.from_options({"namesrv": "h:1", "topics": "T", "tags": "||".join("abcdefghi")})
     o = WireOptions.from_options({"NameSrv": "h:1", "topic": "T", "tags": "A||B",

@@ -31,7 +31,7 @@ class Queue:
     ``per_pull`` messages a pull (a broker's transfer limit) and filters by tag hash as a
     broker does (scanning at most ``scan`` units a pull)."""
 
-    def __init__(self, lo: int, hi: int, tags=lambda off: None, per_pull: int = 32,
+    def __init__(self, lo: int, hi: int, tags=lambda off: None, per_pull=32,
                  scan: int = 64) -> None:
         self.lo, self.hi, self.tags, self.per_pull, self.scan = lo, hi, tags, per_pull, scan
         self.requests: list[tuple[str, int, int, int, str]] = []
@@ -50,7 +50,8 @@ class Queue:
             return _answer(ResponseCode.PULL_NOT_FOUND, self.hi, self.lo, self.hi)
         codes = None if subscription == "*" else {java_hash(t) for t in subscription.split("||")}
         out, i = [], off
-        while i < min(self.hi, off + self.scan) and len(out) < min(n, self.per_pull):
+        limit = self.per_pull(off) if callable(self.per_pull) else self.per_pull
+        while i < min(self.hi, off + self.scan) and len(out) < min(n, limit):
             t = self.tags(i)
             if codes is None or (t is not None and java_hash(t) in codes):
                 out.append(_record(i, t))
@@ -92,6 +93,16 @@ def test_a_broker_answering_fewer_than_asked_restarts_the_pipeline_where_it_ende
     # the first answer ends one short of the next pull in flight: the pulls in flight are
     # dropped and re-asked, 3 at a time from then on
     assert [o for _, o, _, _, _ in q.requests][:8] == [0, 4, 8, 12, 3, 6, 9, 12]
+
+
+def test_the_step_grows_back_when_the_broker_sends_full_answers_again():
+    # 3 a pull while the first 12 offsets are "on disk", then up to 32
+    q = Queue(0, 200, per_pull=lambda off: 3 if off < 12 else 32)
+    rows = _rows(q, WireSplit("T", "b", 1, 0, 200), _opts(pullBatchSize="16", pullDepth="1"))
+    assert [r["queue_offset"] for r in rows] == list(range(200))
+    asked = [n for _, _, n, _, _ in q.requests]
+    # shrunk to 3 by the first answer, doubled after each 8 full answers in a row
+    assert asked[:10] == [16] + [3] * 8 + [6] and asked[16:18] == [6, 12] and 16 in asked
 
 
 def test_tags_are_compared_exactly_after_the_brokers_hash_filter():
@@ -151,9 +162,10 @@ def test_a_last_answer_short_of_the_split_end_pulls_on():
     q = Queue(0, 20, per_pull=3)
     rows = _rows(q, WireSplit("T", "b", 1, 0, 20), _opts(pullBatchSize="256"))
     assert [r["queue_offset"] for r in rows] == list(range(20))
-    # the first answer shows the broker's limit: the pulls after it ask for 3 each
-    assert [(o, n) for _, o, n, _, _ in q.requests] == \
-        [(0, 20)] + [(o, min(3, 20 - o)) for o in range(3, 20, 3)]
+    # the first answer shows the broker's limit: the pulls after it ask for 3 (then probe for
+    # more after a full answer, and fall back)
+    asked = [(o, n) for _, o, n, _, _ in q.requests]
+    assert asked[:2] == [(0, 20), (3, 3)] and max(n for o, n in asked[1:]) <= 6
 
 
 def test_resolve_earliest_latest_and_explicit_offsets():

@@ -6,7 +6,8 @@ queue of every broker of each topic is a ``WireQueue``, and its bounds come from
 [start, end) with ``PULL_MESSAGE`` at explicit offsets: the subscription travels in the
 request (sysFlag 0x4), no offset is committed and no consumer registers, so nothing is
 rebalanced and the consumer group (``consumerGroup``, created by the broker on first use)
-keeps no state. Works against ``rocketstore broker`` and Apache RocketMQ brokers alike.
+keeps no state. These are the requests RocketMQ's own clients send, so Apache RocketMQ
+brokers answer them as ``rocketstore broker`` does (the tests run rocketstore brokers).
 
 Offsets (options and streaming checkpoints) are JSON ``{"topic": {"broker": {"queue":
 offset}}}``: a queue's next offset to read.
@@ -36,6 +37,7 @@ WIRE_ARROW_SCHEMA = ARROW_SCHEMA.append(pa.field("broker_name", pa.string()))
 DEFAULT_GROUP = "rocketstore_spark_reader"
 FLAG_SUBSCRIPTION = 0x4        # PULL_MESSAGE sysFlag: the subscription is in the request
 PERM_READ = 0x4
+GROW_AFTER = 8                 # full answers in a row before a shrunk pull step doubles
 
 #: Offsets of queues: {(topic, broker, queue id): offset}.
 Offsets = dict[tuple[str, str, int], int]
@@ -84,6 +86,10 @@ class WireOptions:
         namesrv = str(o.get("namesrv") or "").strip()
         if not namesrv:
             raise InvalidOptionError("namesrv", o.get("namesrv"), 'expected "host:port[;host:port]"')
+        for local, name in (("startoffset", "startOffset"), ("endoffset", "endOffset")):
+            if local in o:
+                raise InvalidOptionError(name, o[local], "over the wire give startingOffsets / "
+                                         'endingOffsets: JSON {"topic": {"broker": {"queue": offset}}}')
         topics = _str_set(o, "topics") or _str_set(o, "topic")
         if not topics:
             raise InvalidOptionError("topics", None, "a read over the wire needs the topic(s) to read")
@@ -276,6 +282,7 @@ def read_split(transport: TcpTransport, split: WireSplit, opts: WireOptions,
     broker = pa.scalar(split.broker, pa.string())
     inflight: deque[tuple[int, int, Future]] = deque()    # (offset, count asked, answer)
     step = opts.pull_batch
+    full = 0                            # full answers in a row since the step shrank
     bodies: list[bytes] = []            # answers' records, decoded together (one Arrow batch)
     size = 0
     off = ahead = split.start
@@ -316,6 +323,14 @@ def read_split(transport: TcpTransport, split: WireSplit, opts: WireOptions,
                 # the broker sends at most this many a pull (its transfer limits): ask no
                 # more, so the pulls in flight line up with its answers
                 step = nxt - at
+                full = 0
+            elif opts.tags is None and nxt - at == asked and step < opts.pull_batch:
+                full += 1
+                if full == GROW_AFTER:
+                    # the limit may have been lifted (a broker sends fewer messages a pull
+                    # while they are on disk only): ask for more again
+                    step = min(opts.pull_batch, step * 2)
+                    full = 0
         elif code == ResponseCode.PULL_RETRY_IMMEDIATELY:
             pass                        # nothing matched the tags up to the next offset
         elif code == ResponseCode.PULL_OFFSET_MOVED and nxt > off:
