@@ -196,6 +196,14 @@ def test_pushdown_cuts_the_work_not_the_result(spark, store_dir, rand):
             off = sorted(_rows(spark.read.format("rocketstore").load(store_dir).where(q)))
             assert on == off, q
             assert on, f"{q} selects nothing: a useless check"
+        # Spark plans a read with filters to push in its pushdown worker: the queues are
+        # pruned there (a partition per selected queue)
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        pruned_df = spark.read.format("rocketstore").load(store_dir).where(
+            "topic = 'Orders' AND queue_id IN (0, 1)")
+        narrowed = ScanOptions(topics=frozenset({"Orders"}), queue_ids=frozenset({0, 1}))
+        assert pruned_df.rdd.getNumPartitions() == len(plan(store_dir, narrowed)) < \
+            len(plan(store_dir, ScanOptions()))
     finally:
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
 

@@ -25,7 +25,8 @@ TOPICS = {"WireRead": {"broker-a": 4, "broker-b": 2},
           "WireStream": {"broker-a": 2},                 # broker-b gets it mid-test
           "WireWrite": {"broker-a": 3, "broker-b": 3},
           "WireShard": {"broker-a": 2, "broker-b": 2},
-          "WireCopy": {"broker-a": 2, "broker-b": 1}}
+          "WireCopy": {"broker-a": 2, "broker-b": 1},
+          "WirePush": {"broker-a": 4, "broker-b": 2}}
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +100,42 @@ def test_batch_read_returns_every_message_of_both_brokers_once(spark, cluster):
     late = _read(spark, cluster.namesrv, topics="WireRead", startTimestamp=str(ms)).collect()
     assert _where(late) == {bytes(r["body"]): _where([r])[bytes(r["body"])]
                             for r in rows if r["store_timestamp"] >= cut}
+
+
+def test_pushdown_prunes_the_queues_planned_not_the_result(spark, cluster):
+    sent = _send(cluster.namesrv, [Message("WirePush", b"p/%d" % i, tags="AB"[i % 2])
+                                   for i in range(40)])
+    df = _read(spark, cluster.namesrv, topics="WirePush")
+    cut = sorted(r["store_timestamp"] for r in df.collect())[20]
+    queries = {
+        "broker_name = 'broker-b' AND queue_id = 1 AND tags = 'B'": 1,
+        "broker_name IN ('broker-a') AND queue_id IN (0, 2)": 2,
+        "tags = 'A' AND body <> X'00'": 6,
+    }
+    try:
+        for on in (True, False):
+            spark.conf.set("spark.sql.python.filterPushdown.enabled", str(on).lower())
+            for where, parts in queries.items():
+                got = _read(spark, cluster.namesrv, topics="WirePush").where(where)
+                expect = {b: w for b, w in sent.items() if _matches(where, b, w)}
+                assert _where(got.collect()) == expect, where
+                if on:
+                    assert got.rdd.getNumPartitions() == parts, where
+            fresh = _read(spark, cluster.namesrv, topics="WirePush")
+            late = fresh.where(fresh.store_timestamp >= cut).collect()
+            assert len(late) == sum(1 for r in df.collect() if r["store_timestamp"] >= cut)
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+def _matches(where: str, body: bytes, w: tuple) -> bool:
+    broker, qid = w[0], w[1]
+    tag = "AB"[int(body.split(b"/")[1]) % 2]
+    if where.startswith("broker_name = 'broker-b'"):
+        return broker == "broker-b" and qid == 1 and tag == "B"
+    if where.startswith("broker_name IN"):
+        return broker == "broker-a" and qid in (0, 2)
+    return tag == "A"
 
 
 def _stream(spark, namesrv: str, out: str, ckpt: str) -> list[int]:

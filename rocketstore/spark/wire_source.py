@@ -7,17 +7,21 @@ brokers for queue bounds.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, EqualTo, Filter,
+                                    GreaterThan, GreaterThanOrEqual, In, InputPartition,
+                                    LessThan, LessThanOrEqual)
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
 from rocketstore.client.tcp import TcpTransport
 from rocketstore.errors import InvalidOptionError
 from rocketstore.spark.progress import advance_offsets
-from rocketstore.spark.scan import _int
+from rocketstore.spark.scan import MAX_TAGS, _int
 from rocketstore.spark.wire import (Offsets, WireOptions, WireSplit, discover, offsets_from_json,
                                     offsets_to_json, open_transport, plan, queue_bounds,
                                     read_split, resolve, splits)
@@ -54,6 +58,55 @@ class WireReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read_partition(partition)
+
+
+class WirePushdownReader(WireReader):
+    """The wire batch reader with filter pushdown (when the session enables it): = / IN on
+    ``topic``, ``broker_name`` and ``queue_id`` prune the queues planned, on ``tags`` become
+    the pulls' subscription (at most 8 tags), and ``store_timestamp`` ranges find each
+    queue's start by time (every row still checked); other filters are left to Spark."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        from rocketstore.spark.datasource import _restrict, _ts_ms
+        o = self.opts
+        for f in filters:
+            attr: tuple[str, ...] = getattr(f, "attribute", ())
+            col = attr[0] if len(attr) == 1 else None
+            vals: Any = None
+            if isinstance(f, EqualTo):
+                vals = (f.value,)
+            elif isinstance(f, In):
+                vals = tuple(f.value)
+            strs = vals is not None and all(isinstance(v, str) and v for v in vals)
+            if col == "topic" and strs:
+                o = replace(o, topics=tuple(sorted(frozenset(o.topics) & frozenset(vals))))
+            elif col == "broker_name" and strs:
+                o = replace(o, brokers=_restrict(o.brokers, vals))
+            elif col == "queue_id" and vals is not None and all(isinstance(v, int) for v in vals):
+                o = replace(o, queue_ids=_restrict(o.queue_ids, vals))
+            elif col == "tags" and strs and len(_restrict(o.tags, vals)) <= MAX_TAGS:
+                o = replace(o, tags=_restrict(o.tags, vals))
+            elif col == "store_timestamp" and isinstance(
+                    f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+                try:
+                    ms = _ts_ms(f.value)
+                except TypeError:
+                    yield f
+                    continue
+                lo, hi = o.min_ts, o.max_ts
+                # rows hold whole ms: each bound as an inclusive ms bound
+                if isinstance(f, (EqualTo, GreaterThanOrEqual)):
+                    lo = max(lo if lo is not None else -(1 << 62), math.ceil(ms))
+                if isinstance(f, GreaterThan):
+                    lo = max(lo if lo is not None else -(1 << 62), math.floor(ms) + 1)
+                if isinstance(f, (EqualTo, LessThanOrEqual)):
+                    hi = min(hi if hi is not None else 1 << 62, math.floor(ms))
+                if isinstance(f, LessThan):
+                    hi = min(hi if hi is not None else 1 << 62, math.ceil(ms) - 1)
+                o = replace(o, min_ts=lo, max_ts=hi)
+            else:
+                yield f
+        self.opts = o
 
 
 class WireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
