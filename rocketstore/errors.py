@@ -20,6 +20,8 @@ __all__ = [
     "InvalidArgumentTypeError",
     "StoreClosedError",
     "StoreLockedError",
+    "InvalidNameError",
+    "DispatchStalledError",
     "StoreReadOnlyError",
     "CorruptionError",
     "TopicPermissionError",
@@ -73,6 +75,22 @@ class InvalidMessageTypeError(RocketStoreError, TypeError):
         return f"message {self.field}: expected {self.expected}, got {self.got}"
 
 
+class DispatchStalledError(RocketStoreError):
+    """Dispatch into the consume queues and the index keeps failing (``cause``): puts are
+    refused until it catches up, so none is acknowledged into invisibility."""
+
+    def __init__(self, offset: int, behind: int, cause: BaseException) -> None:
+        super().__init__(offset, behind, cause)
+        self.offset = offset
+        self.behind = behind
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return (f"dispatch is stalled at commit-log offset {self.offset} ({self.behind} bytes "
+                f"behind): {type(self.cause).__name__}: {self.cause}; it retries, and puts "
+                "are refused until it catches up")
+
+
 class InvalidConfigError(RocketStoreError, ValueError):
     """A ``StoreConfig`` (or ``BrokerConfig``, named by ``config``) setting is out of range;
     ``setting`` names it."""
@@ -116,6 +134,15 @@ class InvalidArgumentError(RocketStoreError, ValueError):
         if len(shown) > 80:
             shown = shown[:77] + "..."
         return f"{self.argument}={shown}: {self.reason}"
+
+
+class InvalidNameError(InvalidArgumentError):
+    """A topic or group name that cannot be stored (``field`` names which, ``value`` holds
+    it): not valid UTF-8 text, or with a control character."""
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        super().__init__(field, value, reason)
+        self.field = field
 
 
 class InvalidArgumentTypeError(RocketStoreError, TypeError):

@@ -72,9 +72,9 @@ class ServerProcess:
         return "".join(self.log)
 
 
-def start_namesrv(tmp: Path) -> ServerProcess:
+def start_namesrv(tmp: Path, extra_args: list[str] | None = None) -> ServerProcess:
     return ServerProcess(["namesrv", "--listen", "127.0.0.1:0", "--kv-config",
-                          str(tmp / "kvConfig.json")])
+                          str(tmp / "kvConfig.json"), *(extra_args or [])])
 
 
 def start_broker(store: Path, namesrv: str, conf: dict[str, str] | None = None,

@@ -261,6 +261,7 @@ def test_enospc_injected_at_file_allocation_refuses_the_roll_and_writes_resume(s
         store.commit_log_queue.allocator = None
         first = store.put_message(Message("T", b"a" * 1000))
         assert first.ok
+        store.dispatch_service.do_dispatch()    # its queue file exists before the injection
 
         def hook(op, path, off, n):
             if op == "allocate":

@@ -367,6 +367,32 @@ def test_broker_close_reopen_keeps_offsets_delays_and_half_messages(tmp_path, tr
 
 # -- lite pull --------------------------------------------------------------------------------
 
+def test_assigned_queues_stay_fixed_when_the_group_rebalances(broker, transport):
+    # assign() means no rebalance: a rebalance of the group (here forced; in the wild a
+    # NOTIFY_CONSUMER_IDS_CHANGED racing start()) must not add the topic's other queues
+    with Producer("pa", **client_kw(broker, transport)) as p:
+        q0, q1 = make_topic(p, "TA", 2)[:2]
+        for i in range(6):
+            p.send(Message("TA", b"%d" % i), message_queue=(q0, q1)[i % 2])
+    pc = PullConsumer("ga", consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                      **client_kw(broker, transport))
+    pc.assign([q0])
+    pc.start()
+    try:
+        pc.instance.do_rebalance()
+        assert pc.assignment() == {q0}
+        got = []
+        while True:
+            batch = pc.poll(500)
+            if not batch:
+                break
+            got.extend(batch)
+        assert {m.queue_id for m in got} == {q0.queue_id}
+        assert [m.queue_offset for m in got] == list(range(len(got)))
+    finally:
+        pc.shutdown()
+
+
 def test_pull_consumer_assign_poll_commit_seek_and_times(broker, transport):
     with Producer("pg", **client_kw(broker, transport)) as p:
         mq = make_topic(p, "TP", 1)[0]

@@ -52,6 +52,8 @@ class BrokerConfig:
     scan_not_active_channel_interval: int = 10_000
     rebalance_lock_max_live_time: int = 60_000   # rocketmq.broker.rebalance.lockMaxLiveTime
     long_polling_check_interval: int = 5000      # PullRequestHoldService's periodic check
+    # registerNameServerPeriod: re-registration with the NameServers (clamped to 10-60 s)
+    register_name_server_period: int = 30_000
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -73,7 +75,7 @@ class BrokerConfig:
         for name in ("short_polling_time_mills", "transaction_time_out",
                      "transaction_check_interval", "channel_expired_timeout",
                      "scan_not_active_channel_interval", "rebalance_lock_max_live_time",
-                     "long_polling_check_interval"):
+                     "long_polling_check_interval", "register_name_server_period"):
             if getattr(self, name) <= 0:
                 raise InvalidConfigError(name, getattr(self, name), "must be positive",
                                          "BrokerConfig")

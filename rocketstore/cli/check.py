@@ -302,6 +302,12 @@ def _check_index(store, records: np.ndarray, keys: np.ndarray, report: _Report,
     return {"index_files": len(files), "entries": n_entries}
 
 
+def _v2_topics(store) -> list[str]:
+    # the record layout follows the topic's length (v2 past 127 bytes), so the topics say
+    # which records a 4.9.x broker cannot decode
+    return [t for t in store.consume_queues.topics() if len(t.encode("utf-8")) > 127]
+
+
 def _verify(args: argparse.Namespace) -> int:
     report = _Report()
     with open_store(args) as store:
@@ -311,8 +317,14 @@ def _verify(args: argparse.Namespace) -> int:
         if not args.commit_log_only:
             stats.update(_check_queues(store, records, names, end, report, args.max_listed))
             stats.update(_check_index(store, records, keys, report, args.max_listed))
+        v2_topics = _v2_topics(store)
+    if v2_topics:
+        report.notes.append(f"{len(v2_topics)} topic(s) longer than 127 characters are stored "
+                            "as v2 records, which RocketMQ 4.9.x cannot read (a 5.x broker "
+                            "can); StoreConfig(auto_message_version_on_topic_len=False) "
+                            "refuses such puts")
     if args.json:
-        json.dump({"stats": stats, "notes": report.notes,
+        json.dump({"stats": stats, "notes": report.notes, "v2_topics": v2_topics,
                    "problems": [{"area": a, "where": w, "what": t} for a, w, t in report.problems]},
                   sys.stdout, indent=2)
         print()
@@ -341,7 +353,7 @@ def _recover(args: argparse.Namespace) -> int:
     config = detect_config(root, args)
     if not os.path.isdir(config.commit_log_path(root)):
         raise CommandError(f"{root}: not a store directory (no {config.commit_log_path(root)})")
-    lock = _StoreLock(root)         # StoreLockedError when a writer holds it
+    lock = _StoreLock(root, config.commit_log_path(root))   # StoreLockedError when a writer holds it
     try:
         # look before cutting: recovery truncates the log at its first bad record
         with MessageStore.open(root, config, read_only=True) as store:

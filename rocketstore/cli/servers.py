@@ -57,8 +57,12 @@ def _namesrv(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen, 9876)
     _logging(args.verbose)
     kv = args.kv_config or os.path.join(os.path.expanduser("~"), "namesrv", "kvConfig.json")
+    if args.broker_expire <= 0 or args.scan_interval <= 0:
+        raise CommandError(f"--broker-expire {args.broker_expire} / --scan-interval "
+                           f"{args.scan_interval}: expected seconds > 0")
     server = NameServer(host, port, kv_config_path=kv,
-                        order_message_enable=args.order_message_enable)
+                        order_message_enable=args.order_message_enable,
+                        broker_expire_s=args.broker_expire, scan_interval_s=args.scan_interval)
     try:
         _run(_serve(server, "rocketstore namesrv: listening on {addr}"))
     except OSError as e:
@@ -77,6 +81,11 @@ def register(sub) -> None:
     p.add_argument("--order-message-enable", action="store_true",
                    help="serve ORDER_TOPIC_CONFIG as routes' orderTopicConf (RocketMQ's "
                         "orderMessageEnable)")
+    p.add_argument("--broker-expire", type=float, default=120.0, metavar="SECONDS",
+                   help="drop a broker not registered for this long (default 120, RocketMQ's; "
+                        "a broker whose connection closes is dropped at once)")
+    p.add_argument("--scan-interval", type=float, default=10.0, metavar="SECONDS",
+                   help="how often to look for expired brokers (default 10)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=_namesrv)
 
@@ -185,7 +194,8 @@ def _broker(args: argparse.Namespace) -> int:
     from rocketstore.remoting.broker_server import BrokerServer
     _logging(args.verbose)
     store_dir, bc, sc, namesrv = broker_configs(args)
-    server = BrokerServer(store_dir, bc, sc, namesrv_addrs=namesrv, host=bc.broker_ip1)
+    server = BrokerServer(store_dir, bc, sc, namesrv_addrs=namesrv, host=bc.broker_ip1,
+                          register_period_ms=bc.register_name_server_period)
     try:
         _run(_serve(server, "rocketstore broker: listening on {addr}"))
     except OSError as e:

@@ -8,7 +8,8 @@ from typing import Any
 
 from rocketstore.client import validators
 from rocketstore.client.allocate import AllocateMessageQueueStrategy, allocate_strategy
-from rocketstore.client.instance import ClientInstance, build_client_id, transport_for
+from rocketstore.client.instance import (ClientInstance, ClientTimers, build_client_id,
+                                         transport_for)
 from rocketstore.client.offset_store import (LocalFileOffsetStore, OffsetStore,
                                              RemoteBrokerOffsetStore)
 from rocketstore.client.process_queue import ProcessQueue
@@ -40,8 +41,10 @@ class ConsumerBase:
     def __init__(self, group: str, *, broker: Any, namesrv_addr: str | None,
                  message_model: str | MessageModel, consume_from_where: str | ConsumeFromWhere,
                  consume_timestamp_ms: int | None, allocate_strategy_: Any,
-                 instance_name: str | None, offset_store_dir: Any) -> None:
+                 instance_name: str | None, offset_store_dir: Any,
+                 timers: ClientTimers | None = None) -> None:
         self.group = group
+        self.timers = timers or ClientTimers()
         self._transport_key, self._transport_factory = transport_for(broker, namesrv_addr)
         self.message_model: MessageModel = _enum(MessageModel, message_model, "message_model")
         self.consume_from_where: ConsumeFromWhere = _enum(ConsumeFromWhere, consume_from_where,
@@ -110,7 +113,7 @@ class ConsumerBase:
         clustering = self.message_model is MessageModel.CLUSTERING
         self.client_id = build_client_id(self.instance_name, change_default=clustering)
         inst = ClientInstance.acquire(self.client_id, self._transport_key,
-                                      self._transport_factory)
+                                      self._transport_factory, self.timers)
         try:
             inst.register_consumer(self.group, self)
         except BaseException:

@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from rocketstore.client.scheduler import Scheduler, TaskThreads
@@ -29,8 +30,30 @@ if TYPE_CHECKING:
 log = logging.getLogger("rocketstore.client")
 
 HEARTBEAT_BROKER_INTERVAL_MS = 30000
+POLL_NAME_SERVER_INTERVAL_MS = 30000
 PERSIST_CONSUMER_OFFSET_INTERVAL_MS = 5000
 REBALANCE_WAIT_INTERVAL_S = 20.0
+MIN_TIMER_INTERVAL_MS = 100      # a shorter period would only load the NameServer and brokers
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTimers:
+    """RocketMQ ``ClientConfig``'s periods (ms): ``poll_name_server_interval`` (route refresh:
+    producers' publish lists, consumers' queue sets) and ``heartbeat_broker_interval``. The
+    first producer or consumer of a client instance sets them for the instance, as in Java."""
+
+    poll_name_server_interval: int = POLL_NAME_SERVER_INTERVAL_MS
+    heartbeat_broker_interval: int = HEARTBEAT_BROKER_INTERVAL_MS
+
+    @classmethod
+    def checked(cls, poll_name_server_interval: int, heartbeat_broker_interval: int
+                ) -> ClientTimers:
+        for name, v in (("poll_name_server_interval", poll_name_server_interval),
+                        ("heartbeat_broker_interval", heartbeat_broker_interval)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < MIN_TIMER_INTERVAL_MS:
+                raise MQClientError(f"{name}={v!r}: expected milliseconds, an int >= "
+                                    f"{MIN_TIMER_INTERVAL_MS}")
+        return cls(poll_name_server_interval, heartbeat_broker_interval)
 
 @functools.lru_cache(maxsize=1)
 def local_address() -> str:
@@ -104,12 +127,12 @@ class ClientInstance:
     _registry_lock = threading.Lock()
 
     @classmethod
-    def acquire(cls, client_id: str, key: object,
-                factory: Callable[[], Transport]) -> ClientInstance:
+    def acquire(cls, client_id: str, key: object, factory: Callable[[], Transport],
+                timers: ClientTimers | None = None) -> ClientInstance:
         with cls._registry_lock:
             inst = cls._registry.get((client_id, key))
             if inst is None:
-                inst = cls(client_id, factory(), key)
+                inst = cls(client_id, factory(), key, timers)
                 cls._registry[(client_id, key)] = inst
                 inst._start()
             inst._refs += 1
@@ -123,9 +146,12 @@ class ClientInstance:
             ClientInstance._registry.pop((self.client_id, self._key), None)
         self._shutdown()
 
-    def __init__(self, client_id: str, transport: Transport, key: object) -> None:
+    def __init__(self, client_id: str, transport: Transport, key: object,
+                 timers: ClientTimers | None = None) -> None:
         self.client_id = client_id
         self.transport = transport
+        self.timers = timers or ClientTimers()
+        self._seen_routes: dict[str, tuple] = {}     # topic -> route summary, for the poll
         self._key = key
         self._refs = 0
         self._lock = threading.RLock()
@@ -144,8 +170,10 @@ class ClientInstance:
     def _start(self) -> None:
         self.scheduler.start()
         self._rebalance_thread.start()
-        self.scheduler.schedule_at_fixed_rate(1000, HEARTBEAT_BROKER_INTERVAL_MS,
+        self.scheduler.schedule_at_fixed_rate(1000, self.timers.heartbeat_broker_interval,
                                               self.send_heartbeat_to_all_brokers)
+        self.scheduler.schedule_at_fixed_rate(10, self.timers.poll_name_server_interval,
+                                              self.update_topic_routes)
         self.scheduler.schedule_at_fixed_rate(10000, PERSIST_CONSUMER_OFFSET_INTERVAL_MS,
                                               self.persist_all_consumer_offset)
 
@@ -216,6 +244,31 @@ class ClientInstance:
         except TransportError as e:
             log.warning("route of %s: %s", topic, e)
             return None
+
+    def update_topic_routes(self) -> None:
+        """The route poll (``updateTopicRouteInfoFromNameServer``) for consumers' topics: when
+        a topic's brokers or queue counts changed (a broker died, came back or was added), say
+        hello to the brokers now and rebalance, rather than at the next heartbeat and
+        rebalance periods. Producers re-read their routes on use after the same interval."""
+        with self._lock:
+            topics = {t for c in self.consumers.values()
+                      for t in c.subscriptions_for_rebalance()}
+        changed = False
+        for topic in sorted(topics):
+            route = self.topic_route(topic)
+            summary = () if route is None else (
+                tuple(sorted((q.broker_name, q.perm, q.read_queue_nums, q.write_queue_nums)
+                             for q in route.queue_datas)),
+                tuple(sorted((n, tuple(sorted(a.items())))
+                             for n, a in route.broker_addrs.items())))
+            previous = self._seen_routes.get(topic)
+            self._seen_routes[topic] = summary
+            if previous is not None and previous != summary:
+                log.info("route of %s changed: %s -> %s", topic, previous, summary)
+                changed = True
+        if changed:
+            self.send_heartbeat_to_all_brokers()
+            self.rebalance_immediately()
 
     # -- offsets and rebalance ----------------------------------------------------------------
     def _each_consumer(self, what: str, fn: Callable[[Any], None]) -> None:

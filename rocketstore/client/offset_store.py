@@ -101,8 +101,14 @@ class RemoteBrokerOffsetStore(OffsetStore):
         with self._lock:
             off = self._table.get(mq)
         if off is not None:
-            self.transport.update_consumer_offset(mq.broker_name, self.group, mq.topic,
-                                                  mq.queue_id, off)
+            try:
+                self.transport.update_consumer_offset(mq.broker_name, self.group, mq.topic,
+                                                      mq.queue_id, off)
+            except TransportError:
+                # the queue's broker is down (a rebalance dropping its queues, say): the
+                # broker keeps its last committed offset, so at worst some messages come
+                # again; failing here would abort the whole rebalance
+                pass
 
     def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
         """Send the offsets of the owned queues; forget those of queues no longer owned."""

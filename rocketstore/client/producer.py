@@ -17,8 +17,11 @@ from typing import Any, Iterable, Protocol
 
 from rocketstore.client import validators
 from rocketstore.client.compression import compressor
-from rocketstore.client.instance import ClientInstance, build_client_id, local_address, \
-    transport_for
+from rocketstore.client.instance import (HEARTBEAT_BROKER_INTERVAL_MS,
+                                         POLL_NAME_SERVER_INTERVAL_MS, ClientInstance,
+                                         ClientTimers, build_client_id, local_address,
+                                         transport_for)
+from rocketstore.client.latency import MQFaultStrategy
 from rocketstore.client.selector import MessageQueueSelector, TopicPublishInfo
 from rocketstore.common import (LocalTransactionState, Message, MessageExt, MessageQueue,
                                 ResponseCode, SendStatus, UniqIdGenerator, stamp_for_send)
@@ -37,7 +40,6 @@ _STATUS_BY_CODE = {ResponseCode.SUCCESS: SendStatus.SEND_OK,
                    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
                    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
                    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
-ROUTE_REFRESH_S = 30.0
 TRANSACTION_PREPARED_TYPE = 0x4
 TRANSACTION_TYPE_MASK = 0xC
 
@@ -79,6 +81,10 @@ def commit_log_offset_of(offset_msg_id: str) -> int:
     return int(offset_msg_id[-16:], 16)
 
 
+def _ms_since(t: float) -> float:
+    return (time.monotonic() - t) * 1000
+
+
 def _rebuilt(msg: Message, props: dict[str, str], body: Any = None, sys_flag: int | None = None
              ) -> Message:
     return Message(msg.topic, msg.body if body is None else body, properties=props,
@@ -89,6 +95,12 @@ def _rebuilt(msg: Message, props: dict[str, str], body: Any = None, sys_flag: in
 
 class Producer:
     """Sends messages to a broker (RocketMQ's ``DefaultMQProducer``).
+
+    Over a NameServer the topic's queues are those of every broker in its route.
+    ``send_latency_fault_enable`` turns on RocketMQ's latency-based broker avoidance;
+    ``poll_name_server_interval`` (ms) is how long a topic's publish list is used before its
+    route is read again, ``heartbeat_broker_interval`` (ms) the heartbeat period
+    (docs/cluster.md).
 
     >>> with Producer("pg", broker=broker) as p:          # doctest: +SKIP
     ...     r = p.send(Message("TopicA", b"hello", tags="TagA"))
@@ -104,8 +116,15 @@ class Producer:
                  compress_level: int = 5,
                  max_message_size: int = validators.DEFAULT_MAX_MESSAGE_SIZE,
                  create_topic_key: str = C.AUTO_CREATE_TOPIC_KEY_TOPIC,
-                 default_topic_queue_nums: int = 4) -> None:
+                 default_topic_queue_nums: int = 4, send_latency_fault_enable: bool = False,
+                 poll_name_server_interval: int = POLL_NAME_SERVER_INTERVAL_MS,
+                 heartbeat_broker_interval: int = HEARTBEAT_BROKER_INTERVAL_MS
+                 ) -> None:
         self.group = group
+        # ClientConfig's timers (ms): how often routes are re-read and brokers heartbeated
+        self.timers = ClientTimers.checked(poll_name_server_interval, heartbeat_broker_interval)
+        # queue selection and, when enabled, latency-based broker avoidance (docs/cluster.md)
+        self.fault_strategy = MQFaultStrategy(send_latency_fault_enable)
         self._transport_key, self._transport_factory = transport_for(broker, namesrv_addr)
         self.instance_name = instance_name
         self.send_msg_timeout = send_msg_timeout
@@ -130,7 +149,8 @@ class Producer:
         if self.group == C.DEFAULT_PRODUCER_GROUP:
             raise MQClientError("producer group DEFAULT_PRODUCER is reserved: name your group")
         client_id = build_client_id(self.instance_name, change_default=True)
-        inst = ClientInstance.acquire(client_id, self._transport_key, self._transport_factory)
+        inst = ClientInstance.acquire(client_id, self._transport_key, self._transport_factory,
+                                      self.timers)
         try:
             inst.register_producer(self.group, self)
         except BaseException:
@@ -170,13 +190,24 @@ class Producer:
             raise MQClientError(f"producer {self.group!r} is not started: call start() first")
         return self._instance.transport
 
+    @property
+    def send_latency_fault_enable(self) -> bool:
+        """RocketMQ's ``sendLatencyFaultEnable``: avoid brokers whose sends were slow or failed
+        (docs/cluster.md); off by default."""
+        return self.fault_strategy.send_latency_fault_enable
+
+    @send_latency_fault_enable.setter
+    def send_latency_fault_enable(self, value: bool) -> None:
+        self.fault_strategy.send_latency_fault_enable = bool(value)
+
     # -- routes -------------------------------------------------------------------------------
     def publish_info(self, topic: str, refresh: bool = False) -> TopicPublishInfo:
         """The topic's publish list; unknown topics use ``create_topic_key``'s route with
         ``min(default_topic_queue_nums, its queues)`` (the broker creates the topic)."""
         now = time.monotonic()
         hit = self._publish.get(topic)
-        if hit is not None and not refresh and now - hit[0] < ROUTE_REFRESH_S:
+        if hit is not None and not refresh and \
+                now - hit[0] < self.timers.poll_name_server_interval / 1000:
             return hit[1]
         inst = self._instance
         if inst is None:
@@ -195,6 +226,12 @@ class Producer:
         info = TopicPublishInfo.from_route(topic, route)
         if not info.ok():
             raise MQClientError(f"no writable queue of topic {topic!r}")
+        if hit is not None and hit[1].message_queues == info.message_queues and \
+                hit[1].order_topic == info.order_topic:
+            # the same queues: keep the list and its round-robin positions (RocketMQ replaces
+            # a publish list only when the route changed), so sends stay evenly spread
+            hit[1].route = info.route
+            info = hit[1]
         self._publish[topic] = (now, info)
         return info
 
@@ -253,9 +290,21 @@ class Producer:
         timeout = self.send_msg_timeout if timeout is None else timeout
         if message_queue is not None or selector is not None:
             mq = self._explicit_queue(msg, message_queue, selector, arg)
-            return self._result(self.transport.send_message(
-                mq.broker_name, self._request(prepared, mq), timeout), mq, uniq)
+            return self._send_to_chosen_queue(mq, self._request(prepared, mq), timeout, uniq)
         return self._send_with_retries(prepared, uniq, None, timeout)
+
+    def _send_to_chosen_queue(self, mq: MessageQueue, request: SendMessageRequest,
+                              timeout: int, uniq: str) -> SendResult:
+        """One attempt at the queue the caller chose: an ordered send must not move to
+        another broker's queue (that would reorder its key), so a dead broker is an error."""
+        try:
+            resp = self.transport.send_message(mq.broker_name, request, timeout)
+        except TransportError as e:
+            raise TransportError(mq.broker_name, f"send to the chosen queue {mq.topic}/"
+                                 f"{mq.broker_name}/{mq.queue_id} failed and is not retried "
+                                 f"elsewhere (sends to a chosen queue never fail over): "
+                                 f"{e.reason}") from e
+        return self._result(resp, mq, uniq)
 
     def _explicit_queue(self, msg: Message, mq: MessageQueue | None,
                         selector: MessageQueueSelector | None, arg: Any) -> MessageQueue:
@@ -277,9 +326,11 @@ class Producer:
         last_broker: str | None = None
         error: Exception | None = None
         not_stored: SendResult | None = None
+        strategy = self.fault_strategy
         for _attempt in range(1 + self.retry_times_when_send_failed):
-            mq = info.select_one_message_queue(last_broker)
-            elapsed = (time.monotonic() - begin) * 1000
+            mq = strategy.select_one_message_queue(info, last_broker)
+            started = time.monotonic()
+            elapsed = (started - begin) * 1000
             if elapsed > timeout:
                 break
             try:
@@ -287,12 +338,15 @@ class Producer:
                     mq.broker_name, self._request(prepared, mq, batch),
                     int(timeout - elapsed)), mq, uniq)
             except TransportError as e:
+                strategy.update_fault_item(mq.broker_name, _ms_since(started), True)
                 error = e
             except MQBrokerError as e:
+                strategy.update_fault_item(mq.broker_name, _ms_since(started), True)
                 if e.code not in RETRY_RESPONSE_CODES:
                     raise
                 error = e
             else:
+                strategy.update_fault_item(mq.broker_name, _ms_since(started), False)
                 if res.status is SendStatus.SEND_OK or \
                         not self.retry_another_broker_when_not_store_ok:
                     return res
@@ -325,7 +379,7 @@ class Producer:
                 info = None
             else:
                 info = self.publish_info(prepared.topic)
-                mq = info.select_one_message_queue()
+                mq = self.fault_strategy.select_one_message_queue(info, None)
                 retries = self.retry_times_when_send_async_failed
         except Exception as e:
             out.set_exception(e)
@@ -335,8 +389,12 @@ class Producer:
 
     def _send_async_attempt(self, out: Future, prepared: Message, uniq: str, mq: MessageQueue,
                             info: TopicPublishInfo | None, retries: int) -> None:
+        started = time.monotonic()
+
         def done(f: Future) -> None:
             exc = f.exception()
+            self.fault_strategy.update_fault_item(mq.broker_name, _ms_since(started),
+                                                  exc is not None)
             if exc is None:
                 try:
                     out.set_result(self._result(f.result(), mq, uniq))
@@ -344,7 +402,7 @@ class Producer:
                     out.set_exception(e)
                 return
             if isinstance(exc, TransportError) and retries > 0 and info is not None:
-                nxt = info.select_one_message_queue(mq.broker_name)
+                nxt = self.fault_strategy.select_one_message_queue(info, mq.broker_name)
                 self._send_async_attempt(out, prepared, uniq, nxt, info, retries - 1)
                 return
             out.set_exception(exc)
@@ -362,7 +420,8 @@ class Producer:
         if message_queue is not None or selector is not None:
             mq = self._explicit_queue(msg, message_queue, selector, arg)
         else:
-            mq = self.publish_info(prepared.topic).select_one_message_queue()
+            mq = self.fault_strategy.select_one_message_queue(
+                self.publish_info(prepared.topic), None)
         self.transport.send_message_oneway(mq.broker_name, self._request(prepared, mq))
 
     # -- batch --------------------------------------------------------------------------------
@@ -397,8 +456,8 @@ class Producer:
         timeout = self.send_msg_timeout if timeout is None else timeout
         if message_queue is not None:
             mq = self._explicit_queue(msgs[0], message_queue, None, None)
-            return self._result(self.transport.send_message(
-                mq.broker_name, self._request(out[0], mq, out), timeout), mq, joined)
+            return self._send_to_chosen_queue(mq, self._request(out[0], mq, out), timeout,
+                                              joined)
         return self._send_with_retries(out[0], joined, out, timeout)
 
 

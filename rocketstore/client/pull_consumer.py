@@ -15,6 +15,8 @@ from concurrent.futures import Future
 from typing import Any, Iterable
 
 from rocketstore.client.consumer import ConsumerBase
+from rocketstore.client.instance import (HEARTBEAT_BROKER_INTERVAL_MS, POLL_NAME_SERVER_INTERVAL_MS,
+                                         ClientTimers)
 from rocketstore.client.process_queue import ProcessQueue
 from rocketstore.client.subscription import build_subscription_data, filter_by_tags
 from rocketstore.common import ConsumeType, MessageExt, MessageModel, MessageQueue, ResponseCode
@@ -58,12 +60,16 @@ class PullConsumer(ConsumerBase):
                  auto_commit_interval_ms: int = 5000, pull_batch_size: int = 10,
                  pull_threshold_for_queue: int = 1000, pull_threshold_for_all: int = 10000,
                  allocate_strategy: Any = "AVG", instance_name: str | None = None,
-                 offset_store_dir: Any = None) -> None:
+                 offset_store_dir: Any = None,
+                 poll_name_server_interval: int = POLL_NAME_SERVER_INTERVAL_MS,
+                 heartbeat_broker_interval: int = HEARTBEAT_BROKER_INTERVAL_MS) -> None:
         super().__init__(group, broker=broker, namesrv_addr=namesrv_addr,
                          message_model=message_model, consume_from_where=consume_from_where,
                          consume_timestamp_ms=consume_timestamp_ms,
                          allocate_strategy_=allocate_strategy, instance_name=instance_name,
-                         offset_store_dir=offset_store_dir)
+                         offset_store_dir=offset_store_dir,
+                         timers=ClientTimers.checked(poll_name_server_interval,
+                                                     heartbeat_broker_interval))
         self.auto_commit = auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.pull_batch_size = pull_batch_size
@@ -148,6 +154,13 @@ class PullConsumer(ConsumerBase):
             self._assigned[mq] = a
             self.offset_store.update_offset(mq, offset, False)
             self.instance.pull_service.execute(self._pull, a)
+
+    def do_rebalance(self) -> None:
+        # assigned queues are fixed: a group rebalance racing start() would add the same
+        # queue a second time and deliver its messages twice (RocketMQ's lite pull consumer
+        # rebalances in subscribe mode only)
+        if self._mode == "subscribe":
+            super().do_rebalance()
 
     def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         self._assigned.pop(mq, None)

@@ -15,6 +15,8 @@ from typing import Any, Callable
 from rocketstore.client.consume_service import (ConsumeMessageConcurrentlyService,
                                                 ConsumeMessageOrderlyService, JAVA_INT_MAX)
 from rocketstore.client.consumer import ConsumerBase
+from rocketstore.client.instance import (HEARTBEAT_BROKER_INTERVAL_MS, POLL_NAME_SERVER_INTERVAL_MS,
+                                         ClientTimers)
 from rocketstore.client.offset_store import ReadOffsetType
 from rocketstore.client.process_queue import ProcessQueue, now_ms
 from rocketstore.client.producer import Producer
@@ -72,13 +74,16 @@ class PushConsumer(ConsumerBase):
                  consume_concurrently_max_span: int = 2000,
                  suspend_current_queue_time_millis: int = 1000,
                  allocate_strategy: Any = "AVG", instance_name: str | None = None,
-                 offset_store_dir: Any = None, post_subscription_when_pull: bool = False
-                 ) -> None:
+                 offset_store_dir: Any = None, post_subscription_when_pull: bool = False,
+                 poll_name_server_interval: int = POLL_NAME_SERVER_INTERVAL_MS,
+                 heartbeat_broker_interval: int = HEARTBEAT_BROKER_INTERVAL_MS) -> None:
         super().__init__(group, broker=broker, namesrv_addr=namesrv_addr,
                          message_model=message_model, consume_from_where=consume_from_where,
                          consume_timestamp_ms=consume_timestamp_ms,
                          allocate_strategy_=allocate_strategy, instance_name=instance_name,
-                         offset_store_dir=offset_store_dir)
+                         offset_store_dir=offset_store_dir,
+                         timers=ClientTimers.checked(poll_name_server_interval,
+                                                     heartbeat_broker_interval))
         self.max_reconsume_times = max_reconsume_times
         self.consume_thread_nums = _check_range("consume_thread_nums", consume_thread_nums, 1, 1000)
         self.consume_message_batch_max_size = _check_range(

@@ -156,10 +156,12 @@ class TcpTransport(Transport):
         if r.code != ResponseCode.SUCCESS:
             return
         table = fastjson.loads(r.body).get("brokerAddrTable", {})
+        # the NameServer's table replaces ours: a broker it dropped (dead, expired) is
+        # forgotten, so heartbeats stop going to it (Java's cleanOfflineBroker)
+        learned = {str(name): {int(k): str(v) for k, v in bd.get("brokerAddrs", {}).items()}
+                   for name, bd in table.items()}
         with self._lock:
-            for name, bd in table.items():
-                self._brokers[str(name)] = {int(k): str(v)
-                                            for k, v in bd.get("brokerAddrs", {}).items()}
+            self._brokers = {n: a for n, a in learned.items() if a}
 
     def broker_of_addr(self, peer: str) -> str | None:
         with self._lock:

@@ -320,8 +320,9 @@ cpdef bytes encode_host(str host):
         ip = ipaddress.ip_address(addr)
     except ValueError:
         raise InvalidMessageError("host", host, "expected 'ip:port' with a numeric IP address")
-    if not 0 <= port <= 0x7FFFFFFF:
-        raise InvalidMessageError("host", host, "port out of range", limit=0x7FFFFFFF)
+    if not 0 <= port <= 65535:
+        # the record holds 4 bytes, but RocketMQ's decoder (InetSocketAddress) refuses more
+        raise InvalidMessageError("host", host, "port outside [0, 65535]", limit=65535)
     out = ip.packed + port.to_bytes(4, "big")
     if len(_host_cache) < 4096:
         _host_cache[host] = out

@@ -282,6 +282,7 @@ cdef class CommitLog:
     cdef bint _armed                    # a waiter asked to be woken by the next put
     cdef dict _topic_rules              # topic -> (writeable, write_queue_nums), from topics.json
     cdef object _not_writeable          # exception making every put SERVICE_NOT_AVAILABLE
+    cdef bint _v1_only                  # refuse topics longer than 127 (v2 records)
     cdef object _roll_error             # the OSError of the last failed file creation
     cdef object _roll_status            # and the status it gives the put
     # transient store pool (docs/format.md §4.5): new files borrow a write buffer; the commit
@@ -497,6 +498,11 @@ cdef class CommitLog:
         else:
             self._topic_rules[topic] = (bool(rule[0]), int(rule[1]))
 
+    def set_v1_only(self, bint v1_only):
+        """With ``v1_only`` a topic longer than 127 characters (a v2 record, which RocketMQ
+        4.9.x cannot read) is refused with MESSAGE_ILLEGAL instead of written."""
+        self._v1_only = v1_only
+
     def set_not_writeable(self, error):
         """Refuse every put with SERVICE_NOT_AVAILABLE carrying ``error`` (None re-enables)."""
         self._not_writeable = error
@@ -504,6 +510,11 @@ cdef class CommitLog:
     cdef PutMessageResult _refused(self, str topic, int32_t qid):
         if self._not_writeable is not None:
             return _failed(SERVICE_NOT_AVAILABLE, self._not_writeable, qid)
+        if self._v1_only and len(topic) > 127:      # topics are ASCII: characters == bytes
+            return _failed(MESSAGE_ILLEGAL, InvalidMessageError(
+                "topic", topic, f"is {len(topic)} characters long: it needs a v2 record, which "
+                "RocketMQ 4.9.x cannot read (StoreConfig.auto_message_version_on_topic_len)",
+                limit=127), qid)
         rule = self._topic_rules.get(topic)
         if rule is not None:
             if not rule[0]:
@@ -930,7 +941,7 @@ cdef class CommitLog:
         cdef Message m = <Message>msg
         cdef int32_t qid = _queue_id(queue_id)
         cdef PutMessageResult refused
-        if self._topic_rules or self._not_writeable is not None:
+        if self._topic_rules or self._not_writeable is not None or self._v1_only:
             refused = self._refused(m.topic, qid)
             if refused is not None:
                 return refused
@@ -1018,7 +1029,7 @@ cdef class CommitLog:
             raise InvalidMessageTypeError("msgs[0]", "Message", type(batch[0]).__name__)
         cdef str topic = (<Message>batch[0]).topic
         cdef PutMessageResult refused
-        if self._topic_rules or self._not_writeable is not None:
+        if self._topic_rules or self._not_writeable is not None or self._v1_only:
             refused = self._refused(topic, qid)
             if refused is not None:
                 return refused

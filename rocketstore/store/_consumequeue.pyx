@@ -452,10 +452,22 @@ cdef class ConsumeQueue:
         """Follow a writer in another process: pick up new units and files (read-only)."""
         mfq = self.mapped_file_queue
         cdef MappedFile last = mfq.last_file()
+        cdef Py_ssize_t before
         if last is not None and last.committed_pos < self.file_size:
+            before = last.committed_pos
             self._scan_end(last)
-            if last.committed_pos < self.file_size:
-                return
+            if before < last.committed_pos < self.file_size:
+                return          # it grew and is not full: nothing else can be new
+            # nothing new at the tail: the writer may have restarted, and its recovery
+            # deleted this file and wrote it again (another inode): refresh_files remaps it
+        # a file before the last is full; one we hold short was rewritten by a restarted
+        # writer (remapped here, from it on) or scanned while being written (scanned again)
+        short = [mf for mf in mfq.files[:-1] if mf.committed_pos < self.file_size]
+        if short:
+            mfq.remap_replaced(short)
+            for mf in mfq.files[:-1]:
+                if mf.committed_pos < self.file_size:
+                    self._scan_end(mf)
         for mf in mfq.refresh_files():
             self._scan_end(mf)
         self._attach_last()

@@ -27,12 +27,14 @@ cdef class MappedFile:
     cdef readonly int64_t file_from_offset
     cdef readonly Py_ssize_t file_size
     # mapping
-    cdef int fd
+    cdef int fd                         # -1 except while a write buffer is lent
+    cdef readonly long long inode       # st_ino of the mapped file
     cdef char *base                     # NULL once unmapped
     cdef char *wbase                    # where appends go: base, or a lent write buffer
     cdef readonly WriteBuffer write_buffer  # lent by the transient store pool, or None
     cdef readonly bint read_only
     cdef readonly bint mlocked
+    cdef int _open_fd(self) except -1
     cdef bint created                   # allocated by this process: all zeros, safe to touch-write
     cdef bint released                  # release() called: unmap when the last view goes
     cdef bint _internal_export          # whole_view() of a released, pinned file

@@ -69,7 +69,7 @@ def set_sync_hook(hook):
 
 
 cdef int durable(int op, MappedFile mf, object path, Py_ssize_t start, Py_ssize_t length) except -1:
-    cdef int rc = 0
+    cdef int rc = 0, rc2 = 0
     cdef bytes p
     cdef const char *pp
     if _sync_hook is not None:
@@ -78,8 +78,13 @@ cdef int durable(int op, MappedFile mf, object path, Py_ssize_t start, Py_ssize_
         with nogil:
             rc = rs_msync(mf.base + start, <size_t>length)
     elif op == SYNC_FSYNC:
+        # mapped files keep no descriptor (see MappedFile): open one for the sync
+        rc = mf.fd if mf.fd >= 0 else mf._open_fd()
         with nogil:
-            rc = rs_fsync(mf.fd)
+            rc2 = rs_fsync(rc)
+        if rc != mf.fd:
+            rs_close(rc)
+        rc = rc2
     elif op == SYNC_FSYNC_FD:
         rc = <int>start
         with nogil:
@@ -183,6 +188,12 @@ cdef class MappedFile:
         self.fd = -1
         self.base = NULL
 
+    cdef int _open_fd(self) except -1:
+        cdef int fd = -1
+        cdef bytes c_path = os.fsencode(self.path)
+        check_io(rs_open(c_path, False, self.read_only, &fd), self.path)
+        return fd
+
     def __init__(self, str path, Py_ssize_t file_size, *, bint create=False,
                  bint read_only=False, Py_ssize_t allocate_bytes=-1, Py_ssize_t extent=0):
         cdef int fd = -1, rc
@@ -238,10 +249,13 @@ cdef class MappedFile:
             with nogil:
                 rc = rs_mmap(fd, <size_t>file_size, read_only, &addr)
             check_io(rc, path)
-        except BaseException:
+            self.inode = os.fstat(fd).st_ino
+        finally:
+            # the mapping keeps the file open by itself: no descriptor per file (a store
+            # with thousands of queues runs under the default ulimit -n); the rare calls
+            # that need one (fsync, fallocate) open it for the call, and a lent write
+            # buffer's commits hold one while it is lent
             rs_close(fd)
-            raise
-        self.fd = fd
         self.base = addr
         self.wbase = addr
         self.extent = extent
@@ -393,6 +407,8 @@ cdef class MappedFile:
         if buf.size < self.file_size:
             raise ValueError(f"{self.path}: write buffer of {buf.size} bytes is smaller "
                              f"than the file ({self.file_size})")
+        if self.fd < 0:
+            self.fd = self._open_fd()       # commits pwrite through it
         self.write_buffer = buf
         self.wbase = buf.ptr
 
@@ -407,6 +423,9 @@ cdef class MappedFile:
                              "write buffer are not committed yet")
         self.write_buffer = None
         self.wbase = self.base
+        if self.fd >= 0:
+            rs_close(self.fd)
+            self.fd = -1
         return buf
 
     def commit(self, int least_pages=0):
@@ -467,8 +486,11 @@ cdef class MappedFile:
         if offset < 0 or length < 0 or offset + length > self.file_size:
             raise ValueError(f"{self.path}: allocation of {length} bytes at {offset} outside the file")
         cdef int rc
+        cdef int fd = self.fd if self.fd >= 0 else self._open_fd()
         with nogil:
-            rc = rs_allocate_range(self.fd, offset, length)
+            rc = rs_allocate_range(fd, offset, length)
+        if fd != self.fd:
+            rs_close(fd)
         check_io(rc, self.path)
         if offset <= self.allocated_end < offset + length:
             self.allocated_end = offset + length
@@ -572,7 +594,8 @@ cdef class MappedFile:
             pass
 
     def fileno(self):
-        """The open file descriptor (-1 once unmapped)."""
+        """The descriptor a lent write buffer commits through, else -1: a mapped file keeps
+        no descriptor open (``inode`` identifies the file)."""
         return self.fd
 
     @property

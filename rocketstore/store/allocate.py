@@ -13,8 +13,8 @@ bytes allocated (``StoreConfig.allocation_extent`` for the commit log,
 next extent before it writes there (``MappedFile.reserve``). Warm-up touches every page, so a
 warmed file is allocated whole.
 
-Thread-safe. ``shutdown()`` stops the thread; files it pre-allocated stay on disk, empty, and
-are picked up by the next ``load()`` as RocketMQ's are.
+Thread-safe. ``shutdown()`` stops the thread and deletes the files it pre-allocated that were
+never handed out, as RocketMQ's shutdown does: a closed store holds only files with data.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 
-from rocketstore.store._mapped import MappedFile
+from rocketstore.store._mapped import MappedFile, metadata_event
 
 log = logging.getLogger("rocketstore.store.allocate")
 
@@ -113,7 +113,8 @@ class AllocateMappedFileService:
                 self._busy = None
                 if mf is not None:
                     if self._stopped:
-                        mf.release()
+                        metadata_event("delete", mf.path)
+                        mf.destroy()
                     else:
                         self._ready[path] = mf
                 self._cond.notify_all()
@@ -124,7 +125,8 @@ class AllocateMappedFileService:
             return self._cond.wait_for(lambda: not self._pending and self._busy is None, timeout)
 
     def shutdown(self) -> None:
-        """Stop the thread (waiting for an allocation in progress) and unmap unused files."""
+        """Stop the thread (waiting for an allocation in progress) and delete the files it
+        pre-allocated that were never handed out."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
@@ -133,6 +135,8 @@ class AllocateMappedFileService:
             thread.join()
         with self._cond:
             for mf in self._ready.values():
-                mf.release()
+                log.info("%s: deleting the pre-allocated file nobody used", mf.path)
+                metadata_event("delete", mf.path)
+                mf.destroy()
             self._ready.clear()
             self._pending.clear()

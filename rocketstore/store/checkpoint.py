@@ -10,10 +10,13 @@ writes all five at once.
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 
-from rocketstore.store._mapped import MappedFile
+from rocketstore.store._mapped import MappedFile, metadata_event
+
+log = logging.getLogger("rocketstore.store.checkpoint")
 
 CHECKPOINT_SIZE = 4096
 _LAYOUT = struct.Struct(">qqqqq")
@@ -30,6 +33,13 @@ class StoreCheckpoint:
             self._mf = None
             self._values = [0, 0, 0, 0, 0]
             return
+        if exists and not read_only and os.path.getsize(path) != CHECKPOINT_SIZE:
+            # a hint for crash recovery only: a zeroed one means "scan everything"
+            log.warning("%s: %d bytes, not %d (a size change a power cut lost); starting it "
+                        "zeroed: the next crash recovery scans the whole commit log",
+                        path, os.path.getsize(path), CHECKPOINT_SIZE)
+            metadata_event("delete", path)
+            os.unlink(path)
         self._mf = MappedFile(path, CHECKPOINT_SIZE, create=not read_only, read_only=read_only)
         self._values = list(_LAYOUT.unpack(self._mf.read_bytes(0, _LAYOUT.size)))
 

@@ -255,9 +255,9 @@ class CleanupService:
         if self._disk_full is None:
             return
         self._disk_full = None
-        commit_log = self.store.commit_log
-        # put back whatever else refuses puts (a failed sync), else accept them again
-        commit_log.set_not_writeable(commit_log.flush_error)
+        # put back whatever else refuses puts (a failed sync, a stalled dispatch), else
+        # accept them again
+        self.store.refresh_put_refusal()
         log.info("disk space OK again (%.1f%% used): puts accepted", physic * 100)
 
     def _safe_end(self) -> int:

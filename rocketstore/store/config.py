@@ -38,6 +38,10 @@ class StoreConfig:
     # -- commit log ------------------------------------------------------------------------
     mapped_file_size_commit_log: int = GiB
     max_message_size: int = 4 * MiB                 # limit on the body (docs/format.md §1.7)
+    # 5.x autoMessageVersionOnTopicLen: a topic over 127 characters (only %RETRY% ones may
+    # be, up to 255) is written as a v2 record, which RocketMQ 4.9.x cannot read; False
+    # refuses such puts (MESSAGE_ILLEGAL) so the store stays readable by 4.9.x
+    auto_message_version_on_topic_len: bool = True
     store_host: str = "127.0.0.1:10911"             # STOREHOSTADDRESS and offset msg ids (ours)
     check_crc_on_recover: bool = True
     # 5.x's whole-record CRC property (__CRC32#, docs/format.md §1.2). None (the default): on for a

@@ -10,13 +10,17 @@ dispatcher both look queues up); each queue is written by the dispatcher only.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
 from collections.abc import Iterator
 
 from rocketstore.store._consumequeue import ConsumeQueue
-from rocketstore.store.paths import CONSUMEQUEUE_DIR
+from rocketstore.store._mapped import fsync_dir, metadata_event
+from rocketstore.store.paths import CONSUMEQUEUE_DIR, is_segment_name
+
+log = logging.getLogger("rocketstore.store.consumequeue")
 
 
 
@@ -41,6 +45,25 @@ def unit_runs(cq: ConsumeQueue, lo: int, hi: int,
         index += n
 
 
+def _drop_damaged_files(qdir: str, file_size: int) -> bool:
+    """Delete a queue's files from the first one of the wrong size or out of sequence on;
+    True when any was deleted."""
+    names = sorted(n for n in os.listdir(qdir) if is_segment_name(n))
+    for i, name in enumerate(names):
+        size = os.path.getsize(os.path.join(qdir, name))
+        if size == file_size and (i == 0 or int(name) == int(names[i - 1]) + file_size):
+            continue
+        log.warning("%s: consume-queue file %s is %d bytes or out of sequence after a crash; "
+                    "dropping it and %d later file(s), re-dispatch rebuilds them",
+                    qdir, name, size, len(names) - i - 1)
+        for n in names[i:]:
+            metadata_event("delete", os.path.join(qdir, n))
+            os.unlink(os.path.join(qdir, n))
+        fsync_dir(qdir)
+        return True
+    return False
+
+
 class ConsumeQueueStore:
     """The consume queues of one store directory."""
 
@@ -52,6 +75,7 @@ class ConsumeQueueStore:
         self.read_only = read_only
         self._queues: dict[str, dict[int, ConsumeQueue]] = {}
         self._lock = threading.Lock()
+        self.damaged = False        # load() dropped files: rebuild from the commit log
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -94,8 +118,13 @@ class ConsumeQueueStore:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Load every ``<topic>/<queueId>`` directory (names that are not ints are skipped)."""
+    def load(self, last_exit_ok: bool = True) -> None:
+        """Load every ``<topic>/<queueId>`` directory (names that are not ints are skipped).
+
+        After a crash (``last_exit_ok`` false) consume-queue files are derived data: from the
+        first file of a queue whose size is wrong (a size change a power cut lost) or that
+        leaves a gap, that file and the later ones are dropped, and ``damaged`` tells
+        recovery to rebuild every queue from the commit log's start."""
         if not os.path.isdir(self.root):
             return
         for topic in sorted(os.listdir(self.root)):
@@ -109,6 +138,8 @@ class ConsumeQueueStore:
                     continue
                 if not os.path.isdir(os.path.join(tdir, qname)):
                     continue
+                if not (last_exit_ok or self.read_only):
+                    self.damaged |= _drop_damaged_files(os.path.join(tdir, qname), self.file_size)
                 q = ConsumeQueue(self.root, topic, qid, self.file_size, read_only=self.read_only)
                 q.load()
                 self._queues.setdefault(topic, {})[qid] = q

@@ -99,7 +99,9 @@ class DispatchService:
         self._wake = threading.Event()
         self._stopped = False
         self._thread: threading.Thread | None = None
+        # the last failure, until a dispatch succeeds again (the store reports it)
         self.error: BaseException | None = None
+        self.on_error: Callable[[BaseException | None], None] | None = None
 
     @property
     def reput_offset(self) -> int:
@@ -135,7 +137,19 @@ class DispatchService:
         try:
             stuck = 0.0
             while not self._stopped:
-                if self.do_dispatch():
+                try:
+                    done = self.do_dispatch()
+                except Exception as e:  # noqa: BLE001 - kept, reported, retried
+                    # a full disk or no free descriptor (creating a consume-queue or index
+                    # file) must not end dispatch: retry with back-off until the cause clears
+                    self._failed(e)
+                    stuck = min(max(stuck * 2, 0.01), 1.0)
+                    self._wake.clear()
+                    self._wake.wait(stuck)
+                    continue
+                if self.error is not None:
+                    self._recovered()
+                if done:
                     stuck = 0.0
                     continue
                 # sleep until the next put signals: arm first, then look once more, so a put
@@ -160,6 +174,20 @@ class DispatchService:
             log.exception("dispatch service stopped")
             self.notifier.notify()      # waiters (wait_dispatched) see the error
 
+    def _failed(self, e: BaseException) -> None:
+        if self.error is None or type(self.error) is not type(e) or str(self.error) != str(e):
+            log.error("dispatch at commit-log offset %d failed (retrying): %s",
+                      self.core.reput_offset, e)
+        self.error = e
+        if self.on_error is not None:
+            self.on_error(e)
+
+    def _recovered(self) -> None:
+        log.info("dispatch resumed at commit-log offset %d", self.core.reput_offset)
+        self.error = None
+        if self.on_error is not None:
+            self.on_error(None)
+
     def shutdown(self) -> None:
         """Stop and join the thread, then dispatch what is left."""
         self._stopped = True
@@ -168,5 +196,9 @@ class DispatchService:
             self._thread.join()
             self._thread = None
         self.commit_log.set_on_append(None)
-        if self.error is None:
+        try:
             self.do_dispatch()
+            self.error = None
+        except Exception as e:  # noqa: BLE001 - close() goes on; abort stays
+            log.error("dispatch at close failed: %s", e)
+            self.error = e

@@ -22,9 +22,11 @@ import os
 import threading
 import time
 
+from rocketstore.store._mapped import fsync_dir, metadata_event
 from rocketstore.store._indexfile import IndexFile, index_file_size, key_hash
 from rocketstore.store.checkpoint import StoreCheckpoint
 from rocketstore.errors import CorruptionError
+from rocketstore.store.fsutil import makedirs_durable
 
 log = logging.getLogger("rocketstore.store.index")
 
@@ -54,30 +56,51 @@ class IndexService:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def load(self, last_exit_ok: bool) -> None:
-        """Map every index file in name order; after a crash drop those newer than the
-        checkpoint's ``indexMsgTimestamp`` (they are rebuilt by re-dispatch)."""
+        """Map every index file in name order.
+
+        After a clean close a file of the wrong size is refused (``CorruptionError``: the
+        geometry settings differ from the ones it was written with). After a crash index
+        files are derived data: the first file the checkpoint does not vouch for -- newer
+        than its ``indexMsgTimestamp``, of the wrong size (a size change a power cut
+        lost), or with a zeroed header -- and every later one are dropped; re-dispatch
+        rebuilds them from the commit log.
+        """
         if not os.path.isdir(self.index_dir):
             return
         size = index_file_size(self.hash_slot_num, self.index_num)
-        files = []
-        for name in sorted(os.listdir(self.index_dir)):
+        names = [n for n in sorted(os.listdir(self.index_dir))
+                 if len(n) == 17 and n.isdigit() and os.path.isfile(os.path.join(self.index_dir, n))]
+        files: list[IndexFile] = []
+        for i, name in enumerate(names):
             path = os.path.join(self.index_dir, name)
-            if not (len(name) == 17 and name.isdigit() and os.path.isfile(path)):
-                continue
-            if os.path.getsize(path) != size:
-                if self.read_only and os.path.getsize(path) == 0:
-                    continue            # being created by the writer
-                raise CorruptionError(path, os.path.getsize(path),
+            actual = os.path.getsize(path)
+            if actual == 0 and self.read_only:
+                continue                # being created by the writer
+            # a reader never skips a file for its size; a writer refuses after a clean close
+            # (the geometry settings changed) and rebuilds after a crash (below)
+            if actual != size and (last_exit_ok or self.read_only):
+                raise CorruptionError(path, actual,
                                       f"index file is not {size} bytes (max_hash_slot_num="
                                       f"{self.hash_slot_num}, max_index_num={self.index_num})")
+            if actual != size:
+                self._drop_after_crash(names[i:], f"is {actual} bytes, not {size}")
+                break
             f = IndexFile(path, self.hash_slot_num, self.index_num, read_only=self.read_only)
             if (not last_exit_ok and not self.read_only
-                    and f.end_timestamp > self.checkpoint.index_msg_timestamp):
-                log.info("%s: dropping index file newer than the checkpoint", path)
-                f.destroy()
-                continue
+                    and not 0 < f.end_timestamp <= self.checkpoint.index_msg_timestamp):
+                f.close()
+                self._drop_after_crash(names[i:], "is not covered by the checkpoint")
+                break
             files.append(f)
         self.files = files
+
+    def _drop_after_crash(self, names: list[str], why: str) -> None:
+        log.warning("%s: index file %s %s; dropping it and %d later file(s), re-dispatch "
+                    "rebuilds them", self.index_dir, names[0], why, len(names) - 1)
+        for name in names:
+            metadata_event("delete", os.path.join(self.index_dir, name))
+            os.unlink(os.path.join(self.index_dir, name))
+        fsync_dir(self.index_dir)
 
     def last_indexed_offset(self) -> int:
         """Commit-log offset of the last indexed record, or -1 when nothing is indexed."""
@@ -99,7 +122,7 @@ class IndexService:
             return self._create(self.files[-1] if self.files else None)
 
     def _create(self, prev: IndexFile | None) -> IndexFile:
-        os.makedirs(self.index_dir, exist_ok=True)
+        makedirs_durable(self.index_dir)
         now = int(time.time() * 1000)
         while os.path.exists(os.path.join(self.index_dir, _file_name(now))):
             now += 1                    # two files in one millisecond: keep names unique
@@ -107,6 +130,8 @@ class IndexService:
                       self.index_num, create=True,
                       prev_end_phy=prev.end_phy_offset if prev is not None else 0,
                       prev_end_ts=prev.end_timestamp if prev is not None else 0)
+        # its name and size survive a power cut before the checkpoint counts on it
+        f.mapped_file.sync_metadata()
         self.files = self.files + [f]
         if prev is not None and prev.is_full():
             t = threading.Thread(target=self._flush_full, args=(prev,), name="IndexFlush")

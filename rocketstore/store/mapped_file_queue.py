@@ -29,6 +29,7 @@ from collections.abc import Callable
 from rocketstore.store._mapped import MappedFile
 from rocketstore.store.allocate import AllocateMappedFileService, create_mapped_file
 from rocketstore.errors import CorruptionError
+from rocketstore.store.fsutil import makedirs_durable
 from rocketstore.store.paths import is_segment_name, offset_to_file_name
 
 log = logging.getLogger("rocketstore.store.mapped_file_queue")
@@ -71,7 +72,7 @@ class MappedFileQueue:
         self._files_lock = threading.Lock()
         self._retired: list[tuple[float, MappedFile]] = []     # (monotonic time, file)
         if create_dir and not read_only:
-            os.makedirs(store_path, exist_ok=True)
+            makedirs_durable(store_path)
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -172,7 +173,7 @@ class MappedFileQueue:
                              f"of the file size {self.file_size}")
         path = os.path.join(self.store_path, offset_to_file_name(start_offset))
         if not self.files:
-            os.makedirs(self.store_path, exist_ok=True)
+            makedirs_durable(self.store_path)
         if self.allocator is not None:
             nxt = os.path.join(self.store_path, offset_to_file_name(start_offset + self.file_size))
             mf = self.allocator.get(path, self.file_size, extent=self.extent)
@@ -357,7 +358,7 @@ class MappedFileQueue:
         """
         if not os.path.isdir(self.store_path):
             return []
-        self._remap_replaced(self.files[-2:])
+        self.remap_replaced(self.files[-2:])
         known = self.files[-1].file_from_offset if self.files else -1
         names = sorted(n for n in os.listdir(self.store_path)
                        if is_segment_name(n) and int(n) > known)
@@ -380,7 +381,10 @@ class MappedFileQueue:
             self.files = self.files + added
         return added
 
-    def _remap_replaced(self, candidates: list[MappedFile]) -> None:
+    def remap_replaced(self, candidates: list[MappedFile]) -> None:
+        """Read-only: map anew each of ``candidates`` whose file a writer replaced (another
+        inode); at one it deleted or resized, drop it and every later file (the next
+        ``refresh_files`` maps them again)."""
         files = list(self.files)
         changed = False
         for mf in candidates:
@@ -388,7 +392,7 @@ class MappedFileQueue:
                 st = os.stat(mf.path)
             except FileNotFoundError:
                 st = None
-            if st is not None and st.st_ino == os.fstat(mf.fileno()).st_ino:
+            if st is not None and st.st_ino == mf.inode:
                 continue
             i = files.index(mf)
             if st is None or st.st_size != self.file_size:

@@ -39,11 +39,13 @@ from rocketstore.store.index import IndexService
 from rocketstore.store.config import StoreConfig
 from rocketstore.store.consumequeue import ConsumeQueueStore, unit_runs
 from rocketstore.store.dispatch import ArrivalNotifier, DispatchService
+from rocketstore.store.fsutil import makedirs_durable
 from rocketstore.store.flush import (CommitRealTimeService, FlushAckService,
                                     FlushConsumeQueueService, FlushRealTimeService,
                                     GroupCommitService)
-from rocketstore.errors import (CorruptionError, InvalidArgumentError, InvalidArgumentTypeError,
-                                InvalidConfigError, InvalidMessageError, InvalidMessageIdError,
+from rocketstore.errors import (CorruptionError, DispatchStalledError, InvalidArgumentError,
+                                InvalidArgumentTypeError, InvalidConfigError, InvalidMessageError,
+                                InvalidMessageIdError,
                                 InvalidMessageTypeError, StoreClosedError, StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
 from rocketstore.store.configfile import ConfigFile
@@ -131,40 +133,59 @@ class _Progress:
 
 class _StoreLock:
     """The ``lock`` file held with flock (other opens) and fcntl on byte 0 (a Java broker:
-    FileChannel.tryLock is a POSIX record lock). Holds the 4 ASCII bytes ``lock``."""
+    FileChannel.tryLock is a POSIX record lock). Holds the 4 ASCII bytes ``lock``.
 
-    def __init__(self, root: str) -> None:
+    The commit-log directory is locked too, by a flock on the directory itself: two roots
+    sharing one (``store_path_commit_log``) would write over each other's records, and a
+    file of our own in it would stop a RocketMQ broker loading the commit log.
+    """
+
+    def __init__(self, root: str, commit_log_dir: str | None = None) -> None:
         self.path = paths.lock_path(root)
-        self.key = os.path.realpath(root)
+        self.keys = [os.path.realpath(root)]
+        self.dir_fd = -1
+        names = [root]
+        if commit_log_dir is not None:
+            self.keys.append(os.path.realpath(commit_log_dir))
+            names.append(commit_log_dir)
         with _open_paths_lock:
-            if self.key in _open_paths:
-                raise StoreLockedError(root)
-            _open_paths.add(self.key)
+            for key, name in zip(self.keys, names):
+                if key in _open_paths:
+                    raise StoreLockedError(name)
+            _open_paths.update(self.keys)
+        self.fd = -1
         try:
             if not os.path.exists(self.path):
                 metadata_event("create", self.path)     # the one sync function sees it
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._try(self.fd, True, root)
+            if len(self.keys) > 1:
+                makedirs_durable(self.keys[1])
+                self.dir_fd = os.open(self.keys[1], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                self._try(self.dir_fd, False, names[1])
         except BaseException:
-            self._forget()
-            raise
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-        except OSError as e:
-            os.close(self.fd)
-            self._forget()
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise StoreLockedError(root) from None
+            self.release()
             raise
         os.pwrite(self.fd, b"lock", 0)
 
-    def _forget(self) -> None:
-        with _open_paths_lock:
-            _open_paths.discard(self.key)
+    @staticmethod
+    def _try(fd: int, record_lock: bool, what: str) -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if record_lock:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StoreLockedError(what) from None
+            raise
 
     def release(self) -> None:
-        os.close(self.fd)       # drops both locks
-        self._forget()
+        for fd in (self.dir_fd, self.fd):
+            if fd >= 0:
+                os.close(fd)        # drops its locks
+        self.fd = self.dir_fd = -1
+        with _open_paths_lock:
+            _open_paths.difference_update(self.keys)
 
 
 def create_abort_marker(root: str) -> None:
@@ -199,6 +220,9 @@ class MessageStore:
         self.read_only = read_only
         self._lock = lock
         self._closed = False
+        self._closing = threading.Event()     # wakes read-only long polls at close()
+        self._dispatch_stall: DispatchStalledError | None = None
+        self.close_errors: list[BaseException] = []
         self.recovery: dict[str, Any] = {}
         self.flush_service: FlushRealTimeService | GroupCommitService | None = None
         self.cq_flush_service: FlushConsumeQueueService | None = None
@@ -238,12 +262,18 @@ class MessageStore:
                                                              config.flush_consumer_offset_interval)
         try:
             self.commit_log_queue.load()
-            self.consume_queues.load()
+            self.consume_queues.load(self.last_exit_ok)
             if config.message_index_enable:
                 self.index_service.load(self.last_exit_ok)
+            if not read_only:
+                # the files loaded (a refusal there changes nothing); before recovery writes
+                # anything (files it creates, the tail it zeroes), a power cut from here on
+                # must make the next open recover
+                self._create_abort()
             self.commit_log = CommitLog(self.commit_log_queue, store_host=config.store_host,
                                         max_message_size=config.max_message_size)
             self.commit_log.prop_crc = config.enabled_append_prop_crc is not False
+            self.commit_log.set_v1_only(not config.auto_message_version_on_topic_len)
             self.flush_ack = FlushAckService(self.commit_log, config.sync_flush_timeout)
             self.dispatch_core = DispatchCore(self.commit_log_queue,
                                               self.consume_queues.find_or_create,
@@ -255,6 +285,7 @@ class MessageStore:
             self.dispatch_service = DispatchService(self.dispatch_core,
                                                     self.commit_log.get_max_offset,
                                                     self.commit_log, self.notifier)
+            self.dispatch_service.on_error = self._dispatch_failed
             self.topic_config_manager.load()
             self.consumer_offset_manager.load()
             if read_only:
@@ -270,7 +301,6 @@ class MessageStore:
                 for name, tc in self.topic_config_manager.all().items():
                     self._apply_topic_rule(tc)
                 self._mark_record_crc()
-                self._create_abort()
                 self._start_flush()
                 if not config.warm_maped_file_enable and self.transient_pool is None:
                     self.fault_ahead_service = FaultAheadService(self.commit_log)
@@ -323,8 +353,8 @@ class MessageStore:
             if not os.path.isdir(root):
                 raise FileNotFoundError(2, "no store directory", root)
             return cls(root, storedir.config_for_files(root, config), None, read_only=True)
-        os.makedirs(root, exist_ok=True)
-        lock = _StoreLock(root)
+        makedirs_durable(root)
+        lock = _StoreLock(root, config.commit_log_path(root))
         try:
             return cls(root, storedir.config_for_files(root, config), lock)
         except BaseException:
@@ -346,58 +376,118 @@ class MessageStore:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         if self.read_only:
             self._release_files()
             return
         try:
+            step = self._close_step
             if self.cleanup_service is not None:
-                self.cleanup_service.shutdown()
-            self.commit_log.close()
+                step(self.cleanup_service.shutdown)
+            step(self.commit_log.close)
             if self.fault_ahead_service is not None:
-                self.fault_ahead_service.shutdown()
+                step(self.fault_ahead_service.shutdown)
             if self.commit_service is not None:
-                self.commit_service.shutdown()      # everything into the files, then flush
+                step(self.commit_service.shutdown)      # everything into the files, then flush
             if self.flush_service is not None:
-                self.flush_service.shutdown()
-            self.flush_ack.shutdown()           # after the last flush: completes every future
+                step(self.flush_service.shutdown)
+            step(self.flush_ack.shutdown)       # after the last flush: completes every future
             if self.cq_flush_service is not None:
-                self.cq_flush_service.shutdown()
-            self.dispatch_service.shutdown()
-            self.consumer_offset_manager.shutdown()
-            self.allocator.shutdown()
-            self.notifier.close()
+                step(self.cq_flush_service.shutdown)
+            step(self.dispatch_service.shutdown)
+            step(self.consumer_offset_manager.shutdown)
+            step(self.allocator.shutdown)
+            step(self.notifier.close)
             if self.commit_log.flush_error is None:
-                self.commit_log_queue.flush(0)
-            self.consume_queues.flush(0)
-            self.index_service.flush()
-            last = self.commit_log_queue.last_file()
-            if last is not None and last.store_timestamp and self.commit_log.flush_error is None:
-                self.checkpoint.physic_msg_timestamp = last.store_timestamp
-            logics = max((q.get_last_store_timestamp() for q in self.consume_queues.queues()),
-                         default=0)
-            if logics:
-                self.checkpoint.logics_msg_timestamp = logics
-            self.checkpoint.flush()
+                step(self.commit_log_queue.flush, 0)
+            step(self.consume_queues.flush, 0)
+            step(self.index_service.flush)
+            step(self._checkpoint_at_close)
             # a failed sync leaves what it covered of unknown durability: keep `abort`, so
             # the next open scans and re-dispatches as after a crash (docs/recovery.md)
-            caught_up = (self.commit_log.flush_error is None
+            caught_up = (not self.close_errors and self.commit_log.flush_error is None
                          and self.dispatch_service.error is None
                          and self.dispatch_service.dispatch_behind_bytes() == 0
                          and (self.transient_pool is None
                               or self.transient_pool.uncommitted_bytes() == 0))
             if self.transient_pool is not None:
-                self.transient_pool.close()
-            self._release_files()
+                step(self.transient_pool.close)
+            step(self._release_files)
             if caught_up:
-                try:
-                    metadata_event("delete", paths.abort_path(self.root))
-                    os.unlink(paths.abort_path(self.root))
-                    fsync_dir(self.root)
-                except FileNotFoundError:
-                    pass
+                step(self._remove_abort)
         finally:
             if self._lock is not None:
                 self._lock.release()
+
+    def _close_step(self, fn, *args) -> None:
+        # close() never raises halfway (a full disk, a failed sync): each step runs, what
+        # failed is logged and kept in close_errors, and abort stays for the next open
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 - logged and kept
+            log.error("%s: closing: %s failed: %s", self.root, getattr(fn, "__qualname__", fn), e)
+            self.close_errors.append(e)
+
+    def _checkpoint_at_close(self) -> None:
+        logics = max((q.get_last_store_timestamp() for q in self.consume_queues.queues()),
+                     default=0)
+        last = self.commit_log_queue.last_file()
+        if self.commit_log.flush_error is None:
+            if last is not None and last.store_timestamp:
+                self.checkpoint.physic_msg_timestamp = last.store_timestamp
+            elif not self.checkpoint.physic_msg_timestamp and logics:
+                # nothing put since a recovery that started from a zeroed checkpoint: the
+                # last dispatched record is flushed and no later than the log's end
+                self.checkpoint.physic_msg_timestamp = logics
+        if logics:
+            self.checkpoint.logics_msg_timestamp = logics
+        self.checkpoint.flush()
+
+    def _remove_abort(self) -> None:
+        try:
+            metadata_event("delete", paths.abort_path(self.root))
+            os.unlink(paths.abort_path(self.root))
+            fsync_dir(self.root)
+        except FileNotFoundError:
+            pass
+
+    # -- service health ------------------------------------------------------------------------
+
+    def service_errors(self) -> dict[str, BaseException]:
+        """What the store's services are failing on now, by service (empty when all is
+        well): ``dispatch`` (retrying; puts are refused meanwhile), ``flush`` (a failed
+        sync: sticky, the store is read-only), ``disk_full``, ``consumer_offset_persist``
+        and ``cleanup`` (retried each round)."""
+        out: dict[str, BaseException] = {}
+        if self.read_only:
+            return out
+        if self.dispatch_service.error is not None:
+            out["dispatch"] = self.dispatch_service.error
+        if self.commit_log.flush_error is not None:
+            out["flush"] = self.commit_log.flush_error
+        if self.consumer_offset_manager.error is not None:
+            out["consumer_offset_persist"] = self.consumer_offset_manager.error
+        cleanup = self.cleanup_service
+        if cleanup is not None:
+            if cleanup._disk_full is not None:
+                out["disk_full"] = cleanup._disk_full
+            if cleanup.error is not None:
+                out["cleanup"] = cleanup.error
+        return out
+
+    def _dispatch_failed(self, error: BaseException | None) -> None:
+        self._dispatch_stall = None if error is None else DispatchStalledError(
+            self.dispatch_core.reput_offset, self.dispatch_service.dispatch_behind_bytes(), error)
+        self.refresh_put_refusal()
+
+    def refresh_put_refusal(self) -> None:
+        """Refuse puts (SERVICE_NOT_AVAILABLE with the cause) while a sync has failed, the
+        disk is full or dispatch is stalled; accept them again when none holds."""
+        cl = self.commit_log
+        cleanup = self.cleanup_service
+        cl.set_not_writeable(cl.flush_error
+                             or (cleanup._disk_full if cleanup is not None else None)
+                             or self._dispatch_stall)
 
     def _release_files(self) -> None:
         if self.fault_ahead_service is not None:
@@ -533,6 +623,8 @@ class MessageStore:
             # after a crash every record from the checkpoint's file on is dispatched again:
             # consume-queue units and index entries written after their last flush may be lost
             reput = min(reput, max(files[start].file_from_offset, min_phy))
+        if self.consume_queues.damaged:
+            reput = min_phy         # queue files were dropped at load: rebuild them all
         self.dispatch_core.reput_offset = reput
         # every record found on disk is checked before it becomes a unit or an index entry
         self.dispatch_core.verify_below = end
@@ -975,7 +1067,8 @@ class MessageStore:
                 return r
             if self.read_only:
                 # the dispatcher lives in another process: look again after a short sleep
-                time.sleep(min(delay, left))
+                if self._closing.wait(min(delay, left)):
+                    return r
                 delay = min(delay * 2, 0.05)
                 continue
 
@@ -1190,7 +1283,23 @@ class MessageStore:
     def get_max_phy_offset(self) -> int:
         """Commit-log offset one past the last stored record."""
         self._check_open()
+        if self.read_only:
+            return self._read_only_data_end()
         return self.commit_log.get_max_offset()
+
+    def _read_only_data_end(self) -> int:
+        # a reader maps whole files: the end of data is where the records of the last file
+        # holding any end (a writer's pre-allocated next file is all zeros)
+        q = self.commit_log_queue
+        q.refresh_files()
+        files = q.files
+        for mf in reversed(files[-2:]):
+            if mf.committed_pos == 0:
+                mf.set_positions(mf.file_size)
+            end_pos, _, _ = self.commit_log.scan_file(mf, False, False)
+            if end_pos > 0 or mf is files[0]:
+                return mf.file_from_offset + end_pos
+        return files[-1].file_from_offset if files else 0
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"max_phy_offset={self.commit_log.get_max_offset()}"

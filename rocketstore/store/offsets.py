@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from rocketstore.errors import InvalidArgumentError, InvalidArgumentTypeError
+from rocketstore.store.names import check_name
 from rocketstore.store.configfile import ConfigFile
 
 __all__ = ["ConsumerOffsetManager", "CONSUMER_OFFSET_FILE", "TOPIC_GROUP_SEPARATOR"]
@@ -45,16 +46,10 @@ def _check_name(arg: str, value: object) -> str:
     # the library's errors (they are also TypeError / ValueError)
     if not isinstance(value, str):
         raise InvalidArgumentTypeError(arg, "str", type(value).__name__)
-    if not value:
-        raise InvalidArgumentError(arg, value, "must not be empty")
+    check_name(arg, value)          # empty, not UTF-8, a control character: InvalidNameError
     if TOPIC_GROUP_SEPARATOR in value:
         raise InvalidArgumentError(arg, value, f"must not contain {TOPIC_GROUP_SEPARATOR!r} "
                                   "(it separates topic and group in consumerOffset.json keys)")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        # consumerOffset.json is UTF-8: a lone surrogate could never be persisted
-        raise InvalidArgumentError(arg, value, "is not valid Unicode (a lone surrogate)") from None
     return value
 
 
@@ -143,6 +138,7 @@ class ConsumerOffsetManager:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._service_rounds = 0  # wake-ups of the service, whether it persisted or not
+        self.error: BaseException | None = None  # the last periodic persist's, until one works
 
     @property
     def path(self) -> str:
@@ -296,10 +292,13 @@ class ConsumerOffsetManager:
             if self._dirty():
                 try:
                     self.persist()
-                except OSError:
-                    # a full disk must not kill the service: the table stays dirty and the
-                    # next round retries
-                    log.exception("%s: periodic persist failed", self.path)
+                    self.error = None
+                except Exception as e:  # noqa: BLE001 - kept, logged and reported
+                    # nothing may kill the service (a full disk, a bug): the table stays
+                    # dirty, the next round retries, and the store reports the error
+                    if self.error is None or type(self.error) is not type(e):
+                        log.exception("%s: periodic persist failed", self.path)
+                    self.error = e
             with self._cond:
                 self._service_rounds += 1
                 self._cond.notify_all()

@@ -122,7 +122,15 @@ def file_geometry(root: str, commitlog_dir: str | None = None) -> dict[str, Evid
             continue
     sizes = [(p, n) for p, n in sizes if n > 0]
     if sizes:
-        found["index_file_size"] = Evidence(sizes[0][1], sizes[0][0], clean or len(sizes) > 1)
+        # The size most files share: one odd file (torn by a crash, or damaged) is the
+        # index's problem to report or rebuild, not a statement of the store's geometry.
+        by_size: dict[int, list[str]] = {}
+        for fpath, fsize in sizes:
+            by_size.setdefault(fsize, []).append(fpath)
+        # most files first; on a tie, the size of the oldest file
+        size, where = max(by_size.items(), key=lambda kv: (len(kv[1]), -names.index(os.path.basename(kv[1][0]))))
+        certain = len(where) > 1 or (clean and len(by_size) == 1)
+        found["index_file_size"] = Evidence(size, where[0], certain, len(where))
     return found
 
 

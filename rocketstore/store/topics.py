@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rocketstore.store.names import check_name
 from rocketstore.store.configfile import ConfigFile
 
 __all__ = [
@@ -119,11 +120,7 @@ class TopicConfig:
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.topic_name, str):
-            raise TypeError(f"TopicConfig.topic_name must be a str, "
-                            f"got {type(self.topic_name).__name__}")
-        if not self.topic_name:
-            raise ValueError("TopicConfig.topic_name must not be empty")
+        check_name("TopicConfig.topic_name", self.topic_name)
         _check_int("TopicConfig.read_queue_nums", self.read_queue_nums, 0, MAX_QUEUE_NUMS)
         _check_int("TopicConfig.write_queue_nums", self.write_queue_nums, 0, MAX_QUEUE_NUMS)
         _check_int("TopicConfig.perm", self.perm, 0, _MAX_PERM,
