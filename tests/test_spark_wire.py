@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 
 import pytest
 
@@ -17,7 +18,7 @@ from rocketstore.client import Message, Producer, SendStatus
 from rocketstore.common import MessageQueue
 from rocketstore.errors import InvalidOptionError
 from rocketstore.spark.wire import WireOptions, offsets_from_json, offsets_to_json
-from spark_cluster import Cluster
+from cluster_support import Cluster
 
 pytestmark = pytest.mark.spark
 
@@ -29,12 +30,36 @@ TOPICS = {"WireRead": {"broker-a": 4, "broker-b": 2},
           "WirePush": {"broker-a": 4, "broker-b": 2}}
 
 
+# small files: the stores of a test stay small on disk
+BROKER_CONF = {"mappedFileSizeCommitLog": str(1 << 20),
+               "mappedFileSizeConsumeQueue": str(1000 * 20)}
+
+
+class _Cluster:
+    """The module's cluster (tests/cluster_support.py) and its NameServer address."""
+
+    def __init__(self, c: Cluster) -> None:
+        self.c = c
+        self.namesrv = c.namesrv_addr
+
+    def wait_route(self, topic: str, brokers: set[str]) -> None:
+        """Until the NameServer routes ``topic`` to every one of ``brokers``."""
+        deadline = time.monotonic() + 30
+        while not brokers <= set(self.c.queue_counts(topic)):
+            assert time.monotonic() < deadline, f"route of {topic}: {self.c.queue_counts(topic)}"
+            time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("wire")
-    c = Cluster(root, TOPICS)
-    yield c
-    c.close()
+    with Cluster(root, ("broker-a", "broker-b"), conf=BROKER_CONF) as c:
+        for topic, queues in TOPICS.items():
+            c.create_topic(topic, queues)
+        c.start()
+        for topic, queues in TOPICS.items():
+            c.wait_route(topic, queues)
+        yield _Cluster(c)
     shutil.rmtree(root, ignore_errors=True)     # the brokers' stores
 
 
