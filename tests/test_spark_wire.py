@@ -27,7 +27,8 @@ TOPICS = {"WireRead": {"broker-a": 4, "broker-b": 2},
           "WireWrite": {"broker-a": 3, "broker-b": 3},
           "WireShard": {"broker-a": 2, "broker-b": 2},
           "WireCopy": {"broker-a": 2, "broker-b": 1},
-          "WirePush": {"broker-a": 4, "broker-b": 2}}
+          "WirePush": {"broker-a": 4, "broker-b": 2},
+          "WireDown": {"broker-a": 2, "broker-b": 2}}
 
 
 # small files: the stores of a test stay small on disk
@@ -258,6 +259,34 @@ def test_write_fails_the_task_naming_the_queue_a_send_failed_on(spark, cluster):
                                         r"to broker-a/99 failed"):
         (df.write.format("rocketstore").option("namesrv", cluster.namesrv)
          .option("topic", "WireWrite").mode("append").save())
+
+
+def _stream_down(spark, namesrv: str, out: str, ckpt: str) -> int:
+    q = (spark.readStream.format("rocketstore").option("namesrv", namesrv)
+         .option("topics", "WireDown").load()
+         .writeStream.format("parquet").option("checkpointLocation", ckpt)
+         .trigger(availableNow=True).start(out))
+    q.awaitTermination()
+    assert q.exception() is None
+    return sum(p["numInputRows"] for p in q.recentProgress)
+
+
+def test_stream_reads_on_while_a_broker_is_down_and_catches_up_after(spark, cluster, tmp_path):
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    a = [MessageQueue("WireDown", "broker-a", i % 2) for i in range(8)]
+    b = [MessageQueue("WireDown", "broker-b", i % 2) for i in range(8)]
+    sent = _send(cluster.namesrv, [Message("WireDown", b"d1/%d" % i) for i in range(16)], a + b)
+    assert _stream_down(spark, cluster.namesrv, out, ckpt) == 16
+    cluster.c.kill("broker-b")          # still in the NameServer's route: unreachable
+    try:
+        sent |= _send(cluster.namesrv, [Message("WireDown", b"d2/%d" % i) for i in range(6)], a[:6])
+        assert _stream_down(spark, cluster.namesrv, out, ckpt) == 6
+    finally:
+        cluster.c.restart("broker-b")
+    cluster.wait_route("WireDown", {"broker-a", "broker-b"})
+    sent |= _send(cluster.namesrv, [Message("WireDown", b"d3/%d" % i) for i in range(4)], b[:4])
+    assert _stream_down(spark, cluster.namesrv, out, ckpt) == 4
+    assert _where(spark.read.parquet(out).collect()) == sent
 
 
 def test_wire_options_are_checked():

@@ -25,7 +25,8 @@ import pyarrow as pa
 
 from rocketstore.client.tcp import TcpTransport, decode_records
 from rocketstore.common.protocol import PullMessageRequest, ResponseCode
-from rocketstore.errors import InvalidOptionError, MQBrokerError, RemotingProtocolError
+from rocketstore.errors import (InvalidOptionError, MQBrokerError, RemotingProtocolError,
+                                TransportError)
 from rocketstore.spark.arrow import ARROW_SCHEMA, SCHEMA_DDL, to_record_batch
 from rocketstore.spark.scan import INT64_MAX, INT64_MIN, MAX_TAGS, _int, _str_set
 from rocketstore.store import _columns
@@ -181,12 +182,27 @@ def discover(transport: TcpTransport, opts: WireOptions) -> list[WireQueue]:
     return sorted(out)
 
 
-def queue_bounds(transport: TcpTransport, queues: list[WireQueue]
+def queue_bounds(transport: TcpTransport, queues: list[WireQueue], skip_unreachable: bool = False
                  ) -> dict[tuple[str, str, int], tuple[int, int]]:
-    """{(topic, broker, queue id): (min offset, max offset)} asked of each queue's broker now."""
-    return {(q.topic, q.broker, q.queue_id): (transport.get_min_offset(q.broker, q.topic, q.queue_id),
-                                              transport.get_max_offset(q.broker, q.topic, q.queue_id))
-            for q in queues}
+    """{(topic, broker, queue id): (min offset, max offset)} asked of each queue's broker now.
+
+    ``skip_unreachable``: a broker that cannot be reached (TransportError: down, but still in
+    the NameServer's route until it expires) is left out instead of failing the call (a
+    stream reads on from the others; its queues keep their offsets)."""
+    out: dict[tuple[str, str, int], tuple[int, int]] = {}
+    down: set[str] = set()
+    for q in queues:
+        if q.broker in down:
+            continue
+        try:
+            out[(q.topic, q.broker, q.queue_id)] = (
+                transport.get_min_offset(q.broker, q.topic, q.queue_id),
+                transport.get_max_offset(q.broker, q.topic, q.queue_id))
+        except TransportError:
+            if not skip_unreachable:
+                raise
+            down.add(q.broker)          # asked once a call: a hung broker costs one timeout
+    return out
 
 
 def resolve(spec: str | Offsets, bounds: dict[tuple[str, str, int], tuple[int, int]],

@@ -116,7 +116,9 @@ class WireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     keeps it, so a restarted query reads exactly what it had not. Each micro-batch re-reads
     the routes: a queue or broker that appears starts at its min offset (0 for a new queue);
     one that leaves keeps its offset. ``maxRowsPerBatch`` caps a micro-batch (shared fairly
-    across queues); Trigger.AvailableNow reads to the max offsets seen when it starts.
+    across queues); Trigger.AvailableNow reads to the max offsets seen when it starts. A
+    broker that cannot be reached is passed over (its queues keep their offsets) until it
+    is back, so the others are read on.
     """
 
     def __init__(self, options: Any) -> None:
@@ -132,7 +134,8 @@ class WireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _bounds(self) -> dict[tuple[str, str, int], tuple[int, int]]:
         if self._transport is None:
             self._transport = open_transport(self.opts)
-        return queue_bounds(self._transport, discover(self._transport, self.opts))
+        return queue_bounds(self._transport, discover(self._transport, self.opts),
+                            skip_unreachable=True)
 
     def initialOffset(self) -> dict:
         return offsets_to_json(resolve(self.opts.starting, self._bounds(), "earliest"))
