@@ -133,6 +133,13 @@ def test_options_select_topics_queues_offsets(spark, store_dir, rand):
     assert keys == [("Orders", 1, o) for o in range(5, 20)] + [("Orders", 2, o) for o in range(5, hi2)]
 
 
+def test_a_read_that_selects_nothing_is_empty(spark, store_dir, rand):
+    # no split planned: Spark still runs one task, with its own stand-in partition
+    _core_store(store_dir, rand)
+    df = spark.read.format("rocketstore").option("topics", "NoSuchTopic").load(store_dir)
+    assert df.count() == 0 and df.collect() == []
+
+
 def test_bad_options_name_the_option(spark, store_dir, rand):
     with pytest.raises(InvalidOptionError, match="queueids"):
         ScanOptions.from_options({"queueIds": "1,x"})
@@ -189,6 +196,14 @@ def test_pushdown_cuts_the_work_not_the_result(spark, store_dir, rand):
             off = sorted(_rows(spark.read.format("rocketstore").load(store_dir).where(q)))
             assert on == off, q
             assert on, f"{q} selects nothing: a useless check"
+        # Spark plans a read with filters to push in its pushdown worker: the queues are
+        # pruned there (a partition per selected queue)
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        pruned_df = spark.read.format("rocketstore").load(store_dir).where(
+            "topic = 'Orders' AND queue_id IN (0, 1)")
+        narrowed = ScanOptions(topics=frozenset({"Orders"}), queue_ids=frozenset({0, 1}))
+        assert pruned_df.rdd.getNumPartitions() == len(plan(store_dir, narrowed)) < \
+            len(plan(store_dir, ScanOptions()))
     finally:
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
 

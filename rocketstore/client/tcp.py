@@ -280,8 +280,10 @@ class TcpTransport(Transport):
                 "msgId": request.msg_id, "transactionId": request.transaction_id}))
 
     # -- consume ------------------------------------------------------------------------------
-    def pull_message(self, broker_name: str, request: PullMessageRequest
-                     ) -> concurrent.futures.Future[PullMessageResponse]:
+    def pull_message_raw(self, broker_name: str, request: PullMessageRequest
+                         ) -> concurrent.futures.Future[RemotingCommand]:
+        """``PULL_MESSAGE`` answered with the broker's command as is: the records stay
+        undecoded in its body (the Spark wire reader decodes them into columns)."""
         cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
             "consumerGroup": request.consumer_group, "topic": request.topic,
             "queueId": request.queue_id, "queueOffset": request.queue_offset,
@@ -292,7 +294,11 @@ class TcpTransport(Transport):
             "expressionType": request.expression_type})
         timeout = (request.suspend_timeout_millis / 1000 + PULL_EXTRA_S
                    if request.sys_flag & 0x2 else API_TIMEOUT_S * 3)
-        fut = self.client.invoke_async(self._addr(broker_name), cmd, timeout)
+        return self.client.invoke_async(self._addr(broker_name), cmd, timeout)
+
+    def pull_message(self, broker_name: str, request: PullMessageRequest
+                     ) -> concurrent.futures.Future[PullMessageResponse]:
+        fut = self.pull_message_raw(broker_name, request)
 
         def convert(r: RemotingCommand) -> PullMessageResponse:
             return PullMessageResponse(

@@ -10,6 +10,9 @@ reads     ``topics`` (comma list), ``queueIds``, ``startOffset`` / ``endOffset``
           ``consumeQueueFileSize`` (default: the store's own file sizes)
 streaming ``startingOffsets`` (``earliest``, ``latest`` or JSON), ``maxRowsPerBatch``
 writes    see ``rocketstore.spark.writer``
+wire      with ``namesrv`` (``host:port[;host:port]``) and no path, a cluster is read and
+          written over RocketMQ's protocol instead: ``rocketstore.spark.wire`` (reads,
+          schema + ``broker_name``) and ``rocketstore.spark.wire_sink`` (writes)
 
 With ``spark.sql.python.filterPushdown.enabled`` the batch reader takes filters on
 ``topic`` and ``queue_id`` (= / IN: queues pruned at planning), ``tags`` (= / IN: the
@@ -33,6 +36,8 @@ from pyspark.sql.types import StructType
 
 from rocketstore.errors import InvalidOptionError
 from rocketstore.spark.arrow import SCHEMA_DDL
+from rocketstore.spark.wire import WIRE_SCHEMA_DDL
+from rocketstore.spark.progress import advance_offsets
 from rocketstore.store.storedir import list_queues
 from rocketstore.spark.scan import (MAX_TAGS, ScanOptions, Split, open_reader,
                                     parse_queue_key, plan, queue_key, read_split)
@@ -55,7 +60,9 @@ def _path(options: Any) -> str:
     return str(path)
 
 
-def _read_partition(partition: StorePartition) -> Iterator[Any]:
+def _read_partition(partition: InputPartition) -> Iterator[Any]:
+    if not isinstance(partition, StorePartition):
+        return          # Spark's stand-in when planning found nothing to read
     store = open_reader(partition.path, partition.opts)
     try:
         yield from read_split(store, partition.split, partition.opts)
@@ -71,25 +78,50 @@ class RocketStoreDataSource(DataSource):
         return "rocketstore"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        return WIRE_SCHEMA_DDL if _wire(self.options) else SCHEMA_DDL
 
-    def reader(self, schema: StructType) -> "RocketStoreReader":
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if _wire(self.options):
+            from rocketstore.spark.wire_source import WirePushdownReader, WireReader
+            wcls = WirePushdownReader if _pushdown_enabled(self.options) else WireReader
+            return wcls(self.options)
         cls = RocketStorePushdownReader if _pushdown_enabled(self.options) else RocketStoreReader
         return cls(_path(self.options), ScanOptions.from_options(self.options))
 
-    def streamReader(self, schema: StructType) -> "RocketStoreStreamReader":
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if _wire(self.options):
+            from rocketstore.spark.wire_source import WireStreamReader
+            return WireStreamReader(self.options)
         return RocketStoreStreamReader(_path(self.options), self.options)
 
     def writer(self, schema: StructType, overwrite: bool):
-        from rocketstore.spark.writer import RocketStoreWriter
         if overwrite:
             raise InvalidOptionError("mode", "overwrite",
                                      "a store is append-only: use mode('append')")
+        if _wire(self.options):
+            from rocketstore.spark.wire_sink import WireWriter
+            return WireWriter(self.options, schema)
+        from rocketstore.spark.writer import RocketStoreWriter
         return RocketStoreWriter(_path(self.options), self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
+        if _wire(self.options):
+            from rocketstore.spark.wire_sink import WireStreamWriter
+            return WireStreamWriter(self.options, schema)
         from rocketstore.spark.writer import RocketStoreStreamWriter
         return RocketStoreStreamWriter(_path(self.options), self.options, schema)
+
+
+def _wire(options: Any) -> bool:
+    """Whether the options name a NameServer: the cluster, read and written over the wire
+    (``rocketstore.spark.wire``), instead of a store directory."""
+    o = {str(k).lower(): v for k, v in options.items()}
+    if not o.get("namesrv"):
+        return False
+    if o.get("path"):
+        raise InvalidOptionError("path", o["path"], "give either a store directory or the "
+                                 "namesrv option, not both")
+    return True
 
 
 # -- filter pushdown -----------------------------------------------------------------------------
@@ -115,8 +147,10 @@ def _pushdown_enabled(options: Any) -> bool:
 
     Spark refuses to plan a reader that defines pushFilters when the setting is off, and
     does not show the setting to ``reader()``: its planning function holds it in the local
-    ``enable_pushdown`` of the frame calling ``reader()``; the option ``filterPushdown``
-    (true/false) overrides the lookup."""
+    ``enable_pushdown`` of the frame calling ``reader()``. With the setting on and filters
+    to push, Spark plans the read in another worker instead, the one that calls
+    ``pushFilters`` (``data_source_pushdown_filters``), which it runs only when the setting is
+    on. The option ``filterPushdown`` (true/false) overrides the lookup."""
     given = {str(k).lower(): v for k, v in options.items()}.get("filterpushdown")
     if given is not None:
         return str(given).strip().lower() == "true"
@@ -125,6 +159,8 @@ def _pushdown_enabled(options: Any) -> bool:
         flag = frame.f_locals.get("enable_pushdown")
         if isinstance(flag, bool):
             return flag
+        if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
+            return True
         frame = frame.f_back
     return False
 
@@ -253,38 +289,8 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._target = {k: hi for k, (lo, hi) in self._bounds().items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        bounds = self._bounds()
-        latest = {k: hi for k, (lo, hi) in bounds.items()}
-        if self._target is not None:
-            latest = {k: min(v, self._target.get(k, 0)) for k, v in latest.items()}
-        end = dict(start)
-        # a queue first seen now starts at its min offset (new queues start at 0)
-        begin = {k: max(start.get(k, bounds[k][0]), bounds[k][0]) for k in latest}
-        if isinstance(limit, ReadMaxRows):
-            budget = int(limit.max_rows)
-            backlog = {k: max(0, latest[k] - begin[k]) for k in sorted(latest)}
-            # fair share: every queue with a backlog gets an equal part, what one cannot use
-            # goes to the others
-            active = [k for k, n in backlog.items() if n > 0]
-            take = {k: 0 for k in active}
-            while budget > 0 and active:
-                share = max(1, budget // len(active))
-                for k in list(active):
-                    t = min(share, backlog[k] - take[k], budget)
-                    take[k] += t
-                    budget -= t
-                    if take[k] == backlog[k]:
-                        active.remove(k)
-                    if budget == 0:
-                        break
-            for k in latest:
-                end[k] = begin[k] + take.get(k, 0)
-        else:
-            for k in latest:
-                end[k] = max(begin[k], latest[k])
-        for k, v in end.items():
-            end[k] = max(v, start.get(k, v))
-        return end
+        max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else None
+        return advance_offsets(start, self._bounds(), self._target, max_rows)
 
     def reportLatestOffset(self) -> dict | None:
         return {k: hi for k, (lo, hi) in self._bounds().items()}

@@ -117,18 +117,8 @@ class _Plan:
 
     def _convert(self, b: pa.RecordBatch) -> pa.RecordBatch:
         n = b.num_rows
-        names = b.schema.names
-        col = {name: b.column(i) for i, name in enumerate(names)}
-        topic = col["topic"].cast(pa.string()) if "topic" in col else pa.array([self.topic] * n, pa.string())
-        if "topic" in col and self.topic and col["topic"].null_count:
-            topic = pc.fill_null(topic, self.topic)
-        if topic.null_count:
-            raise InvalidOptionError("topic", None, "a row has a null topic and no topic option is set")
-        body = col["body"]
-        if body.null_count:
-            raise InvalidOptionError("body", None, "a row has a null body")
-        if not pa.types.is_binary(body.type):
-            body = body.cast(pa.binary())
+        col = {name: b.column(i) for i, name in enumerate(b.schema.names)}
+        m = message_columns(b, self.topic)
         if "queue_id" in col:
             qid = col["queue_id"].cast(pa.int32())
             if qid.null_count:
@@ -139,17 +129,38 @@ class _Plan:
                            pa.int32())
         else:
             qid = pa.array(np.zeros(n, dtype=np.int32))
-        tags = col["tags"].cast(pa.string()) if "tags" in col else pa.nulls(n, pa.string())
-        if "keys" in col:
-            k = col["keys"]
-            if pa.types.is_string(k.type) or pa.types.is_large_string(k.type):
-                k = pc.split_pattern(k.cast(pa.string()), " ")
-            keys = k.cast(pa.list_(pa.string()))
-        else:
-            keys = pa.nulls(n, pa.list_(pa.string()))
-        props = (col["properties"].cast(STAGED_SCHEMA.field("properties").type)
-                 if "properties" in col else pa.nulls(n, STAGED_SCHEMA.field("properties").type))
-        return pa.RecordBatch.from_arrays([topic, qid, body, tags, keys, props], schema=STAGED_SCHEMA)
+        return pa.RecordBatch.from_arrays([m["topic"], qid, m["body"], m["tags"], m["keys"],
+                                           m["properties"]], schema=STAGED_SCHEMA)
+
+
+def message_columns(b: pa.RecordBatch, topic_option: str | None) -> dict[str, pa.Array]:
+    """A DataFrame batch's message fields as arrays of STAGED_SCHEMA's types: ``topic`` (the
+    column, its nulls filled from ``topic_option``, or the option alone), ``body`` (binary),
+    ``tags``, ``keys`` (a space-separated string column is split) and ``properties``, null
+    where the DataFrame has no such column. A null topic or body raises InvalidOptionError."""
+    n = b.num_rows
+    col = {name: b.column(i) for i, name in enumerate(b.schema.names)}
+    topic = col["topic"].cast(pa.string()) if "topic" in col else pa.array([topic_option] * n, pa.string())
+    if "topic" in col and topic_option and col["topic"].null_count:
+        topic = pc.fill_null(topic, topic_option)
+    if topic.null_count:
+        raise InvalidOptionError("topic", None, "a row has a null topic and no topic option is set")
+    body = col["body"]
+    if body.null_count:
+        raise InvalidOptionError("body", None, "a row has a null body")
+    if not pa.types.is_binary(body.type):
+        body = body.cast(pa.binary())
+    tags = col["tags"].cast(pa.string()) if "tags" in col else pa.nulls(n, pa.string())
+    if "keys" in col:
+        k = col["keys"]
+        if pa.types.is_string(k.type) or pa.types.is_large_string(k.type):
+            k = pc.split_pattern(k.cast(pa.string()), " ")
+        keys = k.cast(pa.list_(pa.string()))
+    else:
+        keys = pa.nulls(n, pa.list_(pa.string()))
+    props = (col["properties"].cast(STAGED_SCHEMA.field("properties").type)
+             if "properties" in col else pa.nulls(n, STAGED_SCHEMA.field("properties").type))
+    return {"topic": topic, "body": body, "tags": tags, "keys": keys, "properties": props}
 
 
 def _validate(b: pa.RecordBatch, max_body: int) -> None:
@@ -253,7 +264,7 @@ def _append_batch(store: MessageStore, b: pa.RecordBatch, byte_limit: int,
     user_props = _column_list(b.column(5))
     if user_props is None:
         # the columnar path: bodies and encoded properties straight from Arrow buffers
-        rows_of = _Columns(b, marker)
+        rows_of: _Columns | _MessageRows = _Columns(b, marker)
     else:
         rows_of = _MessageRows(b, marker, user_props)
     # what a record costs beyond its body, at most (header, topic, tags, keys, UNIQ_KEY)

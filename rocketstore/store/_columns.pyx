@@ -498,3 +498,45 @@ def decode_units(const unsigned char[::1] units not None, const int64_t[::1] pos
         if mf is not None:
             mf.unpin()
     return cols.arrays(), records
+
+
+def decode_records(const unsigned char[::1] buf not None, bytes topic_b not None, int queue_id,
+                   int64_t first_offset, int64_t end_offset, _TagSet tags=None,
+                   int64_t min_ts=INT64_MIN, int64_t max_ts=INT64_MAX):
+    """Decode records stored back to back, as a ``PULL_MESSAGE`` answer carries them, into
+    ``decode_units``' columns: the rows of queue offsets [first_offset, end_offset) passing
+    the exact tag and store-time filters.
+
+    Returns ``(columns, records_parsed)``. Every record must parse and pass its CRC check
+    and belong to ``topic_b`` / ``queue_id``, else ``ValueError`` names the byte position
+    (a pull answer has no damaged units to skip, unlike a store's consume queue)."""
+    cdef Py_ssize_t n = buf.shape[0], pos = 0, rc
+    cdef RecordInfo info
+    cdef _Columns cols = _Columns()
+    cdef const char *base
+    cdef const char *tp = PyBytes_AS_STRING(topic_b)
+    cdef int32_t tlen = <int32_t>PyBytes_GET_SIZE(topic_b)
+    cdef int64_t records = 0
+    if n == 0:
+        return cols.arrays(), 0
+    base = <const char *>&buf[0]
+    while pos < n:
+        with nogil:
+            rc = parse_record(base + pos, n - pos, True, &info)
+        if rc <= 0:
+            raise ValueError(f"no valid record at byte {pos} of {n} (code {rc})")
+        records += 1
+        pos += rc
+        if info.queue_id != queue_id or info.topic_len != tlen or \
+                memcmp(info.topic, tp, <size_t>tlen) != 0:
+            raise ValueError(f"the record at byte {pos - rc} is of "
+                             f"{PyBytes_FromStringAndSize(info.topic, info.topic_len)!r}/"
+                             f"{info.queue_id}, not {topic_b!r}/{queue_id}")
+        if info.queue_offset < first_offset or info.queue_offset >= end_offset:
+            continue
+        if info.store_ts < min_ts or info.store_ts > max_ts:
+            continue
+        if tags is not None and not tags.matches(&info):
+            continue
+        cols.add(&info)
+    return cols.arrays(), records

@@ -1,0 +1,172 @@
+"""The Spark readers of the source's ``namesrv`` mode: a cluster's topics, read over the wire.
+
+``RocketStoreDataSource`` hands reads here when the ``namesrv`` option is given (see
+``rocketstore.spark.wire`` for planning and pulling). Partitions are (topic, broker, queue,
+[start, end)) pulled by the executors; the driver only talks to the NameServer and asks
+brokers for queue bounds.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, EqualTo, Filter,
+                                    GreaterThan, GreaterThanOrEqual, In, InputPartition,
+                                    LessThan, LessThanOrEqual)
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+                                              SupportsTriggerAvailableNow)
+
+from rocketstore.client.tcp import TcpTransport
+from rocketstore.errors import InvalidOptionError
+from rocketstore.spark.progress import advance_offsets
+from rocketstore.spark.scan import MAX_TAGS, _int
+from rocketstore.spark.wire import (Offsets, WireOptions, WireSplit, discover, offsets_from_json,
+                                    offsets_to_json, open_transport, plan, queue_bounds,
+                                    read_split, resolve, splits)
+
+
+class WirePartition(InputPartition):
+    """One split (topic, broker, queue, [start, end)) with the read's options, pickled to a task."""
+
+    def __init__(self, split: WireSplit, opts: WireOptions) -> None:
+        super().__init__(split)
+        self.split = split
+        self.opts = opts
+
+
+def _read_partition(partition: InputPartition) -> Iterator[Any]:
+    if not isinstance(partition, WirePartition):
+        return          # Spark's stand-in when planning found nothing to read
+    transport = open_transport(partition.opts)
+    try:
+        yield from read_split(transport, partition.split, partition.opts)
+    finally:
+        transport.close()
+
+
+class WireReader(DataSourceReader):
+    """Batch read of a cluster: a partition per selected queue of every broker (ranges of at
+    most ``maxRowsPerPartition`` offsets), each pulled by offset."""
+
+    def __init__(self, options: Any) -> None:
+        self.opts = WireOptions.from_options(options)
+
+    def partitions(self) -> Sequence[WirePartition]:
+        return [WirePartition(s, self.opts) for s in plan(self.opts)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _read_partition(partition)
+
+
+class WirePushdownReader(WireReader):
+    """The wire batch reader with filter pushdown (when the session enables it): = / IN on
+    ``topic``, ``broker_name`` and ``queue_id`` prune the queues planned, on ``tags`` become
+    the pulls' subscription (at most 8 tags), and ``store_timestamp`` ranges find each
+    queue's start by time (every row still checked); other filters are left to Spark."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        from rocketstore.spark.datasource import _restrict, _ts_ms
+        o = self.opts
+        for f in filters:
+            attr: tuple[str, ...] = getattr(f, "attribute", ())
+            col = attr[0] if len(attr) == 1 else None
+            vals: Any = None
+            if isinstance(f, EqualTo):
+                vals = (f.value,)
+            elif isinstance(f, In):
+                vals = tuple(f.value)
+            strs = vals is not None and all(isinstance(v, str) and v for v in vals)
+            if col == "topic" and strs:
+                o = replace(o, topics=tuple(sorted(frozenset(o.topics) & frozenset(vals))))
+            elif col == "broker_name" and strs:
+                o = replace(o, brokers=_restrict(o.brokers, vals))
+            elif col == "queue_id" and vals is not None and all(isinstance(v, int) for v in vals):
+                o = replace(o, queue_ids=_restrict(o.queue_ids, vals))
+            elif col == "tags" and strs and len(_restrict(o.tags, vals)) <= MAX_TAGS:
+                o = replace(o, tags=_restrict(o.tags, vals))
+            elif col == "store_timestamp" and isinstance(
+                    f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+                try:
+                    ms = _ts_ms(f.value)
+                except TypeError:
+                    yield f
+                    continue
+                lo, hi = o.min_ts, o.max_ts
+                # rows hold whole ms: each bound as an inclusive ms bound
+                if isinstance(f, (EqualTo, GreaterThanOrEqual)):
+                    lo = max(lo if lo is not None else -(1 << 62), math.ceil(ms))
+                if isinstance(f, GreaterThan):
+                    lo = max(lo if lo is not None else -(1 << 62), math.floor(ms) + 1)
+                if isinstance(f, (EqualTo, LessThanOrEqual)):
+                    hi = min(hi if hi is not None else 1 << 62, math.floor(ms))
+                if isinstance(f, LessThan):
+                    hi = min(hi if hi is not None else 1 << 62, math.ceil(ms) - 1)
+                o = replace(o, min_ts=lo, max_ts=hi)
+            else:
+                yield f
+        self.opts = o
+
+
+class WireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over every selected queue of every broker of the topics.
+
+    An offset is JSON ``{"topic": {"broker": {"queue": next offset}}}``; Spark's checkpoint
+    keeps it, so a restarted query reads exactly what it had not. Each micro-batch re-reads
+    the routes: a queue or broker that appears starts at its min offset (0 for a new queue);
+    one that leaves keeps its offset. ``maxRowsPerBatch`` caps a micro-batch (shared fairly
+    across queues); Trigger.AvailableNow reads to the max offsets seen when it starts. A
+    broker that cannot be reached is passed over (its queues keep their offsets) until it
+    is back, so the others are read on.
+    """
+
+    def __init__(self, options: Any) -> None:
+        self.opts = WireOptions.from_options(options)
+        o = {str(k).lower(): v for k, v in options.items()}
+        if "endingoffsets" in o:
+            raise InvalidOptionError("endingOffsets", o["endingoffsets"],
+                                     "a streaming read has no end: use a batch read")
+        self.max_rows = _int(o, "maxrowsperbatch", minimum=1)
+        self._transport: TcpTransport | None = None
+        self._target: Offsets | None = None
+
+    def _bounds(self) -> dict[tuple[str, str, int], tuple[int, int]]:
+        if self._transport is None:
+            self._transport = open_transport(self.opts)
+        return queue_bounds(self._transport, discover(self._transport, self.opts),
+                            skip_unreachable=True)
+
+    def initialOffset(self) -> dict:
+        return offsets_to_json(resolve(self.opts.starting, self._bounds(), "earliest"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {k: hi for k, (lo, hi) in self._bounds().items()}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else None
+        end = advance_offsets(offsets_from_json(start), self._bounds(), self._target, max_rows)
+        return offsets_to_json(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        return offsets_to_json({k: hi for k, (lo, hi) in self._bounds().items()})
+
+    def partitions(self, start: dict, end: dict) -> Sequence[WirePartition]:
+        return [WirePartition(s, self.opts) for s in
+                splits(offsets_from_json(start), offsets_from_json(end),
+                       self.opts.max_rows_per_split)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the checkpoint holds the progress (no broker-side offsets)."""
+
+    def stop(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
