@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> dict:
         h = hists[t]
         n = 0
         clock = time.perf_counter_ns
-        if args.batch > 1:      # put_messages of --batch messages; latency is per call
+        if args.batch > 1 and not args.async_put:   # put_messages of --batch; latency per call
             batch = [msg] * args.batch
             put_batch = store.put_messages
             while not stop.is_set() and (not per_thread or n < per_thread):
