@@ -839,9 +839,10 @@ cdef class CommitLog:
                 "record", f"{total} bytes",
                 f"longer than max_message_size + 64 KiB = {self.max_message_size + RS_MAX_RECORD_SLACK}",
                 limit=self.max_message_size + RS_MAX_RECORD_SLACK)
-        self._check_fits(total, "record", f"{total} bytes",
-                         "does not fit a commit-log file of {} bytes with its 8-byte "
-                         "end-of-file reserve (StoreConfig.mapped_file_size_commit_log)")
+        if total + RS_END_FILE_MIN_BLANK > self.file_size:    # the message built only then
+            self._check_fits(total, "record", f"{total} bytes",
+                             "does not fit a commit-log file of {} bytes with its 8-byte "
+                             "end-of-file reserve (StoreConfig.mapped_file_size_commit_log)")
         return 0
 
     cdef int _check_fits(self, Py_ssize_t total, str field, str value, str why) except -1:
@@ -1152,9 +1153,10 @@ cdef class CommitLog:
         cdef _QueueOffsets qs
         cdef int64_t qoff, ts, start_phy
         cdef RecordFields *f
-        self._check_fits(total, "msgs", f"{n} messages, {total} bytes",
-                         "a batch must fit one commit-log file of {} bytes with its 8-byte "
-                         "reserve (StoreConfig.mapped_file_size_commit_log); split it")
+        if total + RS_END_FILE_MIN_BLANK > self.file_size:
+            self._check_fits(total, "msgs", f"{n} messages, {total} bytes",
+                             "a batch must fit one commit-log file of {} bytes with its 8-byte "
+                             "reserve (StoreConfig.mapped_file_size_commit_log); split it")
         offsets = np.empty(n, dtype=np.int64)
         cdef int64_t *offs = <int64_t *>cnp.PyArray_DATA(offsets)
         self._lock()
