@@ -11,6 +11,7 @@ millisecond. The experiment sweeps (issue 6) run this unit once per grid point.
 Example:
   python tools/flush_bench.py --flush SYNC_FLUSH --threads 16 --size 100 --duration 3
   python tools/flush_bench.py --flush SYNC_FLUSH --threads 1 --async-put --duration 3
+  python tools/flush_bench.py --flush SYNC_FLUSH --threads 1 --async-put --batch 100 --duration 3
 """
 from __future__ import annotations
 
