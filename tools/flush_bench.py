@@ -11,6 +11,7 @@ millisecond. The experiment sweeps (issue 6) run this unit once per grid point.
 Example:
   python tools/flush_bench.py --flush SYNC_FLUSH --threads 16 --size 100 --duration 3
   python tools/flush_bench.py --flush SYNC_FLUSH --threads 1 --async-put --duration 3
+  python tools/flush_bench.py --flush SYNC_FLUSH --threads 1 --async-put --batch 100 --duration 3
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> dict:
         h = hists[t]
         n = 0
         clock = time.perf_counter_ns
-        if args.batch > 1:      # put_messages of --batch messages; latency is per call
+        if args.batch > 1 and not args.async_put:   # put_messages of --batch; latency per call
             batch = [msg] * args.batch
             put_batch = store.put_messages
             while not stop.is_set() and (not per_thread or n < per_thread):

@@ -839,9 +839,10 @@ cdef class CommitLog:
                 "record", f"{total} bytes",
                 f"longer than max_message_size + 64 KiB = {self.max_message_size + RS_MAX_RECORD_SLACK}",
                 limit=self.max_message_size + RS_MAX_RECORD_SLACK)
-        self._check_fits(total, "record", f"{total} bytes",
-                         "does not fit a commit-log file of {} bytes with its 8-byte "
-                         "end-of-file reserve (StoreConfig.mapped_file_size_commit_log)")
+        if total + RS_END_FILE_MIN_BLANK > self.file_size:    # the message built only then
+            self._check_fits(total, "record", f"{total} bytes",
+                             "does not fit a commit-log file of {} bytes with its 8-byte "
+                             "end-of-file reserve (StoreConfig.mapped_file_size_commit_log)")
         return 0
 
     cdef int _check_fits(self, Py_ssize_t total, str field, str value, str why) except -1:
@@ -1152,9 +1153,10 @@ cdef class CommitLog:
         cdef _QueueOffsets qs
         cdef int64_t qoff, ts, start_phy
         cdef RecordFields *f
-        self._check_fits(total, "msgs", f"{n} messages, {total} bytes",
-                         "a batch must fit one commit-log file of {} bytes with its 8-byte "
-                         "reserve (StoreConfig.mapped_file_size_commit_log); split it")
+        if total + RS_END_FILE_MIN_BLANK > self.file_size:
+            self._check_fits(total, "msgs", f"{n} messages, {total} bytes",
+                             "a batch must fit one commit-log file of {} bytes with its 8-byte "
+                             "reserve (StoreConfig.mapped_file_size_commit_log); split it")
         offsets = np.empty(n, dtype=np.int64)
         cdef int64_t *offs = <int64_t *>cnp.PyArray_DATA(offsets)
         self._lock()
@@ -1447,3 +1449,92 @@ cdef class _CopyGuard:
     def __exit__(self, *exc):
         pthread_mutex_unlock(&self.cl.copy_mu)
         return False
+
+
+# -- futures of durable puts -----------------------------------------------------------------
+
+from concurrent.futures import Future as _Future, InvalidStateError as _InvalidStateError
+from concurrent.futures._base import (PENDING as _F_PENDING, FINISHED as _F_FINISHED,
+                                      CANCELLED as _F_CANCELLED,
+                                      CANCELLED_AND_NOTIFIED as _F_CANCELLED_AND_NOTIFIED)
+import threading as _threading
+
+
+class AckFuture(_Future):
+    """The ``concurrent.futures.Future`` of a ``put_message(s)_async``: its
+    ``threading.Condition`` is made on first use.
+
+    A standard future builds a Condition (an RLock behind a Python-level ``__init__``: most of
+    what a future costs) that only someone waiting on, listening to, or cancelling the future
+    needs. Every such path of ``Future`` reads ``self._condition`` first, which makes it here;
+    ``complete_future`` completes a future nobody touched that way without any lock. Otherwise
+    it is a plain ``Future`` (``asyncio.wrap_future``, ``concurrent.futures.wait``, callbacks).
+    """
+
+    def __init__(self):
+        self._state = _F_PENDING
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks = []
+
+    def __getattr__(self, name):
+        if name == "_condition":
+            # dict.setdefault is atomic: threads racing here all get the one that landed
+            return self.__dict__.setdefault("_condition", _threading.Condition())
+        raise AttributeError(name)
+
+    def done(self):
+        # the state is one attribute read; no Condition needed to read it
+        s = self._state
+        return s is _F_FINISHED or s is _F_CANCELLED or s is _F_CANCELLED_AND_NOTIFIED
+
+    def result(self, timeout=None):
+        # a finished future never changes again, and its result was stored before its state
+        if self._state is _F_FINISHED and self._exception is None:
+            return self._result
+        return _Future.result(self, timeout)
+
+
+cdef object _new_future(object state, object value):
+    cdef object f = AckFuture.__new__(AckFuture)
+    cdef dict d = f.__dict__
+    d["_state"] = state
+    d["_result"] = value
+    d["_exception"] = None
+    d["_waiters"] = []
+    d["_done_callbacks"] = []
+    return f
+
+
+def pending_future():
+    """A new pending ``AckFuture``."""
+    return _new_future(_F_PENDING, None)
+
+
+def done_future(value):
+    """An ``AckFuture`` already completed with ``value``."""
+    return _new_future(_F_FINISHED, value)
+
+
+def complete_future(fut, value):
+    """Complete ``fut`` with ``value``; False when it was cancelled (or already done).
+
+    An ``AckFuture`` without a Condition has no waiter, callback or canceller (each makes the
+    Condition before it looks at the state), and nothing between the state check and the two
+    stores below runs Python code or lets go of the GIL: the check-and-set is atomic without a
+    lock. Any other future goes through ``set_result``."""
+    cdef dict d
+    if type(fut) is AckFuture:
+        d = fut.__dict__
+        if "_condition" not in d:
+            if d["_state"] is not _F_PENDING:
+                return False
+            d["_result"] = value
+            d["_state"] = _F_FINISHED
+            return True
+    try:
+        fut.set_result(value)
+    except _InvalidStateError:
+        return False
+    return True

@@ -29,6 +29,8 @@ import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
 
+from rocketstore.store._commitlog import complete_future, done_future, pending_future
+
 log = logging.getLogger("rocketstore.store.flush")
 
 
@@ -296,13 +298,18 @@ class FlushAckService:
     within ``timeout_ms`` (``sync_flush_timeout``) completes it with FLUSH_DISK_TIMEOUT, as a
     waiting ``put_message`` answers. Puts that need no wait (ASYNC_FLUSH, ``WAIT=false``, a
     refused put) get an already completed future (``completed``).
+
+    The futures are ``AckFuture``s (a Condition only when somebody waits on one), and a put
+    takes no lock here: it appends to a deque (atomic) and wakes this thread only when it
+    sleeps for want of work, so the producer and this thread do not trade a lock per put.
     """
 
     def __init__(self, commit_log, timeout_ms: int) -> None:
         self.commit_log = commit_log
         self.timeout = timeout_ms / 1000.0
-        self._pending: deque = deque()          # (end offset, result, future, deadline)
+        self._pending: deque = deque()          # (end offset, result, future, deadline, transform)
         self._cond = threading.Condition()
+        self._idle = False                      # the thread sleeps on _cond for an entry
         self._stopped = False
         self._thread: threading.Thread | None = None
         self.groups = 0                         # completion rounds (statistics)
@@ -310,25 +317,24 @@ class FlushAckService:
     @staticmethod
     def completed(result, transform=None) -> Future:
         """A completed future of ``result`` (or of ``transform(result)``)."""
-        fut: Future = Future()
-        fut.set_result(result if transform is None else transform(result))
-        return fut
+        return done_future(result if transform is None else transform(result))
 
     def defer(self, result, end: int, transform=None) -> Future:
         """A future completed once the log is durable up to ``end`` (or found not to be);
         its value is ``result``, or ``transform(result)`` (a broker's response, computed by
         this thread: no second future per put)."""
-        fut: Future = Future()
-        entry = (end, result, fut, time.monotonic() + self.timeout, transform)
-        with self._cond:
-            if self._stopped:
-                # closing: the flush that covers it may never come; never claim durability
-                self.commit_log.mark_not_durable(result)
-                fut.set_result(result if transform is None else transform(result))
-                return fut
-            self._pending.append(entry)
-            if len(self._pending) == 1:
+        fut = pending_future()
+        self._pending.append((end, result, fut, time.monotonic() + self.timeout, transform))
+        # the order of these checks against _run's and shutdown()'s is what makes the lock-free
+        # append safe: see _run (idle) and shutdown (stopped)
+        if self._idle:
+            with self._cond:
                 self._cond.notify()
+        if self._stopped:
+            # closing: the flush that covers it may never come; never claim durability
+            flushed = self.commit_log.flushed_where
+            self._complete(self._take(flushed, True), flushed)
+            return fut
         self.commit_log.request_flush(end)
         return fut
 
@@ -341,7 +347,7 @@ class FlushAckService:
         ``fail_all`` or past their deadline, the others as not durable."""
         done = []
         now = time.monotonic()
-        with self._cond:
+        with self._cond:        # against a closing put's own _take, not against appends
             pending = self._pending
             while pending and (pending[0][0] <= flushed or fail_all or pending[0][3] <= now):
                 done.append(pending.popleft())
@@ -352,26 +358,42 @@ class FlushAckService:
         for end, result, fut, _, transform in done:
             if end > flushed:
                 mark(result)
-            if not fut.cancelled():
-                try:
-                    fut.set_result(result if transform is None else transform(result))
-                except InvalidStateError:      # cancelled by its waiter meanwhile
-                    pass
-                except Exception as e:  # noqa: BLE001 - a failing transform goes to the waiter
-                    fut.set_exception(e)
+            if transform is None:
+                complete_future(fut, result)    # False when cancelled by its waiter: fine
+                continue
+            try:
+                value = transform(result)
+            except Exception as e:  # noqa: BLE001 - a failing transform goes to the waiter
+                if not fut.done():
+                    try:
+                        fut.set_exception(e)
+                    except InvalidStateError:
+                        pass
+                continue
+            complete_future(fut, value)
         if done:
             self.groups += 1
 
     def _run(self) -> None:
         cl = self.commit_log
+        pending = self._pending
         while True:
-            with self._cond:
-                while not self._pending and not self._stopped:
-                    self._cond.wait()
-                if not self._pending:
+            if not pending and not self._stopped:
+                with self._cond:
+                    # idle first, then look again: a put appends first, then reads idle, so
+                    # either this sees its entry or it sees idle and notifies (under the lock,
+                    # which wait() releases only once this thread is a waiter)
+                    self._idle = True
+                    while not pending and not self._stopped:
+                        self._cond.wait()
+                    self._idle = False
+            try:
+                end, _, _, deadline, _ = pending[0]
+            except IndexError:
+                if self._stopped:
                     return
-                end, _, _, deadline, _ = self._pending[0]
-                stopping = self._stopped
+                continue        # taken by a closing put
+            stopping = self._stopped
             wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
             flushed, failed, flusher_stopped = cl.wait_flushed(end, wait_ms)
             self._complete(self._take(flushed, failed or stopping), flushed)
@@ -382,7 +404,9 @@ class FlushAckService:
                         self._cond.wait()
 
     def shutdown(self) -> None:
-        """Complete every pending future (after the flush service's last flush) and stop."""
+        """Complete every pending future (after the flush service's last flush) and stop.
+        A put racing with this sees ``_stopped`` after its append and completes its own
+        entry (as not durable unless flushed), so none is left behind."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
