@@ -31,6 +31,17 @@ from rocketstore.store.fsutil import makedirs_durable
 log = logging.getLogger("rocketstore.store.index")
 
 
+def _header_problem(f: IndexFile) -> str | None:
+    """Why an index file's header cannot be what the writer wrote, or None."""
+    if f.begin_timestamp > f.end_timestamp:
+        return f"begin timestamp {f.begin_timestamp} after end timestamp {f.end_timestamp}"
+    if f.begin_phy_offset > f.end_phy_offset:
+        return f"begin offset {f.begin_phy_offset} after end offset {f.end_phy_offset}"
+    if f.begin_timestamp < 0 or f.begin_phy_offset < 0:
+        return "negative begin timestamp or offset"
+    return None
+
+
 def _file_name(now_ms: int) -> str:
     t = time.localtime(now_ms / 1000)
     return time.strftime("%Y%m%d%H%M%S", t) + f"{now_ms % 1000:03d}"
@@ -90,6 +101,16 @@ class IndexService:
                     and not 0 < f.end_timestamp <= self.checkpoint.index_msg_timestamp):
                 f.close()
                 self._drop_after_crash(names[i:], "is not covered by the checkpoint")
+                break
+            # a header whose ranges run backwards was damaged (a flipped begin timestamp
+            # hides the whole file from every query by time); a reader may see a header
+            # mid-update, so only the writer judges
+            problem = None if self.read_only else _header_problem(f)
+            if problem is not None:
+                f.close()
+                if last_exit_ok:
+                    raise CorruptionError(path, 0, f"index file header: {problem}")
+                self._drop_after_crash(names[i:], f"has a damaged header ({problem})")
                 break
             files.append(f)
         self.files = files
