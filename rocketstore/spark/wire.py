@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from rocketstore.acl.signature import SessionCredentials
 from rocketstore.client.tcp import TcpTransport, decode_records
 from rocketstore.common.protocol import PullMessageRequest, ResponseCode
 from rocketstore.errors import (InvalidOptionError, MQBrokerError, RemotingProtocolError,
@@ -79,6 +80,7 @@ class WireOptions:
     pull_depth: int = 4                         # pulls of one task in flight
     max_rows_per_split: int = 1 << 20
     timeout_s: float = 10.0
+    credentials: SessionCredentials | None = None   # brokers with plain ACL (docs/acl.md)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "WireOptions":
@@ -107,7 +109,7 @@ class WireOptions:
         if not group or not all(c.isalnum() or c in "-_%|" for c in group):
             raise InvalidOptionError("consumerGroup", group, "use letters, digits, '-', '_', '%', '|'")
         timeout_ms = _int(o, "timeoutms", 10_000, minimum=1)
-        return cls(
+        return cls(credentials=credentials_option(o),
             namesrv=namesrv, topics=tuple(sorted(topics)), queue_ids=queue_ids,
             brokers=_str_set(o, "brokers"),
             starting=parse_offsets("startingOffsets", o.get("startingoffsets", "earliest")),
@@ -159,9 +161,21 @@ def offsets_to_json(offsets: Offsets) -> dict[str, dict[str, dict[str, int]]]:
 
 # -- planning -----------------------------------------------------------------------------------
 
+def credentials_option(o: Mapping[str, Any]) -> SessionCredentials | None:
+    """``accessKey`` and ``secretKey`` (lower-cased option keys): the plain-ACL credentials
+    every request is signed with; neither for brokers without ACL."""
+    ak, sk = o.get("accesskey"), o.get("secretkey")
+    if ak is None and sk is None:
+        return None
+    if not ak or not sk:
+        raise InvalidOptionError("accessKey" if not ak else "secretKey", ak if not ak else sk,
+                                 "give both accessKey and secretKey (plain ACL), or neither")
+    return SessionCredentials(str(ak), str(sk))
+
+
 def open_transport(opts: WireOptions) -> TcpTransport:
     """A transport to the options' NameServer(s); close it after use."""
-    return TcpTransport(opts.namesrv)
+    return TcpTransport(opts.namesrv, credentials=opts.credentials)
 
 
 def discover(transport: TcpTransport, opts: WireOptions) -> list[WireQueue]:

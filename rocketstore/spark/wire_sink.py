@@ -32,6 +32,7 @@ from rocketstore.client.producer import Producer
 from rocketstore.common import Message, MessageQueue, SendStatus
 from rocketstore.errors import InvalidOptionError, RocketStoreError
 from rocketstore.spark.scan import _int
+from rocketstore.spark.wire import credentials_option
 from rocketstore.spark.writer import message_columns, shard_queue
 
 DEFAULT_GROUP = "rocketstore_spark_writer"
@@ -93,11 +94,13 @@ class WireWritePlan:
         self.batch_size = _int(o, "batchsize", 128, minimum=1) or 128
         self.timeout_ms = _int(o, "sendtimeoutms", 3000, minimum=1) or 3000
         self.retries = _int(o, "retrytimes", 2, minimum=0)
+        self.credentials = credentials_option(o)
 
     def producer(self) -> Producer:
         """A started producer of this write's group."""
         return Producer(self.group, namesrv_addr=self.namesrv, send_msg_timeout=self.timeout_ms,
-                        retry_times_when_send_failed=int(self.retries or 0)).start()
+                        retry_times_when_send_failed=int(self.retries or 0),
+                        credentials=self.credentials).start()
 
     def send(self, batches: Iterator[pa.RecordBatch]) -> Sent:
         """Send every row of the task's batches; raises WireSendError on the first failure."""
