@@ -101,3 +101,23 @@ def test_a_damaged_index_header_after_a_clean_close_is_refused(tmp_path):
         MessageStore.open(root, StoreConfig(**CFG))
     with MessageStore.open(root, StoreConfig(**CFG), read_only=True) as s:   # a reader reads
         assert s.get_max_offset_in_queue("D", 0) == 45
+
+
+def test_a_damaged_last_unit_after_a_clean_close_does_not_stop_dispatch(tmp_path):
+    # the store's furthest unit (queue 1's last) with a smaller size: the queues' end fell
+    # inside that record, dispatch resumed there and stopped for good, so a new put was
+    # never visible (found by the corruption fuzz)
+    root = str(tmp_path / "s")
+    _write(root)
+    os.unlink(os.path.join(root, "abort"))
+    last = _files(root, "consumequeue", "D", "1")[-1]
+    with open(last, "r+b") as f:
+        units = f.read()
+        n = max(i for i in range(0, len(units), 20) if units[i + 8:i + 12] != bytes(4))
+        f.seek(n + 8)
+        f.write((47).to_bytes(4, "big"))
+    with MessageStore.open(root, StoreConfig(**CFG)) as s:
+        r = s.put_message(Message("D", b"after", keys="after"), 0)
+        assert s.wait_dispatched(10, until=r)
+        assert [bytes(m.body) for m in s.get_message("g", "D", 0, 45, 4).messages] == [b"after"]
+        assert [bytes(m.body) for m in s.query_message("D", "after")] == [b"after"]

@@ -625,6 +625,13 @@ class MessageStore:
             reput = min(reput, max(files[start].file_from_offset, min_phy))
         if self.consume_queues.damaged:
             reput = min_phy         # queue files were dropped at load: rebuild them all
+        elif min_phy < reput < end and self.commit_log.next_record(reput)[1] == -1:
+            # not a record start: a damaged unit (its size or offset) moved the queues' end
+            # into a record, where dispatch would stop for good; dispatch the checked files
+            # again instead (idempotent: units and keys already there are not rewritten)
+            log.warning("%s: the consume queues end at %d, inside a record; re-dispatching "
+                        "from %d", self.root, reput, files[start].file_from_offset if files else min_phy)
+            reput = max(min_phy, files[start].file_from_offset if files else min_phy)
         self.dispatch_core.reput_offset = reput
         # every record found on disk is checked before it becomes a unit or an index entry
         self.dispatch_core.verify_below = end
