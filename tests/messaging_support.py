@@ -76,6 +76,19 @@ def wait_until(cond, timeout=20.0, what="condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def until(fn, what: str, timeout: float = 20.0):
+    """Poll ``fn`` until it returns something truthy and return that (registration and
+    dispatch are asynchronous); the deadline only bounds a hang, nothing here is timed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.05)
+
+
 def make_topic(producer, topic, queues):
     """Auto-create ``topic`` with ``queues`` queues (first send) and return its queues."""
     p = producer

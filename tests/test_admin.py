@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from messaging_support import until
 from rocketstore.cli import main
 from rocketstore.client.producer import Producer
 from rocketstore.client.pull_consumer import PullConsumer
@@ -39,19 +40,6 @@ def admin(capsys, *argv: str, rc: int = 0) -> str:
 
 def admin_json(capsys, *argv: str):
     return json.loads(admin(capsys, *argv, "--json"))
-
-
-def until(fn, what: str, timeout: float = 20.0):
-    """Poll ``fn`` until it returns something truthy (registration and dispatch are
-    asynchronous); the deadline only bounds a hang, nothing here is timed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.1)
 
 
 def send(ns: str, topic: str, bodies: list[str], keys: str | None = None) -> list:

@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 
+from messaging_support import until
 from rocketstore.broker import Broker, BrokerConfig
 from rocketstore.broker.metrics import BUCKETS_S, LatencyHistogram
 from rocketstore.client.producer import Producer
@@ -42,16 +43,6 @@ def select(samples, name: str, **labels: str) -> list[float]:
     return [v for (n, ls), v in samples.items()
             if n == name and all(dict(ls).get(k) == x for k, x in labels.items())]
 
-
-def until(fn, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.05)
 
 
 def test_histogram_quantiles():

@@ -137,6 +137,25 @@ def _ts_ms(value: Any) -> float:
     raise TypeError(type(value).__name__)
 
 
+def time_bounds(f: Filter, lo: int | None, hi: int | None) -> tuple[int | None, int | None] | None:
+    """The inclusive store-time bounds (ms) ``lo``/``hi`` narrowed by the comparison filter
+    ``f`` on ``store_timestamp``; None when its value is not a timestamp (not pushed)."""
+    try:
+        ms = _ts_ms(f.value)   # type: ignore[attr-defined]
+    except TypeError:
+        return None
+    # rows hold whole ms: turn each bound into an inclusive ms bound
+    if isinstance(f, (EqualTo, GreaterThanOrEqual)):
+        lo = max(lo if lo is not None else -(1 << 62), math.ceil(ms))
+    if isinstance(f, GreaterThan):
+        lo = max(lo if lo is not None else -(1 << 62), math.floor(ms) + 1)
+    if isinstance(f, (EqualTo, LessThanOrEqual)):
+        hi = min(hi if hi is not None else 1 << 62, math.floor(ms))
+    if isinstance(f, LessThan):
+        hi = min(hi if hi is not None else 1 << 62, math.ceil(ms) - 1)
+    return lo, hi
+
+
 def _restrict(current: frozenset | None, values: Any) -> frozenset:
     vals = frozenset(values)
     return vals if current is None else current & vals
@@ -202,22 +221,11 @@ class RocketStorePushdownReader(RocketStoreReader):
                 o = o.narrowed(tags=_restrict(o.tags, vals))
             elif col == "store_timestamp" and isinstance(
                     f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
-                try:
-                    ms = _ts_ms(f.value)
-                except TypeError:
+                bounds = time_bounds(f, o.min_ts, o.max_ts)
+                if bounds is None:
                     yield f
                     continue
-                lo, hi = o.min_ts, o.max_ts
-                # rows hold whole ms: turn each bound into an inclusive ms bound
-                if isinstance(f, (EqualTo, GreaterThanOrEqual)):
-                    lo = max(lo if lo is not None else -(1 << 62), math.ceil(ms))
-                if isinstance(f, GreaterThan):
-                    lo = max(lo if lo is not None else -(1 << 62), math.floor(ms) + 1)
-                if isinstance(f, (EqualTo, LessThanOrEqual)):
-                    hi = min(hi if hi is not None else 1 << 62, math.floor(ms))
-                if isinstance(f, LessThan):
-                    hi = min(hi if hi is not None else 1 << 62, math.ceil(ms) - 1)
-                o = o.narrowed(min_ts=lo, max_ts=hi)
+                o = o.narrowed(min_ts=bounds[0], max_ts=bounds[1])
             else:
                 yield f
         self.opts = o

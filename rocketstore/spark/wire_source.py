@@ -7,7 +7,6 @@ brokers for queue bounds.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -67,7 +66,7 @@ class WirePushdownReader(WireReader):
     queue's start by time (every row still checked); other filters are left to Spark."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        from rocketstore.spark.datasource import _restrict, _ts_ms
+        from rocketstore.spark.datasource import _restrict, time_bounds
         o = self.opts
         for f in filters:
             attr: tuple[str, ...] = getattr(f, "attribute", ())
@@ -88,22 +87,11 @@ class WirePushdownReader(WireReader):
                 o = replace(o, tags=_restrict(o.tags, vals))
             elif col == "store_timestamp" and isinstance(
                     f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
-                try:
-                    ms = _ts_ms(f.value)
-                except TypeError:
+                bounds = time_bounds(f, o.min_ts, o.max_ts)
+                if bounds is None:
                     yield f
                     continue
-                lo, hi = o.min_ts, o.max_ts
-                # rows hold whole ms: each bound as an inclusive ms bound
-                if isinstance(f, (EqualTo, GreaterThanOrEqual)):
-                    lo = max(lo if lo is not None else -(1 << 62), math.ceil(ms))
-                if isinstance(f, GreaterThan):
-                    lo = max(lo if lo is not None else -(1 << 62), math.floor(ms) + 1)
-                if isinstance(f, (EqualTo, LessThanOrEqual)):
-                    hi = min(hi if hi is not None else 1 << 62, math.floor(ms))
-                if isinstance(f, LessThan):
-                    hi = min(hi if hi is not None else 1 << 62, math.ceil(ms) - 1)
-                o = replace(o, min_ts=lo, max_ts=hi)
+                o = replace(o, min_ts=bounds[0], max_ts=bounds[1])
             else:
                 yield f
         self.opts = o
