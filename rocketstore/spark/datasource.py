@@ -137,6 +137,18 @@ def _ts_ms(value: Any) -> float:
     raise TypeError(type(value).__name__)
 
 
+def filter_target(f: Filter) -> tuple[str | None, Any]:
+    """The one column filter ``f`` tests (None for a nested or several), and its values
+    when it is = or IN (None otherwise)."""
+    attr: tuple[str, ...] = getattr(f, "attribute", ())
+    col = attr[0] if len(attr) == 1 else None
+    if isinstance(f, EqualTo):
+        return col, (f.value,)
+    if isinstance(f, In):
+        return col, tuple(f.value)
+    return col, None
+
+
 def time_bounds(f: Filter, lo: int | None, hi: int | None) -> tuple[int | None, int | None] | None:
     """The inclusive store-time bounds (ms) ``lo``/``hi`` narrowed by the comparison filter
     ``f`` on ``store_timestamp``; None when its value is not a timestamp (not pushed)."""
@@ -205,13 +217,7 @@ class RocketStorePushdownReader(RocketStoreReader):
         """Take the filters this source answers exactly; yield the others back to Spark."""
         o = self.opts
         for f in filters:
-            attr: tuple[str, ...] = getattr(f, "attribute", ())
-            col = attr[0] if len(attr) == 1 else None
-            vals: Any = None
-            if isinstance(f, EqualTo):
-                vals = (f.value,)
-            elif isinstance(f, In):
-                vals = tuple(f.value)
+            col, vals = filter_target(f)
             if col == "topic" and vals is not None and all(isinstance(v, str) for v in vals):
                 o = o.narrowed(topics=_restrict(o.topics, vals))
             elif col == "queue_id" and vals is not None and all(isinstance(v, int) for v in vals):

@@ -66,16 +66,10 @@ class WirePushdownReader(WireReader):
     queue's start by time (every row still checked); other filters are left to Spark."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        from rocketstore.spark.datasource import _restrict, time_bounds
+        from rocketstore.spark.datasource import _restrict, filter_target, time_bounds
         o = self.opts
         for f in filters:
-            attr: tuple[str, ...] = getattr(f, "attribute", ())
-            col = attr[0] if len(attr) == 1 else None
-            vals: Any = None
-            if isinstance(f, EqualTo):
-                vals = (f.value,)
-            elif isinstance(f, In):
-                vals = tuple(f.value)
+            col, vals = filter_target(f)
             strs = vals is not None and all(isinstance(v, str) and v for v in vals)
             if col == "topic" and strs:
                 o = replace(o, topics=tuple(sorted(frozenset(o.topics) & frozenset(vals))))
