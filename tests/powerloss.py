@@ -144,17 +144,24 @@ class DurableImage:
             snap = Snapshot(self.events, op, self.acked, dict(self.marks),
                             {k: bytes(v) for k, v in self.data.items()},
                             {k: dict(v) for k, v in self.dirs.items()})
+            fresh = set(self.fresh)
         for dirpath, dirnames, names in os.walk(self.root):
             try:
                 snap.current_dirs[dirpath] = self._listing(dirpath)
             except FileNotFoundError:
                 continue
             for name in names:
+                path = os.path.join(dirpath, name)
                 try:
-                    with open(os.path.join(dirpath, name), "rb") as f:
-                        snap.current.setdefault(os.fstat(f.fileno()).st_ino, f.read())
+                    with open(path, "rb") as f:
+                        ino = os.fstat(f.fileno()).st_ino
+                        snap.current.setdefault(ino, f.read())
                 except FileNotFoundError:
                     continue
+                if path in fresh:
+                    # created by another thread after the durable state was copied: an inode
+                    # number it reused must not bring a deleted file's bytes with it
+                    snap.durable.pop(ino, None)
         return snap
 
     # -- crash states ----------------------------------------------------------------------

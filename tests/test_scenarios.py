@@ -92,6 +92,10 @@ def test_concurrent_commit_is_the_smallest_offset_in_flight(broker, transport):
         # one queue holding offsets 0..29 ("create" is offset 0)
         for i in range(29):
             p.send(Message("TM", b"%d" % i), message_queue=mq)
+        # all 30 visible before the first pull, so it brings them in one batch of 30 (sends
+        # return before dispatch: a pull racing it brought 0..7, and no batch began at 10)
+        wait_until(lambda: p.transport.get_max_offset(mq.broker_name, "TM", 0) == 30,
+                   what="the 30 messages dispatched")
     release = threading.Event()
     started = threading.Event()
     done = collections.Counter()
