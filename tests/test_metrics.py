@@ -172,8 +172,13 @@ def test_broker_process_metrics_port(tmp_path):
                                                  topic="ProcT") == [3.0] else None)(scrape(port)),
                   "3 puts counted")
         assert select(s, "rocketstore_put_bytes_total", topic="ProcT") == [6.0]
-        # ASYNC_FLUSH (the default): no send waits for a flush
+        # ASYNC_FLUSH (the default): no send waits for a flush; the flush service's rounds
+        # (every 500 ms) are timed instead
         assert select(s, "rocketstore_flush_wait_seconds_count") == [0.0]
+        s = until(lambda: (lambda s: s if select(s, "rocketstore_commitlog_flush_seconds_count")
+                           [0] >= 1 else None)(scrape(port)), "a timed flush round")
+        p99 = select(s, "rocketstore_commitlog_flush_quantile_seconds", quantile="0.99")
+        assert len(p99) == 1 and 0 < p99[0] < 10
     finally:
         assert broker.stop() == 0, broker.output[-2000:]
         assert ns.stop() == 0

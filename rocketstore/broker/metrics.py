@@ -15,6 +15,9 @@ when someone asks (a Prometheus scrape, ``GET_BROKER_RUNTIME_INFO``), never per 
   the wait instead (it includes the put, a few microseconds). Kept in a log-spaced histogram
   (factor 2 buckets from 1 µs) from which percentiles are interpolated. Under ASYNC_FLUSH no
   send waits for a flush and the histogram stays empty;
+* commit-log flush time: under ASYNC_FLUSH, how long each flush round that synced something
+  took (the flush service reports it, a couple of rounds a second), in the same histogram
+  form; under SYNC_FLUSH the rounds run in C and the flush wait above stands for them;
 * disk use of the store's directories (allocated blocks, so preallocated sparse files count for
   what they really hold) and of the file system, cached for ``DISK_CACHE_S``.
 
@@ -109,6 +112,11 @@ class BrokerMetrics:
         self.get_msgs: dict[tuple[str, str], int] = {}
         self.get_bytes: dict[tuple[str, str], int] = {}
         self.flush_wait = LatencyHistogram()
+        # async flush: how long each commit-log flush round (msync) took
+        self.flush_time = LatencyHistogram()
+        service = getattr(broker.store, "flush_service", None)
+        if service is not None and hasattr(service, "on_synced"):
+            service.on_synced = self.flush_time.add
         self.boot_time_ms = int(time.time() * 1000)
         now = time.monotonic()
         self._older = _Snapshot(now, {}, {})
@@ -283,6 +291,11 @@ class BrokerMetrics:
         for q, label in ((0.5, "P50"), (0.99, "P99"), (0.999, "P999")):
             v = self.flush_wait.quantile(q)
             info[f"flushWait{label}Ms"] = "-" if v is None else f"{v * 1000:.3f}"
+        _, total, _ = self.flush_time.snapshot()
+        info["commitLogFlushCount"] = str(total)
+        for q, label in ((0.5, "P50"), (0.99, "P99"), (0.999, "P999")):
+            v = self.flush_time.quantile(q)
+            info[f"commitLogFlush{label}Ms"] = "-" if v is None else f"{v * 1000:.3f}"
         lags = list(self.lag())
         info["consumerLagTotal"] = str(sum(lag for *_, lag in lags))
         return info
@@ -392,24 +405,28 @@ class _Collector:
         yield lag
         yield off
 
-        counts, total, sum_s = m.flush_wait.snapshot()
-        buckets = []
-        acc = 0
-        for bound, n in zip(BUCKETS_S, counts):
-            acc += n
-            buckets.append((repr(bound), acc))
-        buckets.append(("+Inf", total))
-        h = HistogramMetricFamily("rocketstore_flush_wait_seconds", "SYNC_FLUSH sends: put to "
-                                  "flush acknowledgement", labels=["broker"])
-        h.add_metric([broker], buckets, sum_s)
-        yield h
-        q = GaugeMetricFamily("rocketstore_flush_wait_quantile_seconds", "Flush-wait percentiles "
-                              "interpolated from the histogram", labels=["broker", "quantile"])
-        for p in (0.5, 0.9, 0.99, 0.999):
-            v = m.flush_wait.quantile(p)
-            if v is not None:
-                q.add_metric([broker, str(p)], v)
-        yield q
+        for hist, name, what in (
+                (m.flush_wait, "rocketstore_flush_wait", "SYNC_FLUSH sends: put to flush "
+                 "acknowledgement"),
+                (m.flush_time, "rocketstore_commitlog_flush", "ASYNC_FLUSH: one commit-log "
+                 "flush round (msync)")):
+            counts, total, sum_s = hist.snapshot()
+            buckets = []
+            acc = 0
+            for bound, n in zip(BUCKETS_S, counts):
+                acc += n
+                buckets.append((repr(bound), acc))
+            buckets.append(("+Inf", total))
+            h = HistogramMetricFamily(f"{name}_seconds", what, labels=["broker"])
+            h.add_metric([broker], buckets, sum_s)
+            yield h
+            q = GaugeMetricFamily(f"{name}_quantile_seconds", "Percentiles interpolated from "
+                                  f"{name}_seconds", labels=["broker", "quantile"])
+            for p in (0.5, 0.9, 0.99, 0.999):
+                v = hist.quantile(p)
+                if v is not None:
+                    q.add_metric([broker, str(p)], v)
+            yield q
 
         d = GaugeMetricFamily("rocketstore_disk_used_bytes", "Bytes allocated under each store "
                               "directory", labels=["broker", "dir"])

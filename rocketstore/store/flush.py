@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 
 from rocketstore.store._commitlog import complete_future, done_future, pending_future
@@ -40,10 +41,14 @@ class _FlushBase:
         self.queue = commit_log.mapped_file_queue
         self.checkpoint = checkpoint
         self.syncs = 0                  # flush rounds that synced something (statistics)
+        # called with the seconds of each round that synced something (broker metrics); the
+        # C group commit of sync flush does not come through here
+        self.on_synced: Callable[[float], None] | None = None
         self._thread: threading.Thread | None = None
 
     def _flush(self, least_pages: int) -> int:
         before = self.commit_log.flushed_where
+        t0 = time.perf_counter()
         try:
             flushed = self.queue.flush(least_pages)
         except OSError as e:
@@ -52,6 +57,8 @@ class _FlushBase:
             raise
         if flushed > before:
             self.syncs += 1
+            if self.on_synced is not None:
+                self.on_synced(time.perf_counter() - t0)
             last = self.queue.last_file()
             if last is not None and last.store_timestamp:
                 self.checkpoint.physic_msg_timestamp = last.store_timestamp
