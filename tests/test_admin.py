@@ -109,6 +109,11 @@ def test_topic_lifecycle(cluster, capsys):
     assert "TOPIC_NOT_EXIST" in err and len(err.strip().splitlines()) == 1
     err = admin(capsys, "topicStatus", "-n", ns, "-t", "AdminT1", rc=2)
     assert "TOPIC_NOT_EXIST" in err
+    # its queues went with it (RocketMQ's cleanUnusedTopic): created again, it starts empty
+    admin(capsys, "updateTopic", "-n", ns, "-b", addr, "-t", "AdminT1", "-r", "3", "-w", "3")
+    status = until(lambda: admin_json(capsys, "topicStatus", "-n", ns, "-t", "AdminT1"),
+                   "AdminT1 created again")
+    assert [(s["minOffset"], s["maxOffset"]) for s in status] == [(0, 0)] * 3
 
 
 def test_send_and_query(cluster, capsys):

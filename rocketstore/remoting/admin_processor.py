@@ -111,7 +111,7 @@ class AdminProcessor:
             return cmd.response(ResponseCode.INVALID_PARAMETER,
                                 f"The topic[{topic}] is conflict with system topic.")
         log.info("delete topic %s from %s", topic, conn.peer)
-        await self._blocking(self.broker.store.delete_topic_config, topic)
+        await self._blocking(self.broker.store.delete_topic, topic)
         return cmd.response(ResponseCode.SUCCESS)
 
     def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

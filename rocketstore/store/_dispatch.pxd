@@ -44,6 +44,9 @@ cdef class DispatchCore:
     cdef public int64_t rejected        # records not dispatched because they failed that
     cdef public int64_t crc_from        # records from here on must carry the record CRC
     cdef public object notifier         # woken after records are dispatched (has_waiters)
+    # {topic: commit-log offset}: records of a deleted topic below its offset are not
+    # dispatched (the topic's queues were removed; a re-created topic starts empty)
+    cdef public dict deleted_before
     cdef MappedFile _mf                 # the commit-log file of the last run
     cdef pthread_mutex_t mu             # one dispatcher at a time (thread, inline puts, close)
     # the index (docs/format.md §6): keys of each record go to the service's last file
@@ -61,6 +64,7 @@ cdef class DispatchCore:
     cdef CacheSlot *_lookup(self, const RecordInfo *info) noexcept nogil
     cdef ConsumeQueue _queue_slow(self, const RecordInfo *info)
     cdef void _mark(self, CacheSlot *s) noexcept nogil
+    cdef bint _deleted(self, const RecordInfo *info) except -1
     cdef int _reject(self, const RecordInfo *info) except -1
     cdef void _publish_all(self) noexcept
     cdef void _index_flush(self) noexcept nogil

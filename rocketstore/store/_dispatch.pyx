@@ -92,6 +92,7 @@ cdef class DispatchCore:
         self.reput_offset = reput_offset
         self._cached = []
         self.dispatchers = []
+        self.deleted_before = {}
         self.index_last_phy = -1
         self.crc_from = -1
         memset(self.cache, 0, sizeof(self.cache))
@@ -122,6 +123,17 @@ cdef class DispatchCore:
         self.n_dirty = 0
         self._cached = []
         self._mf = None
+
+    def exclusive(self, fn):
+        """Run ``fn()`` with no dispatch in progress (any thread, inline puts included), then
+        forget the cached queues: what ``fn`` removes is never written to again."""
+        self._acquire()
+        try:
+            self._publish_all()
+            return fn()
+        finally:
+            self.invalidate()
+            pthread_mutex_unlock(&self.mu)
 
     # -- per record ---------------------------------------------------------------------------
 
@@ -504,6 +516,9 @@ cdef class DispatchCore:
             if rc <= 0:
                 break
             tx = info.sys_flag & RS_SYSFLAG_TX_MASK
+            if self.deleted_before and self._lookup(&info) == NULL and self._deleted(&info):
+                self.reput_offset += rc         # a deleted topic's record: nothing to build
+                continue
             if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
                 s = self._lookup(&info)
                 cq = <ConsumeQueue>s.cq if s != NULL else self._queue_slow(&info)
@@ -534,6 +549,15 @@ cdef class DispatchCore:
         self._publish_all()
         self.dispatched += start_budget - budget
         return start_budget - budget
+
+    cdef bint _deleted(self, const RecordInfo *info) except -1:
+        """The record belongs to a topic deleted after it was written. Checked only where the
+        queue is not cached: queues of a deleted topic leave the cache at deletion, and a
+        record that predates the deletion never follows one of the re-created topic."""
+        if not valid_topic(info.topic, info.topic_len):
+            return False
+        cut = self.deleted_before.get(info.topic[:info.topic_len].decode("ascii"))
+        return cut is not None and info.phy_offset < cut
 
     cdef int _reject(self, const RecordInfo *info) except -1:
         from rocketstore.store import integrity

@@ -176,6 +176,7 @@ class CleanupService:
             self.store.commit_log_queue.release_retired(self.retire_grace_s)
             for cq in self.store.consume_queues.queues():
                 cq.mapped_file_queue.release_retired(self.retire_grace_s)
+            self.store.consume_queues.release_removed(self.retire_grace_s)
             self.store.index_service.release_retired(self.retire_grace_s)
             result = CleanResult()
             self._clean_commit_log(result, force)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 
 from collections.abc import Iterator
@@ -76,6 +77,7 @@ class ConsumeQueueStore:
         self._queues: dict[str, dict[int, ConsumeQueue]] = {}
         self._lock = threading.Lock()
         self.damaged = False        # load() dropped files: rebuild from the commit log
+        self._removed: list[ConsumeQueue] = []     # a deleted topic's, mappings retired
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -173,7 +175,32 @@ class ConsumeQueueStore:
         for q in self.queues():
             q.flush(least_pages)
 
+    def remove_topic(self, topic: str) -> list[int]:
+        """Remove every queue of ``topic`` (RocketMQ's ``cleanUnusedTopic``): files unlinked
+        and the directory removed now, mappings released by ``release_removed`` later (a
+        reader may be inside one). Call with no dispatch running. Returns the queue ids."""
+        with self._lock:
+            per_topic = self._queues.pop(topic, {})
+        for q in per_topic.values():
+            q.mapped_file_queue.retire_all()
+            self._removed.append(q)
+        tdir = os.path.join(self.root, topic)
+        if os.path.isdir(tdir):
+            shutil.rmtree(tdir, ignore_errors=True)
+            fsync_dir(self.root)
+        return sorted(per_topic)
+
+    def release_removed(self, grace_s: float = 0.0) -> int:
+        """Release the retired mappings of removed queues deleted ``grace_s`` seconds ago."""
+        n = 0
+        for q in list(self._removed):
+            n += q.mapped_file_queue.release_retired(grace_s)
+            if not q.mapped_file_queue.retired_count:
+                self._removed.remove(q)
+        return n
+
     def close(self) -> None:
         for q in self.queues():
             q.close()
         self._queues = {}
+        self.release_removed()

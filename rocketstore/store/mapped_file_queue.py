@@ -313,6 +313,21 @@ class MappedFileQueue:
             self._retired.append((time.monotonic(), mf))
         return True
 
+    def retire_all(self) -> int:
+        """Take every file out of the queue, unlink it and retire its mapping (the queue of a
+        deleted topic); ``release_retired`` unmaps them later. Returns how many."""
+        with self._files_lock:
+            files, self.files = self.files, []
+        now = time.monotonic()
+        for mf in files:
+            try:
+                os.unlink(mf.path)
+            except FileNotFoundError:
+                pass
+        with self._files_lock:
+            self._retired.extend((now, mf) for mf in files)
+        return len(files)
+
     def release_retired(self, grace_s: float = 0.0) -> int:
         """Release the mappings of files deleted at least ``grace_s`` seconds ago (pinned
         ones unmap when their last view goes). Returns how many were released."""

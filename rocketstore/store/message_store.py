@@ -50,6 +50,7 @@ from rocketstore.errors import (CorruptionError, DispatchStalledError, InvalidAr
                                 StoreReadOnlyError, TopicPermissionError)
 from rocketstore.store.configfile import ConfigFile
 from rocketstore.store.mapped_file_queue import MappedFileQueue
+from rocketstore.store.names import check_name
 from rocketstore.store.offsets import ConsumerOffsetManager
 from rocketstore.store.status import BoundaryType, GetMessageStatus
 from rocketstore.store.topics import TopicConfig, TopicConfigManager
@@ -94,6 +95,20 @@ def _decode_record_crc(doc: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < -1:
         raise ValueError(f"recordCrcFrom is {v!r}, not an offset or -1")
     return v
+
+
+DELETED_TOPICS_FILE = "deletedTopics.json"   # ours: {topic: offset} of deleted topics (config/)
+
+
+def _decode_deleted_topics(doc: Any) -> dict[str, int]:
+    if not isinstance(doc, dict):
+        raise ValueError("not an object of topic: offset")
+    out = {}
+    for k, v in doc.items():
+        if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{k!r}: {v!r} is not a topic and an offset")
+        out[k] = v
+    return out
 
 
 class QueueInfo(NamedTuple):
@@ -282,6 +297,9 @@ class MessageStore:
                 self.dispatch_core.set_index(self.index_service)
             self._record_crc = ConfigFile(os.path.join(paths.config_dir(root), RECORD_CRC_FILE))
             self._set_record_crc_from(self._load_record_crc_from())
+            self._deleted_topics = ConfigFile(os.path.join(paths.config_dir(root),
+                                                           DELETED_TOPICS_FILE))
+            self.dispatch_core.deleted_before = self._load_deleted_topics()
             self.dispatch_service = DispatchService(self.dispatch_core,
                                                     self.commit_log.get_max_offset,
                                                     self.commit_log, self.notifier)
@@ -524,6 +542,13 @@ class MessageStore:
         if start != self._load_record_crc_from():
             self._record_crc.persist({"recordCrcFrom": start})
         self._set_record_crc_from(start)
+
+    def _load_deleted_topics(self) -> dict[str, int]:
+        try:
+            return self._deleted_topics.load(_decode_deleted_topics) or {}
+        except CorruptionError as e:
+            log.warning("%s; deleted topics are not filtered", e)
+            return {}
 
     def bad_records(self) -> list[tuple[int, str]]:
         """(commit-log offset, reason) of every record of this store that failed its integrity
@@ -800,6 +825,37 @@ class MessageStore:
         self.topic_config_manager.delete(topic)
         self.commit_log.set_topic_rule(topic, None)
         self._read_forbidden.discard(topic)
+
+    def delete_topic(self, topic: str) -> list[int]:
+        """Delete ``topic`` as RocketMQ's ``deleteTopic`` does on a broker: its configuration,
+        its consume queues and the next offset of each queue (``cleanUnusedTopic``). Its
+        records stay in the commit log until retention removes them, but are never served or
+        dispatched again: a topic created later under the name starts at queue offset 0,
+        across reopens and crash recovery too. Committed consumer offsets are kept, as in
+        RocketMQ. Stop producing to the topic first: a put racing the deletion may land in
+        either. Returns the ids of the queues removed."""
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(self.root)
+        check_name("topic", topic)
+        self.delete_topic_config(topic)
+        self.dispatch_service.do_dispatch()     # its queues take what was put so far
+
+        def remove() -> list[int]:
+            cut = self.commit_log.get_max_offset()
+            removed = self.consume_queues.remove_topic(topic)
+            deleted = {t: off for t, off in self.dispatch_core.deleted_before.items()
+                       if off > max(0, self.commit_log.get_min_offset())}
+            deleted[topic] = cut
+            self._deleted_topics.persist(deleted)
+            self.dispatch_core.deleted_before = deleted
+            for (t, qid) in list(self.commit_log.queue_offsets()):
+                if t == topic:
+                    self.commit_log.set_queue_offset(topic, qid, 0)
+            return removed
+        removed = self.dispatch_core.exclusive(remove)
+        log.info("%s: topic %s deleted (%d queues)", self.root, topic, len(removed))
+        return removed
 
     def list_topics(self) -> list[str]:
         """Topics with at least one consume queue (messages were stored), sorted; configured

@@ -1,0 +1,69 @@
+"""``MessageStore.delete_topic``: RocketMQ's deleteTopic (config, consume queues, queue offsets).
+
+A topic created again under the deleted name starts empty at queue offset 0 -- right away, after
+a clean reopen and after crash recovery, which re-dispatches the commit log (where the deleted
+topic's records still are) and must not bring them back.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.errors import InvalidNameError, StoreReadOnlyError
+from rocketstore.store.topics import TopicConfig
+
+CFG = dict(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=40 * 20)
+
+
+def _bodies(store, topic, qid):
+    r = store.get_message("g", topic, qid, 0, 100)
+    return [(m.queue_offset, bytes(m.body)) for m in r.messages]
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["dispatch-thread", "inline"])
+def test_a_deleted_topic_is_gone_and_starts_again_at_zero(tmp_path, inline):
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, StoreConfig(**CFG, dispatch_inline=inline)) as s:
+        s.update_topic_config(TopicConfig("Gone", 2, 2))
+        for i in range(30):
+            s.put_message(Message("Gone", b"old-%d" % i, keys=f"k{i}"), i % 2)
+            s.put_message(Message("Kept", b"kept-%d" % i), 0)
+        assert s.wait_dispatched(10)
+        assert s.delete_topic("Gone") == [0, 1]
+        assert s.topic_config_manager.get("Gone") is None
+        assert "Gone" not in s.list_topics() and "Kept" in s.list_topics()
+        assert not os.path.exists(os.path.join(root, "consumequeue", "Gone"))
+        assert s.get_max_offset_in_queue("Gone", 0) == 0
+        assert _bodies(s, "Gone", 0) == []
+        r = s.put_message(Message("Gone", b"new-0"), 0)
+        assert r.queue_offset == 0
+        assert s.wait_dispatched(10, until=r)
+        assert _bodies(s, "Gone", 0) == [(0, b"new-0")]
+        assert len(_bodies(s, "Kept", 0)) == 30        # other topics untouched
+    # a clean reopen: the old records are still in the commit log, not in the queue
+    with MessageStore.open(root, StoreConfig(**CFG)) as s:
+        assert _bodies(s, "Gone", 0) == [(0, b"new-0")]
+        assert _bodies(s, "Gone", 1) == []
+        assert s.put_message(Message("Gone", b"new-1"), 0).queue_offset == 1
+    # crash recovery re-dispatches the whole log: the deleted records stay deleted
+    open(os.path.join(root, "abort"), "w").close()
+    with MessageStore.open(root, StoreConfig(**CFG)) as s:
+        assert not s.recovery["last_exit_ok"]
+        assert s.recovery["redispatched_from"] == 0      # over the deleted records too
+        assert _bodies(s, "Gone", 0) == [(0, b"new-0"), (1, b"new-1")]
+        assert _bodies(s, "Gone", 1) == []
+        assert len(_bodies(s, "Kept", 0)) == 30
+
+
+def test_delete_topic_refuses_bad_names_and_read_only_stores(tmp_path):
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, StoreConfig(**CFG)) as s:
+        s.put_message(Message("T", b"x"), 0)
+        with pytest.raises(InvalidNameError):
+            s.delete_topic("bad\udc80")
+        assert s.delete_topic("NeverThere") == []
+    with MessageStore.open(root, StoreConfig(**CFG), read_only=True) as r:
+        with pytest.raises(StoreReadOnlyError):
+            r.delete_topic("T")
