@@ -7,6 +7,8 @@ topic's records still are) and must not bring them back.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -67,3 +69,18 @@ def test_delete_topic_refuses_bad_names_and_read_only_stores(tmp_path):
     with MessageStore.open(root, StoreConfig(**CFG), read_only=True) as r:
         with pytest.raises(StoreReadOnlyError):
             r.delete_topic("T")
+
+
+def test_verify_does_not_count_a_deleted_topics_records_as_missing_units(tmp_path):
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, StoreConfig(**CFG)) as s:
+        for i in range(10):
+            s.put_message(Message("Gone", b"old-%d" % i), 0)
+            s.put_message(Message("Kept", b"kept-%d" % i), 0)
+        assert s.wait_dispatched(10)
+        s.delete_topic("Gone")
+        s.put_message(Message("Gone", b"new"), 0)
+    out = subprocess.run([sys.executable, "-m", "rocketstore", "verify", root],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.rstrip().endswith(": OK")
