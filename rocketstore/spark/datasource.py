@@ -30,14 +30,13 @@ from typing import Any
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
                                     EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
                                     InputPartition, LessThan, LessThanOrEqual)
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from rocketstore.errors import InvalidOptionError
 from rocketstore.spark.arrow import SCHEMA_DDL
 from rocketstore.spark.wire import WIRE_SCHEMA_DDL
-from rocketstore.spark.progress import advance_offsets
+from rocketstore.spark.stream import BoundedStreamProgress
 from rocketstore.store.storedir import list_queues
 from rocketstore.spark.scan import (MAX_TAGS, ScanOptions, Split, open_reader,
                                     parse_queue_key, plan, queue_key, read_split)
@@ -239,7 +238,8 @@ class RocketStorePushdownReader(RocketStoreReader):
 
 # -- streaming -----------------------------------------------------------------------------------
 
-class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class RocketStoreStreamReader(BoundedStreamProgress, DataSourceStreamReader,
+                              SupportsTriggerAvailableNow):
     """Micro-batches over every selected queue; an offset is ``{"topic/queue": next offset}``.
 
     The driver keeps the store open read-only for the query and follows the writer (new
@@ -254,18 +254,11 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self.opts = ScanOptions.from_options(options)
         o = {str(k).lower(): v for k, v in options.items()}
         self.starting = str(o.get("startingoffsets", "earliest")).strip()
-        max_rows = o.get("maxrowsperbatch")
-        try:
-            self.max_rows = int(max_rows) if max_rows is not None else None
-        except ValueError:
-            raise InvalidOptionError("maxRowsPerBatch", max_rows, "expected an integer") from None
-        if self.max_rows is not None and self.max_rows < 1:
-            raise InvalidOptionError("maxRowsPerBatch", max_rows, "must be at least 1")
+        self._read_limit_option(o)
         if self.starting not in ("earliest", "latest") and not self.starting.startswith("{"):
             raise InvalidOptionError("startingOffsets", self.starting,
                                      'expected "earliest", "latest" or JSON {"topic/queue": offset}')
         self._store = None
-        self._target: dict[str, int] | None = None
 
     def _open(self):
         if self._store is None:
@@ -295,19 +288,6 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         for k in given:
             parse_queue_key(k)
         return {k: given.get(k, lo) for k, (lo, hi) in bounds.items()} | given
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_rows) if self.max_rows is not None else ReadAllAvailable()
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {k: hi for k, (lo, hi) in self._bounds().items()}
-
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else None
-        return advance_offsets(start, self._bounds(), self._target, max_rows)
-
-    def reportLatestOffset(self) -> dict | None:
-        return {k: hi for k, (lo, hi) in self._bounds().items()}
 
     def partitions(self, start: dict, end: dict) -> Sequence[StorePartition]:
         parts = []

@@ -14,13 +14,12 @@ from typing import Any
 from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, EqualTo, Filter,
                                     GreaterThan, GreaterThanOrEqual, In, InputPartition,
                                     LessThan, LessThanOrEqual)
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from rocketstore.client.tcp import TcpTransport
 from rocketstore.errors import InvalidOptionError
-from rocketstore.spark.progress import advance_offsets
-from rocketstore.spark.scan import MAX_TAGS, _int
+from rocketstore.spark.stream import BoundedStreamProgress
+from rocketstore.spark.scan import MAX_TAGS
 from rocketstore.spark.wire import (Offsets, WireOptions, WireSplit, discover, offsets_from_json,
                                     offsets_to_json, open_transport, plan, queue_bounds,
                                     read_split, resolve, splits)
@@ -91,7 +90,8 @@ class WirePushdownReader(WireReader):
         self.opts = o
 
 
-class WireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class WireStreamReader(BoundedStreamProgress, DataSourceStreamReader,
+                       SupportsTriggerAvailableNow):
     """Micro-batches over every selected queue of every broker of the topics.
 
     An offset is JSON ``{"topic": {"broker": {"queue": next offset}}}``; Spark's checkpoint
@@ -109,9 +109,8 @@ class WireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if "endingoffsets" in o:
             raise InvalidOptionError("endingOffsets", o["endingoffsets"],
                                      "a streaming read has no end: use a batch read")
-        self.max_rows = _int(o, "maxrowsperbatch", minimum=1)
+        self._read_limit_option(o)
         self._transport: TcpTransport | None = None
-        self._target: Offsets | None = None
 
     def _bounds(self) -> dict[tuple[str, str, int], tuple[int, int]]:
         if self._transport is None:
@@ -122,19 +121,11 @@ class WireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         return offsets_to_json(resolve(self.opts.starting, self._bounds(), "earliest"))
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_rows) if self.max_rows is not None else ReadAllAvailable()
+    def _decode(self, offsets: dict) -> Offsets:
+        return offsets_from_json(offsets)
 
-    def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {k: hi for k, (lo, hi) in self._bounds().items()}
-
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else None
-        end = advance_offsets(offsets_from_json(start), self._bounds(), self._target, max_rows)
-        return offsets_to_json(end)
-
-    def reportLatestOffset(self) -> dict | None:
-        return offsets_to_json({k: hi for k, (lo, hi) in self._bounds().items()})
+    def _encode(self, offsets: Offsets) -> dict:   # type: ignore[override]
+        return offsets_to_json(offsets)
 
     def partitions(self, start: dict, end: dict) -> Sequence[WirePartition]:
         return [WirePartition(s, self.opts) for s in
