@@ -11,13 +11,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 from rocketstore.common.constants import SYS_GROUP_PREFIX
-from rocketstore.store.configfile import ConfigFile
-from rocketstore.store.topics import DataVersion, _version_from_bean
+from rocketstore.store.topics import DataVersion, VersionedConfigTable, _version_from_bean
 
 log = logging.getLogger("rocketstore.broker.subscription")
 
@@ -86,25 +84,14 @@ def _decode(doc: Any) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:
             _version_from_bean(doc.get("dataVersion")))
 
 
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(VersionedConfigTable):
     """Subscription group configs by name, persisted to ``subscriptionGroup.json`` on change."""
 
     def __init__(self, config_dir: str | os.PathLike[str], auto_create: bool = True) -> None:
-        self._file = ConfigFile(os.path.join(os.fspath(config_dir), SUBSCRIPTION_GROUP_FILE))
+        super().__init__(os.path.join(os.fspath(config_dir), SUBSCRIPTION_GROUP_FILE))
         self.auto_create = auto_create
-        self._lock = threading.RLock()
         self._table: dict[str, SubscriptionGroupConfig] = {
             g: SubscriptionGroupConfig(g) for g in PRECREATED_GROUPS}
-        self._data_version = DataVersion()
-
-    @property
-    def path(self) -> str:
-        return self._file.path
-
-    @property
-    def data_version(self) -> DataVersion:
-        with self._lock:
-            return self._data_version
 
     def load(self) -> bool:
         """Merge the file's groups over the pre-created ones (the file wins)."""
@@ -119,8 +106,7 @@ class SubscriptionGroupManager:
     def persist(self) -> None:
         with self._lock:
             self._file.persist({
-                "dataVersion": {"counter": self._data_version.counter,
-                                "timestamp": self._data_version.timestamp},
+                "dataVersion": self._version_bean(),
                 "subscriptionGroupTable": {n: _to_bean(c) for n, c in self._table.items()}})
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:

@@ -224,7 +224,31 @@ def _decode(doc: Any) -> _Decoded:
     return table, _version_from_bean(doc.get("dataVersion")), extra
 
 
-class TopicConfigManager:
+class VersionedConfigTable:
+    """A table kept in one metadata JSON file under a data version (``topics.json``,
+    ``subscriptionGroup.json``): the file, the lock and the version the managers share."""
+
+    def __init__(self, path: str) -> None:
+        self._file = ConfigFile(path)
+        self._lock = threading.RLock()
+        self._data_version = DataVersion()
+
+    @property
+    def path(self) -> str:
+        """The JSON file's path."""
+        return self._file.path
+
+    @property
+    def data_version(self) -> DataVersion:
+        """The current data version (bumped by every change)."""
+        with self._lock:
+            return self._data_version
+
+    def _version_bean(self) -> dict[str, Any]:
+        return _version_to_bean(self._data_version)
+
+
+class TopicConfigManager(VersionedConfigTable):
     """Topic configurations by name, persisted to ``topics.json`` on every change.
 
     Parameters
@@ -250,24 +274,11 @@ class TopicConfigManager:
 
     def __init__(self, config_dir: str | os.PathLike[str]) -> None:
         self.config_dir = os.fspath(config_dir)
-        self._file = ConfigFile(os.path.join(self.config_dir, TOPICS_FILE))
-        self._lock = threading.RLock()
+        super().__init__(os.path.join(self.config_dir, TOPICS_FILE))
         self._table: dict[str, TopicConfig] = {}
-        self._data_version = DataVersion()
         self._extra: dict[str, Any] = {}
         # called after every change (a broker re-registers with its NameServers at once)
         self.listeners: list[Callable[[], None]] = []
-
-    @property
-    def path(self) -> str:
-        """The ``topics.json`` path."""
-        return self._file.path
-
-    @property
-    def data_version(self) -> DataVersion:
-        """The current data version (bumped by every change)."""
-        with self._lock:
-            return self._data_version
 
     def get(self, topic: str) -> TopicConfig | None:
         """The topic's configuration, or None when it does not exist."""
@@ -352,7 +363,7 @@ class TopicConfigManager:
         """Write ``topics.json`` now (atomic; see ``ConfigFile.persist``)."""
         with self._lock:
             doc = dict(self._extra)
-            doc["dataVersion"] = _version_to_bean(self._data_version)
+            doc["dataVersion"] = self._version_bean()
             doc["topicConfigTable"] = {name: _config_to_bean(config)
                                        for name, config in self._table.items()}
             self._file.persist(doc)
