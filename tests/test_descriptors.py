@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.store._mapped import MappedFile
 
 

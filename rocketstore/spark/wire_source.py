@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, EqualTo, Filter,
-                                    GreaterThan, GreaterThanOrEqual, In, InputPartition,
+                                    GreaterThan, GreaterThanOrEqual, InputPartition,
                                     LessThan, LessThanOrEqual)
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 

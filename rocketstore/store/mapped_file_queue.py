@@ -175,7 +175,6 @@ class MappedFileQueue:
         if not self.files:
             makedirs_durable(self.store_path)
         if self.allocator is not None:
-            nxt = os.path.join(self.store_path, offset_to_file_name(start_offset + self.file_size))
             mf = self.allocator.get(path, self.file_size, extent=self.extent)
             self._preallocate_after(mf)
         else:
