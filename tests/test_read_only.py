@@ -437,3 +437,43 @@ def test_read_only_follows_writer_started_after_open(tmp_path):
         ro.close()
         if w is not None:
             w.kill()
+
+
+
+def test_read_only_never_skips_units_the_writer_added_while_it_listed_files(tmp_path):
+    """A reader scans the end of the queue's last file, then lists the directory for new files.
+    If the writer filled that file and created the next one in between, the reader must not
+    take the new file's start as the queue's end while it holds the old file short: the units
+    it has not seen were answered OFFSET_FOUND_NULL with next_begin_offset past them, and a
+    tailing consumer skipped them (seen in CI: a tail jumped from 176 to 180)."""
+    root = str(tmp_path / "store")
+    w = MessageStore.open(root, CONFIG)
+    try:
+        for i in range(75):                      # files of 20 units: the 4th holds 60..74
+            w.put_message(Message("Mid", body(i)), 0)
+        assert w.wait_dispatched(10)
+        ro = MessageStore.open(root, CONFIG, read_only=True)
+        try:
+            assert ro.get_max_offset_in_queue("Mid", 0) == 75
+            mfq = ro.consume_queues.find("Mid", 0).mapped_file_queue
+            listing = mfq.refresh_files
+
+            def writer_moves_on_first():
+                # between the reader's scan of its last file and this listing
+                for i in range(75, 81):
+                    w.put_message(Message("Mid", body(i)), 0)
+                assert w.wait_dispatched(10)
+                return listing()
+            mfq.refresh_files = writer_moves_on_first
+            try:
+                r = ro.get_message("tailer", "Mid", 0, 75)
+            finally:
+                del mfq.refresh_files
+            assert r.status is S.FOUND and r.messages[0].queue_offset == 75, r
+            got = tail(ro, "Mid", 0, 6, start=75, settled=True)
+            assert [m.queue_offset for m in got] == list(range(75, 81))
+            assert [bytes(m.body) for m in got] == [body(i) for i in range(75, 81)]
+        finally:
+            ro.close()
+    finally:
+        w.close()

@@ -462,14 +462,25 @@ cdef class ConsumeQueue:
             # deleted this file and wrote it again (another inode): refresh_files remaps it
         # a file before the last is full; one we hold short was rewritten by a restarted
         # writer (remapped here, from it on) or scanned while being written (scanned again)
-        short = [mf for mf in mfq.files[:-1] if mf.committed_pos < self.file_size]
+        files = mfq.files
+        short = [mf for mf in files[:len(files) - 1] if mf.committed_pos < self.file_size]
         if short:
             mfq.remap_replaced(short)
-            for mf in mfq.files[:-1]:
+            files = mfq.files
+            for mf in files[:len(files) - 1]:
                 if mf.committed_pos < self.file_size:
                     self._scan_end(mf)
-        for mf in mfq.refresh_files():
+        added = mfq.refresh_files()
+        for mf in added:
             self._scan_end(mf)
+        if added:
+            # the writer may have filled the old last file between its scan above and the
+            # listing: a unit left unseen there would be skipped (OFFSET_FOUND_NULL) once
+            # the new file's start counts as the queue's end
+            files = mfq.files
+            for mf in files[max(0, len(files) - len(added) - 1):len(files) - 1]:
+                if mf.committed_pos < self.file_size:
+                    self._scan_end(mf)
         self._attach_last()
 
     def flush(self, int least_pages=0):
