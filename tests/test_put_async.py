@@ -141,3 +141,22 @@ def test_transform_gives_the_future_its_value_after_the_sync(store_dir):
         set_sync_hook(None)
         g = store.put_messages_async([Message("T", b"y")] * 3, 1, transform=lambda r: r.msg_count)
         assert g.result(5) == 3
+
+
+def test_futures_fall_back_to_plain_futures_on_an_unknown_future_layout(store_dir, monkeypatch):
+    """On a Python whose Future keeps its state elsewhere (checked once at import), puts hand
+    out plain concurrent.futures.Futures and complete them through set_result: same results."""
+    import concurrent.futures as cf
+
+    from rocketstore.store import _commitlog
+    assert _commitlog._FAST_FUTURES is True          # CPython 3.8-3.13: the fast path
+    monkeypatch.setattr(_commitlog, "_FAST_FUTURES", False)
+    with MessageStore.open(store_dir, _sync_cfg()) as store:
+        futs = [store.put_message_async(Message("T", b"m%d" % i)) for i in range(20)]
+        batch = store.put_messages_async([Message("T", b"b%d" % i) for i in range(5)])
+        assert all(type(f) is cf.Future for f in futs + [batch])
+        results = [f.result(5) for f in futs]
+        assert [r.queue_offset for r in results] == list(range(20))
+        assert batch.result(5).queue_offset == 20 and batch.result(5).msg_count == 5
+        assert all(r.commitlog_offset + r.wrote_bytes <= store.commit_log.flushed_where
+                   for r in results)

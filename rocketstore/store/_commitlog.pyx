@@ -1454,10 +1454,32 @@ cdef class _CopyGuard:
 # -- futures of durable puts -----------------------------------------------------------------
 
 from concurrent.futures import Future as _Future, InvalidStateError as _InvalidStateError
-from concurrent.futures._base import (PENDING as _F_PENDING, FINISHED as _F_FINISHED,
-                                      CANCELLED as _F_CANCELLED,
-                                      CANCELLED_AND_NOTIFIED as _F_CANCELLED_AND_NOTIFIED)
 import threading as _threading
+
+try:
+    from concurrent.futures._base import (PENDING as _F_PENDING, FINISHED as _F_FINISHED,
+                                          CANCELLED as _F_CANCELLED,
+                                          CANCELLED_AND_NOTIFIED as _F_CANCELLED_AND_NOTIFIED)
+except ImportError:         # not CPython's layout: plain futures below
+    _F_PENDING, _F_FINISHED, _F_CANCELLED, _F_CANCELLED_AND_NOTIFIED = (
+        "PENDING", "FINISHED", "CANCELLED", "CANCELLED_AND_NOTIFIED")
+
+
+def _future_layout_known():
+    """Whether ``Future`` keeps its state in the attributes AckFuture relies on (CPython
+    3.8-3.13 do); another Python gets plain futures instead of a wrong fast path."""
+    try:
+        f = _Future()
+        known = (f._state is _F_PENDING and f._result is None and f._exception is None
+                 and f._waiters == [] and f._done_callbacks == []
+                 and isinstance(f._condition, type(_threading.Condition())))
+        f.set_result(1)
+        return known and f._state is _F_FINISHED and f._result == 1
+    except Exception:       # noqa: BLE001 - any surprise means: do not rely on it
+        return False
+
+
+_FAST_FUTURES = _future_layout_known()
 
 
 class AckFuture(_Future):
@@ -1497,8 +1519,15 @@ class AckFuture(_Future):
 
 
 cdef object _new_future(object state, object value):
-    cdef object f = AckFuture.__new__(AckFuture)
-    cdef dict d = f.__dict__
+    cdef object f
+    cdef dict d
+    if not _FAST_FUTURES:
+        f = _Future()
+        if state is _F_FINISHED:
+            f.set_result(value)
+        return f
+    f = AckFuture.__new__(AckFuture)
+    d = f.__dict__
     d["_state"] = state
     d["_result"] = value
     d["_exception"] = None
@@ -1525,7 +1554,7 @@ def complete_future(fut, value):
     stores below runs Python code or lets go of the GIL: the check-and-set is atomic without a
     lock. Any other future goes through ``set_result``."""
     cdef dict d
-    if type(fut) is AckFuture:
+    if _FAST_FUTURES and type(fut) is AckFuture:
         d = fut.__dict__
         if "_condition" not in d:
             if d["_state"] is not _F_PENDING:
