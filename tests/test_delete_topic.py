@@ -84,3 +84,56 @@ def test_verify_does_not_count_a_deleted_topics_records_as_missing_units(tmp_pat
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.rstrip().endswith(": OK")
+
+
+def test_puts_racing_delete_topic_land_either_in_the_deleted_topic_or_the_new_one(tmp_path):
+    """A put concurrent with ``delete_topic`` either is deleted with the topic or is the new
+    topic's, at the offset it was given: never an old offset in the new queue (which would put
+    fillers before it, and tell the producer an offset its consumers never see)."""
+    import threading
+    import time
+    root = str(tmp_path / "s")
+    # files large enough that dispatch keeps up with the producer (no file per 40 units)
+    cfg = StoreConfig(mapped_file_size_commit_log=4 << 20, mapped_file_size_consume_queue=20 * 20_000)
+    with MessageStore.open(root, cfg) as s:
+        results: list = []
+        stop = threading.Event()
+
+        def produce():
+            for i in range(300_000):                    # bounded: ~30 MB at most
+                if stop.is_set():
+                    break
+                results.append(s.put_message(Message("Race", b"r-%d" % i), 0))
+                if i % 64 == 0:
+                    time.sleep(0)                       # let the deleting thread have the GIL
+        t = threading.Thread(target=produce)
+        t.start()
+        deletions = 0
+        try:
+            while t.is_alive() and deletions < 10:
+                s.delete_topic("Race")
+                deletions += 1
+                n = len(results)
+                while len(results) < n + 100 and t.is_alive():
+                    time.sleep(0.001)                   # puts land between deletions
+        finally:
+            stop.set()
+            t.join(30)
+        assert deletions == 10, deletions
+        assert s.wait_dispatched(10)
+        got = []
+        off = 0
+        while True:
+            r = s.get_message("g", "Race", 0, off, 256)
+            if not r.messages:
+                break
+            got.extend(r.messages)
+            off = r.next_begin_offset
+        assert got, "the puts after the last deletion are in the queue"
+        # the queue holds offsets 0..n-1, each where its unit is, no fillers
+        assert [m.queue_offset for m in got] == list(range(len(got)))
+        assert s.get_max_offset_in_queue("Race", 0) == len(got)
+        # ... and they are exactly the last puts, with the offsets the producer was told
+        tail = results[-len(got):]
+        assert [m.commitlog_offset for m in got] == [r.commitlog_offset for r in tail]
+        assert [r.queue_offset for r in tail] == list(range(len(got)))

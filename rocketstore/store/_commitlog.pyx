@@ -772,6 +772,15 @@ cdef class CommitLog:
     cdef inline void _unlock(self) noexcept:
         pthread_mutex_unlock(&self.put_lock)
 
+    def under_put_lock(self, fn):
+        """Run ``fn()`` with no put in progress: none lands or takes a queue offset until it
+        returns (deleting a topic reads the log's end and resets the topic's offsets)."""
+        self._lock()
+        try:
+            return fn()
+        finally:
+            self._unlock()
+
     # -- queue offsets ---------------------------------------------------------------------
 
     cdef _QueueOffsets _queues(self, str topic):

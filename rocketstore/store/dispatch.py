@@ -112,11 +112,14 @@ class DispatchService:
         return max(0, self.bound() - self.core.reput_offset)
 
     def do_dispatch(self) -> int:
-        """Dispatch everything up to the bound now (any thread); returns records dispatched."""
+        """Dispatch everything readable at the call (any thread); returns records dispatched.
+        Puts that land meanwhile are left for the next call: a caller never chases a producer
+        faster than dispatch."""
         with self.lock:
             n = 0
+            target = self.bound()
             while True:
-                done = self.core.dispatch(self.bound(), 1 << 16, self.follow)
+                done = self.core.dispatch(target, 1 << 16, self.follow)
                 n += done
                 if done == 0:
                     break

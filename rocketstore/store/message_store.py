@@ -832,8 +832,8 @@ class MessageStore:
         records stay in the commit log until retention removes them, but are never served or
         dispatched again: a topic created later under the name starts at queue offset 0,
         across reopens and crash recovery too. Committed consumer offsets are kept, as in
-        RocketMQ. Stop producing to the topic first: a put racing the deletion may land in
-        either. Returns the ids of the queues removed."""
+        RocketMQ. A put racing the deletion lands in either: deleted with the old topic, or
+        the new topic's at the offset its result says. Returns the ids of the queues removed."""
         self._check_open()
         if self.read_only:
             raise StoreReadOnlyError(self.root)
@@ -841,17 +841,23 @@ class MessageStore:
         self.delete_topic_config(topic)
         self.dispatch_service.do_dispatch()     # its queues take what was put so far
 
-        def remove() -> list[int]:
+        def cut_and_reset() -> int:
+            # atomic with respect to puts: a record before the cut took an old offset and is
+            # deleted with the topic, one after it takes an offset of the new topic
             cut = self.commit_log.get_max_offset()
+            for (t, qid) in list(self.commit_log.queue_offsets()):
+                if t == topic:
+                    self.commit_log.set_queue_offset(topic, qid, 0)
+            return cut
+
+        def remove() -> list[int]:
+            cut = self.commit_log.under_put_lock(cut_and_reset)
             removed = self.consume_queues.remove_topic(topic)
             deleted = {t: off for t, off in self.dispatch_core.deleted_before.items()
                        if off > max(0, self.commit_log.get_min_offset())}
             deleted[topic] = cut
             self._deleted_topics.persist(deleted)
             self.dispatch_core.deleted_before = deleted
-            for (t, qid) in list(self.commit_log.queue_offsets()):
-                if t == topic:
-                    self.commit_log.set_queue_offset(topic, qid, 0)
             return removed
         removed = self.dispatch_core.exclusive(remove)
         log.info("%s: topic %s deleted (%d queues)", self.root, topic, len(removed))
