@@ -15,7 +15,7 @@ from rocketstore.errors import (CorruptionError, InvalidArgumentError, InvalidAr
                                 InvalidConfigError, InvalidMessageError, RocketStoreError)
 from test_cli import run
 
-CFG = StoreConfig(mapped_file_size_commit_log=64 * 1024, dispatch_inline=True)
+CFG = StoreConfig(mapped_file_size_commit_log=64 * 1024)
 BAD = "bad\udc80"               # a lone surrogate: what surrogateescape decoding leaves
 
 # (case, call on an open store, error class, text the message must hold)
@@ -85,6 +85,7 @@ def store(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("bad-input") / "store")
     with MessageStore.open(root, CFG) as s:
         r = s.put_message(Message("T", b"kept", keys=["k"]))
+        assert s.wait_dispatched(10)        # its unit and key exist, as the cases expect
         s.commit_offset("g", "T", 0, 1)
         yield s, r
     # nothing stored was lost, the store closed cleanly and opens again

@@ -30,7 +30,7 @@ HOUR_MS = 3_600_000
 
 def config(**changes) -> StoreConfig:
     base = dict(mapped_file_size_commit_log=FILE, mapped_file_size_consume_queue=100,
-                flush_disk_type="SYNC_FLUSH", dispatch_inline=True,
+                flush_disk_type="SYNC_FLUSH",
                 delete_commit_log_files_interval=0, delete_consume_queue_files_interval=0,
                 clean_resource_first_delay=3_600_000, max_hash_slot_num=16, max_index_num=11)
     base.update(changes)
@@ -72,12 +72,16 @@ def open_store(root, cfg=None, hour=4, usage=None) -> tuple[MessageStore, Usage]
     return store, usage
 
 
-def fill(store, n, topic="TopicA", queues=1, start=0):
+def fill(store, n, topic="TopicA", queues=1, start=0, dispatched=True):
+    """Put ``n`` messages; with ``dispatched``, wait until they are in their queues and the
+    index (retention keeps what dispatch has not reached)."""
     results = []
     for i in range(start, start + n):
         r = store.put_message(Message(topic, body(i), tags="T", keys=f"k{i}"), i % queues)
         assert r.status is PutMessageStatus.PUT_OK, r
         results.append(r)
+    if dispatched:
+        assert store.wait_dispatched(10)
     return results
 
 
@@ -241,6 +245,7 @@ def test_disk_usage_ratios(store_dir):
         assert not r.disk_full and not store.disk_full
         after = store.put_message(Message("TopicA", body(40)))
         assert after.ok and after.queue_offset == 40
+        assert store.wait_dispatched(10, until=after)
         assert store.get_message("g", "TopicA", 0, 40).messages[0].body == body(40)
         # the paths measured: the commit log's partition and the consume queues'
         assert os.path.join(store_dir, "commitlog") in usage.paths
@@ -427,10 +432,12 @@ def test_keeps_files_not_yet_flushed_or_dispatched(store_dir):
     """Data the dispatcher has not reached stays, whatever the retention says."""
     store, _ = open_store(store_dir)
     with store:
-        fill(store, 6)
-        store.dispatch_core.reput_offset = 2 * FILE + 10     # pretend dispatch lags here
-        assert store.clean_now(force=True).commit_log_files == 2
-        store.dispatch_core.reput_offset = store.get_max_phy_offset()
+        fill(store, 3)                                  # one message per file: 0, 1, 2
+        with store.dispatch_service.lock:               # dispatch stalls inside file 2
+            fill(store, 3, start=3, dispatched=False)
+            assert 2 * FILE < store.dispatch_core.reput_offset < 3 * FILE
+            assert store.clean_now(force=True).commit_log_files == 2
+        assert store.wait_dispatched(10)
         assert store.clean_now(force=True).commit_log_files == 3
 
 
@@ -524,7 +531,7 @@ def test_retention_under_concurrent_puts_dispatch_and_reads(store_dir, rand):
     the queue and forced retention runs all at once: no roll is lost to a deletion, the
     files stay contiguous and match the directory, and every message from the min offset
     on reads back in order."""
-    cfg = config(flush_disk_type="ASYNC_FLUSH", dispatch_inline=False, flush_interval_commit_log=5)
+    cfg = config(flush_disk_type="ASYNC_FLUSH", flush_interval_commit_log=5)
     store, _ = open_store(store_dir, cfg)
     store.cleanup_service.retire_grace_s = 0.05
     total = 200
@@ -567,9 +574,7 @@ def test_retention_under_concurrent_puts_dispatch_and_reads(store_dir, rand):
         for t in threads:
             t.start()
         threads[0].join()
-        deadline = time.monotonic() + 30
-        while store.dispatch_behind_bytes() and time.monotonic() < deadline:
-            time.sleep(0.005)
+        assert store.wait_dispatched(30)
         stop.set()
         for t in threads[1:]:
             t.join()
@@ -591,7 +596,7 @@ import sys
 from rocketstore import Message, MessageStore, StoreConfig
 root, phase = sys.argv[1], sys.argv[2]
 cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=100,
-                  flush_disk_type="SYNC_FLUSH", dispatch_inline=True,
+                  flush_disk_type="SYNC_FLUSH",
                   delete_commit_log_files_interval=0, clean_resource_first_delay=3_600_000,
                   max_hash_slot_num=16, max_index_num=11)   # the reader's config()
 def body(i):

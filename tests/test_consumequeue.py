@@ -115,11 +115,11 @@ def test_default_file_size_is_300000_units():
 
 
 def test_store_writes_files_of_rounded_size(store_dir):
-    cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=128,
-                      dispatch_inline=True)
+    cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=128)
     with MessageStore.open(store_dir, cfg) as store:
         for i in range(8):
             assert store.put_message(Message(TOPIC, b"x" * 10, tags="T"), 0).ok
+        assert store.wait_dispatched(10)
         assert store.get_max_offset_in_queue(TOPIC, 0) == 8
     d = os.path.join(store_dir, "consumequeue", TOPIC, "0")
     names = sorted(os.listdir(d))
@@ -228,12 +228,12 @@ def test_min_offset_past_fillers_after_reopen(tmp_path):
 
 
 def _store_with_first_offset(store_dir, first: int, n: int, cq_file_size: int = 140):
-    cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=cq_file_size,
-                      dispatch_inline=True)
+    cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=cq_file_size)
     store = MessageStore.open(store_dir, cfg)
     store.commit_log.set_queue_offset(TOPIC, 1, first)
     rs = [store.put_message(Message(TOPIC, b"body-%d" % i, tags="T%d" % (i % 2)), 1) for i in range(n)]
     assert [r.queue_offset for r in rs] == list(range(first, first + n))
+    assert store.wait_dispatched(10)
     return store, cfg, rs
 
 
@@ -355,12 +355,13 @@ def test_gap_across_files(tmp_path):
 
 def test_gap_units_skipped_by_get_message(store_dir):
     """A queue with filler units in the middle (a gap): a pull skips them and moves on."""
-    cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=FILE_SIZE,
-                      dispatch_inline=True)
+    cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=FILE_SIZE)
     with MessageStore.open(store_dir, cfg) as store:
         rs = [store.put_message(Message(TOPIC, b"m%d" % i), 0) for i in range(2)]
+        assert store.wait_dispatched(10)
         store.commit_log.set_queue_offset(TOPIC, 0, 9)  # queue offsets 2..8 never written
         rs += [store.put_message(Message(TOPIC, b"m%d" % i), 0) for i in range(2, 4)]
+        assert store.wait_dispatched(10)
         assert [r.queue_offset for r in rs] == [0, 1, 9, 10]
         assert store.get_max_offset_in_queue(TOPIC, 0) == 11
         got, statuses, last = _pull_all(store, TOPIC, 0, 0)
@@ -605,10 +606,10 @@ def test_correct_min_offset_beyond_first_file(tmp_path):
 
 
 def _store_over_small_files(store_dir, n: int):
-    cfg = StoreConfig(mapped_file_size_commit_log=1024, mapped_file_size_consume_queue=FILE_SIZE,
-                      dispatch_inline=True)
+    cfg = StoreConfig(mapped_file_size_commit_log=1024, mapped_file_size_consume_queue=FILE_SIZE)
     with MessageStore.open(store_dir, cfg) as store:
         rs = [store.put_message(Message(TOPIC, b"%04d" % i + b"." * 100), 0) for i in range(n)]
+        assert store.wait_dispatched(10)
     return cfg, rs
 
 

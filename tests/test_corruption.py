@@ -12,7 +12,7 @@ from conftest import flip_bits
 from rocketstore import Message, MessageStore, RocketStoreError, StoreConfig
 
 CFG = dict(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=400,
-           max_hash_slot_num=64, max_index_num=256, dispatch_inline=True)
+           max_hash_slot_num=64, max_index_num=256)
 
 
 def _build(root: str) -> dict[tuple[int, int], bytes]:
@@ -22,6 +22,7 @@ def _build(root: str) -> dict[tuple[int, int], bytes]:
             body = b"msg-%03d-" % i + b"x" * (i % 90)
             r = s.put_message(Message("C", body, tags="A" if i % 2 else "B", keys=f"k{i}"), i % 3)
             sent[(i % 3, r.queue_offset)] = body
+        assert s.wait_dispatched(10)        # every queue and index file complete before damage
     return sent
 
 

@@ -24,10 +24,9 @@ def _bodies(store, topic, qid):
     return [(m.queue_offset, bytes(m.body)) for m in r.messages]
 
 
-@pytest.mark.parametrize("inline", [False, True], ids=["dispatch-thread", "inline"])
-def test_a_deleted_topic_is_gone_and_starts_again_at_zero(tmp_path, inline):
+def test_a_deleted_topic_is_gone_and_starts_again_at_zero(tmp_path):
     root = str(tmp_path / "s")
-    with MessageStore.open(root, StoreConfig(**CFG, dispatch_inline=inline)) as s:
+    with MessageStore.open(root, StoreConfig(**CFG)) as s:
         s.update_topic_config(TopicConfig("Gone", 2, 2))
         for i in range(30):
             s.put_message(Message("Gone", b"old-%d" % i, keys=f"k{i}"), i % 2)

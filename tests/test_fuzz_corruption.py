@@ -32,7 +32,7 @@ CASES = 300
 STRESS_CASES = 3000
 DEADLINE_S = 60.0
 CFG = StoreConfig(mapped_file_size_commit_log=16 * 1024, mapped_file_size_consume_queue=40 * 20,
-                  max_hash_slot_num=64, max_index_num=256, dispatch_inline=True,
+                  max_hash_slot_num=64, max_index_num=256,
                   flush_consumer_offset_interval=100_000)
 TOPICS = ("FuzzA", "FuzzB")
 QUEUES = 2
@@ -62,6 +62,7 @@ def _build_template(root: str) -> dict:
             m = store.look_message_by_offset(phy)
             truth[(topic, qid, r.queue_offset)] = (phy, body, f"tag{i % 3}", [f"key{i}", "shared"],
                                                    m.uniq_key)
+        assert store.wait_dispatched(10)    # queues and index complete in the template
         for t in TOPICS:
             for q in range(QUEUES):
                 store.commit_offset("group", t, q, 3)
@@ -160,6 +161,7 @@ def _check_store(store: MessageStore, truth: dict, writable: bool) -> int:
     if writable:
         r = store.put_message(Message(TOPICS[0], b"after the damage", keys=["after"]), 0)
         if r.ok:
+            assert store.wait_dispatched(10, until=r), store.dispatch_service.error
             m = store.look_message_by_offset(r.commitlog_offset)
             assert bytes(m.body) == b"after the damage"
             assert [bytes(x.body) for x in store.query_message(TOPICS[0], "after", 4, 0, 2**62)] \

@@ -31,7 +31,6 @@ FILLER_SIZE = 0x7FFFFFFF
 
 def _config(**kw) -> StoreConfig:
     kw.setdefault("mapped_file_size_commit_log", CL_SIZE)
-    kw.setdefault("dispatch_inline", True)
     return StoreConfig(**kw)
 
 
@@ -52,7 +51,10 @@ def _cq_units(root: str, topic: str, qid: int) -> list[tuple[int, int, int]]:
 
 
 def _put_n(store, topic, qid, n, body=lambda i: b"m%05d" % i, tags=lambda i: None):
-    return [store.put_message(Message(topic, body(i), tags=tags(i)), qid) for i in range(n)]
+    """Put ``n`` messages and wait until everything put so far is readable."""
+    puts = [store.put_message(Message(topic, body(i), tags=tags(i)), qid) for i in range(n)]
+    assert store.wait_dispatched(10)
+    return puts
 
 
 def _bodies(result) -> list[bytes]:
@@ -65,6 +67,7 @@ def _bodies(result) -> list[bytes]:
 def test_unknown_queue_is_no_message_in_queue(store_dir, offset):
     with MessageStore.open(store_dir, _config()) as store:
         store.put_message(Message("Known", b"x"), 1)
+        assert store.wait_dispatched(10)
         for topic, qid in [("Nope", 0), ("Known", 0), ("Known", 2)]:
             r = store.get_message("g", topic, qid, offset)
             assert r.status is S.NO_MESSAGE_IN_QUEUE
@@ -365,6 +368,7 @@ def test_no_matched_message_scan_is_bounded(store_dir):
     # max(16000 bytes, max_msgs * 20) of units per call: 800 by default
     with MessageStore.open(store_dir, _config(mapped_file_size_commit_log=1 << 20)) as store:
         store.put_messages([Message("T", b"b", tags="B") for _ in range(1100)], 0)
+        assert store.wait_dispatched(10)
         r = store.get_message("g", "T", 0, 0, tags="A")
         assert (r.status, r.units_scanned, r.next_begin_offset) == (S.NO_MATCHED_MESSAGE, 800, 800)
         r = store.get_message("g", "T", 0, 800, tags="A")
@@ -452,6 +456,7 @@ def test_bodies_are_zero_copy_views(store_dir, rand):
         for b in bodies:
             store.put_message(Message("T", b), 0)
         assert store.get_max_phy_offset() > 3 * CL_SIZE          # spans several files
+        assert store.wait_dispatched(10)
         got = []
         off = 0
         while off < len(bodies):
@@ -471,6 +476,7 @@ def test_messages_stay_readable_after_close(store_dir, rand):
     store = MessageStore.open(store_dir, _config())
     for b in bodies:
         store.put_message(Message("T", b, tags="X"), 0)
+    assert store.wait_dispatched(10)
     r = store.get_message("g", "T", 0, 0)
     views = [m.body for m in r]
     store.close()
@@ -568,12 +574,11 @@ def test_long_poll_not_for_other_statuses(store_dir):
         assert time.monotonic() - t0 < 2.0
 
 
-@pytest.mark.parametrize("inline", [False, True])
-def test_long_poll_result_describes_queue_at_return(store_dir, inline):
+def test_long_poll_result_describes_queue_at_return(store_dir):
     """A get at offset 5 of an empty queue waits; the first message arrives meanwhile. What
     it returns must describe the queue when it returns (max 1, offset 5 > max ->
     OFFSET_OVERFLOW_BADLY, next 1), not the empty queue it saw before waiting."""
-    cfg = StoreConfig(mapped_file_size_commit_log=CL_SIZE, dispatch_inline=inline)
+    cfg = StoreConfig(mapped_file_size_commit_log=CL_SIZE)
     with MessageStore.open(store_dir, cfg) as store:
         timer = threading.Timer(0.1, lambda: store.put_message(Message("T", b"x"), 0))
         timer.start()
@@ -663,6 +668,7 @@ def _put_runs(store, topic, qid, run_sizes):
     for n in run_sizes:
         r = store.put_messages([Message(topic, b"%s-%d" % (topic.encode(), i) + bytes(250))
                                 for i in range(n)], qid)
+        assert store.wait_dispatched(10, until=r)
         ts = store.get_message_store_timestamp(topic, qid, r.queue_offset)
         runs.append((ts, r.queue_offset, r.queue_offset + n - 1))
         _wait_next_ms(ts)
@@ -790,6 +796,7 @@ def test_consume_loop_with_committed_offsets(store_dir, rand):
         bodies = [rand.randbytes(rand.randint(0, 200)) for _ in range(150)]
         for b in bodies:
             store.put_message(Message("T", b, tags=rand.choice(["A", "B"])), 0)
+        assert store.wait_dispatched(10)
         seen = []
         off = max(0, store.query_offset("g", "T", 0))
         while True:

@@ -218,13 +218,14 @@ def test_store_rolls_index_files_with_carried_over_header(store_dir):
     that is the previous file's end (docs/format.md §6.2, 6.3)."""
     t_start = time.time()
     offsets, times = [], {}
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config()) as store:
         for i in range(133 + 120):
             n = 2 if i < 133 else 3
             r = store.put_message(Message("Roll", b"b%d" % i, keys=[f"r{i}-{j}" for j in range(n)]))
             assert r.ok
             offsets.append(r.commitlog_offset)
             times[r.commitlog_offset] = store.look_message_by_offset(r.commitlog_offset).store_timestamp
+        assert store.wait_dispatched(10)
         files = store.index_service.files
         live = [(f.file_name, f.header_dict()) for f in files]
         assert [f.is_full() for f in files] == [True, True, False]
@@ -259,13 +260,14 @@ def test_store_rolls_index_files_with_carried_over_header(store_dir):
 
 
 def test_reopen_after_exactly_full_file_starts_new_file_from_its_end(store_dir):
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config()) as store:
         for i in range(133):
             store.put_message(Message("Full", b"x", keys=[f"f{i}a", f"f{i}b"]))
+        assert store.wait_dispatched(10)
         assert len(store.index_service.files) == 1
         end = store.index_service.files[0].header_dict()
         assert end["indexCount"] == INDEX_NUM
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config()) as store:
         files = store.index_service.files
         assert len(files) == 2 and files[0].is_full()
         new = files[1].header_dict()
@@ -276,6 +278,7 @@ def test_reopen_after_exactly_full_file_starts_new_file_from_its_end(store_dir):
         on_disk = refreader.read_index_file(files[1].path, SLOTS, INDEX_NUM)
         assert on_disk["header"] == new and on_disk["entries"] == []
         r = store.put_message(Message("Full", b"x", keys="after"))
+        assert store.wait_dispatched(10, until=r)
         assert [m.commitlog_offset for m in store.query_message("Full", "after")] == [r.commitlog_offset]
         assert files[1].header_dict()["beginPhyOffset"] == r.commitlog_offset
         assert [m.commitlog_offset for m in store.query_message("Full", "f0a")] == [0]
@@ -290,13 +293,14 @@ def test_colliding_keys_each_find_only_their_message(store_dir):
     keys = _collide(11)
     assert len(keys) == 2048 and len({key_hash("C", k) for k in keys}) == 1
     cfg = _config(mapped_file_size_commit_log=1 << 20, max_hash_slot_num=1000,
-                  max_index_num=1500, dispatch_inline=True)
+                  max_index_num=1500)
     with MessageStore.open(store_dir, cfg) as store:
         off = {}
         for k in keys:
             r = store.put_message(Message("C", k.encode(), keys=k))
             assert r.ok
             off[k] = r.commitlog_offset
+        assert store.wait_dispatched(10)
         assert len(store.index_service.files) >= 3
         for k in keys:
             got = store.query_message("C", k)
@@ -313,6 +317,7 @@ def test_colliding_keys_each_find_only_their_message(store_dir):
             assert raw == [off[x] for x in keys[::-1][:64]]
         # one more message with a key already used: both found, in commit-log order
         r = store.put_message(Message("C", b"again", keys=keys[5]))
+        assert store.wait_dispatched(10, until=r)
         assert [m.commitlog_offset for m in store.query_message("C", keys[5])] == \
             [off[keys[5]], r.commitlog_offset]
 
@@ -322,15 +327,19 @@ def test_topic_and_key_collisions_aa_bb(store_dir):
     assert len({key_hash("AaTopic", "BB"), key_hash("AaTopic", "Aa"),
                 key_hash("BBTopic", "BB"), key_hash("BBTopic", "Aa")}) == 1
     assert key_hash("AaTopic", "BB") == abs(-10606476)
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
-        bb = store.put_message(Message("BBTopic", b"bb", keys="BB")).commitlog_offset
+    with MessageStore.open(store_dir, _config()) as store:
+        r = store.put_message(Message("BBTopic", b"bb", keys="BB"))
+        assert store.wait_dispatched(10, until=r)
+        bb = r.commitlog_offset
         # only BBTopic holds key BB: the raw walk finds it for AaTopic too, query_message not
         assert store.index_service.query_offsets("AaTopic", "BB", 64, 0, END) == [bb]
         assert store.query_message("AaTopic", "BB") == []
         assert store.query_message("AaTopic", "Aa") == []
         assert store.query_message("BBTopic", "Aa") == []
         assert [m.commitlog_offset for m in store.query_message("BBTopic", "BB")] == [bb]
-        aa = store.put_message(Message("AaTopic", b"aa", keys="Aa")).commitlog_offset
+        r = store.put_message(Message("AaTopic", b"aa", keys="Aa"))
+        assert store.wait_dispatched(10, until=r)
+        aa = r.commitlog_offset
         assert store.index_service.query_offsets("AaTopic", "BB", 64, 0, END) == [aa, bb]
         assert [m.commitlog_offset for m in store.query_message("AaTopic", "Aa")] == [aa]
         assert store.query_message("AaTopic", "BB") == []
@@ -340,15 +349,17 @@ def test_topic_and_key_collisions_aa_bb(store_dir):
 
 
 def test_query_message_caps_at_max_msgs_num_batch(store_dir):
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config()) as store:
         offs = [store.put_message(Message("Cap", b"%d" % i, keys="same")).commitlog_offset
                 for i in range(70)]
+        assert store.wait_dispatched(10)
         got = [m.commitlog_offset for m in store.query_message("Cap", "same", max_num=1000)]
         assert got == offs[-64:]                    # the newest 64, in commit-log order
         assert [m.commitlog_offset for m in store.query_message("Cap", "same", max_num=5)] == offs[-5:]
         uniq = "7F0000011234ABCD000000000000BEEF"
         dup = [store.put_message(Message("Cap", b"u", properties={"UNIQ_KEY": uniq})).commitlog_offset
                for _ in range(40)]
+        assert store.wait_dispatched(10)
         got = store.query_message_by_uniq_key("Cap", uniq)
         assert [m.commitlog_offset for m in got] == dup[-32:]
         assert all(m.uniq_key == uniq for m in got)
@@ -357,9 +368,10 @@ def test_query_message_caps_at_max_msgs_num_batch(store_dir):
 def test_raw_query_offsets_caps_max_num_at_max_msgs_num_batch(store_dir):
     """docs/format.md §6.4: IndexService.queryOffset starts with maxNum = min(maxNum,
     maxMsgsNumBatch = 64), so the raw walk never returns more than 64 offsets."""
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config()) as store:
         offs = [store.put_message(Message("Cap", b"%d" % i, keys="same")).commitlog_offset
                 for i in range(70)]
+        assert store.wait_dispatched(10)
         assert store.index_service.query_offsets("Cap", "same", 10, 0, END) == offs[::-1][:10]
         assert store.index_service.query_offsets("Cap", "same", 1000, 0, END) == offs[::-1][:64]
 
@@ -372,7 +384,7 @@ def timed_store(tmp_path_factory):
     file whose begin time is A's store time, so C and D are 1 whole second after it in the
     index (timeDiff = 1) while stored ~1.3 s after A."""
     root = str(tmp_path_factory.mktemp("timed") / "store")
-    store = MessageStore.open(root, _config(dispatch_inline=True))
+    store = MessageStore.open(root, _config())
     msgs = {}
 
     def put(name):
@@ -385,6 +397,7 @@ def timed_store(tmp_path_factory):
     time.sleep(1.3)
     put("C")
     put("D")
+    assert store.wait_dispatched(10)
     try:
         yield store, root, msgs
     finally:
@@ -484,8 +497,9 @@ def _put_keyed(store, n, prefix="m", topic="Re", nkeys=2):
 
 
 def test_reopen_finds_keys_and_redispatch_adds_no_entries(store_dir):
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config()) as store:
         put = _put_keyed(store, 300)            # 900 entries: 3 files, none split
+        assert store.wait_dispatched(10)
         uniq = {o: store.look_message_by_offset(o).uniq_key for o, _ in put}
         before = [_entry_triples(i) for _, i in _disk_files(store_dir)]
         assert len(before) == 3
@@ -502,13 +516,13 @@ def test_reopen_finds_keys_and_redispatch_adds_no_entries(store_dir):
                 assert [m.commitlog_offset for m in store.query_message("Re", k)] == [o]
             assert [m.commitlog_offset for m in store.query_message_by_uniq_key("Re", uniq[o])] == [o]
 
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config()) as store:
         check(store)
         assert store.recovery["messages_redispatched"] == 0
     assert [_entry_triples(i) for _, i in _disk_files(store_dir)] == before
     # an unclean exit whose checkpoint covers every file: files kept, nothing added
     open(os.path.join(store_dir, "abort"), "w").close()
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config()) as store:
         assert store.recovery["last_exit_ok"] is False
         check(store)
     assert [_entry_triples(i) for _, i in _disk_files(store_dir)] == before
@@ -518,12 +532,13 @@ def test_reopen_finds_keys_and_redispatch_adds_no_entries(store_dir):
 def test_crash_drops_index_files_newer_than_checkpoint_and_rebuilds(store_dir, keep):
     """docs/format.md §6.3 load(lastExitOK=false): files whose endTimestamp > the checkpoint's
     indexMsgTimestamp are destroyed; re-dispatch rebuilds them entry for entry."""
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config()) as store:
         put = []
         for i in range(300):        # 133 messages of 3 keys per file: 3 files, none split
             put += _put_keyed(store, 1, prefix=f"p{i}-")
             if i in (132, 265):
                 time.sleep(0.003)   # each file's end time is older than the next file's
+        assert store.wait_dispatched(10)
     before = _disk_files(store_dir)
     assert len(before) == 3
     ckpt = before[keep - 1][1]["header"]["endTimestamp"] if keep else 0
@@ -531,7 +546,7 @@ def test_crash_drops_index_files_newer_than_checkpoint_and_rebuilds(store_dir, k
     open(os.path.join(store_dir, "abort"), "w").close()
     kept = [n for n, i in before if i["header"]["endTimestamp"] <= ckpt]
     assert kept == [n for n, _ in before[:keep]]
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config()) as store:
         names = [f.file_name for f in store.index_service.files]
         for o, keys in put[::5]:
             for k in keys:
@@ -633,7 +648,7 @@ def _check_crash(root: str, acked: dict[int, int], nkeys: int, redo_last_kept: b
     survivors = [n for n, i in before if i["header"]["endTimestamp"] <= ckpt]
     dropped = [n for n, i in before if i["header"]["endTimestamp"] > ckpt]
     assert survivors and dropped
-    with MessageStore.open(root, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(root, _config()) as store:
         assert store.recovery["last_exit_ok"] is False
         names = [f.file_name for f in store.index_service.files]
         # docs/format.md §6.3: files newer than indexMsgTimestamp were dropped, the others kept
@@ -690,7 +705,7 @@ def test_index_bytes_match_reference_reader(store_dir, rand):
     entry's hash is abs(java_hash(topic#key)) of the key dispatch had to index, in order; slot
     chains are consistent; header counts and times match; timeDiff from beginTimestamp."""
     topics = ["IdxA", "IdxB", "Idx%C"]
-    with MessageStore.open(store_dir, _config()) as store:     # threaded dispatch
+    with MessageStore.open(store_dir, _config()) as store:
         for i in range(500):
             toks = [rand.choice([f"k{rand.randrange(60)}", f"u{i}", "ключ", "Aa", "BB"])
                     for _ in range(rand.randrange(5))]
@@ -716,7 +731,7 @@ def test_index_bytes_match_reference_reader(store_dir, rand):
     assert all(i["header"]["indexCount"] == INDEX_NUM for _, i in files[:-1])
     # the reference walk and the store's raw walk agree on every key
     idxs = [i for _, i in files]
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config()) as store:
         for phy, rec in list(recs.items())[::3]:
             for k in refreader.index_keys_of_record(rec):
                 raw = store.index_service.query_offsets(rec["topic"], k, 64, 0, END)
@@ -731,12 +746,13 @@ def test_index_bytes_match_reference_reader(store_dir, rand):
 # -- transactions, disabled index, allocation -----------------------------------------------------
 
 def test_rollback_not_indexed_prepared_and_commit_indexed(store_dir):
-    with MessageStore.open(store_dir, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config()) as store:
         offs = {}
         for tx in (TX_NOT, TX_PREPARED, TX_COMMIT, TX_ROLLBACK):
             r = store.put_message(Message("Tx", b"x", keys=f"tx{tx}", sys_flag=tx))
             assert r.ok
             offs[tx] = r.commitlog_offset
+        assert store.wait_dispatched(10)
         uniq = {tx: store.look_message_by_offset(o).uniq_key for tx, o in offs.items()}
         for tx in (TX_NOT, TX_PREPARED, TX_COMMIT):
             assert [m.commitlog_offset for m in store.query_message("Tx", f"tx{tx}")] == [offs[tx]]
@@ -752,9 +768,10 @@ def test_rollback_not_indexed_prepared_and_commit_indexed(store_dir):
 
 
 def test_message_index_disabled_writes_no_index(store_dir):
-    with MessageStore.open(store_dir, _config(message_index_enable=False, dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, _config(message_index_enable=False)) as store:
         r = store.put_message(Message("NoIdx", b"x", keys="k"))
         assert r.ok
+        assert store.wait_dispatched(10, until=r)
         assert store.query_message("NoIdx", "k") == []
         assert store.index_service.files == []
     assert not os.path.exists(_index_dir(store_dir))
@@ -768,10 +785,10 @@ def test_default_index_file_is_sparse(store_dir):
     """A default index file is 420,000,040 bytes (5 M slots, 20 M entries, docs/format.md §6.1) but
     entries are allocated a chunk at a time: a small store does not take 420 MB of disk."""
     with MessageStore.open(store_dir, StoreConfig(mapped_file_size_commit_log=65536,
-                                                  mapped_file_size_consume_queue=2000,
-                                                  dispatch_inline=True)) as store:
+                                                  mapped_file_size_consume_queue=2000)) as store:
         for i in range(50):
             store.put_message(Message("Sparse", b"x", keys=f"s{i}"))
+        assert store.wait_dispatched(10)
         (f,) = store.index_service.files
         assert [m.commitlog_offset for m in store.query_message("Sparse", "s7")] != []
         path = f.path

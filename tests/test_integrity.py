@@ -296,10 +296,11 @@ def test_crc32_equals_zlib_for_every_length_alignment_and_start(rand):
 # -- the bulk read ------------------------------------------------------------------------------
 
 def test_get_message_bodies_returns_checked_bodies_in_one_buffer(store_dir):
-    with MessageStore.open(store_dir, CFG.replace(dispatch_inline=True)) as store:
+    with MessageStore.open(store_dir, CFG) as store:
         rs = [store.put_message(Message("T", b"body-%d" % i * (i + 1), properties={"CLUSTER": "c"}))
               for i in range(50)]
         store.put_message(Message("T", b"other queue"), 1)
+        assert store.wait_dispatched(10)
         b = store.get_message_bodies("T", 0, 0, 20)
         assert b.status.name == "FOUND" and len(b) == 20 and b.next_begin_offset == 20
         assert list(b.queue_offsets) == list(range(20))

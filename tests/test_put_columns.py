@@ -10,7 +10,7 @@ from rocketstore.errors import InvalidMessageError
 
 from pulling import pull_all
 
-CFG = StoreConfig(mapped_file_size_commit_log=1 << 20, dispatch_inline=True)   # visible on return
+CFG = StoreConfig(mapped_file_size_commit_log=1 << 20)
 
 
 def _layout(bodies: list[bytes]) -> tuple[bytes, np.ndarray]:
@@ -41,6 +41,7 @@ def test_rows_are_stored_as_put_messages_stores_them(store_dir):
             keys = ["k1", "k2"] if i == 2 else None
             ref.append(Message("R", bodies[i], tags=tags, keys=keys))
         store.put_messages(ref, 1)
+        assert store.wait_dispatched(10)
         got = pull_all(store, "C", 1)
         want = pull_all(store, "R", 1)
         assert [bytes(m.body) for m in got] == [bodies[i] for i in rows.tolist()]
@@ -51,6 +52,7 @@ def test_rows_are_stored_as_put_messages_stores_them(store_dir):
         # the same properties bytes for every row, and a store-made UNIQ_KEY each
         r = store.commit_log.put_columns("C", 1, np.array([1, 1], dtype=np.int64), bdata, boffs,
                                          const_props=b"SPARK_SINK_BATCH\x01s:1\x02")
+        assert store.wait_dispatched(10, until=r)
         got = pull_all(store, "C", 1, start=5)
         assert [m.queue_offset for m in got] == [5, 6]
         assert all(m.properties["SPARK_SINK_BATCH"] == "s:1" for m in got)

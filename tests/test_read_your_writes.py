@@ -68,11 +68,14 @@ def test_wait_with_the_transient_pool_covers_the_commit(store_dir):
         assert bytes(store.get_message("g", "RYW", 0, 0).messages[0].body) == b"pooled"
 
 
-def test_inline_dispatch_needs_no_wait(store_dir):
-    with MessageStore.open(store_dir, StoreConfig(**SMALL, dispatch_inline=True)) as store:
-        store.put_message(Message("RYW", b"x"))
+def test_a_store_that_caught_up_needs_no_wait(store_dir):
+    with MessageStore.open(store_dir, StoreConfig(**SMALL)) as store:
+        assert store.wait_dispatched(0) is True             # nothing put yet
+        r = store.put_message(Message("RYW", b"x"))
+        assert store.wait_dispatched(10, until=r) is True
         assert store.get_max_offset_in_queue("RYW", 0) == 1
-        assert store.wait_dispatched(0) is True
+        assert store.wait_dispatched(0) is True             # caught up: answers at once
+        assert store.wait_dispatched(0, until=r) is True
 
 
 def test_wait_dispatched_refuses_what_it_cannot_wait_for(store_dir):

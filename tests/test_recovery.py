@@ -70,14 +70,14 @@ def test_zeroed_checkpoint_falls_back_to_a_full_scan(rocketmq_store):
 
 
 def test_abnormal_recovery_starts_at_the_checkpoint_file(store_dir):
-    cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=400,
-                      dispatch_inline=True)
+    cfg = StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=400)
     with MessageStore.open(store_dir, cfg) as store:
         for i in range(200):
             store.put_message(Message("T", b"m%03d" % i, keys=f"k{i}"), i % 2)
             # a put takes well under a millisecond now: without a pause several files start in
             # the same millisecond and recovery rightly starts at the last of them
             time.sleep(0.002)
+        assert store.wait_dispatched(10)    # queues and index complete before the "crash"
         mid = store.commit_log_queue.files[len(store.commit_log_queue.files) // 2]
         first_ts = store.look_message_by_offset(mid.file_from_offset).store_timestamp
     # the checkpoint says everything up to that file's first record was durable
@@ -95,9 +95,10 @@ def test_abnormal_recovery_starts_at_the_checkpoint_file(store_dir):
 
 
 def test_garbage_after_the_end_is_truncated(store_dir):
-    cfg = StoreConfig(mapped_file_size_commit_log=8192, dispatch_inline=True)
+    cfg = StoreConfig(mapped_file_size_commit_log=8192)
     with MessageStore.open(store_dir, cfg) as store:
         r = [store.put_message(Message("T", b"x" * 100)) for _ in range(10)]
+        assert store.wait_dispatched(10)
         end = store.get_max_phy_offset()
         path = store.commit_log_queue.last_file().path
         base = store.commit_log_queue.last_file().file_from_offset
@@ -113,9 +114,10 @@ def test_garbage_after_the_end_is_truncated(store_dir):
 
 @pytest.mark.parametrize("where", ["magic", "size"])
 def test_damaged_middle_record_ends_the_log_there(store_dir, where):
-    cfg = StoreConfig(mapped_file_size_commit_log=1 << 16, dispatch_inline=True)
+    cfg = StoreConfig(mapped_file_size_commit_log=1 << 16)
     with MessageStore.open(store_dir, cfg) as store:
         rs = [store.put_message(Message("T", b"body-%d" % i)) for i in range(20)]
+        assert store.wait_dispatched(10)
         path = store.commit_log_queue.files[0].path
     victim = rs[12]
     pos = victim.commitlog_offset
@@ -140,10 +142,10 @@ def test_damaged_middle_record_ends_the_log_there(store_dir, where):
 def test_damaged_body_mid_log_is_skipped_and_later_data_kept(store_dir, crc):
     """docs/recovery.md: a record whose framing is intact but whose check fails (a flipped body
     byte) is skipped by recovery; what follows it stays, in its queue, reported."""
-    cfg = StoreConfig(mapped_file_size_commit_log=1 << 16, dispatch_inline=True,
-                      enabled_append_prop_crc=crc)
+    cfg = StoreConfig(mapped_file_size_commit_log=1 << 16, enabled_append_prop_crc=crc)
     with MessageStore.open(store_dir, cfg) as store:
         rs = [store.put_message(Message("T", b"body-%d" % i)) for i in range(20)]
+        assert store.wait_dispatched(10)
         end = store.get_max_phy_offset()
         path = store.commit_log_queue.files[0].path
     with open(path, "rb") as f:
@@ -167,9 +169,10 @@ def test_broken_framing_mid_log_blanks_that_file_and_keeps_the_later_files(store
     with intact files after it: the rest of its file is closed with a blank record, the
     files after it stay readable, in their queues, and RocketMQ's readers see a valid log."""
     import refreader
-    cfg = StoreConfig(mapped_file_size_commit_log=4096, dispatch_inline=True)
+    cfg = StoreConfig(mapped_file_size_commit_log=4096)
     with MessageStore.open(store_dir, cfg) as store:
         rs = [store.put_message(Message("T", b"body-%03d" % i + bytes(200))) for i in range(40)]
+        assert store.wait_dispatched(10)
         files = [mf.path for mf in store.commit_log_queue.files]
     assert len(files) >= 3
     victim = next(r for r in rs if 4096 + 500 < r.commitlog_offset < 8192 - 500)

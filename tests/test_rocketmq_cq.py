@@ -231,8 +231,9 @@ def test_rebuilt_store_pulls_the_same(rocketmq_store, expected):
 def test_puts_after_rocketmq_extend_its_consume_queues(rocketmq_store, fixture_root, expected):
     """New units go after RocketMQ's in the same files; RocketMQ's bytes stay as they were."""
     summary = {(s["topic"], s["queueId"]): s for s in expected["cq_summary"]}
-    with MessageStore.open(rocketmq_store, _config(dispatch_inline=True)) as store:
+    with MessageStore.open(rocketmq_store, _config()) as store:
         r = store.put_message(Message("TopicA", b"new", tags="Tag1"), 0)
+        assert store.wait_dispatched(10, until=r)
         assert r.queue_offset == summary[("TopicA", 0)]["maxOffset"]
         assert r.commitlog_offset == expected["cl_end"][0]["physicalOffset"]
         assert store.get_max_offset_in_queue("TopicA", 0) == r.queue_offset + 1

@@ -16,7 +16,7 @@ from rocketstore.spark import writer as W  # noqa: E402
 
 from pulling import pull_all  # noqa: E402
 
-CFG = StoreConfig(mapped_file_size_commit_log=1 << 20, dispatch_inline=True)
+CFG = StoreConfig(mapped_file_size_commit_log=1 << 20)
 
 
 def _staged(tmp_path, rows: list[dict], name: str = "t.arrow") -> str:
@@ -39,6 +39,7 @@ ROWS = [{"topic": "X", "queue_id": 0, "body": b"skipped by the slice"}] + [
 def _stored(root: str) -> list[tuple]:
     out = []
     with MessageStore.open(root, CFG) as store:
+        assert store.wait_dispatched(10)
         for topic in ("A", "B"):
             for q in (0, 1):
                 for m in pull_all(store, topic, q):

@@ -4,7 +4,8 @@ consume loops, close and reopen, checked against a dict model.
 The model maps (topic, queue id) to the list of (body, tags) put there; queue offset i is
 index i. Files are tiny (commit log 4096 bytes, consume queue 400 bytes = 20 units), so
 every sequence rolls both kinds of file, writes blank records and reads across file
-boundaries. Dispatch runs inline, so a put is visible to the next get.
+boundaries. Each put rule waits for its dispatch (``wait_dispatched``), so a put is visible
+to the next get and to the invariants.
 
 hypothesis is a test-only dependency (pyproject ``test`` extra): it explores sequences a
 hand-written test would not think of, and shrinks a failure to a short one.
@@ -28,7 +29,7 @@ CQ_FILE_SIZE = 400
 UNITS_PER_CQ_FILE = CQ_FILE_SIZE // 20
 IN_MEMORY_COUNT = 32                          # maxTransferCountOnMessageInMemory
 CONFIG = StoreConfig(mapped_file_size_commit_log=4096,
-                     mapped_file_size_consume_queue=CQ_FILE_SIZE, dispatch_inline=True)
+                     mapped_file_size_consume_queue=CQ_FILE_SIZE)
 
 # tag expressions and the set of tags each selects (None: every message)
 FILTERS = [
@@ -103,6 +104,7 @@ class StoreModel(RuleBasedStateMachine):
         items = self.model.setdefault((topic, qid), [])
         assert r.queue_offset == len(items)
         items.append((body, tag))
+        assert self.store.wait_dispatched(10, until=r)
 
     @rule(topic=topics, qid=queues,
           batch=st.lists(st.tuples(bodies, tags), min_size=1, max_size=5))
@@ -112,6 +114,7 @@ class StoreModel(RuleBasedStateMachine):
         items = self.model.setdefault((topic, qid), [])
         assert r.queue_offset == len(items) and r.msg_count == len(batch)
         items.extend(batch)
+        assert self.store.wait_dispatched(10, until=r)
 
     @rule(topic=topics, qid=queues, n=st.integers(5, 25), tag=tags, size=st.integers(0, 300))
     def put_run(self, topic, qid, n, tag, size):
@@ -122,6 +125,7 @@ class StoreModel(RuleBasedStateMachine):
             r = self.store.put_message(Message(topic, body, tags=tag), qid)
             assert r.ok and r.queue_offset == len(items), r
             items.append((body, tag))
+        assert self.store.wait_dispatched(10, until=r)
         event(f"queue length > 2 consume-queue files: {len(items) > 2 * UNITS_PER_CQ_FILE}")
 
     # -- gets --------------------------------------------------------------------------------

@@ -9,14 +9,14 @@ from rocketstore import InvalidMessageError, Message, MessageStore, StoreConfig
 
 @pytest.fixture
 def store(store_dir, rand):
-    cfg = StoreConfig(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=400,
-                      dispatch_inline=True)
+    cfg = StoreConfig(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=400)
     tags_of = []
     with MessageStore.open(store_dir, cfg) as s:
         for i in range(700):
             t = rand.choice(["A", "B", "C", "Aa", "BB"])      # "Aa" and "BB" collide
             tags_of.append(t)
             s.put_message(Message("T", b"%d" % i, tags=t), 0)
+        assert s.wait_dispatched(10)
         s.tags_of = tags_of
         yield s
 

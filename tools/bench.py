@@ -180,7 +180,7 @@ def _wait_dispatched(store: MessageStore) -> None:
 def headline_rocketstore(workdir: str, bodies: list[bytes], num: int, mode: str) -> dict[str, float]:
     """One run: ``num`` puts, each of a Message built in the loop; msgs/s when the last put
     returns, and (``_readable``) when consumers can see every message."""
-    store = _headline_store(workdir, dispatch_inline=mode == "inline")
+    store = _headline_store(workdir)
     mask = POOL - 1
     try:
         t0 = time.perf_counter()
@@ -260,7 +260,6 @@ def bench_headline(workdir: str, num: int, repeat: int) -> None:
     for _ in range(repeat):
         runs = [lambda: headline_file_write(workdir, bodies, num),
                 lambda: headline_rocketstore(workdir, bodies, num, "thread"),
-                lambda: headline_rocketstore(workdir, bodies, num, "inline"),
                 lambda: headline_rocketstore(workdir, bodies, num, "batch")]
         if have_lmdb:
             runs.append(lambda: headline_lmdb(workdir, bodies, num))
@@ -277,7 +276,6 @@ def bench_headline(workdir: str, num: int, repeat: int) -> None:
             ("lmdb_putmulti", f"lmdb putmulti of {HEADLINE_BATCH:,} prebuilt pairs (baseline)", None),
             ("thread", "put_message(Message(...)), dispatch thread", "lmdb_txn"),
             ("thread_readable", "  ... until consumers see all", "lmdb_txn"),
-            ("inline", "put_message(Message(...)), dispatch_inline=True", "lmdb_txn"),
             ("batch", f"put_messages([Message(...) x {HEADLINE_BATCH:,}]), dispatch thread", "lmdb_putmulti"),
             ("batch_readable", "  ... until consumers see all", "lmdb_putmulti")]
     for key, label, peer in rows:
@@ -293,8 +291,6 @@ def bench_headline(workdir: str, num: int, repeat: int) -> None:
     targets = [("one put per message >= 1.0x f.write", best["thread"] / base, 1.0)]
     if lm:
         targets.append(("one put per message >= 2x lmdb (txn per 1,000)", best["thread"] / lm, 2.0))
-        targets.append(("dispatch_inline >= the dispatch thread (single puts)",
-                        best["inline"] / best["thread"], 1.0))
     if lmb:
         targets.append(("batched puts >= 4x lmdb putmulti", best["batch"] / lmb, 4.0))
     for label, ratio, want in targets:
@@ -349,11 +345,10 @@ def baseline_read_struct(bodies: list[bytes], num: int, record_size: int) -> Res
     return Result("read_struct", count, nbytes, dt)
 
 
-def bench_dispatch(workdir: str, msgs: list[Message], num: int, inline: bool) -> Result:
+def bench_dispatch(workdir: str, msgs: list[Message], num: int) -> Result:
     """Put ``num`` messages in batches and wait until consumers can see all of them."""
     root = tempfile.mkdtemp(prefix="store-", dir=workdir)
-    cfg = StoreConfig(mapped_file_size_commit_log=GiB, warm_maped_file_enable=True,
-                      dispatch_inline=inline)
+    cfg = StoreConfig(mapped_file_size_commit_log=GiB, warm_maped_file_enable=True)
     store = MessageStore.open(root, cfg)
     try:
         store.put_message(Message(TOPIC, b"warm-up"), 1)
@@ -372,14 +367,14 @@ def bench_dispatch(workdir: str, msgs: list[Message], num: int, inline: bool) ->
         assert store.get_max_offset_in_queue(TOPIC, 0) == calls * BATCH
     finally:
         close_store(store)
-    return Result("dispatch_inline" if inline else "dispatch_thread", count, nbytes, dt)
+    return Result("dispatch_thread", count, nbytes, dt)
 
 
 def bench_query_key(workdir: str, num_keys: int, queries: int) -> None:
     """key queries/s on an index holding ``num_keys`` keys, hits and misses."""
     import random
     root = tempfile.mkdtemp(prefix="store-", dir=workdir)
-    cfg = StoreConfig(mapped_file_size_commit_log=GiB, dispatch_inline=False)
+    cfg = StoreConfig(mapped_file_size_commit_log=GiB)
     with MessageStore.open(root, cfg) as store:
         body = os.urandom(100)
         for i in range(0, num_keys, BATCH):
@@ -408,17 +403,22 @@ def bench_dispatch_index(workdir: str, num: int) -> None:
     rates = {}
     for index in (False, True):
         root = tempfile.mkdtemp(prefix="store-", dir=workdir)
-        cfg = StoreConfig(mapped_file_size_commit_log=GiB, dispatch_inline=True,
-                          message_index_enable=index)
+        cfg = StoreConfig(mapped_file_size_commit_log=GiB, message_index_enable=index)
         with MessageStore.open(root, cfg) as store:
             body = os.urandom(100)
             msgs = [Message(TOPIC, body, keys=[f"key-{j}"]) for j in range(BATCH)]
-            store.commit_log.set_inline_dispatch(None)      # put now, dispatch timed below
-            for i in range(num // BATCH):
-                store.commit_log.put_messages(msgs, i % 4)
-            t0 = time.perf_counter()
-            n = store.dispatch_service.do_dispatch()
-            rates[index] = n / (time.perf_counter() - t0)
+            svc = store.dispatch_service
+            with svc.lock:      # the dispatch thread waits: put now, dispatch timed below
+                for i in range(num // BATCH):
+                    store.commit_log.put_messages(msgs, i % 4)
+                t0 = time.perf_counter()
+                n = 0
+                while True:
+                    done = store.dispatch_core.dispatch(svc.bound(), 1 << 16, svc.follow)
+                    if not done:
+                        break
+                    n += done
+                rates[index] = n / (time.perf_counter() - t0)
         shutil.rmtree(root, ignore_errors=True)
     cost = 1 - rates[True] / rates[False]
     print(f"dispatch       {rates[False] / 1e6:8.2f} M records/s without index, "
@@ -553,7 +553,6 @@ WORKLOADS = {
     "get_batch_1k": "get_message 32 per call over 4 queues, zero-copy bodies touched, 1 KiB",
     "get_batch_nocrc": "get_batch over records without the record CRC (body CRC checked), 100 B",
     "dispatch_thread": "put in batches until consume queues hold all (dispatch thread), 100 B",
-    "dispatch_inline": "put in batches until consume queues hold all (dispatch on put), 100 B",
     "tag_scan": "vectorized tag filter over 50 M consume-queue units at 1 % (tools/bench_scan.py)",
     "query_key": "query_message by key on an index of 1 M keys, hits and misses",
     "dispatch_index": "dispatch rate with and without index building",
@@ -649,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(fmt(r, baselines))
                     continue
                 if name.startswith("dispatch_"):
-                    r = bench_dispatch(workdir, msgs, num, name == "dispatch_inline")
+                    r = bench_dispatch(workdir, msgs, num)
                     print(fmt(r, baselines))
                     continue
                 first: Result | None = None

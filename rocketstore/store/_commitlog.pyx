@@ -38,7 +38,6 @@ from rocketstore.store._codec cimport (
     _check_topic,
 )
 from rocketstore.store._mapped cimport MappedFile, sync_hook_active
-from rocketstore.store._dispatch cimport DispatchCore
 
 import logging
 import numpy as np
@@ -278,7 +277,6 @@ cdef class CommitLog:
     cdef readonly Py_ssize_t max_message_size
     cdef readonly bint closed
     cdef readonly object on_append      # called (no args) after a put once armed, outside the lock
-    cdef DispatchCore _inline           # inline dispatch: run after each successful put, or None
     cdef bint _armed                    # a waiter asked to be woken by the next put
     cdef dict _topic_rules              # topic -> (writeable, write_queue_nums), from topics.json
     cdef object _not_writeable          # exception making every put SERVICE_NOT_AVAILABLE
@@ -481,11 +479,6 @@ cdef class CommitLog:
                     self.commit_want = 0
                     pthread_cond_signal(&self.commit_cv)
                 pthread_mutex_unlock(&self.commit_mu)
-
-    def set_inline_dispatch(self, DispatchCore core):
-        """Dispatch on the putting thread after each successful put (``dispatch_inline``),
-        straight from the compiled put; None turns it off."""
-        self._inline = core
 
     def set_on_append(self, callback):
         """Call ``callback()`` after the next put following each ``arm_wakeup()``."""
@@ -1012,8 +1005,6 @@ cdef class CommitLog:
                 self.on_append()
         if wait and self.sync_flush and not m._no_wait and not self.debug_ack_before_sync:
             self._sync_result(r, f.phy_offset + total)
-        if self._inline is not None and r.status is PUT_OK:
-            self._inline.dispatch_inline()
         return r
 
     cpdef PutMessageResult put_messages(self, object msgs, object queue_id=0):
@@ -1222,8 +1213,6 @@ cdef class CommitLog:
                 self.on_append()
         if wait and self.sync_flush and not self.debug_ack_before_sync:
             self._sync_result(r, start_phy + total)
-        if self._inline is not None and r.status is PUT_OK:
-            self._inline.dispatch_inline()
         return r
 
     # -- acknowledgement without a waiting thread ------------------------------------------------

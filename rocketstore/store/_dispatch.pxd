@@ -48,7 +48,7 @@ cdef class DispatchCore:
     # dispatched (the topic's queues were removed; a re-created topic starts empty)
     cdef public dict deleted_before
     cdef MappedFile _mf                 # the commit-log file of the last run
-    cdef pthread_mutex_t mu             # one dispatcher at a time (thread, inline puts, close)
+    cdef pthread_mutex_t mu             # one dispatcher at a time (thread, recovery, close)
     # the index (docs/format.md §6): keys of each record go to the service's last file
     cdef object index_service
     cdef IndexFile index_file
@@ -76,6 +76,5 @@ cdef class DispatchCore:
     cdef void _acquire(self) noexcept
     cdef int _notify(self, Py_ssize_t n) except -1
     cdef MappedFile _file_at(self, int64_t offset)
-    cdef Py_ssize_t _dispatch(self, int64_t bound, Py_ssize_t max_records, bint follow,
-                              Py_ssize_t nogil_above) except -1
-    cdef Py_ssize_t dispatch_inline(self) except -1
+    cdef Py_ssize_t _dispatch(self, int64_t bound, Py_ssize_t max_records,
+                              bint follow) except -1

@@ -9,10 +9,9 @@ keep running while a backlog is indexed. Anything else -- a queue seen for the f
 full queue file, a gap, an extra dispatcher such as the index -- takes the GIL path for that
 one record. Units become visible to readers when the run ends (``ConsumeQueue.publish``).
 
-One dispatcher at a time, under the core's own mutex: the dispatch thread through
-``dispatch``, or in inline mode the putting thread through ``dispatch_inline``, which the
-compiled put calls after each successful put (no Python frame; the GIL is kept when one put's
-records are all there is to do).
+One dispatcher at a time, under the core's own mutex: the store's dispatch thread, or a
+caller that must bring the queues up to date now (recovery, topic deletion), both through
+``dispatch``.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -46,7 +45,6 @@ cdef enum:
     STOP_INVALID = 2            # not a record (yet): stop this round
     STOP_SLOW = 3               # this record needs the GIL path
     STOP_LIMIT = 4              # record budget used
-    INLINE_NOGIL_BYTES = 1 << 16    # an inline dispatch releases the GIL above this backlog
 
 
 cdef bint valid_topic(const char *t, Py_ssize_t n) noexcept nogil:
@@ -125,7 +123,7 @@ cdef class DispatchCore:
         self._mf = None
 
     def exclusive(self, fn):
-        """Run ``fn()`` with no dispatch in progress (any thread, inline puts included), then
+        """Run ``fn()`` with no dispatch in progress (any thread), then
         forget the cached queues: what ``fn`` removes is never written to again."""
         self._acquire()
         try:
@@ -212,7 +210,7 @@ cdef class DispatchCore:
             self.n_dirty += 1
 
     cdef void _publish_all(self) noexcept:
-        # only the listed slots: a walk over the whole cache would cost every inline put
+        # only the listed slots: a walk over the whole cache would cost every small run
         cdef int i
         cdef CacheSlot *s
         for i in range(self.n_dirty):
@@ -398,7 +396,7 @@ cdef class DispatchCore:
         cdef Py_ssize_t n
         self._acquire()
         try:
-            n = self._dispatch(bound, max_records, follow, 0)
+            n = self._dispatch(bound, max_records, follow)
         finally:
             pthread_mutex_unlock(&self.mu)
         self._notify(n)
@@ -411,28 +409,10 @@ cdef class DispatchCore:
                 pthread_mutex_lock(&self.mu)
 
     cdef int _notify(self, Py_ssize_t n) except -1:
-        # the notifier's counter, not its property: no Python frame per inline put
+        # the notifier's counter, not its property: no Python frame when nobody waits
         if n and self.notifier is not None and self.notifier._waiters:
             self.notifier.notify()
         return 0
-
-    cdef Py_ssize_t dispatch_inline(self) except -1:
-        """Dispatch everything readable now, on the putting thread (inline mode): the
-        commit log calls this after each put, so no Python frame runs per put. The GIL is
-        kept for a small backlog (one put's records), released for a large one."""
-        cdef Py_ssize_t n = 0, done
-        self._acquire()
-        try:
-            while True:
-                # one call runs to the end of what is readable unless its budget ran out
-                done = self._dispatch(INT64_MAX, 1 << 16, True, INLINE_NOGIL_BYTES)
-                n += done
-                if done < 1 << 16:
-                    break
-        finally:
-            pthread_mutex_unlock(&self.mu)
-        self._notify(n)
-        return n
 
     cdef MappedFile _file_at(self, int64_t offset):
         """The commit-log file holding ``offset`` (the last run's file when it still does)."""
@@ -444,10 +424,9 @@ cdef class DispatchCore:
         self._mf = mf
         return mf
 
-    cdef Py_ssize_t _dispatch(self, int64_t bound, Py_ssize_t max_records, bint follow,
-                              Py_ssize_t nogil_above) except -1:
-        """``dispatch`` under ``mu``; the fast path runs without the GIL when more than
-        ``nogil_above`` bytes wait."""
+    cdef Py_ssize_t _dispatch(self, int64_t bound, Py_ssize_t max_records,
+                              bint follow) except -1:
+        """``dispatch`` under ``mu``; the fast path runs without the GIL."""
         cdef MappedFile mf
         cdef RecordInfo info
         cdef Py_ssize_t pos, end, budget = max_records, start_budget = max_records
@@ -472,11 +451,7 @@ cdef class DispatchCore:
                     continue
                 break
             extra = bool(self.dispatchers)
-            if not extra and end - pos <= nogil_above:
-                stop = self._run(mf, &pos, &end, follow, &budget, &info)
-                if self.index_file is not None:
-                    self._index_flush()
-            elif not extra:
+            if not extra:
                 with nogil:
                     stop = self._run(mf, &pos, &end, follow, &budget, &info)
                     if self.index_file is not None:

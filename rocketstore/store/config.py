@@ -79,7 +79,6 @@ class StoreConfig:
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
     max_msgs_num_batch: int = 64
-    dispatch_inline: bool = False                   # ours: dispatch on the putting thread
     # -- reads -------------------------------------------------------------------------------
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     max_transfer_count_on_message_in_memory: int = 32

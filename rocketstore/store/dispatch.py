@@ -7,7 +7,7 @@ reput offset through ``DispatchCore`` (GIL-free for runs of records to known que
 readers waiting for those queues. ``dispatch_behind_bytes`` is the lag.
 
 Thread-safety: ``DispatchCore`` is driven by one thread at a time (its own mutex: the service
-thread, or in inline mode the putting thread, straight from the compiled put). ``shutdown()``
+thread, or a caller bringing the queues up to date at once: recovery, topic deletion). ``shutdown()``
 dispatches what is left, stops and joins the thread.
 """
 from __future__ import annotations
@@ -71,7 +71,7 @@ class ArrivalNotifier:
 
 
 class DispatchService:
-    """Runs ``DispatchCore`` in a thread, or inline on each put.
+    """Runs ``DispatchCore`` in a thread.
 
     Parameters
     ----------

@@ -324,14 +324,9 @@ class MessageStore:
                     self.fault_ahead_service = FaultAheadService(self.commit_log)
                     self.fault_ahead_service.start()
                 self.consumer_offset_manager.start()
-                if config.dispatch_inline:
-                    # the compiled put dispatches what it wrote before returning
-                    self.commit_log.set_inline_dispatch(self.dispatch_core)
-                else:
-                    self.dispatch_service.start()
+                self.dispatch_service.start()
                 # the hot calls go straight to the compiled commit log (no Python frame per
-                # put); it checks types and the closed state itself, and in inline mode
-                # dispatches what it wrote
+                # put); it checks types and the closed state itself
                 self.put_message = self.commit_log.put_message  # type: ignore[method-assign]
                 self.put_messages = self.commit_log.put_messages  # type: ignore[method-assign]
                 self.put_message_async = functools.partial(  # type: ignore[method-assign]
@@ -775,11 +770,8 @@ class MessageStore:
         raise StoreReadOnlyError(self.root)
 
     def _after_commit(self) -> None:
-        # committed bytes are readable now: dispatch them (inline mode has no thread)
-        if self.config.dispatch_inline:
-            self.dispatch_service.do_dispatch()
-        else:
-            self.dispatch_service.wakeup()
+        # committed bytes are readable now: wake the dispatch thread for them
+        self.dispatch_service.wakeup()
 
     def _create_abort(self) -> None:
         create_abort_marker(self.root)
@@ -968,8 +960,7 @@ class MessageStore:
         commit-log offset) for that record; with ``transient_store_pool_enable`` pass the
         result, as its bytes become readable only at the next commit (at most
         ``commit_interval_commit_log`` ms). Returns False when ``timeout`` seconds passed
-        first (or dispatch stopped on an error, ``store.dispatch_service.error``). A store
-        with ``dispatch_inline=True`` dispatches in each put: this returns at once.
+        first (or dispatch stopped on an error, ``store.dispatch_service.error``).
         """
         self._check_open()
         if self.read_only:
@@ -1091,9 +1082,8 @@ class MessageStore:
         its consume-queue unit, a moment after ``put_message`` returned (usually under a
         millisecond or two; tens of milliseconds under load). Right after a put a get may
         still answer NO_MESSAGE_IN_QUEUE / OFFSET_OVERFLOW_ONE: call
-        ``store.wait_dispatched()`` first, pass ``timeout_ms`` (long polling), or open the
-        store with ``StoreConfig(dispatch_inline=True)``. A consumer loop should not stop at
-        the first empty answer.
+        ``store.wait_dispatched()`` first (read-your-writes) or pass ``timeout_ms`` (long
+        polling). A consumer loop should not stop at the first empty answer.
         """
         if self._closed:
             raise StoreClosedError("store " + self.root)
