@@ -68,12 +68,15 @@ def client_kw(broker, transport):
 
 
 def wait_until(cond, timeout=20.0, what="condition"):
+    """Poll ``cond`` until true; ``what`` (a str, or a callable giving one at the deadline)
+    names what was awaited in the failure."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if cond():
             return
         time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    desc = what() if callable(what) else what
+    raise AssertionError(f"timed out after {timeout}s waiting for {desc}")
 
 
 def until(fn, what: str, timeout: float = 20.0):

@@ -37,6 +37,8 @@ def test_ack_index_sends_back_only_the_rest(broker):
         mq = make_topic(p, "TA", 1)[0]
         for i in range(4):
             p.send(Message("TA", b"m%d" % i), message_queue=mq)
+    # the first pull must see all five in one batch: sends return before dispatch
+    assert broker.store.wait_dispatched(10)
     calls = []
 
     def listener(msgs, ctx):
@@ -47,7 +49,8 @@ def test_ack_index_sends_back_only_the_rest(broker):
 
     c = consumer(broker, "ga", "TA", listener, consume_message_batch_max_size=8)
     try:
-        wait_until(lambda: sum(len(x) for x in calls) >= 7, what="the two retried messages")
+        wait_until(lambda: sum(len(x) for x in calls) >= 7,
+                   what=lambda: f"the two retried messages (batches so far: {calls})")
     finally:
         c.shutdown()
     assert calls[0] == [b"create", b"m0", b"m1", b"m2", b"m3"]
