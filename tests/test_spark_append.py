@@ -24,8 +24,10 @@ def _staged(tmp_path, rows: list[dict], name: str = "t.arrow") -> str:
     batch = pa.record_batch([pa.array(cols[f.name], f.type) for f in W.STAGED_SCHEMA],
                             schema=W.STAGED_SCHEMA)
     path = str(tmp_path / name)
-    with ipc.new_file(path, W.STAGED_SCHEMA) as w:
-        w.write_batch(batch.slice(1))       # a slice: buffers with a non-zero offset
+    with ipc.new_file(path, W.FILE_SCHEMA) as w:
+        # a slice: buffers with a non-zero offset
+        for group in W.stage_groups(batch.slice(1)):
+            w.write_batch(group)
     return path
 
 
@@ -85,3 +87,55 @@ def test_task_validation_refuses_what_message_refuses(row, field):
         W._validate(batch, 1 << 20)
     assert ei.value.field.startswith(field)
     W._validate(batch.slice(0, 5), 1 << 20)         # the good rows pass
+
+
+def _staged_batch(rows: list[dict]) -> pa.RecordBatch:
+    cols = {f.name: [r.get(f.name) for r in rows] for f in W.STAGED_SCHEMA}
+    return pa.record_batch([pa.array(cols[f.name], f.type) for f in W.STAGED_SCHEMA],
+                           schema=W.STAGED_SCHEMA)
+
+
+def test_tasks_stage_one_batch_per_queue_in_row_order_with_encoded_properties():
+    groups = W.stage_groups(_staged_batch(ROWS[1:]))
+    # A/0, A/1, B/0, B/1 (the order groups come in is free; each group's row order is not)
+    assert sorted((g.column(0)[0].as_py(), g.column(1)[0].as_py()) for g in groups) == \
+        [("A", 0), ("A", 1), ("B", 0), ("B", 1)]
+    assert sum(g.num_rows for g in groups) == 40
+    for g in groups:
+        assert g.schema == W.FILE_SCHEMA
+        topic, qid = g.column(0)[0].as_py(), g.column(1)[0].as_py()
+        want = [r for r in ROWS[1:] if r["topic"] == topic and r["queue_id"] == qid]
+        assert g.column(0).to_pylist() == [topic] * len(want)
+        assert g.column(1).to_pylist() == [qid] * len(want)
+        assert g.column(2).to_pylist() == [r["body"] for r in want]
+        for r, enc in zip(want, g.column(6).to_pylist()):
+            tags = f"TAGS\x01{r['tags']}\x02" if r["tags"] else ""
+            keys = f"KEYS\x01{' '.join(r['keys'])}\x02" if r["keys"] else ""
+            assert enc == (tags + keys).encode()
+
+
+def test_tasks_leave_rows_with_user_properties_to_the_message_path():
+    rows = [{"topic": "A", "queue_id": i % 2, "body": b"x", "tags": "t",
+             "properties": {"p": str(i)} if i == 3 else None} for i in range(6)]
+    groups = W.stage_groups(_staged_batch(rows))
+    assert len(groups) == 2 and all(g.column(6).null_count == g.num_rows for g in groups)
+    one_queue = W.stage_groups(_staged_batch([dict(r, queue_id=0) for r in rows[:3]]))
+    assert len(one_queue) == 1 and one_queue[0].column(6).to_pylist() == [b"TAGS\x01t\x02"] * 3
+    assert W.stage_groups(_staged_batch(rows).slice(0, 0)) == []
+
+
+def test_a_replay_skips_across_the_staged_groups_of_several_files(tmp_path):
+    # rows appended before a crash are skipped per (topic, queue), across batches and files
+    first = _staged(tmp_path, ROWS, "a.arrow")
+    second = _staged(tmp_path, ROWS, "b.arrow")
+    full_root, replay_root = str(tmp_path / "full"), str(tmp_path / "replay")
+    with MessageStore.open(full_root, CFG) as store:
+        assert W.append_staged(store, [first, second], "s:1") == 80
+    skip = {("A", 0): 20, ("B", 1): 3}          # ("A", 0) has 13 rows a file: both files
+    with MessageStore.open(replay_root, CFG) as store:
+        assert W.append_staged(store, [first, second], "s:1", skip) == 80 - 23
+    full, replay = _stored(full_root), _stored(replay_root)
+    for topic, q, n in (("A", 0, 20), ("B", 1, 3), ("A", 1, 0), ("B", 0, 0)):
+        f = [r[3:] for r in full if r[:2] == (topic, q)]
+        got = [r[3:] for r in replay if r[:2] == (topic, q)]
+        assert got == f[n:] and len(f) > n

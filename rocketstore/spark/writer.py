@@ -8,11 +8,14 @@ queues (default 4) by xxhash64 of its UTF-8 bytes, which every process computes 
 (Python's ``hash`` of a str is salted per process). Rows with neither go to queue 0.
 
 Each task writes its rows to an Arrow IPC file under ``<store>/.spark-staging/<job>/`` and
-returns its name; the driver's ``commit()`` opens the store as its single writer and appends
-the staged rows in task order, then deletes them; ``abort()`` deletes them, leaving the
-store untouched. The streaming sink does the same per micro-batch, exactly once per batch id
-even across a crash: its progress file (``config/sparkSink-<sinkId>.json``, written
-atomically) records a batch as *pending* with the commit-log offset where its append starts
+returns its name: validated, grouped per (topic, queue) in row order, their tags and keys
+already encoded as the commit log stores properties (``stage_groups``), so that the per-row
+work runs in the tasks, in parallel. The driver's ``commit()`` opens the store as its single
+writer and appends the staged rows in task order straight from the memory-mapped files
+(``CommitLog.put_columns``: no Message per row), then deletes them; ``abort()`` deletes
+them, leaving the store untouched. The streaming sink does the same per micro-batch,
+exactly once per batch id even across a crash: its progress file
+(``config/sparkSink-<sinkId>.json``, written atomically) records a batch as *pending* with the commit-log offset where its append starts
 before appending, and as done after the store closed (flushed); every message it appends
 carries the property ``SPARK_SINK_BATCH`` = ``<sinkId>:<batchId>``. A batch id at or below the
 done one is skipped; a replay of the pending one (the driver died mid-append) counts, per
@@ -49,6 +52,10 @@ STAGED_SCHEMA = pa.schema([
     ("tags", pa.string()), ("keys", pa.list_(pa.string())),
     ("properties", pa.map_(pa.string(), pa.string())),
 ])
+# a staged file's batches: STAGED_SCHEMA's columns plus each row's TAGS/KEYS encoded as the
+# commit log stores properties, null in a batch whose rows have user properties (appended as
+# Messages); each batch holds the rows of one (topic, queue) of one task batch, in row order
+FILE_SCHEMA = STAGED_SCHEMA.append(pa.field("encoded_props", pa.binary()))
 BATCH_MESSAGES = 1024           # messages per put_messages call (one queue, one file)
 
 
@@ -96,7 +103,7 @@ class _Plan:
         os.makedirs(self.staging)
 
     def stage(self, batches: Iterator[pa.RecordBatch]) -> Staged:
-        """Write the task's rows as STAGED_SCHEMA batches to one Arrow file."""
+        """Write the task's rows to one Arrow file as ``stage_groups`` batches."""
         name = os.path.join(self.staging, f"task-{uuid.uuid4().hex}.arrow")
         rows = 0
         writer = None
@@ -107,8 +114,9 @@ class _Plan:
                 out = self._convert(batch)
                 _validate(out, self.max_message_size)
                 if writer is None:
-                    writer = ipc.new_file(name, STAGED_SCHEMA)
-                writer.write_batch(out)
+                    writer = ipc.new_file(name, FILE_SCHEMA)
+                for group in stage_groups(out):
+                    writer.write_batch(group)
                 rows += out.num_rows
         finally:
             if writer is not None:
@@ -224,19 +232,64 @@ def _open_writer(path: str, scan: ScanOptions) -> MessageStore:
 SINK_PROPERTY = "SPARK_SINK_BATCH"     # <sinkId>:<batchId> on every message a sink appends
 
 
+def stage_groups(b: pa.RecordBatch) -> list[pa.RecordBatch]:
+    """A validated STAGED_SCHEMA batch as FILE_SCHEMA batches, one per (topic, queue), each
+    in row order, with the rows' encoded TAGS/KEYS: the per-row work of the append, done in
+    the tasks (in parallel) so that the driver's single writer only copies."""
+    n = b.num_rows
+    if n == 0:
+        return []
+    topic, qid = b.column(0), b.column(1)
+    if pc.count_distinct(topic).as_py() == 1:
+        group = qid.to_numpy(zero_copy_only=False).astype(np.int64)
+    else:
+        codes = topic.dictionary_encode().indices.to_numpy(zero_copy_only=False)
+        group = (codes.astype(np.int64) << 32) | qid.to_numpy(zero_copy_only=False).astype(np.int64)
+    if n == 1 or (group[1:] == group[0]).all():
+        sorted_b, starts, ends = b, [0], [n]
+    else:
+        order = np.argsort(group, kind="stable")      # a group's rows keep their order
+        sorted_groups = group[order]
+        cuts = (np.flatnonzero(np.diff(sorted_groups)) + 1).tolist()
+        starts, ends = [0] + cuts, cuts + [n]
+        sorted_b = b.take(pa.array(order))
+    if sorted_b.column(5).null_count == n:
+        encoded = _encode_props(sorted_b.column(3), sorted_b.column(4))
+    else:
+        encoded = pa.nulls(n, pa.binary())      # user properties: the Message path
+    full = pa.RecordBatch.from_arrays(sorted_b.columns + [encoded], schema=FILE_SCHEMA)
+    return [full.slice(s, e - s) for s, e in zip(starts, ends)]
+
+
+def _encode_props(tags: pa.Array, keys: pa.Array) -> pa.Array:
+    """Each row's ``TAGS\x01..\x02KEYS\x01..\x02`` (as Message encodes them; empty when it
+    has neither), as a binary array."""
+    parts = []
+    if tags.null_count < len(tags):
+        parts.append(_prop_column("TAGS", tags))
+    if keys.null_count < len(keys):
+        parts.append(_prop_column("KEYS", pc.binary_join(keys, " ")))
+    if not parts:
+        return pa.repeat(pa.scalar(b"", pa.binary()), len(tags))
+    joined = pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
+    return joined.cast(pa.binary())
+
+
 def append_staged(store: MessageStore, files: list[str], marker: str | None = None,
                   skip: dict[tuple[str, int], int] | None = None) -> int:
-    """Append the staged files' rows in order, each run of one (topic, queue) as batches of
-    consecutive queue offsets. ``marker`` becomes every message's ``SPARK_SINK_BATCH``
-    property; ``skip`` drops the first rows of a (topic, queue) (appended before a crash).
-    Returns the rows appended."""
+    """Append the staged files' rows in order (each file's batches, as ``stage_groups``
+    made them: one (topic, queue) each), as batches of consecutive queue offsets.
+    ``marker`` becomes every message's ``SPARK_SINK_BATCH`` property; ``skip`` drops the
+    first rows of a (topic, queue) (appended before a crash). Returns the rows appended.
+    The files are memory-mapped: bodies go from the page cache into the commit log."""
     total = 0
     limit = max(1, store.config.mapped_file_size_commit_log // 4)
     skip = dict(skip or {})
+    prefix = f"{SINK_PROPERTY}\x01{marker}\x02".encode() if marker is not None else None
     for name in files:
         with pa.memory_map(name) as source, ipc.open_file(source) as f:
             for i in range(f.num_record_batches):
-                total += _append_batch(store, f.get_batch(i), limit, marker, skip)
+                total += _append_group(store, f.get_batch(i), limit, marker, prefix, skip)
     return total
 
 
@@ -245,83 +298,65 @@ def _column_list(col: pa.Array) -> list | None:
     return None if col.null_count == len(col) else col.to_pylist()
 
 
-def _append_batch(store: MessageStore, b: pa.RecordBatch, byte_limit: int,
-                  marker: str | None = None, skip: dict[tuple[str, int], int] | None = None) -> int:
+def _append_group(store: MessageStore, b: pa.RecordBatch, byte_limit: int, marker: str | None,
+                  prefix: bytes | None, skip: dict[tuple[str, int], int]) -> int:
+    """Append one staged batch (one topic and queue) from row ``skip`` leaves on."""
     n = b.num_rows
     if n == 0:
         return 0
-    appended = 0
-    # rows grouped by (topic, queue), each group in row order (a stable sort)
-    topic_dict = b.column(0).dictionary_encode()
-    names = topic_dict.dictionary.to_pylist()
-    group = (topic_dict.indices.to_numpy(zero_copy_only=False).astype(np.int64) << 32) \
-        | b.column(1).to_numpy(zero_copy_only=False).astype(np.int64)
-    order = np.argsort(group, kind="stable")
-    sorted_groups = group[order]
-    cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
-    starts = np.concatenate(([0], cuts))
-    ends = np.concatenate((cuts, [n]))
-    user_props = _column_list(b.column(5))
-    if user_props is None:
-        # the columnar path: bodies and encoded properties straight from Arrow buffers
-        rows_of: _Columns | _MessageRows = _Columns(b, marker)
+    topic, qid = b.column(0)[0].as_py(), b.column(1)[0].as_py()
+    lo = skipped = min(skip.get((topic, qid), 0), n) if skip else 0
+    if skipped:
+        skip[(topic, qid)] -= skipped
+        if skipped == n:
+            return 0
+    encoded = b.column(6)
+    bodies = b.column(2)
+    # what a record may take, at most: its body and properties, plus (header, topic, UNIQ_KEY
+    # and the marker) less than 512 bytes; cumulative, to cut puts at the byte limit
+    body_off = _binary_buffers(bodies)[1]
+    cum = (body_off[1:] - body_off[0]).astype(np.int64) + np.arange(1, n + 1, dtype=np.int64) * (
+        512 + (len(prefix) if prefix else 0))
+    if encoded.null_count == 0:
+        rows_of: _Columns | _MessageRows = _Columns(bodies, encoded, prefix)
+        cum += (rows_of.props_offsets[1:] - rows_of.props_offsets[0]) \
+            if rows_of.props_offsets is not None else 0
     else:
-        rows_of = _MessageRows(b, marker, user_props)
-    # what a record costs beyond its body, at most (header, topic, tags, keys, UNIQ_KEY)
-    est = pc.add(pc.binary_length(b.column(2)), 512).to_numpy(zero_copy_only=False)
-    if marker:
-        est = est + len(SINK_PROPERTY) + len(marker) + 2
-    if user_props is not None:
-        est = est + np.array([sum(len(k) + len(v) + 2 for k, v in p or ()) for p in user_props],
-                             dtype=np.int64) * 4
-    for s, e in zip(starts.tolist(), ends.tolist()):
-        g = int(sorted_groups[s])
-        topic, qid = names[g >> 32], g & 0xFFFFFFFF
-        if skip:
-            k = min(skip.get((topic, qid), 0), e - s)
-            if k:
-                skip[(topic, qid)] -= k
-                s += k
-                if s == e:
-                    continue
-        idx = order[s:e]
-        appended += len(idx)
-        sizes = est[idx]
-        lo = 0
-        while lo < len(idx):
-            # the longest run from lo within BATCH_MESSAGES and the byte limit (at least one)
-            run = np.cumsum(sizes[lo:lo + BATCH_MESSAGES])
-            hi = lo + max(1, int(np.searchsorted(run, byte_limit, side="right")))
-            _put(store, rows_of.batch(topic, idx[lo:hi]), qid)
-            lo = hi
-    return appended
+        props = b.column(5).to_pylist()
+        rows_of = _MessageRows(b, marker, props)
+        cum += np.array([sum(len(k) + len(v) + 2 for k, v in p or ()) for p in props],
+                        dtype=np.int64).cumsum() * 4
+    while lo < n:
+        # the longest run from lo within BATCH_MESSAGES and the byte limit (at least one)
+        hi = min(n, lo + BATCH_MESSAGES)
+        cap = (cum[lo - 1] if lo else 0) + byte_limit
+        if cum[hi - 1] > cap:       # rare: large bodies
+            hi = lo + max(1, int(np.searchsorted(cum[lo:hi], cap, side="right")))
+        _put(store, rows_of.batch(topic, np.arange(lo, hi, dtype=np.int64)), qid)
+        lo = hi
+    return n - skipped
 
 
 class _Columns:
     """Rows of a staged batch as ``CommitLog.put_columns`` arguments (no Message per row):
-    the body column's Arrow buffers, and each row's encoded properties -- TAGS, KEYS and the
-    sink's marker -- built column-wise by Arrow."""
+    the Arrow buffers of the bodies and of the tasks' encoded properties, the sink's marker
+    put in front."""
 
-    def __init__(self, b: pa.RecordBatch, marker: str | None) -> None:
-        self.body_data, self.body_offsets = _binary_buffers(b.column(2))
-        parts = []
-        tags, keys = b.column(3), b.column(4)
-        if marker is not None:
-            parts.append(pa.scalar(f"{SINK_PROPERTY}\x01{marker}\x02"))
-        if tags.null_count < len(tags):
-            parts.append(_prop_column("TAGS", tags))
-        if keys.null_count < len(keys):
-            parts.append(_prop_column("KEYS", pc.binary_join(keys, " ")))
+    def __init__(self, bodies: pa.Array, encoded: pa.Array, prefix: bytes | None) -> None:
+        self.body_data, self.body_offsets = _binary_buffers(bodies)
         self.const_props = None
         self.props_data = self.props_offsets = None
-        if parts and all(isinstance(p, pa.Scalar) for p in parts):
-            self.const_props = b"".join(p.as_py().encode() for p in parts)
-        elif parts:
-            joined = pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
-            self.props_data, self.props_offsets = _binary_buffers(joined.cast(pa.binary()))
+        _, offs = _binary_buffers(encoded)
+        if offs[-1] == offs[0]:             # no tags nor keys: the marker alone, or nothing
+            self.const_props = prefix
+        else:
+            if prefix is not None:
+                encoded = pc.binary_join_element_wise(pa.scalar(prefix, pa.binary()), encoded,
+                                                      pa.scalar(b"", pa.binary()))
+            self.props_data, self.props_offsets = _binary_buffers(encoded)
 
     def batch(self, topic: str, rows: np.ndarray) -> "_ColumnBatch":
-        return _ColumnBatch(self, topic, np.ascontiguousarray(rows, dtype=np.int64))
+        return _ColumnBatch(self, topic, rows)
 
 
 class _ColumnBatch:

@@ -608,7 +608,8 @@ cdef class CommitLog:
         file's pages from where the last round stopped up to the wanted offset in
         (MADV_POPULATE_WRITE: the bytes are not touched, so a writer overtaking it is safe),
         repeat. Returns 0 when stopped, -errno when the kernel cannot do it."""
-        cdef int64_t done = 0, seen = 0, want, start, stop, base_from
+        cdef int64_t done = 0, seen = 0, want, start, stop, end, base_from
+        cdef bint stopping = False
         cdef char *base
         cdef char *wbase
         cdef Py_ssize_t size
@@ -639,13 +640,23 @@ cdef class CommitLog:
                     start = done if done > base_from else base_from
                     start -= (start - base_from) % FAULT_PAGE
                     stop = want if want < base_from + size else base_from + size
-                    if stop > start:
-                        rc = rs_populate_write(base + (start - base_from), <size_t>(stop - start))
+                    # FAULT_STEP at a time, so a stop waits for one step at most, not for a
+                    # whole window (close() of a store that just took a bulk append)
+                    while stop > start:
+                        end = start + FAULT_STEP if stop - start > FAULT_STEP else stop
+                        rc = rs_populate_write(base + (start - base_from), <size_t>(end - start))
                         if rc == -22 or rc == -38:      # EINVAL, ENOSYS: not this kernel
                             break
                         rc = 0                          # EFAULT/ENOMEM: the next round retries
-                        self.faulted_bytes += stop - start
-                        done = stop
+                        self.faulted_bytes += end - start
+                        done = start = end
+                        pthread_mutex_lock(&self.fault_mu)
+                        stopping = self.fault_stop
+                        pthread_mutex_unlock(&self.fault_mu)
+                        if stopping:
+                            break
+                    if rc != 0 or stopping:
+                        break
                 seen = want
         return rc
 
