@@ -25,9 +25,7 @@ def _staged(tmp_path, rows: list[dict], name: str = "t.arrow") -> str:
                             schema=W.STAGED_SCHEMA)
     path = str(tmp_path / name)
     with ipc.new_file(path, W.FILE_SCHEMA) as w:
-        # a slice: buffers with a non-zero offset
-        for group in W.stage_groups(batch.slice(1)):
-            w.write_batch(group)
+        w.write_batch(W.stage_batch(batch.slice(1)))   # a slice: buffers with an offset
     return path
 
 
@@ -95,33 +93,40 @@ def _staged_batch(rows: list[dict]) -> pa.RecordBatch:
                            schema=W.STAGED_SCHEMA)
 
 
-def test_tasks_stage_one_batch_per_queue_in_row_order_with_encoded_properties():
-    groups = W.stage_groups(_staged_batch(ROWS[1:]))
+def _groups(staged: pa.RecordBatch) -> list[list[int]]:
+    order = staged.column("group_order").to_pylist()
+    ends = [i + 1 for i, last in enumerate(staged.column("group_last").to_pylist()) if last]
+    return [order[s:e] for s, e in zip([0] + ends, ends)]
+
+
+def test_tasks_stage_the_rows_grouped_per_queue_in_row_order_with_encoded_properties():
+    rows = ROWS[1:]
+    staged = W.stage_batch(_staged_batch(rows))
+    assert staged.schema == W.FILE_SCHEMA
+    assert staged.column("body").to_pylist() == [r["body"] for r in rows]   # rows as they came
+    groups = _groups(staged)
     # A/0, A/1, B/0, B/1 (the order groups come in is free; each group's row order is not)
-    assert sorted((g.column(0)[0].as_py(), g.column(1)[0].as_py()) for g in groups) == \
+    assert sorted((rows[g[0]]["topic"], rows[g[0]]["queue_id"]) for g in groups) == \
         [("A", 0), ("A", 1), ("B", 0), ("B", 1)]
-    assert sum(g.num_rows for g in groups) == 40
     for g in groups:
-        assert g.schema == W.FILE_SCHEMA
-        topic, qid = g.column(0)[0].as_py(), g.column(1)[0].as_py()
-        want = [r for r in ROWS[1:] if r["topic"] == topic and r["queue_id"] == qid]
-        assert g.column(0).to_pylist() == [topic] * len(want)
-        assert g.column(1).to_pylist() == [qid] * len(want)
-        assert g.column(2).to_pylist() == [r["body"] for r in want]
-        for r, enc in zip(want, g.column(6).to_pylist()):
-            tags = f"TAGS\x01{r['tags']}\x02" if r["tags"] else ""
-            keys = f"KEYS\x01{' '.join(r['keys'])}\x02" if r["keys"] else ""
-            assert enc == (tags + keys).encode()
+        topic, qid = rows[g[0]]["topic"], rows[g[0]]["queue_id"]
+        assert g == [i for i, r in enumerate(rows) if (r["topic"], r["queue_id"]) == (topic, qid)]
+    for r, enc in zip(rows, staged.column("encoded_props").to_pylist()):
+        tags = f"TAGS\x01{r['tags']}\x02" if r["tags"] else ""
+        keys = f"KEYS\x01{' '.join(r['keys'])}\x02" if r["keys"] else ""
+        assert enc == (tags + keys).encode()
 
 
 def test_tasks_leave_rows_with_user_properties_to_the_message_path():
     rows = [{"topic": "A", "queue_id": i % 2, "body": b"x", "tags": "t",
              "properties": {"p": str(i)} if i == 3 else None} for i in range(6)]
-    groups = W.stage_groups(_staged_batch(rows))
-    assert len(groups) == 2 and all(g.column(6).null_count == g.num_rows for g in groups)
-    one_queue = W.stage_groups(_staged_batch([dict(r, queue_id=0) for r in rows[:3]]))
-    assert len(one_queue) == 1 and one_queue[0].column(6).to_pylist() == [b"TAGS\x01t\x02"] * 3
-    assert W.stage_groups(_staged_batch(rows).slice(0, 0)) == []
+    staged = W.stage_batch(_staged_batch(rows))
+    assert staged.column("encoded_props").null_count == 6
+    assert _groups(staged) == [[0, 2, 4], [1, 3, 5]]
+    one_queue = W.stage_batch(_staged_batch([dict(r, queue_id=0) for r in rows[:3]]))
+    assert one_queue.column("encoded_props").to_pylist() == [b"TAGS\x01t\x02"] * 3
+    assert _groups(one_queue) == [[0, 1, 2]]
+    assert W.stage_batch(_staged_batch(rows).slice(0, 0)).num_rows == 0
 
 
 def test_a_replay_skips_across_the_staged_groups_of_several_files(tmp_path):
@@ -139,3 +144,13 @@ def test_a_replay_skips_across_the_staged_groups_of_several_files(tmp_path):
         f = [r[3:] for r in full if r[:2] == (topic, q)]
         got = [r[3:] for r in replay if r[:2] == (topic, q)]
         assert got == f[n:] and len(f) > n
+
+
+def test_the_drivers_store_flushes_as_the_append_goes(tmp_path):
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, CFG) as store:
+        W.append_staged(store, [_staged(tmp_path, ROWS)])
+    with W._open_writer(root, W.ScanOptions()) as store:
+        assert store.config.flush_interval_commit_log == W.BULK_FLUSH_INTERVAL_MS
+        assert store.config.flush_commit_log_least_pages == W.BULK_FLUSH_LEAST_PAGES
+        assert store.config.mapped_file_size_commit_log == 1 << 20     # the store's own

@@ -2,18 +2,26 @@
 
     python tools/bench_spark.py                  # 10 M messages, 8 queues, 100-byte bodies
     python tools/bench_spark.py --num 1000000    # smaller
+    python tools/bench_spark.py --write-only --num 2000000 --arrow-batch 50000
+    python tools/bench_spark.py --write-only --code /path/to/other/checkout   # before/after
 
 1. write: a generated DataFrame (topic, queue_id, body, tags) written with
    ``df.write.format("rocketstore")`` (tasks stage Arrow files, the driver appends them
    through the store's single writer), against a trivial Arrow writer that drops the
-   batches (Spark's Python write path alone) and the same DataFrame written to Parquet;
+   batches (Spark's Python write path alone), Spark's ``noop`` format (the rows generated
+   and dropped in the JVM: no Python, no Arrow -- the cap the data generation sets) and the
+   same DataFrame written to Parquet; the store's write is also split into its tasks (up to
+   the last task's end) and the driver's commit (the append, its flush and close), from
+   timestamps the benchmark's own writer records;
 2. read: ``count()`` and ``groupBy("tags").count()`` over the store, against
    - a trivial Arrow data source that yields prebuilt batches of the same shape (the same
      splits, rows per batch and columns: one real batch decoded once per task, then yielded
      again and again), i.e. the cost of Spark's Python data source path with no decode;
    - Spark reading the same rows from Parquet (written from the store once, untimed).
 Each write and query runs ``--repeat`` times, the sources interleaved (best kept); the load
-average is printed. Ratios are store / baseline.
+average is printed. Ratios are store / baseline. ``--arrow-batch`` (Spark's
+``spark.sql.execution.arrow.maxRecordsPerBatch``) and ``--partitions`` apply to every sink
+alike.
 """
 from __future__ import annotations
 
@@ -25,10 +33,12 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if "--code" in sys.argv[:-1]:       # measure another checkout's rocketstore (before/after)
+    ROOT = os.path.abspath(sys.argv[sys.argv.index("--code") + 1])
 sys.path.insert(0, ROOT)
 
 
-def _session(cores: int, memory: str):
+def _session(cores: int, memory: str, arrow_batch: int):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -36,6 +46,7 @@ def _session(cores: int, memory: str):
     spark = (SparkSession.builder.master(f"local[{cores}]").appName("bench_spark")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", memory).config("spark.sql.shuffle.partitions", str(cores))
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(arrow_batch))
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -112,6 +123,57 @@ def _null_writer_source():
     return ArrowNullSink
 
 
+def _timed_store_source(log_dir: str):
+    """``rocketstore`` with timestamps: each task's end and the commit's start and end are
+    written to files under ``log_dir`` (tasks and commit run in Python workers)."""
+    from pyspark.sql.datasource import DataSource
+
+    def stamp(kind: str) -> None:
+        import time as _t
+        import uuid as _u
+        with open(os.path.join(log_dir, f"{kind}-{_u.uuid4().hex}"), "w") as f:
+            f.write(repr(_t.time()))
+
+    class Timed:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def write(self, iterator):
+            r = self.inner.write(iterator)
+            stamp("task_end")
+            return r
+
+        def commit(self, messages):
+            stamp("commit_start")
+            self.inner.commit(messages)
+            stamp("commit_end")
+
+        def abort(self, messages):
+            self.inner.abort(messages)
+
+    class TimedStore(DataSource):
+        @classmethod
+        def name(cls):
+            return "rocketstore_timed"
+
+        def writer(self, schema, overwrite):
+            from pyspark.sql.datasource import DataSourceArrowWriter
+            from rocketstore.spark.writer import RocketStoreWriter
+            inner = RocketStoreWriter(self.options["path"], self.options, schema)
+            return type("TimedWriter", (Timed, DataSourceArrowWriter), {})(inner)
+
+    return TimedStore
+
+
+def _stamps(log_dir: str) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for name in os.listdir(log_dir):
+        with open(os.path.join(log_dir, name)) as f:
+            out.setdefault(name.split("-")[0], []).append(float(f.read()))
+        os.unlink(os.path.join(log_dir, name))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--num", type=int, default=10_000_000, help="messages (default 10 M)")
@@ -122,20 +184,31 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--memory", default="4g", help="spark.driver.memory")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed)")
+    ap.add_argument("--arrow-batch", type=int, default=10_000,
+                    help="spark.sql.execution.arrow.maxRecordsPerBatch (Spark's default 10000)")
+    ap.add_argument("--partitions", type=int, default=0,
+                    help="partitions of the generated DataFrame (default max(4 x cores, 8))")
+    ap.add_argument("--write-only", action="store_true", help="skip the reads")
+    ap.add_argument("--code", default=None,
+                    help="the checkout whose rocketstore is measured (default: this one)")
     args = ap.parse_args(argv)
 
     from pyspark.sql import functions as F
 
     work = args.dir or tempfile.mkdtemp(prefix="bench_spark_")
     store, pq_in, pq_store = (os.path.join(work, d) for d in ("store", "pq_generated", "pq_store"))
-    spark = _session(args.cores, args.memory)
+    spark = _session(args.cores, args.memory, args.arrow_batch)
     spark.dataSource.register(_baseline_source())
     spark.dataSource.register(_null_writer_source())
+    stamps_dir = os.path.join(work, "stamps")
+    os.makedirs(stamps_dir)
+    spark.dataSource.register(_timed_store_source(stamps_dir))
+    parts = args.partitions or max(args.cores * 4, 8)
     n = args.num
     try:
         # ---- write --------------------------------------------------------------------------
         def generated(rows):
-            return (spark.range(0, rows, numPartitions=max(args.cores * 4, 8)).select(F.lit("BenchTopic").alias("topic"),
+            return (spark.range(0, rows, numPartitions=parts).select(F.lit("BenchTopic").alias("topic"),
                        (F.col("id") % args.queues).cast("int").alias("queue_id"),
                        F.expr(f"cast(rpad(cast(id as string), {args.body}, 'x') as binary)").alias("body"),
                        F.concat(F.lit("tag"), (F.col("id") % args.tags).cast("string")).alias("tags")))
@@ -148,19 +221,45 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(os.path.join(work, "warmup"))
         # the writes, like the reads, repeat interleaved (best kept); each into a fresh
         # directory, the last store stays for the reads
-        t_write_null = t_write = t_write_pq = float("inf")
+        t_write_null = t_write = t_write_pq = t_noop = float("inf")
+        t_tasks = t_commit = float("inf")
         for r in range(args.repeat):
+            t = time.perf_counter()
+            gen.write.format("noop").mode("overwrite").save()
+            t_noop = min(t_noop, time.perf_counter() - t)
             t = time.perf_counter()
             gen.write.format("arrow_null_sink").mode("append").save(work)
             t_write_null = min(t_write_null, time.perf_counter() - t)
             shutil.rmtree(store, ignore_errors=True)
+            _stamps(stamps_dir)
+            t0 = time.time()
             t = time.perf_counter()
-            gen.write.format("rocketstore").mode("append").save(store)
-            t_write = min(t_write, time.perf_counter() - t)
+            gen.write.format("rocketstore_timed").mode("append").save(store)
+            secs = time.perf_counter() - t
+            if secs < t_write:
+                st = _stamps(stamps_dir)
+                t_write = secs
+                t_tasks = max(st["task_end"]) - t0
+                t_commit = st["commit_end"][0] - st["commit_start"][0]
             shutil.rmtree(pq_in, ignore_errors=True)
             t = time.perf_counter()
             gen.write.parquet(pq_in)
             t_write_pq = min(t_write_pq, time.perf_counter() - t)
+
+        print(f"bench_spark: {n:,} messages, {args.queues} queues, {args.body}-byte bodies, "
+              f"{args.tags} tags, local[{args.cores}], {parts} partitions, arrow batches of "
+              f"{args.arrow_batch:,} rows, best of {args.repeat}, "
+              f"load average {os.getloadavg()[0]:.1f}, code {ROOT}")
+        print(f"  write rocketstore            {n / t_write:>12,.0f} rows/s  ({t_write:.2f} s: "
+              f"tasks {t_tasks:.2f} s, then the commit {t_commit:.2f} s)")
+        print(f"  write arrow null sink        {n / t_write_null:>12,.0f} rows/s  ({t_write_null:.2f} s)"
+              f"   store/baseline {t_write_null / t_write:.2f}")
+        print(f"  write noop (JVM only)        {n / t_noop:>12,.0f} rows/s  ({t_noop:.2f} s)"
+              f"   store/baseline {t_noop / t_write:.2f}")
+        print(f"  write parquet (same rows)    {n / t_write_pq:>12,.0f} rows/s  ({t_write_pq:.2f} s)"
+              f"   store/baseline {t_write_pq / t_write:.2f}")
+        if args.write_only:
+            return
 
         # ---- read ---------------------------------------------------------------------------
         src = spark.read.format("rocketstore").load(store)
@@ -185,14 +284,7 @@ def main(argv: list[str] | None = None) -> None:
                 assert sum(r["count"] for r in groups) == n and len(groups) == args.tags, groups
                 res[(name, "groupby")] = max(res.get((name, "groupby"), 0.0), n / secs)
 
-        print(f"bench_spark: {n:,} messages, {args.queues} queues, {args.body}-byte bodies, "
-              f"{args.tags} tags, local[{args.cores}], best of {args.repeat}, "
-              f"load average {os.getloadavg()[0]:.1f}")
-        print(f"  write rocketstore            {n / t_write:>12,.0f} rows/s  ({t_write:.1f} s)")
-        print(f"  write arrow null sink        {n / t_write_null:>12,.0f} rows/s  ({t_write_null:.1f} s)"
-              f"   store/baseline {t_write_null / t_write:.2f}")
-        print(f"  write parquet (same rows)    {n / t_write_pq:>12,.0f} rows/s  ({t_write_pq:.1f} s)"
-              f"   store/baseline {t_write_pq / t_write:.2f}")
+        print(f"  reads: best of {args.repeat}, load average {os.getloadavg()[0]:.1f}")
         for q in ("count", "groupby"):
             r = res[("rocketstore", q)]
             print(f"  read {q:<8} rocketstore      {r:>12,.0f} rows/s")
