@@ -113,6 +113,46 @@ def test_batch_rules_and_results(broker, producer):
         producer.send_batch([])
 
 
+def test_async_send_futures_behave_as_futures_under_sync_flush(tmp_path):
+    """Futures of sends in flight (SYNC_FLUSH: completed after the disk sync, by another
+    thread) serve waiters, callbacks added before and after completion, wait() and asyncio."""
+    import asyncio
+    import concurrent.futures as cf
+    import threading
+    b = Broker.open(tmp_path / "sync", BrokerConfig(),
+                    StoreConfig(mapped_file_size_commit_log=4 * 1024 * 1024,
+                                flush_disk_type="SYNC_FLUSH"))
+    try:
+        with Producer("pg", broker=b) as p:
+            mq = MessageQueue("TopicS", b.config.broker_name, 0)
+            p.send(Message("TopicS", b"create"), message_queue=mq)
+            early: list = []
+            futs = []
+            for i in range(300):
+                f = p.send_async(Message("TopicS", b"m%d" % i), message_queue=mq)
+                if i % 50 == 0:
+                    f.add_done_callback(lambda f: early.append(f.result().queue_offset))
+                futs.append(f)
+            waited = []
+            t = threading.Thread(target=lambda: waited.append(futs[-1].result(10)))
+            t.start()
+            done, not_done = cf.wait(futs, timeout=10)
+            t.join(10)
+            assert not not_done and len(done) == 300
+            assert [f.result().queue_offset for f in futs] == list(range(1, 301))
+            assert sorted(early) == list(range(1, 301, 50))
+            assert waited[0].msg_id == futs[-1].result().msg_id
+            late: list = []
+            futs[7].add_done_callback(lambda f: late.append(f.result().queue_offset))
+            assert late == [8]
+
+            async def awaited():
+                return await asyncio.wrap_future(futs[9])
+            assert asyncio.run(awaited()).queue_offset == 10
+    finally:
+        b.close()
+
+
 def test_async_oneway_selector_and_explicit_queue(broker, producer):
     fut = producer.send_async(Message("TopicA", b"async"))
     r = fut.result(10)

@@ -270,6 +270,29 @@ def bench_sync_async_send(args: argparse.Namespace, tmp: str) -> Row:
     return Row("sync async-send", acked[0], dt, note=note)
 
 
+def bench_send_modes(args: argparse.Namespace, tmp: str) -> tuple[Row, Row]:
+    path = os.path.join(tmp, "modes")
+    broker = open_broker(path, args)
+    pool = [Message(TOPIC, b) for b in bodies(1024, args.body)]
+    n = args.sync_count
+    try:
+        with Producer("bench_modes_pg", broker=broker, default_topic_queue_nums=args.queues) as p:
+            p.send(Message(TOPIC, b"warm"))
+            t0 = time.perf_counter()
+            for i in range(n):
+                p.send(pool[i & 1023])
+            t_send = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            futs = [p.send_async(pool[i & 1023]) for i in range(n)]
+            failed = sum(1 for f in futs if f.exception(args.timeout) is not None)
+            t_async = time.perf_counter() - t0
+    finally:
+        broker.close()
+        shutil.rmtree(path, ignore_errors=True)
+    note = "ASYNC_FLUSH, no consumer" + (f", {failed} failed" if failed else "")
+    return Row("send", n, t_send, note=note), Row("async-send", n, t_async, note=note)
+
+
 # -- Redis Streams ------------------------------------------------------------------------------
 
 def _free_port() -> int:
@@ -361,7 +384,7 @@ def main() -> None:
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--window", type=int, default=4096, help="async sends in flight")
     ap.add_argument("--timeout", type=float, default=300.0)
-    ap.add_argument("--rows", default="store,one,batch32,single,drain1,drain32,redis,sync")
+    ap.add_argument("--rows", default="store,one,batch32,single,drain1,drain32,redis,modes,sync")
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
     args.redis_count = args.redis_count or args.count
@@ -383,6 +406,8 @@ def main() -> None:
             out["drain32"] = bench_drain(args, tmp, "drain batch-32", 32)
         if "redis" in rows:
             out["redis"] = bench_redis(args, tmp)
+        if "modes" in rows:
+            out["send"], out["async"] = bench_send_modes(args, tmp)
         if "sync" in rows:
             out["sync"] = bench_sync_async_send(args, tmp)
     finally:
@@ -406,6 +431,8 @@ def main() -> None:
         if store_row is not None:
             parts.append(f"{r.rate / store_row.rate:.2f}x raw store put+get")
         print(f"{r.name:18} " + ", ".join(parts))
+    if out.get("send") is not None and out.get("async") is not None:
+        print(f"{'async-send':18} {out['async'].rate / out['send'].rate:.2f}x send")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ selector never do.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -31,6 +32,7 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, EndTransa
                                          SendMessageRequest, SendMessageResponse,
                                          TransactionCommitType)
 from rocketstore.errors import MQBrokerError, MQClientError, TransportError
+from rocketstore.store._commitlog import complete_future, pending_future
 
 log = logging.getLogger("rocketstore.client")
 
@@ -375,7 +377,9 @@ class Producer:
         retried ``retry_times_when_send_async_failed`` times on another queue (default queue
         selection only); a broker refusal is the future's exception. No thread waits per send.
         """
-        out: Future[SendResult] = Future()
+        # the store's future: its Condition is made only if someone waits before it is done
+        # (an in-process send is done at once); thousands in flight stay cheap for the GC
+        out: Future[SendResult] = pending_future()
         try:
             prepared, uniq = self._prepare(msg)
             if message_queue is not None or selector is not None:
@@ -395,28 +399,34 @@ class Producer:
     def _send_async_attempt(self, out: Future, prepared: Message, uniq: str, mq: MessageQueue,
                             info: TopicPublishInfo | None, retries: int) -> None:
         started = time.monotonic()
-
-        def done(f: Future) -> None:
-            exc = f.exception()
-            self.fault_strategy.update_fault_item(mq.broker_name, _ms_since(started),
-                                                  exc is not None)
-            if exc is None:
-                try:
-                    out.set_result(self._result(f.result(), mq, uniq))
-                except Exception as e:
-                    out.set_exception(e)
-                return
-            if isinstance(exc, TransportError) and retries > 0 and info is not None:
-                nxt = self.fault_strategy.select_one_message_queue(info, mq.broker_name)
-                self._send_async_attempt(out, prepared, uniq, nxt, info, retries - 1)
-                return
-            out.set_exception(exc)
         try:
             fut = self.transport.send_message_async(mq.broker_name, self._request(prepared, mq))
         except Exception as e:
             out.set_exception(e)
             return
-        fut.add_done_callback(done)
+        if fut.done():          # an in-process broker answers at once: no callback to keep
+            self._async_answered(out, prepared, uniq, mq, info, retries, started, fut)
+        else:
+            fut.add_done_callback(functools.partial(
+                self._async_answered, out, prepared, uniq, mq, info, retries, started))
+
+    def _async_answered(self, out: Future, prepared: Message, uniq: str, mq: MessageQueue,
+                        info: TopicPublishInfo | None, retries: int, started: float,
+                        f: Future) -> None:
+        exc = f.exception()
+        self.fault_strategy.update_fault_item(mq.broker_name, _ms_since(started),
+                                              exc is not None)
+        if exc is None:
+            try:
+                complete_future(out, self._result(f.result(), mq, uniq))
+            except Exception as e:
+                out.set_exception(e)
+            return
+        if isinstance(exc, TransportError) and retries > 0 and info is not None:
+            nxt = self.fault_strategy.select_one_message_queue(info, mq.broker_name)
+            self._send_async_attempt(out, prepared, uniq, nxt, info, retries - 1)
+            return
+        out.set_exception(exc)
 
     def send_oneway(self, msg: Message, message_queue: MessageQueue | None = None,
                     selector: MessageQueueSelector | None = None, arg: Any = None) -> None:

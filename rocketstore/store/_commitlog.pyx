@@ -1510,9 +1510,12 @@ class AckFuture(_Future):
         self._done_callbacks = []
 
     def __getattr__(self, name):
+        # made on first use (dict.setdefault is atomic: racing threads all get the one that
+        # landed): a future nobody waits on or calls back costs the GC one object fewer each
         if name == "_condition":
-            # dict.setdefault is atomic: threads racing here all get the one that landed
             return self.__dict__.setdefault("_condition", _threading.Condition())
+        if name == "_waiters" or name == "_done_callbacks":
+            return self.__dict__.setdefault(name, [])
         raise AttributeError(name)
 
     def done(self):
@@ -1525,6 +1528,11 @@ class AckFuture(_Future):
         if self._state is _F_FINISHED and self._exception is None:
             return self._result
         return _Future.result(self, timeout)
+
+    def exception(self, timeout=None):
+        if self._state is _F_FINISHED:
+            return self._exception
+        return _Future.exception(self, timeout)
 
 
 cdef object _new_future(object state, object value):
@@ -1540,8 +1548,6 @@ cdef object _new_future(object state, object value):
     d["_state"] = state
     d["_result"] = value
     d["_exception"] = None
-    d["_waiters"] = []
-    d["_done_callbacks"] = []
     return f
 
 
