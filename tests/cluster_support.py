@@ -34,6 +34,17 @@ SYNC_FLUSH_CONF = {"flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": str
                    "flushConsumerOffsetInterval": "200"}
 
 
+class ToBroker:
+    """An ordered-send selector pinning keys to one broker's queues (``arg`` picks among them)."""
+
+    def __init__(self, broker: str) -> None:
+        self.broker = broker
+
+    def select(self, mqs, msg, arg):
+        mine = [mq for mq in mqs if mq.broker_name == self.broker]
+        return mine[arg % len(mine)] if mine else None
+
+
 @dataclass
 class BrokerNode:
     """One broker of the cluster: its name, store, port (fixed after the first start, so a

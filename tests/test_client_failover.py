@@ -22,6 +22,7 @@ from rocketstore.client.transport import Transport
 from rocketstore.common.protocol import (QueueData, ResponseCode, SendMessageResponse,
                                          TopicRouteData)
 from rocketstore.errors import MQBrokerError, MQClientError, TransportError
+from cluster_support import ToBroker  # noqa: E402  (tests/cluster_support.py)
 
 TOPIC = "T"
 
@@ -197,17 +198,6 @@ def test_async_send_retries_on_the_other_broker(fake):
     finally:
         p.shutdown()
     assert all(r.message_queue.broker_name == "broker-a" for r in res)
-
-
-class ToBroker:
-    """An ordered-send selector that wants one broker's queue ``arg``."""
-
-    def __init__(self, broker: str) -> None:
-        self.broker = broker
-
-    def select(self, mqs, msg, arg):
-        mine = [mq for mq in mqs if mq.broker_name == self.broker]
-        return mine[arg % len(mine)] if mine else None
 
 
 def test_orderly_send_to_a_dead_broker_raises_and_never_fails_over(fake):

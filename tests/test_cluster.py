@@ -19,7 +19,7 @@ from rocketstore import MessageStore, StoreConfig
 from rocketstore.client import (ConsumeConcurrentlyStatus, Message, MessageQueue, Producer,
                                 PullConsumer, PushConsumer, SendStatus)
 from rocketstore.errors import MQBrokerError, MQClientError, TransportError
-from cluster_support import SYNC_FLUSH_CONF, Cluster  # noqa: E402  (tests/cluster_support.py)
+from cluster_support import SYNC_FLUSH_CONF, Cluster, ToBroker  # noqa: E402  (tests/cluster_support.py)
 
 A, B = "broker-a", "broker-b"
 QUEUES = {A: 2, B: 3}
@@ -80,17 +80,6 @@ def wait(cond, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
-
-
-class ToBroker:
-    """An ordered-send selector pinning keys to one broker's queues."""
-
-    def __init__(self, broker: str) -> None:
-        self.broker = broker
-
-    def select(self, mqs, msg, arg):
-        mine = [mq for mq in mqs if mq.broker_name == self.broker]
-        return mine[arg % len(mine)] if mine else None
 
 
 def test_the_route_merges_both_brokers_and_sends_spread_over_every_queue(cluster):
