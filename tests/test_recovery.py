@@ -2,7 +2,6 @@
 re-dispatches, and the report it leaves in ``store.recovery``."""
 from __future__ import annotations
 
-import json
 import os
 import struct
 import time
@@ -97,7 +96,8 @@ def test_abnormal_recovery_starts_at_the_checkpoint_file(store_dir):
 def test_garbage_after_the_end_is_truncated(store_dir):
     cfg = StoreConfig(mapped_file_size_commit_log=8192)
     with MessageStore.open(store_dir, cfg) as store:
-        r = [store.put_message(Message("T", b"x" * 100)) for _ in range(10)]
+        for _ in range(10):
+            store.put_message(Message("T", b"x" * 100))
         assert store.wait_dispatched(10)
         end = store.get_max_phy_offset()
         path = store.commit_log_queue.last_file().path
