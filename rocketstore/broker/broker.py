@@ -31,10 +31,12 @@ from rocketstore.broker.send import SendMessageProcessor
 from rocketstore.broker.subscription_group import SubscriptionGroupManager
 from rocketstore.broker.topic_manager import BrokerTopicManager
 from rocketstore.common import constants as C
+from rocketstore.common import names
 from rocketstore.common.constants import PermName
 from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransactionRequest,
                                          HeartbeatData, MessageQueue, PullMessageRequest,
-                                         QueueData, RemotingResult, ResponseCode,
+                                         PullMessageResponse, QueueData, RemotingResult,
+                                         ResponseCode,
                                          SendMessageRequest, TopicRouteData)
 from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError, StoreClosedError
 from rocketstore.store import paths
@@ -276,6 +278,11 @@ class Broker:
         """``PULL_MESSAGE``: a Future of the ``PullMessageResponse``; a suspended pull completes
         when a message arrives or its time is up."""
         self._check_open()
+        bad = _bad_names(request.topic, request.consumer_group, "consumer_group")
+        if bad is not None:
+            fut = Future()
+            fut.set_result(PullMessageResponse(bad.code, remark=bad.remark))
+            return fut
         fut = self.pull_processor.pull(request)
         if self.metrics is not None:
             self.metrics.on_pull(request, fut)
@@ -307,6 +314,8 @@ class Broker:
     def update_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """``UPDATE_CONSUMER_OFFSET``: overwrite (the broker does not enforce monotonicity)."""
         self._check_open()
+        names.check_group(group)
+        names.check_topic(topic)
         self.store.commit_offset(group, topic, queue_id, offset)
 
     def get_max_offset(self, topic: str, queue_id: int) -> int:
@@ -351,6 +360,12 @@ class Broker:
         """``HEART_BEAT`` (MESSAGING.md 2.3): register the client's consumer groups (creating
         their ``%RETRY%`` topics) and producer groups on ``channel``."""
         self._check_open()
+        for cd in data.consumers:
+            names.check_group(cd.group_name, "consumers.group_name")
+            for sd in cd.subscriptions:
+                names.check_topic(sd.topic, "subscriptions.topic")
+        for group in data.producer_groups:
+            names.check_group(group, "producer_groups")
         info = ClientChannelInfo(channel, data.client_id)
         for cd in data.consumers:
             sgc = self.subscription_groups.find(cd.group_name)
@@ -438,6 +453,18 @@ class Broker:
 
     def __repr__(self) -> str:
         return f"Broker({self.broker_name!r}, {self.store.root!r})"
+
+
+def _bad_names(topic: object, group: object, group_field: str) -> RemotingResult | None:
+    """The answer to a request naming an invalid topic or group (``rocketstore.common.names``;
+    codes as ``rocketstore.remoting.request_names``), else None."""
+    why = names.topic_problem(topic)
+    if why is not None:
+        return RemotingResult(ResponseCode.SYSTEM_ERROR, names.named("topic", topic, why))
+    why = names.group_problem(group)
+    if why is not None:
+        return RemotingResult(ResponseCode.INVALID_PARAMETER, names.named(group_field, group, why))
+    return None
 
 
 def put_status_ok(r: PutMessageResult) -> bool:

@@ -19,8 +19,12 @@ atomically every ``flush_delay_offset_interval`` ms when changed and at ``close(
 ``start()`` and clamped into each queue's [min, max] (4.9.2's fix for issue #1869).
 
 One thread serves all levels. It sleeps on the store's arrival notifier until the earliest due
-time, until the dispatcher brings a new unit to a level queue, or until ``close()``; a failed put
-is retried after 100 ms at the same unit (RocketMQ retries forever too).
+time, until the dispatcher brings a new unit to a level queue, or until ``close()``; a put that
+failed for a passing reason (disk full, page cache busy) is retried after 100 ms at the same
+unit, as RocketMQ does. A record that can never be delivered (no or an invalid REAL_TOPIC, a
+system topic, a put refused as illegal or without permission) does not stall its level, unlike
+4.9.8: it is counted (``undeliverable``), logged at WARN and moved to its group's ``%DLQ%``
+topic when it was a retry, else left where it is with the WARN line as its dead letter.
 """
 from __future__ import annotations
 
@@ -31,9 +35,12 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from rocketstore.broker.records import copy_record
-from rocketstore.common.constants import (PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
-                                          SCHEDULE_TOPIC, TRANS_HALF_TOPIC)
-from rocketstore.errors import RocketStoreError
+from rocketstore.common.constants import (NOT_ALLOWED_SEND_TOPICS, PROPERTY_REAL_QUEUE_ID,
+                                          PROPERTY_REAL_TOPIC, RETRY_GROUP_TOPIC_PREFIX,
+                                          SCHEDULE_TOPIC, TRANS_HALF_TOPIC, PermName, dlq_topic)
+from rocketstore.common.names import group_problem, topic_problem
+from rocketstore.errors import InvalidMessageError, RocketStoreError
+from rocketstore.store.status import PutMessageStatus
 from rocketstore.store import paths
 from rocketstore.store.configfile import ConfigFile
 
@@ -48,6 +55,12 @@ log = logging.getLogger(__name__)
 DELAY_OFFSET_FILE = "delayOffset.json"
 RETRY_PUT_MS = 100            # 4.9.8's DELAY_FOR_A_WHILE after a failed put
 RETRY_ERROR_MS = 10_000       # 4.9.8's DELAY_FOR_A_PERIOD after an exception
+
+DLQ_QUEUE_NUMS = 1            # as the send-back's DLQ_NUMS_PER_GROUP
+_RW = int(PermName.PERM_READ | PermName.PERM_WRITE)
+# put statuses that will not change by retrying the same record: it is moved past
+_REFUSED = frozenset({PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                      PutMessageStatus.NO_PERMISSION, PutMessageStatus.LMQ_CONSUME_QUEUE_NUM_EXCEEDED})
 
 PutFn = Callable[["Message", int], "PutMessageResult"]
 
@@ -89,6 +102,7 @@ class ScheduleMessageService:
                  flush_interval_ms: int | None = None) -> None:
         store: MessageStore = getattr(owner, "store", owner)
         self.store = store
+        self._topics = getattr(owner, "topic_manager", None)   # a Broker's: creates %DLQ%
         self._put: PutFn = put if put is not None else store.put_message
         self.delays_ms = store.config.delay_levels_ms()[1:]   # index 0 = level 1
         self.max_level = len(self.delays_ms)
@@ -106,6 +120,7 @@ class ScheduleMessageService:
         self._woken = False                      # wake() asked for a walk
         self._thread: threading.Thread | None = None
         self.delivered = 0                       # records put to their real topic (all levels)
+        self.undeliverable = 0                   # records moved past (to a DLQ or the log)
         self.rounds = 0                          # walks over the levels (wake-ups of the thread)
         self._next_persist = float("inf")        # monotonic time of the next periodic persist
 
@@ -289,7 +304,8 @@ class ScheduleMessageService:
         return None
 
     def _deliver(self, ext: MessageExt, level: int) -> bool:
-        """Put one due record to its real topic; False when the put failed (retry later)."""
+        """Put one due record to its real topic; False when the put failed for a reason that
+        may pass (retry later). A record that can never be delivered is moved past."""
         props = ext.properties
         real_topic = props.get(PROPERTY_REAL_TOPIC)
         try:
@@ -297,23 +313,38 @@ class ScheduleMessageService:
         except ValueError:
             real_qid = -1
         if not real_topic or real_qid < 0:
-            # 4.9.8 throws here and retries the unit forever; a record without a destination
-            # can never be delivered, so it is skipped and said so
-            log.error("schedule: level %d record at commit-log offset %d has no valid "
-                      "REAL_TOPIC/REAL_QID (%r, %r); skipped", level, ext.commitlog_offset,
-                      real_topic, props.get(PROPERTY_REAL_QUEUE_ID))
+            # 4.9.8 throws here and retries the unit forever
+            self._undeliverable(ext, level, "no valid REAL_TOPIC/REAL_QID "
+                                f"({real_topic!r}, {props.get(PROPERTY_REAL_QUEUE_ID)!r})")
             return True
         if real_topic == TRANS_HALF_TOPIC:
             log.error("schedule: level %d record at %d targets %s; discarded (as 4.9.8)",
                       level, ext.commitlog_offset, TRANS_HALF_TOPIC)
             return True
+        why = topic_problem(real_topic)
+        if why is None and real_topic in NOT_ALLOWED_SEND_TOPICS:
+            why = "a system topic nothing is delivered to"    # SCHEDULE_TOPIC_XXXX: a loop
+        if why is not None:
+            self._undeliverable(ext, level, f"REAL_TOPIC {real_topic!r}: {why}")
+            return True
         try:
             msg = copy_record(ext, real_topic)
+        except InvalidMessageError as e:    # the record itself cannot be put, ever
+            self._undeliverable(ext, level, str(e))
+            return True
+        try:
             result = self._put(msg, real_qid)
+        except InvalidMessageError as e:
+            self._undeliverable(ext, level, str(e))
+            return True
         except RocketStoreError as e:
             log.error("schedule: level %d record at %d: %s; retrying", level,
                       ext.commitlog_offset, e)
             return False
+        if result.status in _REFUSED:
+            self._undeliverable(ext, level, f"put to {real_topic}/{real_qid} refused: "
+                                f"{result.status.value}")
+            return True
         if not result.ok:
             log.warning("schedule: put of level %d record at %d to %s/%d: %s; retrying in %d ms",
                         level, ext.commitlog_offset, real_topic, real_qid, result.status,
@@ -321,6 +352,32 @@ class ScheduleMessageService:
             return False
         self.delivered += 1
         return True
+
+    def _undeliverable(self, ext: MessageExt, level: int, why: str) -> None:
+        """Move past a record that can never be delivered: to its group's ``%DLQ%`` topic when
+        it was a retry, else (or when that put fails too) only this WARN line, the dead-letter
+        log (the record stays in SCHEDULE_TOPIC_XXXX at the offset logged until retention)."""
+        self.undeliverable += 1
+        real_topic = ext.properties.get(PROPERTY_REAL_TOPIC) or ""
+        where = "dead-letter log only"
+        if real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            group = real_topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+            if group_problem(group) is None and self._topics is not None:
+                dlq = dlq_topic(group)
+                try:
+                    tc = self._topics.create_topic_in_send_message_back_method(
+                        dlq, DLQ_QUEUE_NUMS, _RW)
+                    if tc.perm & PermName.PERM_WRITE:
+                        r = self._put(copy_record(ext, dlq), 0)
+                        if r.ok:
+                            where = f"moved to {dlq}"
+                        else:
+                            where = f"{dlq} refused it too ({r.status.value}); dead-letter log only"
+                except RocketStoreError as e:
+                    where = f"{dlq} refused it too ({e}); dead-letter log only"
+        log.warning("schedule: undeliverable level %d record at commit-log offset %d (msg id "
+                    "%s, key %s): %s; %s", level, ext.commitlog_offset, ext.msg_id,
+                    ext.uniq_key, why, where)
 
     def _set_offset(self, level: int, offset: int) -> None:
         with self._lock:

@@ -15,13 +15,13 @@ from __future__ import annotations
 import functools
 import logging
 import random
-import re
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from rocketstore.broker.channels import complete
 from rocketstore.broker.inner import MessageInner, PropertiesMap, java_properties
 from rocketstore.common import constants as C
+from rocketstore.common import names
 from rocketstore.common.constants import PermName
 from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, RemotingResult,
                                          ResponseCode, SendMessageRequest, SendMessageResponse)
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rocketstore.broker.send")
 
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 _TX_MASK = 0xC
 DLQ_NUMS_PER_GROUP = 1
 
@@ -83,6 +82,30 @@ def _is_true(v: str | None) -> bool:
     return v is not None and v.lower() == "true"        # Boolean.parseBoolean
 
 
+_BROKER_ONLY = C.BROKER_ONLY_PROPERTIES
+
+
+def _broker_only_problem(topic: str, user: dict[str, str]) -> SendMessageResponse | None:
+    """The refusal of a client send carrying a property only the broker sets, else None.
+
+    One shape is let through: the Java consumer's fallback send-back, a copy of a consumed
+    message (which keeps the REAL_* of its delayed or transactional past) sent to its group's
+    ``%RETRY%`` topic with a DELAY: the broker's DELAY rewrite replaces REAL_TOPIC/REAL_QID,
+    and the record is never a half message."""
+    if topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX) and \
+            not _is_true(user.get(C.PROPERTY_TRANSACTION_PREPARED)):
+        try:
+            if int(user.get(C.PROPERTY_DELAY_TIME_LEVEL, "0")) > 0:
+                return None
+        except ValueError:
+            pass
+    name = sorted(_BROKER_ONLY.intersection(user))[0]
+    return SendMessageResponse(
+        ResponseCode.MESSAGE_ILLEGAL,
+        f"the message property {name} is set only by the broker; a client send may not "
+        f"carry it (topic {topic})")
+
+
 def put_response(r: PutMessageResult, queue_id: int) -> SendMessageResponse:
     """``handlePutMessageResult``: the response of a send whose put finished with ``r``."""
     code, stored, remark = _PUT_STATUS.get(r.status, (ResponseCode.SYSTEM_ERROR, False, None))
@@ -119,16 +142,14 @@ class SendMessageProcessor:
             return SendMessageResponse(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{cfg.broker_ip1}] sending message is forbidden"), None
-        if not isinstance(topic, str) or not topic.strip():
+        why = names.topic_problem(topic, max_length=C.TOPIC_MAX_LENGTH)
+        if why is not None:         # TopicValidator.validateTopic: 127 even for %RETRY%
             return SendMessageResponse(ResponseCode.SYSTEM_ERROR,
-                                       "The specified topic is blank."), None
-        if not _TOPIC_RE.match(topic):
-            return SendMessageResponse(
-                ResponseCode.SYSTEM_ERROR, "The specified topic contains illegal characters, "
-                "allowing only ^[%|a-zA-Z0-9_-]+$"), None
-        if len(topic) > C.TOPIC_MAX_LENGTH:
-            return SendMessageResponse(ResponseCode.SYSTEM_ERROR,
-                                       "The specified topic is longer than topic max length."), None
+                                       names.named("topic", topic, why)), None
+        why = names.group_problem(req.producer_group)
+        if why is not None:         # stricter than 4.9.8, which does not look at it
+            return SendMessageResponse(ResponseCode.INVALID_PARAMETER,
+                                       names.named("producerGroup", req.producer_group, why)), None
         if topic in C.NOT_ALLOWED_SEND_TOPICS:
             return SendMessageResponse(ResponseCode.NO_PERMISSION,
                                        f"Sending message to topic[{topic}] is forbidden."), None
@@ -179,6 +200,10 @@ class SendMessageProcessor:
         if err is not None:
             return _done(err)
         user = msg.properties
+        if not _BROKER_ONLY.isdisjoint(user):
+            err = _broker_only_problem(req.topic, user)
+            if err is not None:
+                return _done(err)
         if (C.PROPERTY_DELAY_TIME_LEVEL not in user
                 and not _is_true(user.get(C.PROPERTY_TRANSACTION_PREPARED))):
             return self._put_plain(inner, user, queue_id)
@@ -314,6 +339,10 @@ class SendMessageProcessor:
                 return _refused(ResponseCode.MESSAGE_ILLEGAL,
                                 "a batch cannot hold delayed or transactional messages")
             user = m.properties
+            if not _BROKER_ONLY.isdisjoint(user):
+                err = _broker_only_problem(req.topic, user)
+                if err is not None:
+                    return _done(err)
             if C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in user:
                 user[C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.broker.next_uniq_id()
             own, entries = java_properties(user)
@@ -333,6 +362,12 @@ class SendMessageProcessor:
 
     def consumer_send_msg_back(self, req: ConsumerSendMsgBackRequest) -> Future:
         """``asyncConsumerSendMsgBack`` (MESSAGING.md 5.5): a Future of a ``RemotingResult``."""
+        # before the group is auto-created and the DELAY rewrite stores the record in
+        # SCHEDULE_TOPIC_XXXX: a name the schedule could never deliver is refused here
+        why = names.group_problem(req.group) or names.topic_problem(C.retry_topic(req.group))
+        if why is not None:
+            return _done(RemotingResult(ResponseCode.INVALID_PARAMETER,
+                                        names.named("group", req.group, why)))
         sgc = self.groups.find(req.group)
         if sgc is None:
             return _done(RemotingResult(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,

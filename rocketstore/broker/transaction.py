@@ -39,7 +39,9 @@ from rocketstore.common.constants import (PROPERTY_CHECK_IMMUNITY_TIME_IN_SECOND
                                           PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
                                           PROPERTY_WAIT_STORE_MSG_OK, TRANS_CHECK_GROUP,
                                           TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC,
-                                          TRANS_OP_HALF_TOPIC, TRANS_OP_REMOVE_TAG, PermName)
+                                          TRANS_OP_HALF_TOPIC, TRANS_OP_REMOVE_TAG,
+                                          NOT_ALLOWED_SEND_TOPICS, PermName)
+from rocketstore.common.names import topic_problem
 from rocketstore.common.protocol import (CheckTransactionStateRequest, EndTransactionRequest,
                                          RemotingResult, ResponseCode, TransactionCommitType)
 from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError, RocketStoreError
@@ -64,6 +66,8 @@ OP_PULL_BATCH = 32
 TCMT_QUEUE_NUMS = 1                    # TRANS_CHECK_MAX_TIME_TOPIC queues
 
 _TX_TYPE_MASK = 0xC
+_UNAPPENDABLE: Any = object()          # _put_back: this half can never be re-appended
+_NEVER_APPENDABLE = {PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED}
 _RW = int(PermName.PERM_READ | PermName.PERM_WRITE)
 
 # put statuses END_TRANSACTION answers SUCCESS for (sendFinalMessage)
@@ -150,6 +154,7 @@ class TransactionalMessageCheckService:
         # counters a test or an operator reads
         self.checks_sent = 0
         self.discarded = 0
+        self.unappendable = 0       # halves skipped: their checked copy cannot be stored
 
     # -- END_TRANSACTION -----------------------------------------------------------------------
 
@@ -212,7 +217,20 @@ class TransactionalMessageCheckService:
 
     @staticmethod
     def _check_prepare(half: MessageExt, req: EndTransactionRequest) -> str | None:
-        if half.properties.get(PROPERTY_PRODUCER_GROUP) != req.producer_group:
+        # only a prepared half message in the half topic (stricter than 4.9.8, which commits
+        # any record whose properties name a REAL_TOPIC: a delayed message's delivered copy,
+        # a SCHEDULE_TOPIC_XXXX record, a client's forged properties)
+        if half.topic != TRANS_HALF_TOPIC:
+            return (f"The message at commit log offset {req.commit_log_offset} is not a "
+                    f"prepared transaction message (topic {half.topic})")
+        props = half.properties
+        if props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() != "true":
+            return (f"The message at commit log offset {req.commit_log_offset} is not a "
+                    "prepared transaction message (no TRAN_MSG=true)")
+        real_topic = props.get(PROPERTY_REAL_TOPIC)
+        if topic_problem(real_topic) is not None or real_topic in NOT_ALLOWED_SEND_TOPICS:
+            return f"The half message's REAL_TOPIC {real_topic!r} is not a topic to commit to"
+        if props.get(PROPERTY_PRODUCER_GROUP) != req.producer_group:
             return "The producer group wrong"
         if half.queue_offset != req.tran_state_table_offset:
             return "The transaction state table offset wrong"
@@ -297,8 +315,19 @@ class TransactionalMessageCheckService:
         done: list[int] = []
         remove: dict[int, int] = {}
         pull = self._fill_op_remove_map(remove, queue_id, op_offset, half_offset, done)
+        at = [half_offset]          # the offset to resume from, kept per half handled
+        try:
+            self._walk(queue_id, start, at, pull, remove, done)
+        finally:
+            # progress up to the last half handled is kept even when the walk failed on one
+            self._save_progress(queue_id, half_offset, at[0], op_offset, done)
+
+    def _walk(self, queue_id: int, start: int, at: list[int], pull: _Pull,
+              remove: dict[int, int], done: list[int]) -> None:
+        """Walk one half queue from ``at[0]``, leaving there the offset to resume from."""
+        half_offset = at[0]
         null_count = 1
-        new_offset = i = half_offset
+        i = half_offset
         while not self._stopping:
             if _now_ms() - start > MAX_PROCESS_TIME_LIMIT_MS:
                 break
@@ -311,14 +340,14 @@ class TransactionalMessageCheckService:
                     if null_count - 1 > MAX_RETRY_COUNT_WHEN_HALF_NULL or \
                             got.status == "NO_NEW_MSG":
                         break
-                    i = new_offset = got.next_begin_offset
+                    i = at[0] = got.next_begin_offset
                     continue
                 half = got.messages[0]
                 props = _props_map(half)
                 if self._need_discard(props) or _now_ms() - half.born_timestamp > \
                         self.file_reserved_ms:
                     self._discard(half, props)
-                    new_offset = i = i + 1
+                    at[0] = i = i + 1
                     continue
                 if half.store_timestamp >= start:
                     break           # stored after this round began
@@ -330,7 +359,7 @@ class TransactionalMessageCheckService:
                     immunity = self.timeout_ms if immunity == -1 else immunity * 1000
                     if age < immunity and self._check_prepare_queue_offset(remove, done,
                                                                             half, props):
-                        new_offset = i = i + 1
+                        at[0] = i = i + 1
                         continue
                 elif 0 <= age < immunity:
                     break           # the later halves are younger still
@@ -345,9 +374,13 @@ class TransactionalMessageCheckService:
                     continue
                 copy = self._put_back(half, props)
                 if copy is None:
-                    continue        # 4.9.8 retries the same offset
-                self._send_check(copy)
-            new_offset = i = i + 1
+                    break           # a put that may pass: this half again next round
+                if copy is not _UNAPPENDABLE:
+                    self._send_check(copy)
+            at[0] = i = i + 1
+
+    def _save_progress(self, queue_id: int, half_offset: int, new_offset: int, op_offset: int,
+                       done: list[int]) -> None:
         if new_offset != half_offset:
             self._commit(TRANS_HALF_TOPIC, queue_id, new_offset)
         new_op = op_offset
@@ -373,7 +406,10 @@ class TransactionalMessageCheckService:
     def _discard(self, half: MessageExt, props: Any) -> None:
         """Move a half checked too often into TRANS_CHECK_MAX_TIME_TOPIC (resolveDiscardMsg)."""
         tc = self.broker.topic_manager.create_topic_of_tran_check_max_time(TCMT_QUEUE_NUMS, _RW)
-        msg = copy_record(half, tc.topic_name, properties=props.to_string())
+        try:
+            msg = copy_record(half, tc.topic_name, properties=props.to_string())
+        except InvalidMessageError:     # no room for the check count: as first stored
+            msg = copy_record(half, tc.topic_name)
         result = self.store.put_message(msg, 0)
         self.discarded += 1
         if result.ok:
@@ -390,13 +426,39 @@ class TransactionalMessageCheckService:
                           reconsume_times=False)
         return self.store.put_message(msg, half.queue_id)
 
-    def _put_back(self, half: MessageExt, props: Any) -> MessageExt | None:
-        """Re-append the half with its counted check; the new copy, or None if the put failed."""
-        r = self._renew(half, props.to_string())
+    def _put_back(self, half: MessageExt, props: Any) -> Any:
+        """Re-append the half with its counted check: the new copy; None if the put failed
+        for a reason that may pass; ``_UNAPPENDABLE`` if it never can (reported, skipped)."""
+        try:
+            r = self._renew(half, props.to_string())
+        except InvalidMessageError as e:
+            self._unappendable(half, e)
+            return _UNAPPENDABLE
+        if r.status in _NEVER_APPENDABLE:
+            self._unappendable(half, r.status.value)
+            return _UNAPPENDABLE
         if not r.ok:
             log.error("transaction: re-append of half %s failed: %s", half.uniq_key, r.status)
             return None
         return self.store.look_message_by_offset(r.commitlog_offset, raw=True)
+
+    def _unappendable(self, half: MessageExt, why: object) -> None:
+        """A half whose checked copy cannot be stored (its properties at the 32,767-byte
+        limit leave no room for the check count): counted, reported and moved, as first
+        stored, to TRANS_CHECK_MAX_TIME_TOPIC; the check goes on with the next half."""
+        self.unappendable += 1
+        where = f"moved to {TRANS_CHECK_MAX_TIME_TOPIC}"
+        try:
+            tc = self.broker.topic_manager.create_topic_of_tran_check_max_time(TCMT_QUEUE_NUMS,
+                                                                               _RW)
+            r = self.store.put_message(copy_record(half, tc.topic_name), 0)
+            if not r.ok:
+                where = f"not moved ({r.status.value}); left at its offset"
+        except RocketStoreError as e:
+            where = f"not moved ({e}); left at its offset"
+        log.warning("transaction: half %s at commit-log offset %d (real topic %s) cannot be "
+                    "re-appended for its check: %s; skipped, %s", half.uniq_key,
+                    half.commitlog_offset, half.properties.get(PROPERTY_REAL_TOPIC), why, where)
 
     def _check_prepare_queue_offset(self, remove: dict[int, int], done: list[int],
                                     half: MessageExt, props: Any) -> bool:
@@ -413,7 +475,11 @@ class TransactionalMessageCheckService:
         props.put(PROPERTY_WAIT_STORE_MSG_OK, "false")
         props.put(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
                   prepared if prepared is not None else str(half.queue_offset))
-        return self._renew(half, props.to_string()).ok
+        try:
+            return self._renew(half, props.to_string()).ok
+        except InvalidMessageError as e:
+            self._unappendable(half, e)
+            return True
 
     def _send_check(self, copy: MessageExt) -> None:
         """CHECK_TRANSACTION_STATE about the new copy to one live producer of its group."""

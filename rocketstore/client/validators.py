@@ -1,37 +1,30 @@
 """Client-side checks before anything is sent (RocketMQ's ``Validators``, MESSAGING.md §1.6)."""
 from __future__ import annotations
 
-import re
-
 from rocketstore.common import Message
 from rocketstore.common import constants as C
+from rocketstore.common import names
 from rocketstore.errors import MQClientError
-
-_VALID_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 
-def _check_name(kind: str, value: object, max_len: int) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise MQClientError(f"the specified {kind} is blank: {value!r}")
-    if len(value) > max_len:
-        raise MQClientError(f"the specified {kind} {value[:40]!r}... is longer than {kind} max "
-                            f"length {max_len}")
-    if not _VALID_NAME.match(value):
-        raise MQClientError(f"the specified {kind} {value!r} contains illegal characters, "
-                            "allowing only ^[%|a-zA-Z0-9_-]+$")
-    return value
+def _check_name(kind: str, value: object, why: str | None) -> str:
+    # the broker's rule (rocketstore.common.names), raised the client's way
+    if why is not None:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise MQClientError(f"the specified {kind} {shown} is not valid: {why}")
+    return value  # type: ignore[return-value]
 
 
 def check_group(group: object) -> str:
     """A producer/consumer group name: not blank, at most 255 chars of ``[%|a-zA-Z0-9_-]``."""
-    return _check_name("group", group, C.GROUP_MAX_LENGTH)
+    return _check_name("group", group, names.group_problem(group))
 
 
 def check_topic(topic: object) -> str:
     """A topic name: not blank, at most 127 chars of ``[%|a-zA-Z0-9_-]``."""
-    return _check_name("topic", topic, C.TOPIC_MAX_LENGTH)
+    return _check_name("topic", topic, names.topic_problem(topic, max_length=C.TOPIC_MAX_LENGTH))
 
 
 def check_send_topic(topic: object) -> str:

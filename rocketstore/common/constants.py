@@ -58,6 +58,13 @@ PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 
+# properties only a broker sets (REAL_* by the DELAY and half-message rewrites, the others by
+# the transaction check): a client send carrying one is refused (stricter than 4.9.8, which
+# stores them and lets END_TRANSACTION or the check act on them; docs/protocol.md)
+BROKER_ONLY_PROPERTIES = frozenset({
+    PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+    PROPERTY_TRANSACTION_CHECK_TIMES})
+
 # the tag of a transaction op message ("remove") (TransactionalMessageUtil.REMOVETAG)
 TRANS_OP_REMOVE_TAG = "d"
 

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from typing import TYPE_CHECKING, Any, Callable
 
-from rocketstore.common import constants as C
+from rocketstore.common import names
 from rocketstore.common.protocol import MessageQueue, ResponseCode
 from rocketstore.remoting import admin_bodies as bodies
 from rocketstore.remoting import fastjson
@@ -43,20 +42,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rocketstore.broker.admin")
 
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 DEFAULT_QUERY_MAX_NUM = 32              # MessageStoreConfig.defaultQueryMaxNum
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 
 
 def validate_topic(topic: str) -> str | None:
-    """``TopicValidator.validateTopic``: None when valid, else the reason."""
-    if not topic or not topic.strip():
-        return "The specified topic is blank."
-    if not _TOPIC_RE.match(topic):
-        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    if len(topic) > C.TOPIC_MAX_LENGTH:
-        return "The specified topic is longer than topic max length."
-    return None
+    """``TopicValidator.validateTopic`` (``rocketstore.common.names``): None when valid, else
+    the reason."""
+    return names.topic_problem(topic)
 
 
 class AdminProcessor:
@@ -104,9 +97,9 @@ class AdminProcessor:
         return cmd.response(ResponseCode.SUCCESS)
 
     async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        # the name was checked before dispatch (request_names): never a path; the store
+        # removes only the queues its in-memory table holds (4.9.8's cleanUnusedTopic)
         topic = cmd.require("topic")
-        if not topic.strip():
-            return cmd.response(ResponseCode.INVALID_PARAMETER, "The specified topic is blank.")
         if self.broker.topic_manager.is_system_topic(topic):
             return cmd.response(ResponseCode.INVALID_PARAMETER,
                                 f"The topic[{topic}] is conflict with system topic.")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from rocketstore.common.constants import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ResponseCode,
                                          TransactionCommitType)
-from rocketstore.remoting import admin_processor, fastjson, headers
+from rocketstore.remoting import admin_processor, fastjson, headers, request_names
 from rocketstore.remoting.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
@@ -140,6 +140,9 @@ class BrokerProcessor:
             denied = self.acl.check(cmd, conn.peer)
             if denied is not None:
                 return cmd.response(ResponseCode.NO_PERMISSION, denied)
+        bad_name = request_names.check(cmd)    # no path, no over-long name reaches a handler
+        if bad_name is not None:
+            return bad_name
         handler = self._handlers.get(cmd.code)
         if handler is None or (self.vip and cmd.code in NOT_ON_VIP):
             # AdminBrokerProcessor.getUnknownCmdResponse, leading space included

@@ -17,7 +17,7 @@ from rocketstore.common.protocol import (ConsumeFromWhere, ConsumerData, Consume
                                          PullMessageResponse, SendMessageRequest,
                                          SendMessageResponse, SubscriptionData,
                                          TransactionCommitType)
-from rocketstore.common import Message
+from rocketstore.common import Message, names
 from rocketstore.errors import RemotingProtocolError
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.codes import RequestCode
@@ -192,10 +192,19 @@ def _subscription(d: dict[str, Any]) -> SubscriptionData:
     sub = str(d.get("subString") or "*")
     tags = frozenset(str(t) for t in d.get("tagsSet") or ())
     # codes from the tags, never the client's codeSet: C++ sends atoi(tag) there
-    return SubscriptionData(topic=str(d["topic"]), sub_string=sub, tags_set=tags,
+    topic = _name(names.topic_problem, d["topic"], "subscriptionDataSet.topic")
+    return SubscriptionData(topic=topic, sub_string=sub, tags_set=tags,
                             code_set=frozenset(java_hash(t) for t in tags),
                             sub_version=_int(d.get("subVersion"), "subVersion"),
                             expression_type=str(d.get("expressionType") or "TAG"))
+
+
+def _name(problem: Any, value: Any, what: str) -> str:
+    """``value`` as a str when ``problem`` (a ``rocketstore.common.names`` check) passes it."""
+    why = problem(value)
+    if why is not None:
+        raise RemotingProtocolError(names.named(what, value, why))
+    return value
 
 
 def decode_heartbeat(body: bytes) -> HeartbeatData:
@@ -205,7 +214,7 @@ def decode_heartbeat(body: bytes) -> HeartbeatData:
     consumers = []
     for c in doc.get("consumerDataSet") or ():
         consumers.append(ConsumerData(
-            group_name=str(c["groupName"]),
+            group_name=_name(names.group_problem, c["groupName"], "consumerDataSet.groupName"),
             consume_type=_enum(c.get("consumeType", "CONSUME_PASSIVELY"), _CONSUME_TYPE,
                                ConsumeType, "consumeType"),
             message_model=_enum(c.get("messageModel", "CLUSTERING"), _MESSAGE_MODEL,
@@ -214,7 +223,8 @@ def decode_heartbeat(body: bytes) -> HeartbeatData:
                                      _FROM_WHERE, ConsumeFromWhere, "consumeFromWhere"),
             subscriptions=[_subscription(s) for s in c.get("subscriptionDataSet") or ()],
             unit_mode=bool(c.get("unitMode", False))))
-    producers = [str(p["groupName"]) for p in doc.get("producerDataSet") or ()]
+    producers = [_name(names.group_problem, p["groupName"], "producerDataSet.groupName")
+                 for p in doc.get("producerDataSet") or ()]
     return HeartbeatData(client_id=str(doc["clientID"]), producer_groups=producers,
                          consumers=consumers)
 
@@ -236,7 +246,8 @@ def encode_heartbeat(data: HeartbeatData) -> bytes:
 
 
 def _mq(d: dict[str, Any]) -> MessageQueue:
-    return MessageQueue(str(d["topic"]), str(d["brokerName"]), _int(d["queueId"], "queueId"))
+    return MessageQueue(_name(names.topic_problem, d["topic"], "mqSet.topic"), str(d["brokerName"]),
+                        _int(d["queueId"], "queueId"))
 
 
 def mq_json(mq: MessageQueue) -> dict[str, Any]:
@@ -246,8 +257,8 @@ def mq_json(mq: MessageQueue) -> dict[str, Any]:
 def decode_lock_body(body: bytes) -> tuple[str, str, set[MessageQueue]]:
     doc = fastjson.loads(body)
     try:
-        return (str(doc["consumerGroup"]), str(doc["clientId"]),
-                {_mq(m) for m in doc.get("mqSet") or ()})
+        group = _name(names.group_problem, doc["consumerGroup"], "consumerGroup")
+        return group, str(doc["clientId"]), {_mq(m) for m in doc.get("mqSet") or ()}
     except (KeyError, TypeError) as e:
         raise RemotingProtocolError(f"lock body: missing {e}") from None
 

@@ -178,14 +178,18 @@ class ConsumeQueueStore:
     def remove_topic(self, topic: str) -> list[int]:
         """Remove every queue of ``topic`` (RocketMQ's ``cleanUnusedTopic``): files unlinked
         and the directory removed now, mappings released by ``release_removed`` later (a
-        reader may be inside one). Call with no dispatch running. Returns the queue ids."""
+        reader may be inside one). A topic without a queue in memory removes nothing from
+        disk. Call with no dispatch running. Returns the queue ids."""
         with self._lock:
             per_topic = self._queues.pop(topic, {})
         for q in per_topic.values():
             q.mapped_file_queue.retire_all()
             self._removed.append(q)
+        # only a directory the table knows, named by an entry of this very directory (load)
+        # or a stored record's topic: never one built from a caller's string ("..", "a/b")
         tdir = os.path.join(self.root, topic)
-        if os.path.isdir(tdir):
+        if (per_topic and topic not in (".", "..") and os.path.dirname(tdir) == self.root
+                and os.path.isdir(tdir)):
             shutil.rmtree(tdir, ignore_errors=True)
             fsync_dir(self.root)
         return sorted(per_topic)
