@@ -363,3 +363,47 @@ def test_half_at_the_property_limit_does_not_stop_the_check(cluster):
                 continue
             if hdr["code"] == CHECK_TX and "B" * 32 in _records(rec)[0]["props"]:
                 break
+
+
+# -- the same rules in process (Broker entry points, the store) --------------------------------
+
+def test_in_process_entry_points_apply_the_same_rules(tmp_path: Path):
+    from rocketstore import Message
+    from rocketstore.broker import Broker, BrokerConfig
+    from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, HeartbeatData,
+                                             PullMessageRequest, ResponseCode, SendMessageRequest)
+    from rocketstore.errors import InvalidNameError
+    with Broker.open(str(tmp_path / "store"), BrokerConfig()) as b:
+        r = b.send_message(SendMessageRequest("PG", "Victim", 0, [Message(
+            "Victim", b"x", properties={"REAL_TOPIC": "Secret", "REAL_QID": "0"})])).result(10)
+        assert r.code == ResponseCode.MESSAGE_ILLEGAL and "REAL_QID" in r.remark
+        r = b.send_message(SendMessageRequest("a/b", "Victim", 0, [Message("Victim", b"x")]))
+        assert r.result(10).code == ResponseCode.INVALID_PARAMETER
+        r = b.pull_message(PullMessageRequest("../g", "Victim", 0, 0, 1, 0, 0, 0)).result(10)
+        assert r.code == ResponseCode.INVALID_PARAMETER and "consumer_group" in r.remark
+        r = b.consumer_send_msg_back(ConsumerSendMsgBackRequest("G" * 250, 0, 1)).result(10)
+        assert r.code == ResponseCode.INVALID_PARAMETER      # its %RETRY% topic: over 255
+        with pytest.raises(InvalidNameError, match="group"):
+            b.update_consumer_offset("a/b", "Victim", 0, 1)
+        with pytest.raises(InvalidNameError, match="producer_groups"):
+            b.heartbeat(HeartbeatData("c", ["../pg"], []), object())
+        assert "a/b" not in b.subscription_groups.all() and "../g" not in \
+            b.subscription_groups.all()
+
+
+def test_store_delete_topic_never_leaves_its_queue_table(tmp_path: Path):
+    from rocketstore.store import MessageStore
+    from rocketstore.store.types import Message
+    root = tmp_path / "store"
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "keep").write_bytes(b"k")
+    with MessageStore.open(str(root)) as st:
+        assert st.put_message(Message("T1", b"m"), 0).ok
+        st.dispatch_service.do_dispatch()
+        before = _tree(root)
+        for topic in ("../../x", "../commitlog", "..", ".", "../config", "consumequeue"):
+            st.delete_topic(topic)
+        assert (tmp_path / "x" / "keep").read_bytes() == b"k"
+        assert all(k in _tree(root) for k in before if k.startswith(("commitlog", "consume")))
+        assert st.delete_topic("T1") == [0]
+        assert not (root / "consumequeue" / "T1").exists()

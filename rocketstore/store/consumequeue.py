@@ -65,6 +65,13 @@ def _drop_damaged_files(qdir: str, file_size: int) -> bool:
     return False
 
 
+def _dir_name(topic: object) -> bool:
+    """Whether ``topic`` names one directory entry (no separator, not "." or ".."): a
+    caller's string is never walked out of the consume-queue directory."""
+    return (isinstance(topic, str) and topic not in ("", ".", "..") and "/" not in topic
+            and os.sep not in topic and "\0" not in topic)
+
+
 class ConsumeQueueStore:
     """The consume queues of one store directory."""
 
@@ -85,7 +92,8 @@ class ConsumeQueueStore:
         """The queue, or None when it has never had a unit (read-only: loads one that a
         writer created since)."""
         q = self._queues.get(topic, {}).get(queue_id)
-        if q is None and self.read_only and os.path.isdir(os.path.join(self.root, topic, str(queue_id))):
+        if q is None and self.read_only and _dir_name(topic) and \
+                os.path.isdir(os.path.join(self.root, topic, str(queue_id))):
             with self._lock:
                 q = self._queues.get(topic, {}).get(queue_id)
                 if q is None:
@@ -188,8 +196,7 @@ class ConsumeQueueStore:
         # only a directory the table knows, named by an entry of this very directory (load)
         # or a stored record's topic: never one built from a caller's string ("..", "a/b")
         tdir = os.path.join(self.root, topic)
-        if (per_topic and topic not in (".", "..") and os.path.dirname(tdir) == self.root
-                and os.path.isdir(tdir)):
+        if per_topic and _dir_name(topic) and os.path.isdir(tdir):
             shutil.rmtree(tdir, ignore_errors=True)
             fsync_dir(self.root)
         return sorted(per_topic)
