@@ -60,7 +60,8 @@ DLQ_QUEUE_NUMS = 1            # as the send-back's DLQ_NUMS_PER_GROUP
 _RW = int(PermName.PERM_READ | PermName.PERM_WRITE)
 # put statuses that will not change by retrying the same record: it is moved past
 _REFUSED = frozenset({PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                      PutMessageStatus.NO_PERMISSION, PutMessageStatus.LMQ_CONSUME_QUEUE_NUM_EXCEEDED})
+                      PutMessageStatus.NO_PERMISSION,
+                      PutMessageStatus.LMQ_CONSUME_QUEUE_NUM_EXCEEDED})
 
 PutFn = Callable[["Message", int], "PutMessageResult"]
 
