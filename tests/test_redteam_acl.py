@@ -211,6 +211,36 @@ def test_unregister_from_another_connection_removes_nothing(acl_broker):
         assert consumers(broker.addr, "SharedG") == []
 
 
+def lock_body(group: str, client_id: str, qids: tuple[int, ...]) -> bytes:
+    return json.dumps({"consumerGroup": group, "clientId": client_id, "mqSet": [
+        {"topic": "Allowed", "brokerName": "broker-a", "queueId": q} for q in qids]}).encode()
+
+
+def test_orderly_locks_belong_to_the_connection(acl_broker):
+    """A stranger naming the victim's clientId can neither unlock the victim's orderly queues
+    nor lock in its name; the victim keeps its locks (UNLOCK 42 / LOCK 41)."""
+    _, broker = acl_broker
+    with RawClient(broker.addr) as victim, RawClient(broker.addr) as stranger:
+        h, _ = call(broker.addr, HEART_BEAT, {}, heartbeat("owner@1", "LockG"), ak="limited01",
+                    client=victim)
+        assert h["code"] == SUCCESS
+        h, body = call(broker.addr, LOCK_BATCH_MQ, {}, lock_body("LockG", "owner@1", (0, 1)),
+                       ak="limited01", client=victim)
+        assert h["code"] == SUCCESS and len(json.loads(body)["lockOKMQSet"]) == 2, (h, body)
+        # the stranger (no heartbeat of that id on its connection) is refused, in both ways
+        for code in (42, LOCK_BATCH_MQ):
+            h, _ = call(broker.addr, code, {}, lock_body("LockG", "owner@1", (0, 1)),
+                        ak="limited01", client=stranger)
+            assert h["code"] == NO_PERMISSION and "owner@1" in h["remark"], h
+        # a second client of the group cannot take the victim's queues: they are still locked
+        h, _ = call(broker.addr, HEART_BEAT, {}, heartbeat("other@2", "LockG"), ak="limited01",
+                    client=stranger)
+        h, body = call(broker.addr, LOCK_BATCH_MQ, {}, lock_body("LockG", "other@2", (0, 1, 2)),
+                       ak="limited01", client=stranger)
+        assert h["code"] == SUCCESS
+        assert [mq["queueId"] for mq in json.loads(body)["lockOKMQSet"]] == [2]
+
+
 def committed(addr: str, group: str, qid: int = 0) -> int:
     h, _ = call(addr, QUERY_OFFSET, {"consumerGroup": group, "topic": "Allowed", "queueId": qid})
     assert h["code"] == SUCCESS, h

@@ -297,13 +297,32 @@ class BrokerProcessor:
         return cmd.response(ResponseCode.SUCCESS, ext_fields={},
                             body=fastjson.dumps({"consumerIdList": list(res.value)}).encode())
 
+    @staticmethod
+    def _not_this_client(conn: Connection, cmd: RemotingCommand,
+                         r: requests.LockBatch) -> RemotingCommand | None:
+        # the lock owner is the client registered on this connection by its heartbeat, not
+        # whatever clientId the body names: RocketMQ 4.9.8 trusts the body, so any connection
+        # could unlock (and then take) another client's orderly queues
+        ch = conn.attributes.get("channel")
+        if isinstance(ch, TcpClientChannel) and ch.client_id == r.client_id:
+            return None
+        return cmd.response(ResponseCode.NO_PERMISSION,
+                            f"clientId {r.client_id!r} is not the client registered on this "
+                            "connection (send a heartbeat first)")
+
     def lock_batch(self, conn: Connection, cmd: RemotingCommand,
                    r: requests.LockBatch) -> RemotingCommand:
+        refused = self._not_this_client(conn, cmd, r)
+        if refused is not None:
+            return refused
         locked = self.broker.lock_batch_mq(r.group, r.client_id, r.mqs)
         return cmd.response(ResponseCode.SUCCESS, body=headers.encode_mq_set("lockOKMQSet", locked))
 
     def unlock_batch(self, conn: Connection, cmd: RemotingCommand,
                      r: requests.LockBatch) -> RemotingCommand:
+        refused = self._not_this_client(conn, cmd, r)
+        if refused is not None:
+            return refused
         self.broker.unlock_batch_mq(r.group, r.client_id, r.mqs)
         return cmd.response(ResponseCode.SUCCESS)
 
