@@ -24,6 +24,7 @@ from rocketstore.remoting import admin_processor, fastjson, headers
 from rocketstore.remoting.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
+from rocketstore.remoting.zerocopy import record_view
 from rocketstore.store._codec import encode_record
 
 if TYPE_CHECKING:
@@ -238,7 +239,7 @@ class BrokerProcessor:
         if msg is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"can not find message by the offset, {offset}")
-        return cmd.response(ResponseCode.SUCCESS, body=msg.record())
+        return cmd.response(ResponseCode.SUCCESS, body=record_view(msg))
 
     def send_back(self, conn: Connection, cmd: RemotingCommand) -> Any:
         return self._answer(cmd, self.broker.consumer_send_msg_back(headers.decode_send_back(cmd)),

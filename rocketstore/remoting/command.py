@@ -25,6 +25,11 @@ SERIALIZE_JSON = 0
 SERIALIZE_ROCKETMQ = 1
 # Netty's frame limit in RocketMQ (com.rocketmq.remoting.frameMaxLength), the length word included
 MAX_FRAME = 16 * 1024 * 1024
+# rocketstore's own limits (RocketMQ has none below the frame): a header is a few hundred bytes
+# (a send's properties at most 32 KiB, JSON-escaped), so larger ones are refused from the
+# length word alone, before they are buffered or parsed (docs/protocol.md "Limits")
+MAX_HEADER = 256 * 1024
+MAX_EXT_FIELDS = 1024
 
 _I32 = struct.Struct(">i")
 _PREFIX = struct.Struct(">ii")
@@ -154,7 +159,8 @@ class RemotingCommand:
 
 # -- decoding -------------------------------------------------------------------------------
 
-def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
+def decode_frame(frame: bytes | bytearray | memoryview, *,
+                 max_ext_fields: int = MAX_EXT_FIELDS) -> RemotingCommand:
     """Decode one frame without its leading length word."""
     n = len(frame)
     if n < 4:
@@ -169,9 +175,12 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     if stype == SERIALIZE_JSON:
         cmd = _decode_json_header(header)
     elif stype == SERIALIZE_ROCKETMQ:
-        cmd = _decode_binary_header(header)
+        cmd = _decode_binary_header(header, max_ext_fields)
     else:
         raise RemotingProtocolError(f"unknown serialize type {stype}")
+    if len(cmd.ext_fields) > max_ext_fields:
+        raise RemotingProtocolError(f"header has {len(cmd.ext_fields)} extFields, more than "
+                                    f"{max_ext_fields}")
     cmd.body = body
     return cmd
 
@@ -215,7 +224,7 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
     return cmd
 
 
-def _decode_binary_header(h: bytes) -> RemotingCommand:
+def _decode_binary_header(h: bytes, max_ext_fields: int = MAX_EXT_FIELDS) -> RemotingCommand:
     n = len(h)
     if n < _BIN_FIXED.size + 4:
         raise RemotingProtocolError(f"binary header of {n} bytes is too short")
@@ -235,6 +244,8 @@ def _decode_binary_header(h: bytes) -> RemotingCommand:
     ext: dict[str, str] = {}
     end = pos + elen
     while pos < end:
+        if len(ext) >= max_ext_fields:
+            raise RemotingProtocolError(f"header has more than {max_ext_fields} extFields")
         if pos + 2 > end:
             raise RemotingProtocolError("truncated extFields key length")
         klen = struct.unpack_from(">h", h, pos)[0]
@@ -270,11 +281,14 @@ def encode_binary_header(cmd: RemotingCommand) -> bytes:
 class FrameDecoder:
     """Splits a byte stream into commands; a bad length raises (the connection is closed)."""
 
-    __slots__ = ("_buf", "max_frame")
+    __slots__ = ("_buf", "max_frame", "max_header", "max_ext_fields")
 
-    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME, max_header: int = MAX_HEADER,
+                 max_ext_fields: int = MAX_EXT_FIELDS) -> None:
         self._buf = bytearray()
         self.max_frame = max_frame
+        self.max_header = max_header
+        self.max_ext_fields = max_ext_fields
 
     @property
     def buffered(self) -> int:
@@ -294,9 +308,16 @@ class FrameDecoder:
                 if length < 4 or length + 4 > self.max_frame:
                     raise RemotingProtocolError(
                         f"frame length {length} outside 4..{self.max_frame - 4}")
+                if n - pos >= 8:
+                    # refused on the length word, before a large header is even buffered
+                    hlen = _I32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
+                    if hlen > self.max_header:
+                        raise RemotingProtocolError(
+                            f"header length {hlen} is over the limit of {self.max_header}")
                 if n - pos - 4 < length:
                     break
-                out.append(decode_frame(view[pos + 4:pos + 4 + length]))
+                out.append(decode_frame(view[pos + 4:pos + 4 + length],
+                                        max_ext_fields=self.max_ext_fields))
                 pos += 4 + length
         finally:
             view.release()
