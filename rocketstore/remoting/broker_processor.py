@@ -26,6 +26,7 @@ from rocketstore.remoting import admin_processor, fastjson, headers, requests
 from rocketstore.remoting.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
+from rocketstore.remoting.zerocopy import record_view
 from rocketstore.store._codec import encode_record
 
 if TYPE_CHECKING:
@@ -257,7 +258,7 @@ class BrokerProcessor:
         if msg is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"can not find message by the offset, {r.offset}")
-        return cmd.response(ResponseCode.SUCCESS, body=msg.record())
+        return cmd.response(ResponseCode.SUCCESS, body=record_view(msg))
 
     def send_back(self, conn: Connection, cmd: RemotingCommand,
                   request: ConsumerSendMsgBackRequest) -> Any:

@@ -27,6 +27,11 @@ SERIALIZE_ROCKETMQ = 1
 MAX_FRAME = 16 * 1024 * 1024
 # a header number outside Java's long is refused (Long.parseLong would throw)
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+# rocketstore's own limits (RocketMQ has none below the frame): a header is a few hundred bytes
+# (a send's properties at most 32 KiB, JSON-escaped), so larger ones are refused from the
+# length word alone, before they are buffered or parsed (docs/protocol.md "Limits")
+MAX_HEADER = 256 * 1024
+MAX_EXT_FIELDS = 1024
 
 _I32 = struct.Struct(">i")
 _PREFIX = struct.Struct(">ii")
@@ -188,7 +193,8 @@ class RemotingCommand:
 
 # -- decoding -------------------------------------------------------------------------------
 
-def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
+def decode_frame(frame: bytes | bytearray | memoryview, *,
+                 max_ext_fields: int = MAX_EXT_FIELDS) -> RemotingCommand:
     """Decode one frame without its leading length word."""
     n = len(frame)
     if n < 4:
@@ -204,7 +210,7 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
         if stype == SERIALIZE_JSON:
             cmd = _decode_json_header(header)
         elif stype == SERIALIZE_ROCKETMQ:
-            cmd = _decode_binary_header(header)
+            cmd = _decode_binary_header(header, max_ext_fields)
         else:
             raise RemotingProtocolError(f"unknown serialize type {stype}")
     except RemotingProtocolError:
@@ -212,6 +218,9 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     except (ValueError, TypeError, KeyError, OverflowError, RecursionError, struct.error) as e:
         # whatever a hostile header trips is a malformed frame: one line, never a traceback
         raise RemotingProtocolError(f"malformed header: {type(e).__name__}: {str(e)[:200]}") from None
+    if len(cmd.ext_fields) > max_ext_fields:
+        raise RemotingProtocolError(f"header has {len(cmd.ext_fields)} extFields, more than "
+                                    f"{max_ext_fields}")
     cmd.body = body
     return cmd
 
@@ -270,7 +279,7 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
     return cmd
 
 
-def _decode_binary_header(h: bytes) -> RemotingCommand:
+def _decode_binary_header(h: bytes, max_ext_fields: int = MAX_EXT_FIELDS) -> RemotingCommand:
     n = len(h)
     if n < _BIN_FIXED.size + 4:
         raise RemotingProtocolError(f"binary header of {n} bytes is too short")
@@ -290,6 +299,8 @@ def _decode_binary_header(h: bytes) -> RemotingCommand:
     ext: dict[str, str] = {}
     end = pos + elen
     while pos < end:
+        if len(ext) >= max_ext_fields:
+            raise RemotingProtocolError(f"header has more than {max_ext_fields} extFields")
         if pos + 2 > end:
             raise RemotingProtocolError("truncated extFields key length")
         klen = struct.unpack_from(">h", h, pos)[0]
@@ -325,11 +336,14 @@ def encode_binary_header(cmd: RemotingCommand) -> bytes:
 class FrameDecoder:
     """Splits a byte stream into commands; a bad length raises (the connection is closed)."""
 
-    __slots__ = ("_buf", "max_frame")
+    __slots__ = ("_buf", "max_frame", "max_header", "max_ext_fields")
 
-    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME, max_header: int = MAX_HEADER,
+                 max_ext_fields: int = MAX_EXT_FIELDS) -> None:
         self._buf = bytearray()
         self.max_frame = max_frame
+        self.max_header = max_header
+        self.max_ext_fields = max_ext_fields
 
     @property
     def buffered(self) -> int:
@@ -349,9 +363,16 @@ class FrameDecoder:
                 if length < 4 or length + 4 > self.max_frame:
                     raise RemotingProtocolError(
                         f"frame length {length} outside 4..{self.max_frame - 4}")
+                if n - pos >= 8:
+                    # refused on the length word, before a large header is even buffered
+                    hlen = _I32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
+                    if hlen > self.max_header:
+                        raise RemotingProtocolError(
+                            f"header length {hlen} is over the limit of {self.max_header}")
                 if n - pos - 4 < length:
                     break
-                out.append(decode_frame(view[pos + 4:pos + 4 + length]))
+                out.append(decode_frame(view[pos + 4:pos + 4 + length],
+                                        max_ext_fields=self.max_ext_fields))
                 pos += 4 + length
         finally:
             view.release()
