@@ -127,8 +127,14 @@ def test_send_and_query(cluster, capsys):
     assert by_id["queueOffset"] == doc["queueOffset"]
     table = admin(capsys, "queryMsgById", "-n", ns, "-i", doc["offsetMsgId"])
     assert "hello admin" in table and "order-42" in table
-    # the client id (UNIQ_KEY) is found through the index when the topic is given
-    by_uniq = admin_json(capsys, "queryMsgById", "-n", ns, "-i", doc["msgId"], "-t", "AdminT2")
+    # the client id (UNIQ_KEY) is found through the index when the topic is given; the index
+    # is built by the store's dispatch thread a moment after SEND_OK, hence the wait
+    def by_uniq_key():
+        code = main(["admin", "queryMsgById", "-n", ns, "-i", doc["msgId"], "-t", "AdminT2",
+                     "--json"])
+        out = capsys.readouterr().out
+        return json.loads(out) if code == 0 else None
+    by_uniq = until(by_uniq_key, "client message id indexed")
     assert by_uniq["offsetMsgId"] == doc["offsetMsgId"]
 
     def by_key():

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from rocketstore.acl.config import PlainAccount, PlainAclConfig, load_plain_acl, parse_plain_acl
 from rocketstore.acl.signature import SessionCredentials, calc_signature, combine_request_content
-from rocketstore.acl.validator import (AccessRequest, PlainAccessValidator, check_request,
+from rocketstore.acl.validator import (AccessRequest, PlainAccessValidator, access_request,
+                                       authenticate_request, authorize_request, check_request,
                                        parse_request)
 
 __all__ = [
     "SessionCredentials", "PlainAccessValidator", "PlainAclConfig", "PlainAccount",
     "AccessRequest", "parse_plain_acl", "load_plain_acl", "parse_request", "check_request",
-    "calc_signature", "combine_request_content",
+    "calc_signature", "combine_request_content", "access_request", "authenticate_request",
+    "authorize_request",
 ]

@@ -1,6 +1,10 @@
 """The broker's plain ACL check (RocketMQ 4.x ``PlainAccessValidator``) and its file watcher.
 
-``parse_request`` finds what a request touches and with which permission:
+The ACL checks the request the broker executes, not the raw header: ``BrokerProcessor``
+first ``authenticate``s a request (access key, white addresses, signature over the raw
+fields and body, admin-only codes), then decodes it once (``rocketstore.remoting.requests``)
+and ``authorize``s the topics and groups that decoded request touches; the handler then
+runs that same decoded object. What each code needs:
 
 ==============================  ====================================================
 request                         needs
@@ -13,18 +17,20 @@ QUERY_MESSAGE                   SUB on the topic
 HEART_BEAT                      SUB on every consumer group and subscribed topic
 UNREGISTER_CLIENT               SUB on the consumer group
 GET_CONSUMER_LIST_BY_GROUP      SUB on the consumer group
-UPDATE_CONSUMER_OFFSET          SUB on the topic and on the consumer group
+UPDATE_CONSUMER_OFFSET,         SUB on the topic and on the consumer group
+INVOKE_BROKER_TO_RESET_OFFSET
+LOCK_BATCH_MQ, UNLOCK_BATCH_MQ  SUB on the group and on every queue's topic
 topic/group create and delete,  an ``admin: true`` account
 UPDATE_BROKER_CONFIG
 anything else                   a valid signature only
 ==============================  ====================================================
 
-``PlainAccessValidator.validate`` then decides, in RocketMQ's order: a host in
-``globalWhiteRemoteAddresses`` passes; a request without ``AccessKey`` or with an unknown one
-is refused; a host in the account's ``whiteRemoteAddress`` passes; a wrong signature is
-refused; a PUB to the trace topic passes; then an admin-only code needs ``admin``, and every
-resource needs its permission (the account's own for listed resources, else its default for
-topics or groups; an admin account that lists no resources may touch all).
+Decisions follow RocketMQ's order: a host in ``globalWhiteRemoteAddresses`` passes; a
+request without ``AccessKey`` or with an unknown one is refused; a host in the account's
+``whiteRemoteAddress`` passes; a wrong signature is refused; an admin-only code needs
+``admin``; a send whose only need is PUB on the trace topic passes; then every resource needs
+its permission (the account's own for listed resources, else its default for topics or
+groups; an admin account that lists no resources may touch all).
 
 The validator re-reads the file when it changes (a thread polls its modification time, size
 and inode every ``watch_interval`` seconds); a file that fails to parse is logged and the
@@ -37,7 +43,7 @@ import hmac
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from rocketstore.acl import permission
 from rocketstore.acl.address import host_of
@@ -46,7 +52,6 @@ from rocketstore.acl.signature import (ACCESS_KEY, SECURITY_TOKEN, SIGNATURE,
                                        UNIQUE_MSG_QUERY_FLAG, calc_signature,
                                        combine_request_content)
 from rocketstore.errors import AccessDeniedError, AclConfigError
-from rocketstore.remoting import fastjson
 from rocketstore.remoting.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 
@@ -57,7 +62,7 @@ WATCH_INTERVAL_S = 0.5
 _UNSIGNED = frozenset({SIGNATURE, UNIQUE_MSG_QUERY_FLAG})
 
 R = RequestCode
-_SEND_BATCH = int(R.SEND_BATCH_MESSAGE)
+_SEND_CODES = frozenset({int(R.SEND_MESSAGE), int(R.SEND_MESSAGE_V2), int(R.SEND_BATCH_MESSAGE)})
 
 
 @dataclasses.dataclass
@@ -71,71 +76,54 @@ class AccessRequest:
     security_token: str | None = None
     resources: dict[str, int] = dataclasses.field(default_factory=dict)
     content: bytes = b""
+    # set by authenticate: the account whose permissions apply; None when a white address
+    # let the request through without any further check
+    account: PlainAccount | None = None
 
     def need(self, resource: str | None, perm: int) -> None:
-        if resource is not None:
+        if resource is not None and perm:
             self.resources[resource] = perm
 
+    def need_touches(self, touches: Iterable[tuple[str, str, int]]) -> None:
+        """The permissions of a decoded request's touches (``rocketstore.remoting.requests``):
+        a group is checked under its retry topic, as RocketMQ does."""
+        for kind, name, perm in touches:
+            if perm:
+                self.resources[permission.retry_topic(name) if kind == "group" else name] = perm
 
-def _group(name: str | None) -> str | None:
-    return None if name is None else permission.retry_topic(name)
 
-
-def parse_request(cmd: RemotingCommand, remote_addr: str) -> AccessRequest:
-    """The access key, signature, signed content and needed permissions of ``cmd``."""
+def access_request(cmd: RemotingCommand, remote_addr: str) -> AccessRequest:
+    """The access key, signature and signed content of ``cmd`` (no resources yet)."""
     req = AccessRequest(int(cmd.code), host_of(remote_addr))
     ext = cmd.ext_fields
     req.access_key = ext.get(ACCESS_KEY)
     req.signature = ext.get(SIGNATURE)
     req.security_token = ext.get(SECURITY_TOKEN)
-    code = req.code
-    if code == R.SEND_MESSAGE or code == R.SEND_MESSAGE_V2 or code == _SEND_BATCH:
-        v2 = code != R.SEND_MESSAGE
-        topic = ext.get("b" if v2 else "topic")
-        if topic is not None and permission.is_group_resource(topic):
-            req.need(_group(ext.get("a" if v2 else "producerGroup")), permission.SUB)
-        else:
-            req.need(topic, permission.PUB)
-    elif code == R.CONSUMER_SEND_MSG_BACK:
-        req.need(_group(ext.get("group")), permission.SUB)
-    elif code == R.PULL_MESSAGE:
-        req.need(ext.get("topic"), permission.SUB)
-        req.need(_group(ext.get("consumerGroup")), permission.SUB)
-    elif code == 12:      # QUERY_MESSAGE
-        req.need(ext.get("topic"), permission.SUB)
-    elif code == R.HEART_BEAT:
-        _heartbeat_resources(cmd, req)
-    elif code in (R.UNREGISTER_CLIENT, R.GET_CONSUMER_LIST_BY_GROUP):
-        req.need(_group(ext.get("consumerGroup")), permission.SUB)
-    elif code == R.UPDATE_CONSUMER_OFFSET:
-        req.need(_group(ext.get("consumerGroup")), permission.SUB)
-        req.need(ext.get("topic"), permission.SUB)
     req.content = combine_request_content(ext, cmd.body, skip=_UNSIGNED)
     return req
 
 
-def _heartbeat_resources(cmd: RemotingCommand, req: AccessRequest) -> None:
-    try:
-        doc = fastjson.loads(bytes(cmd.body)) if cmd.body else {}
-    except ValueError as e:
-        raise AccessDeniedError(req.access_key, f"heartbeat body is not JSON: {e}") from None
-    if not isinstance(doc, dict):
-        return
-    for consumer in doc.get("consumerDataSet") or ():
-        if not isinstance(consumer, dict):
-            continue
-        name = consumer.get("groupName")
-        req.need(_group(None if name is None else str(name)), permission.SUB)
-        for sub in consumer.get("subscriptionDataSet") or ():
-            if isinstance(sub, dict) and sub.get("topic") is not None:
-                req.need(str(sub["topic"]), permission.SUB)
+def parse_request(cmd: RemotingCommand, remote_addr: str,
+                  touches: Iterable[tuple[str, str, int]] | None = None) -> AccessRequest:
+    """The access key, signature, signed content and needed permissions of ``cmd``.
+    ``touches`` are those of the decoded request; without them ``cmd`` is decoded here, by the
+    broker's own decoder (a malformed request raises ``RemotingProtocolError``)."""
+    req = access_request(cmd, remote_addr)
+    if touches is None:
+        from rocketstore.remoting import requests
+        touches = (requests.touches(req.code, requests.decode(cmd, remote_addr))
+                   if cmd.code in requests.DECODERS else ())
+    req.need_touches(touches)
+    return req
 
 
-def check_request(config: PlainAclConfig, req: AccessRequest) -> None:
-    """Raise ``AccessDeniedError`` unless ``config`` lets ``req`` through."""
+def authenticate_request(config: PlainAclConfig, req: AccessRequest) -> PlainAccount | None:
+    """Who sent ``req``: its account, or None when a white address lets it through without
+    any further check. Raises ``AccessDeniedError`` for an unknown key, a wrong signature
+    or an admin-only code from an account that is not admin."""
     host = req.remote_host
     if any(m(host) for m in config.global_white):
-        return
+        return None
     ak = req.access_key
     if ak is None:
         raise AccessDeniedError(None, f"No accessKey is configured (request code {req.code} "
@@ -144,20 +132,34 @@ def check_request(config: PlainAclConfig, req: AccessRequest) -> None:
     if acct is None:
         raise AccessDeniedError(ak, f"No acl config for accessKey={ak}")
     if acct.white(host):
-        return
+        return None
     expected = calc_signature(req.content, acct.secret_key)
     if req.signature is None or not hmac.compare_digest(expected, req.signature):
         raise AccessDeniedError(ak, f"Check signature failed for accessKey={ak}")
-    if req.resources.get(TRACE_TOPIC) == permission.PUB:
+    if permission.needs_admin(req.code) and not acct.admin:
+        raise AccessDeniedError(ak, f"Need admin permission for request code={req.code}, "
+                                    f"but accessKey={ak} is not")
+    return acct
+
+
+def authorize_request(acct: PlainAccount, req: AccessRequest) -> None:
+    """Raise ``AccessDeniedError`` unless ``acct`` owns every permission ``req`` needs."""
+    resources = req.resources
+    if req.code in _SEND_CODES and len(resources) == 1 and resources.get(TRACE_TOPIC) == permission.PUB:
+        # RocketMQ's trace exemption: a send into the trace topic itself, nothing else
         return
     _check_perms(acct, req)
 
 
+def check_request(config: PlainAclConfig, req: AccessRequest) -> None:
+    """Raise ``AccessDeniedError`` unless ``config`` lets ``req`` through."""
+    acct = authenticate_request(config, req)
+    if acct is not None:
+        authorize_request(acct, req)
+
+
 def _check_perms(acct: PlainAccount, req: AccessRequest) -> None:
     ak = acct.access_key
-    if permission.needs_admin(req.code) and not acct.admin:
-        raise AccessDeniedError(ak, f"Need admin permission for request code={req.code}, "
-                                    f"but accessKey={ak} is not")
     if not req.resources or (not acct.resource_perms and acct.admin):
         return
     owned_map: Mapping[str, int] = acct.resource_perms
@@ -240,17 +242,48 @@ class PlainAccessValidator:
             self.reload()
 
     def validate(self, cmd: RemotingCommand, remote_addr: str) -> None:
-        """Raise ``AccessDeniedError`` unless the request may go through."""
-        check_request(self.config, parse_request(cmd, remote_addr))
+        """Raise ``AccessDeniedError`` unless the request may go through. ``cmd`` is decoded
+        (by the broker's decoder) only once its sender is authenticated."""
+        req = access_request(cmd, remote_addr)
+        acct = authenticate_request(self.config, req)
+        if acct is not None:
+            authorize_request(acct, parse_request(cmd, remote_addr))
 
     def check(self, cmd: RemotingCommand, remote_addr: str) -> str | None:
         """None when the request may go through, else why not (logged)."""
         try:
             self.validate(cmd, remote_addr)
         except AccessDeniedError as e:
-            log.info("ACL refused request code %s from %s: %s", cmd.code, remote_addr, e)
-            return str(e)
+            return self._refused(req_code=cmd.code, remote=remote_addr, e=e)
         return None
+
+    def authenticate(self, cmd: RemotingCommand, remote_addr: str) -> AccessRequest | None | str:
+        """The first half of the check, before ``cmd`` is decoded: None when a white address
+        lets it through unchecked, a string (the reason, logged) when it is refused, else the
+        ``AccessRequest`` to pass to ``authorize`` with the decoded request's touches."""
+        req = access_request(cmd, remote_addr)
+        try:
+            req.account = authenticate_request(self.config, req)
+        except AccessDeniedError as e:
+            return self._refused(cmd.code, remote_addr, e)
+        return req if req.account is not None else None
+
+    def authorize(self, req: AccessRequest,
+                  touches: Iterable[tuple[str, str, int]]) -> str | None:
+        """The second half: None when ``req``'s account owns what the decoded request
+        ``touches``, else why not (logged)."""
+        assert req.account is not None
+        req.need_touches(touches)
+        try:
+            authorize_request(req.account, req)
+        except AccessDeniedError as e:
+            return self._refused(req.code, req.remote_host, e)
+        return None
+
+    @staticmethod
+    def _refused(req_code: int, remote: str, e: AccessDeniedError) -> str:
+        log.info("ACL refused request code %s from %s: %s", req_code, remote, e)
+        return str(e)
 
     def close(self) -> None:
         """Stop watching the file."""

@@ -198,7 +198,10 @@ class Broker:
                     log.exception("%s shutdown failed", type(service).__name__)
             self.pull_processor.hold.shutdown()
             self._housekeeping.shutdown()
+            # what the background writers still hold (auto-created topics and groups)
+            self.subscription_groups.close_persister()
             self.subscription_groups.persist()
+            self.store.topic_config_manager.close_persister()
         finally:
             self.store.close()
 

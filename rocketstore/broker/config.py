@@ -7,10 +7,13 @@ so does ``flush_consumer_offset_interval`` (the store owns ``consumerOffset.json
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 
 from rocketstore.errors import InvalidConfigError
 from rocketstore.common.constants import PermName
+
+_CORES = os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,32 @@ class BrokerConfig:
     # rocketstore's own (rocketstore.broker.metrics): counters on by default, /metrics opt-in
     metrics_enable: bool = True                  # per-topic/group counters, runtime info
     metrics_port: int = 0                        # Prometheus /metrics on broker_ip1 (0: off)
+    # request executors by kind (rocketstore.remoting.executors, docs/protocol.md "Limits"):
+    # 4.9.8's thread counts and queue capacities; a full queue answers SYSTEM_BUSY. Send and
+    # pull are answered on the event loop, their capacity bounds the requests in flight.
+    send_message_thread_pool_nums: int = 1
+    pull_message_thread_pool_nums: int = 16 + _CORES * 2
+    query_message_thread_pool_nums: int = 8 + _CORES
+    admin_broker_thread_pool_nums: int = 16
+    client_manage_thread_pool_nums: int = 32
+    consumer_manage_thread_pool_nums: int = 32
+    heartbeat_thread_pool_nums: int = min(32, _CORES)
+    end_transaction_thread_pool_nums: int = 8 + _CORES * 2
+    send_thread_pool_queue_capacity: int = 10_000
+    pull_thread_pool_queue_capacity: int = 100_000
+    query_thread_pool_queue_capacity: int = 20_000
+    client_manager_thread_pool_queue_capacity: int = 1_000_000
+    consumer_manager_thread_pool_queue_capacity: int = 1_000_000
+    heartbeat_thread_pool_queue_capacity: int = 50_000
+    end_transaction_pool_queue_capacity: int = 100_000
+    admin_broker_thread_pool_queue_capacity: int = 10_000    # RocketMQ 5's (4.9.8: unbounded)
+    # per connection (rocketstore.remoting.connection.ConnectionLimits): requests being
+    # answered, and bytes of answers not yet written, before the connection stops reading
+    server_max_in_flight_requests: int = 1024
+    server_max_pending_response_bytes: int = 4 << 20
+    # request header limits (rocketstore's; RocketMQ only bounds the 16 MiB frame)
+    server_max_header_bytes: int = 256 << 10
+    server_max_ext_fields: int = 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -84,7 +113,9 @@ class BrokerConfig:
         for name in ("short_polling_time_mills", "transaction_time_out",
                      "transaction_check_interval", "channel_expired_timeout",
                      "scan_not_active_channel_interval", "rebalance_lock_max_live_time",
-                     "long_polling_check_interval", "register_name_server_period"):
+                     "long_polling_check_interval", "register_name_server_period",
+                     *(f.name for f in fields(self) if f.name.endswith(
+                         ("_thread_pool_nums", "_queue_capacity")) or f.name.startswith("server_"))):
             if getattr(self, name) <= 0:
                 raise InvalidConfigError(name, getattr(self, name), "must be positive",
                                          "BrokerConfig")

@@ -4,7 +4,9 @@ The file is ``{"dataVersion":{"counter":N,"timestamp":ms},"subscriptionGroupTabl
 {...}}}`` in fastjson's pretty layout (MESSAGING.md 12.3), written atomically with a ``.bak`` by
 the store's ``ConfigFile``. The groups 4.9.8 pre-creates at start live in memory and reach the
 file with the first change; a group is auto-created by a heartbeat, pull or send-back naming it
-when ``auto_create_subscription_group`` (and always for ``CID_RMQ_SYS_*`` groups).
+when ``auto_create_subscription_group`` (and always for ``CID_RMQ_SYS_*`` groups). An
+auto-created group is written by the background writer (``persist_later``, never on the
+event loop); ``update``/``delete`` (admin calls) are on disk when they return.
 """
 from __future__ import annotations
 
@@ -103,11 +105,9 @@ class SubscriptionGroupManager(VersionedConfigTable):
             self._table.update(table)
             return True
 
-    def persist(self) -> None:
-        with self._lock:
-            self._file.persist({
-                "dataVersion": self._version_bean(),
-                "subscriptionGroupTable": {n: _to_bean(c) for n, c in self._table.items()}})
+    def _snapshot(self) -> Any:
+        return {"dataVersion": self._version_bean(),
+                "subscriptionGroupTable": {n: _to_bean(c) for n, c in self._table.items()}}
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         with self._lock:
@@ -129,21 +129,21 @@ class SubscriptionGroupManager(VersionedConfigTable):
             c = SubscriptionGroupConfig(group)
             self._table[group] = c
             self._data_version = self._data_version.next_version()
-            self.persist()
-            log.info("auto-created subscription group %s", group)
-            return c
+        self.persist_later()
+        log.info("auto-created subscription group %s", group)
+        return c
 
     def update(self, config: SubscriptionGroupConfig) -> None:
         """``updateSubscriptionGroupConfig``: create or replace, bump the version, persist."""
         with self._lock:
             self._table[config.group_name] = config
             self._data_version = self._data_version.next_version()
-            self.persist()
+        self.persist()
 
     def delete(self, group: str) -> bool:
         with self._lock:
             if self._table.pop(group, None) is None:
                 return False
             self._data_version = self._data_version.next_version()
-            self.persist()
-            return True
+        self.persist()
+        return True

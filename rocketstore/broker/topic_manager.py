@@ -5,7 +5,8 @@ At start the system topics of MESSAGING.md 12.1 are registered in 4.9.8's order 
 file already has keep the file's values, as ``load()`` overrides the constructor's table in
 RocketMQ); topics are created on demand by a send (copying the ``TBW102`` template, 11.6), by
 a send-back or a heartbeat (``%RETRY%``/``%DLQ%``, 1 queue, perm 6) and by the transaction check
-(``TRANS_CHECK_MAX_TIME_TOPIC``). Every creation bumps the data version and persists.
+(``TRANS_CHECK_MAX_TIME_TOPIC``). Every creation bumps the data version and persists
+(auto-creations through the background writer: never an fsync on the event loop).
 """
 from __future__ import annotations
 
@@ -99,7 +100,8 @@ class BrokerTopicManager:
             nums = max(0, min(client_default_topic_queue_nums, template.write_queue_nums))
             tc = TopicConfig(topic, nums, nums, perm & ~int(PermName.PERM_INHERIT),
                              template.topic_filter_type, topic_sys_flag)
-            self.table.update(tc)
+            # written by the background writer: a send never waits for an fsync here
+            self.table.update(tc, durable=False)
             log.info("created topic %s from %s: %s", topic, default_topic, tc)
             return tc
 
@@ -111,7 +113,7 @@ class BrokerTopicManager:
             if existing is not None:
                 return existing
             tc = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=topic_sys_flag)
-            self.table.update(tc)
+            self.table.update(tc, durable=False)
             return tc
 
     def create_topic_of_tran_check_max_time(self, queue_nums: int, perm: int) -> TopicConfig:

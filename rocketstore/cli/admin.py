@@ -305,7 +305,13 @@ def _broker_status(args: argparse.Namespace) -> int:
 # -- wiring --------------------------------------------------------------------------------------
 
 def _run(args: argparse.Namespace) -> int:
-    return COMMANDS[args.admin_command][1](args)
+    try:
+        return COMMANDS[args.admin_command][1](args)
+    except (AttributeError, TypeError, LookupError, RecursionError) as e:
+        # the options were checked before anything was sent: what trips here is a reply of
+        # the wrong shape (a list where an object belongs ...), an error like any refusal
+        raise CommandError(f"malformed reply from the server: {type(e).__name__}: "
+                           f"{str(e)[:200]}") from e
 
 
 def register(sub: Any) -> None:

@@ -5,22 +5,27 @@
 (``TopicRouteData``), cluster info, the topic list and the KV config (``ORDER_TOPIC_CONFIG``).
 Unknown request codes get REQUEST_CODE_NOT_SUPPORTED (a Java NameServer sends nothing and the
 caller times out; an answer is kinder and every client handles it).
+
+What may take time runs on a thread pool (RocketMQ's ``defaultThreadPoolNums``, 8), never on
+the event loop that answers route queries: a registration (its body decoded, a compressed one
+inflated incrementally up to ``MAX_REGISTER_BODY``) and KV writes (answered once on disk).
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import struct
 import zlib
 from typing import Any
 
 from rocketstore.common.protocol import ResponseCode
-from rocketstore.errors import RemotingProtocolError
-from rocketstore.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager
+from rocketstore.errors import InvalidArgumentError, RemotingProtocolError
+from rocketstore.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimits
 from rocketstore.namesrv.routeinfo import BROKER_EXPIRE_S, RouteInfoManager
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.codes import VERSION_V3_0_11, RequestCode
-from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.command import MAX_FRAME, RemotingCommand
 from rocketstore.remoting.connection import Connection
 from rocketstore.remoting.server import RemotingServer
 
@@ -28,6 +33,9 @@ log = logging.getLogger("rocketstore.namesrv")
 
 SCAN_INTERVAL_S = 10.0
 SCAN_FIRST_S = 5.0
+DEFAULT_THREAD_POOL_NUMS = 8      # NamesrvConfig.defaultThreadPoolNums
+# an inflated REGISTER_BROKER body may not be larger than an uncompressed one can be (the frame)
+MAX_REGISTER_BODY = MAX_FRAME
 NO_ROUTE = ("No topic route info in name server for the topic: {}\n"
             "See https://rocketmq.apache.org/docs/bestPractice/06FAQ for further details.")
 
@@ -56,11 +64,25 @@ def decode_register_body(body: bytes, compressed: bool,
     return dv, {str(k): v for k, v in table.items() if isinstance(v, dict)}
 
 
+def inflate_bounded(body: bytes, limit: int = MAX_REGISTER_BODY) -> bytes:
+    """zlib-inflate ``body``, refusing (``RemotingProtocolError``) an output over ``limit``
+    bytes: it stops at ``limit + 1`` bytes whatever the ratio (a 1 MB bomb would be GBs)."""
+    d = zlib.decompressobj()
+    try:
+        raw = d.decompress(body, limit + 1)
+    except zlib.error as e:
+        raise RemotingProtocolError(f"compressed REGISTER_BROKER body: {e}") from None
+    if len(raw) > limit or d.unconsumed_tail:
+        raise RemotingProtocolError(
+            f"compressed REGISTER_BROKER body inflates past {limit} bytes")
+    return raw
+
+
 def _decode_compressed_register_body(body: bytes) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     # RegisterBrokerBody.encode(true): a zlib stream of length-prefixed data version JSON, then
     # "name read write perm filterType" per topic
+    raw = inflate_bounded(body)
     try:
-        raw = zlib.decompress(body)
         pos = 0
 
         def take() -> bytes:
@@ -83,7 +105,7 @@ def _decode_compressed_register_body(body: bytes) -> tuple[dict[str, Any], dict[
             topics[parts[0]] = {"topicName": parts[0], "readQueueNums": int(parts[1]),
                                 "writeQueueNums": int(parts[2]), "perm": int(parts[3])}
         return dv, topics
-    except (zlib.error, struct.error, ValueError, UnicodeDecodeError) as e:
+    except (struct.error, ValueError, UnicodeDecodeError) as e:
         raise RemotingProtocolError(f"compressed REGISTER_BROKER body: {e}") from None
 
 
@@ -91,9 +113,11 @@ class NamesrvProcessor:
     """Maps NameServer request codes onto the route tables and the KV config."""
 
     def __init__(self, routes: RouteInfoManager, kv: KVConfigManager,
-                 order_message_enable: bool = False) -> None:
+                 order_message_enable: bool = False,
+                 executor: concurrent.futures.Executor | None = None) -> None:
         self.routes = routes
         self.kv = kv
+        self.executor = executor
         self.order_message_enable = order_message_enable
         self._handlers = {
             RequestCode.REGISTER_BROKER: self.register_broker,
@@ -110,7 +134,7 @@ class NamesrvProcessor:
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
         }
 
-    def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+    def process(self, conn: Connection, cmd: RemotingCommand) -> Any:
         handler = self._handlers.get(cmd.code)     # type: ignore[call-overload]
         if handler is None:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -123,7 +147,12 @@ class NamesrvProcessor:
             log.info("broker %s removed: its connection closed", addr)
 
     # -- brokers ------------------------------------------------------------------------------
-    def register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        # decoding (inflating) a body of up to 16 MiB: off the loop
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, self._register_broker, conn, cmd)
+
+    def _register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         name = cmd.require("brokerName")
         addr = cmd.require("brokerAddr")
         cluster = cmd.require("clusterName")
@@ -181,8 +210,13 @@ class NamesrvProcessor:
         self.routes.delete_topic(cmd.require("topic"))
         return cmd.response(ResponseCode.SUCCESS)
 
-    def put_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        self.kv.put(cmd.require("namespace"), cmd.require("key"), cmd.require("value"))
+    async def put_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            done = self.kv.put_async(cmd.require("namespace"), cmd.require("key"),
+                                     cmd.require("value"))
+        except InvalidArgumentError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"PUT_KV_CONFIG refused: {e}")
+        await asyncio.wrap_future(done)         # answered once durable
         return cmd.response(ResponseCode.SUCCESS)
 
     def get_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -193,8 +227,9 @@ class NamesrvProcessor:
                                 f"No config item, Namespace: {ns} Key: {key}")
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"value": value})
 
-    def delete_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        self.kv.delete(cmd.require("namespace"), cmd.require("key"))
+    async def delete_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await asyncio.wrap_future(self.kv.delete_async(cmd.require("namespace"),
+                                                       cmd.require("key")))
         return cmd.response(ResponseCode.SUCCESS)
 
     def kv_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -211,10 +246,14 @@ class NameServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 9876, *,
                  kv_config_path: str | None = None, order_message_enable: bool = False,
                  broker_expire_s: float = BROKER_EXPIRE_S,
-                 scan_interval_s: float = SCAN_INTERVAL_S) -> None:
+                 scan_interval_s: float = SCAN_INTERVAL_S, kv_limits: KVLimits | None = None,
+                 thread_pool_nums: int = DEFAULT_THREAD_POOL_NUMS) -> None:
         self.routes = RouteInfoManager(broker_expire_s)
-        self.kv = KVConfigManager(kv_config_path)
-        self.processor = NamesrvProcessor(self.routes, self.kv, order_message_enable)
+        self.kv = KVConfigManager(kv_config_path, kv_limits)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            thread_pool_nums, thread_name_prefix="namesrv")
+        self.processor = NamesrvProcessor(self.routes, self.kv, order_message_enable,
+                                          self._executor)
         self.server = RemotingServer(self.processor, host, port)
         self.scan_interval_s = scan_interval_s
         self._scan_task: asyncio.Task[None] | None = None
@@ -247,4 +286,6 @@ class NameServer:
         if self._scan_task is not None:
             self._scan_task.cancel()
         await self.server.stop()
+        self._executor.shutdown(wait=True)
+        self.kv.close()
         log.info("NameServer %s stopped", self.addr)

@@ -206,11 +206,45 @@ class AdminClient:
         ``timestamp_ms`` (-1: the end) on every broker of the topic; returns the new offsets."""
         out: dict[MessageQueue, int] = {}
         for name, addr in sorted(self._route_masters(topic).items()):
+            what = f"resetOffsetByTime of {group} on {topic} at {name}"
             r = self.invoke(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {
                 "topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": force},
-                what=f"resetOffsetByTime of {group} on {topic} at {name}")
-            out.update(bodies.decode_reset_offsets(bytes(r.body)))
+                what=what, ok=(ResponseCode.CONSUMER_NOT_ONLINE,))
+            if r.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                # nobody online (the broker writes nothing then, as 4.9.8): move the offsets
+                # here, queue by queue, as mqadmin's resetOffsetByTimeOld does
+                out.update(self._reset_offline(addr, name, group, topic, timestamp_ms, force,
+                                               what))
+            else:
+                out.update(bodies.decode_reset_offsets(bytes(r.body)))
         return dict(sorted(out.items()))
+
+    def _reset_offline(self, addr: str, name: str, group: str, topic: str, timestamp_ms: int,
+                       force: bool, what: str) -> dict[MessageQueue, int]:
+        r = self.invoke(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic}, what=what)
+        out: dict[MessageQueue, int] = {}
+        for mq in sorted(bodies.decode_topic_stats(bytes(r.body))[0]):
+            qid = mq.queue_id
+            if timestamp_ms == -1:
+                t = self.invoke(addr, RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": qid},
+                                what=what)
+            else:
+                t = self.invoke(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {
+                    "topic": topic, "queueId": qid, "timestamp": timestamp_ms}, what=what)
+            target = max(0, t.int_field("offset"))
+            new = target
+            if not force:
+                c = self.invoke(addr, RequestCode.QUERY_CONSUMER_OFFSET, {
+                    "consumerGroup": group, "topic": topic, "queueId": qid}, what=what,
+                    ok=(ResponseCode.QUERY_NOT_FOUND,))
+                current = c.int_field("offset", -1) if c.code == ResponseCode.SUCCESS else -1
+                if 0 <= current <= target:
+                    new = current
+            self.invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET, {
+                "consumerGroup": group, "topic": topic, "queueId": qid, "commitOffset": new},
+                what=what)
+            out[MessageQueue(topic, name, qid)] = new
+        return out
 
     # -- messages -----------------------------------------------------------------------------
     def view_message(self, msg_id: str) -> Any:

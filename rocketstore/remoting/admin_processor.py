@@ -14,12 +14,13 @@
 Bodies are what a Java admin reads (``admin_bodies``). Calls that touch the disk or persist
 (topic updates, index lookups, resets) run on the processor's thread pool.
 
-Offset reset is done by the broker, as RocketMQ 5's ``useServerSideResetOffset``: it writes the
-group's committed offsets itself (so the reset works with no consumer online) and pushes
+Offset reset of a group with consumers online is done by the broker, as RocketMQ 5's
+``useServerSideResetOffset``: it writes the group's committed offsets itself and pushes
 ``RESET_CONSUMER_CLIENT_OFFSET`` (220) to the group's online clients so they drop what they
 hold and pull from there (``ResetOffsetBodyForC`` for the C++ client, as 4.9.8's
-``Broker2Client`` does). 4.9.8 instead answers CONSUMER_NOT_ONLINE when nobody is online and
-leaves the write to mqadmin; a Java mqadmin works with either.
+``Broker2Client`` does). With nobody online it answers CONSUMER_NOT_ONLINE and writes
+nothing, as 4.9.8 does; the admin tool (Java's mqadmin or ``rocketstore admin``) then writes
+the offsets itself with UPDATE_CONSUMER_OFFSET, which the ACL checks like any offset update.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from rocketstore.common import names
 from rocketstore.common.protocol import MessageQueue, ResponseCode
 from rocketstore.remoting import admin_bodies as bodies
-from rocketstore.remoting import fastjson
+from rocketstore.remoting import fastjson, requests
 from rocketstore.remoting.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
@@ -59,7 +60,7 @@ class AdminProcessor:
         self.broker = broker
         self._blocking = blocking
 
-    def handlers(self) -> dict[int, Callable[[Connection, RemotingCommand], Any]]:
+    def handlers(self) -> dict[int, Callable[[Connection, RemotingCommand, Any], Any]]:
         R = RequestCode
         return {R.UPDATE_AND_CREATE_TOPIC: self.update_topic,
                 R.DELETE_TOPIC_IN_BROKER: self.delete_topic,
@@ -71,23 +72,22 @@ class AdminProcessor:
                 R.GET_BROKER_RUNTIME_INFO: self.runtime_info}
 
     # -- topics -------------------------------------------------------------------------------
-    async def update_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.require("topic")
+    async def update_topic(self, conn: Connection, cmd: RemotingCommand,
+                           r: requests.TopicUpdate) -> RemotingCommand:
+        topic = r.topic
         why = validate_topic(topic)
         if why is not None:
             return cmd.response(ResponseCode.INVALID_PARAMETER, why)
         if self.broker.topic_manager.is_system_topic(topic):
             return cmd.response(ResponseCode.INVALID_PARAMETER,
                                 f"The topic[{topic}] is conflict with system topic.")
-        filter_type = cmd.field("topicFilterType") or SINGLE_TAG
+        filter_type = r.filter_type or SINGLE_TAG
         if filter_type not in (SINGLE_TAG, MULTI_TAG):
             return cmd.response(ResponseCode.INVALID_PARAMETER,
                                 f"topicFilterType {filter_type!r} is not SINGLE_TAG or MULTI_TAG")
         try:
-            tc = TopicConfig(topic, cmd.int_field("readQueueNums", required=True),
-                             cmd.int_field("writeQueueNums", required=True),
-                             cmd.int_field("perm", required=True), filter_type,
-                             cmd.int_field("topicSysFlag", 0), cmd.bool_field("order"))
+            tc = TopicConfig(topic, r.read_queue_nums, r.write_queue_nums, r.perm, filter_type,
+                             r.topic_sys_flag, r.order)
         except (TypeError, ValueError) as e:
             return cmd.response(ResponseCode.INVALID_PARAMETER, str(e))
         if self.broker.topic_manager.select(topic) == tc:
@@ -96,10 +96,11 @@ class AdminProcessor:
         await self._blocking(self.broker.topic_manager.update, tc)
         return cmd.response(ResponseCode.SUCCESS)
 
-    async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def delete_topic(self, conn: Connection, cmd: RemotingCommand,
+                           r: requests.TopicRef) -> RemotingCommand:
         # the name was checked before dispatch (request_names): never a path; the store
         # removes only the queues its in-memory table holds (4.9.8's cleanUnusedTopic)
-        topic = cmd.require("topic")
+        topic = r.topic
         if self.broker.topic_manager.is_system_topic(topic):
             return cmd.response(ResponseCode.INVALID_PARAMETER,
                                 f"The topic[{topic}] is conflict with system topic.")
@@ -107,8 +108,9 @@ class AdminProcessor:
         await self._blocking(self.broker.store.delete_topic, topic)
         return cmd.response(ResponseCode.SUCCESS)
 
-    def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.require("topic")
+    def topic_stats(self, conn: Connection, cmd: RemotingCommand,
+                    r: requests.TopicRef) -> RemotingCommand:
+        topic = r.topic
         tc = self.broker.topic_manager.select(topic)
         if tc is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
@@ -133,10 +135,10 @@ class AdminProcessor:
             topics.update(g.subscription_table)
         return sorted(topics)
 
-    def consume_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        group = cmd.require("consumerGroup")
-        topics = [t for t in (cmd.field("topicList") or "").split(";") if t] or \
-            self._stats_topics(group, cmd.field("topic"))
+    def consume_stats(self, conn: Connection, cmd: RemotingCommand,
+                      r: requests.ConsumeStatsQuery) -> RemotingCommand:
+        group = r.group
+        topics = list(r.topic_list) or self._stats_topics(group, r.topic)
         store, name = self.broker.store, self.broker.broker_name
         table = {}
         tps = 0.0
@@ -156,8 +158,9 @@ class AdminProcessor:
             tps += rates.get((group, topic), 0.0)
         return cmd.response(ResponseCode.SUCCESS, body=bodies.encode_consume_stats(table, tps))
 
-    def consumer_connections(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        group = cmd.require("consumerGroup")
+    def consumer_connections(self, conn: Connection, cmd: RemotingCommand,
+                             r: requests.GroupRef) -> RemotingCommand:
+        group = r.group
         g = self.broker.consumer_manager.get_consumer_group_info(group)
         if g is None or not g.channel_info_table:
             return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE,
@@ -176,11 +179,10 @@ class AdminProcessor:
                                       for t, s in sorted(g.subscription_table.items())}}
         return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(body).encode())
 
-    async def reset_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        topic, group = cmd.require("topic"), cmd.require("group")
-        timestamp = cmd.int_field("timestamp", required=True)
-        force = cmd.bool_field("isForce", True)
-        return await self._blocking(self._reset_offset, cmd, topic, group, timestamp, force)
+    async def reset_offset(self, conn: Connection, cmd: RemotingCommand,
+                           r: requests.ResetOffset) -> RemotingCommand:
+        return await self._blocking(self._reset_offset, cmd, r.topic, r.group, r.timestamp,
+                                    r.force)
 
     def _reset_offset(self, cmd: RemotingCommand, topic: str, group: str, timestamp: int,
                       force: bool) -> RemotingCommand:
@@ -194,6 +196,12 @@ class AdminProcessor:
         if not committed and (online is None or topic not in online.subscription_table):
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"THe consumer group <{group}> not exist")
+        if online is None or not online.channel_info_table:
+            # as 4.9.8's Broker2Client: nothing is written; the admin tool then moves the
+            # offsets itself with UPDATE_CONSUMER_OFFSET (mqadmin's resetOffsetByTimeOld path)
+            return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE,
+                                "Consumer not online, so can not reset offset, Group: "
+                                f"{group} Topic: {topic} Timestamp: {timestamp}")
         table: dict[MessageQueue, int] = {}
         for qid in range(tc.write_queue_nums):
             current = committed.get(qid, -1)
@@ -208,9 +216,8 @@ class AdminProcessor:
         store.persist_offsets()
         log.info("[reset-offset] group %s topic %s to %d (force %s): %s", group, topic, timestamp,
                  force, {mq.queue_id: o for mq, o in table.items()})
-        if online is not None:
-            for ch in list(online.channel_info_table):
-                self._push_reset(ch, topic, group, timestamp, table)
+        for ch in list(online.channel_info_table):
+            self._push_reset(ch, topic, group, timestamp, table)
         return cmd.response(ResponseCode.SUCCESS, body=bodies.encode_reset_offsets(table))
 
     @staticmethod
@@ -232,13 +239,10 @@ class AdminProcessor:
             pass
 
     # -- messages -----------------------------------------------------------------------------
-    async def query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        topic, key = cmd.require("topic"), cmd.require("key")
-        max_num = cmd.int_field("maxNum", required=True)
-        if cmd.field(UNIQUE_MSG_QUERY_FLAG) == "true":
-            max_num = DEFAULT_QUERY_MAX_NUM
-        begin = cmd.int_field("beginTimestamp", required=True)
-        end = cmd.int_field("endTimestamp", required=True)
+    async def query_message(self, conn: Connection, cmd: RemotingCommand,
+                            r: requests.QueryMessage) -> RemotingCommand:
+        topic, key, begin, end = r.topic, r.key, r.begin, r.end
+        max_num = DEFAULT_QUERY_MAX_NUM if r.unique else r.max_num
         store = self.broker.store
         msgs = await self._blocking(lambda: store.query_message(topic, key, max(1, max_num),
                                                                 begin, end, raw=True))
@@ -252,7 +256,8 @@ class AdminProcessor:
                             body=b"".join(bytes(m.record()) for m in msgs))
 
     # -- broker -------------------------------------------------------------------------------
-    async def runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def runtime_info(self, conn: Connection, cmd: RemotingCommand,
+                           r: None) -> RemotingCommand:
         m = self.broker.metrics
         if m is None:
             from rocketstore.broker.metrics import BrokerMetrics
@@ -262,19 +267,6 @@ class AdminProcessor:
 
 
 def install(processor: BrokerProcessor) -> None:
-    """Register the admin handlers on ``processor`` and have its heartbeat record the client's
-    language and version on the connection (GET_CONSUMER_CONNECTION_LIST reports them, and
-    the offset reset picks the body the C++ client parses)."""
+    """Register the admin handlers on ``processor``."""
     admin = AdminProcessor(processor.broker, processor._blocking)
-    handlers = processor._handlers
-    handlers.update(admin.handlers())
-    heartbeat = handlers.get(RequestCode.HEART_BEAT)
-    if heartbeat is not None:
-        def recording_heartbeat(conn: Connection, cmd: RemotingCommand) -> Any:
-            try:
-                conn.attributes["client_language"] = LanguageCode(cmd.language).name
-            except ValueError:
-                conn.attributes["client_language"] = str(cmd.language)
-            conn.attributes["client_version"] = cmd.version
-            return heartbeat(conn, cmd)
-        handlers[RequestCode.HEART_BEAT] = recording_heartbeat
+    processor._handlers.update(admin.handlers())

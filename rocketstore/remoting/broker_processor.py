@@ -18,12 +18,15 @@ import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from rocketstore.common.constants import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
-from rocketstore.common.protocol import (CheckTransactionStateRequest, ResponseCode,
+from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
+                                         EndTransactionRequest, HeartbeatData,
+                                         PullMessageRequest, ResponseCode, SendMessageRequest,
                                          TransactionCommitType)
-from rocketstore.remoting import admin_processor, fastjson, headers, request_names
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.remoting import admin_processor, fastjson, headers, request_names, requests
+from rocketstore.remoting.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
+from rocketstore.remoting.zerocopy import record_view
 from rocketstore.store._codec import encode_record
 
 if TYPE_CHECKING:
@@ -106,7 +109,13 @@ def _bridge(cf: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
 
 
 class BrokerProcessor:
-    """Serves one ``Broker`` on RocketMQ's wire protocol."""
+    """Serves one ``Broker`` on RocketMQ's wire protocol.
+
+    Every request goes the same way (``process``): the ACL checks who sent it (signature,
+    admin-only codes), ``requests.decode`` turns it into the object its handler executes, the
+    ACL checks the topics and groups that object touches, and the handler runs it. A handler
+    never reads the header again, so what the ACL saw is what runs.
+    """
 
     def __init__(self, broker: Broker, *, vip: bool = False,
                  executor: concurrent.futures.Executor | None = None,
@@ -116,7 +125,8 @@ class BrokerProcessor:
         self.executor = executor
         self.acl = acl         # checks every request before dispatch when the broker's ACL is on
         R = RequestCode
-        self._handlers: dict[int, Callable[[Connection, RemotingCommand], Any]] = {
+        # code -> handler(conn, cmd, decoded request)
+        self._handlers: dict[int, Callable[[Connection, RemotingCommand, Any], Any]] = {
             R.SEND_MESSAGE: self.send, R.SEND_MESSAGE_V2: self.send, R.SEND_BATCH_MESSAGE: self.send,
             R.PULL_MESSAGE: self.pull,
             R.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
@@ -132,14 +142,19 @@ class BrokerProcessor:
             R.CHECK_CLIENT_CONFIG: self.check_client_config,
         }
         admin_processor.install(self)       # mqadmin's codes (rocketstore.remoting.admin_processor)
+        missing = set(self._handlers) - set(requests.DECODERS)
+        assert not missing, f"request codes without a decoder: {missing}"
 
     # -- dispatch -----------------------------------------------------------------------------
     def process(self, conn: Connection, cmd: RemotingCommand
                 ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
-        if self.acl is not None:
-            denied = self.acl.check(cmd, conn.peer)
-            if denied is not None:
-                return cmd.response(ResponseCode.NO_PERMISSION, denied)
+        acl = self.acl
+        access = None
+        if acl is not None:
+            checked = acl.authenticate(cmd, conn.peer)
+            if isinstance(checked, str):
+                return cmd.response(ResponseCode.NO_PERMISSION, checked)
+            access = checked        # None: a white address, nothing more to check
         bad_name = request_names.check(cmd)    # no path, no over-long name reaches a handler
         if bad_name is not None:
             return bad_name
@@ -148,8 +163,13 @@ class BrokerProcessor:
             # AdminBrokerProcessor.getUnknownCmdResponse, leading space included
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                 f" request type {cmd.code} not supported")
-        return handler(conn, cmd)
-
+        # malformed: RemotingProtocolError, answered SYSTEM_ERROR by the connection
+        request = requests.decode(cmd, conn.peer)
+        if access is not None:
+            denied = acl.authorize(access, requests.touches(cmd.code, request))  # type: ignore[union-attr]
+            if denied is not None:
+                return cmd.response(ResponseCode.NO_PERMISSION, denied)
+        return handler(conn, cmd, request)
     def connection_closed(self, conn: Connection) -> None:
         channel = conn.attributes.get("channel")
         if channel is not None:
@@ -180,12 +200,11 @@ class BrokerProcessor:
         return later()
 
     # -- produce ------------------------------------------------------------------------------
-    def send(self, conn: Connection, cmd: RemotingCommand) -> Any:
-        request = headers.decode_send(cmd, born_host=conn.peer)
+    def send(self, conn: Connection, cmd: RemotingCommand, request: SendMessageRequest) -> Any:
         return self._answer(cmd, self.broker.send_message(request), headers.encode_send_response)
 
-    async def end_transaction(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-        request = headers.decode_end_transaction(cmd)
+    async def end_transaction(self, conn: Connection, cmd: RemotingCommand,
+                              request: EndTransactionRequest) -> RemotingCommand | None:
         if request.commit_or_rollback == TransactionCommitType.NOT_TYPE:
             return None       # unknown state: logged, no answer (the request is oneway anyway)
         result = await self._blocking(self.broker.end_transaction, request)
@@ -199,93 +218,123 @@ class BrokerProcessor:
         return cmd.response(int(result.code), result.remark)
 
     # -- consume ------------------------------------------------------------------------------
-    def pull(self, conn: Connection, cmd: RemotingCommand) -> Any:
-        return self._answer(cmd, self.broker.pull_message(headers.decode_pull(cmd)),
-                            headers.encode_pull_response)
+    def pull(self, conn: Connection, cmd: RemotingCommand, request: PullMessageRequest) -> Any:
+        return self._answer(cmd, self.broker.pull_message(request), headers.encode_pull_response)
 
-    def query_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        r = self.broker.query_consumer_offset(cmd.require("consumerGroup"), cmd.require("topic"),
-                                              cmd.int_field("queueId", required=True))
-        if r.code == ResponseCode.SUCCESS:
-            return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": r.value})
-        return cmd.response(int(r.code), r.remark)
+    def query_consumer_offset(self, conn: Connection, cmd: RemotingCommand,
+                              r: requests.OffsetQuery) -> RemotingCommand:
+        res = self.broker.query_consumer_offset(r.group, r.topic, r.queue_id)
+        if res.code == ResponseCode.SUCCESS:
+            return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": res.value})
+        return cmd.response(int(res.code), res.remark)
 
-    def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        self.broker.update_consumer_offset(cmd.require("consumerGroup"), cmd.require("topic"),
-                                           cmd.int_field("queueId", required=True),
-                                           cmd.int_field("commitOffset", required=True))
+    def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand,
+                               r: requests.OffsetUpdate) -> RemotingCommand:
+        self.broker.update_consumer_offset(r.group, r.topic, r.queue_id, r.offset)
         return cmd.response(ResponseCode.SUCCESS, ext_fields={})
 
-    def get_max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        off = self.broker.get_max_offset(cmd.require("topic"), cmd.int_field("queueId", required=True))
+    def get_max_offset(self, conn: Connection, cmd: RemotingCommand,
+                       r: requests.QueueRef) -> RemotingCommand:
+        off = self.broker.get_max_offset(r.topic, r.queue_id)
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": off})
 
-    def get_min_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        off = self.broker.get_min_offset(cmd.require("topic"), cmd.int_field("queueId", required=True))
+    def get_min_offset(self, conn: Connection, cmd: RemotingCommand,
+                       r: requests.QueueRef) -> RemotingCommand:
+        off = self.broker.get_min_offset(r.topic, r.queue_id)
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": off})
 
-    def search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        off = self.broker.search_offset(cmd.require("topic"), cmd.int_field("queueId", required=True),
-                                        cmd.int_field("timestamp", required=True))
+    def search_offset(self, conn: Connection, cmd: RemotingCommand,
+                      r: requests.SearchOffset) -> RemotingCommand:
+        off = self.broker.search_offset(r.topic, r.queue_id, r.timestamp)
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": off})
 
-    def get_earliest_msg_storetime(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        topic, qid = cmd.require("topic"), cmd.int_field("queueId", required=True)
+    def get_earliest_msg_storetime(self, conn: Connection, cmd: RemotingCommand,
+                                   r: requests.QueueRef) -> RemotingCommand:
         store = self.broker.store
-        ts = store.get_message_store_timestamp(topic, qid, store.get_min_offset_in_queue(topic, qid))
+        ts = store.get_message_store_timestamp(r.topic, r.queue_id,
+                                               store.get_min_offset_in_queue(r.topic, r.queue_id))
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"timestamp": ts})
 
-    def view_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        offset = cmd.int_field("offset", required=True)
-        msg = self.broker.view_message(offset)
+    def view_message(self, conn: Connection, cmd: RemotingCommand,
+                     r: requests.ViewMessage) -> RemotingCommand:
+        msg = self.broker.view_message(r.offset)
         if msg is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                f"can not find message by the offset, {offset}")
-        return cmd.response(ResponseCode.SUCCESS, body=msg.record())
+                                f"can not find message by the offset, {r.offset}")
+        return cmd.response(ResponseCode.SUCCESS, body=record_view(msg))
 
-    def send_back(self, conn: Connection, cmd: RemotingCommand) -> Any:
-        return self._answer(cmd, self.broker.consumer_send_msg_back(headers.decode_send_back(cmd)),
+    def send_back(self, conn: Connection, cmd: RemotingCommand,
+                  request: ConsumerSendMsgBackRequest) -> Any:
+        return self._answer(cmd, self.broker.consumer_send_msg_back(request),
                             lambda c, r: c.response(int(r.code), r.remark))
 
     # -- membership ---------------------------------------------------------------------------
-    async def heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        data = headers.decode_heartbeat(bytes(cmd.body))
+    async def heartbeat(self, conn: Connection, cmd: RemotingCommand,
+                        data: HeartbeatData) -> RemotingCommand:
+        # GET_CONSUMER_CONNECTION_LIST reports the client's language and version, and the
+        # offset reset picks the body the C++ client parses by them
+        try:
+            conn.attributes["client_language"] = LanguageCode(cmd.language).name
+        except ValueError:
+            conn.attributes["client_language"] = str(cmd.language)
+        conn.attributes["client_version"] = cmd.version
         channel = self._channel(conn, data.client_id)
         await self._blocking(self.broker.heartbeat, data, channel)
         return cmd.response(ResponseCode.SUCCESS)
 
-    async def unregister_client(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        # the C++ client sends "" for the group it does not use
-        await self._blocking(self.broker.unregister_client, cmd.require("clientID"),
-                             cmd.field("producerGroup") or None, cmd.field("consumerGroup") or None,
-                             conn.attributes.get("channel"))
+    async def unregister_client(self, conn: Connection, cmd: RemotingCommand,
+                                r: requests.Unregister) -> RemotingCommand:
+        # the client is this connection: only what it registered leaves (RocketMQ unregisters
+        # by channel too). A connection that never sent a heartbeat registered nothing; the
+        # clientID in the header is never used to find someone else's registration.
+        channel = conn.attributes.get("channel")
+        if channel is not None:
+            await self._blocking(self.broker.unregister_client, r.client_id, r.producer_group,
+                                 r.consumer_group, channel)
         return cmd.response(ResponseCode.SUCCESS, ext_fields={})
 
-    def consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        r = self.broker.get_consumer_list_by_group(cmd.require("consumerGroup"))
-        if r.code != ResponseCode.SUCCESS:
-            return cmd.response(int(r.code), r.remark)
+    def consumer_list(self, conn: Connection, cmd: RemotingCommand,
+                      r: requests.GroupRef) -> RemotingCommand:
+        res = self.broker.get_consumer_list_by_group(r.group)
+        if res.code != ResponseCode.SUCCESS:
+            return cmd.response(int(res.code), res.remark)
         return cmd.response(ResponseCode.SUCCESS, ext_fields={},
-                            body=fastjson.dumps({"consumerIdList": list(r.value)}).encode())
+                            body=fastjson.dumps({"consumerIdList": list(res.value)}).encode())
 
-    def lock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        group, client_id, mqs = headers.decode_lock_body(bytes(cmd.body))
-        locked = self.broker.lock_batch_mq(group, client_id, mqs)
+    @staticmethod
+    def _not_this_client(conn: Connection, cmd: RemotingCommand,
+                         r: requests.LockBatch) -> RemotingCommand | None:
+        # the lock owner is the client registered on this connection by its heartbeat, not
+        # whatever clientId the body names: RocketMQ 4.9.8 trusts the body, so any connection
+        # could unlock (and then take) another client's orderly queues
+        ch = conn.attributes.get("channel")
+        if isinstance(ch, TcpClientChannel) and ch.client_id == r.client_id:
+            return None
+        return cmd.response(ResponseCode.NO_PERMISSION,
+                            f"clientId {r.client_id!r} is not the client registered on this "
+                            "connection (send a heartbeat first)")
+
+    def lock_batch(self, conn: Connection, cmd: RemotingCommand,
+                   r: requests.LockBatch) -> RemotingCommand:
+        refused = self._not_this_client(conn, cmd, r)
+        if refused is not None:
+            return refused
+        locked = self.broker.lock_batch_mq(r.group, r.client_id, r.mqs)
         return cmd.response(ResponseCode.SUCCESS, body=headers.encode_mq_set("lockOKMQSet", locked))
 
-    def unlock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        group, client_id, mqs = headers.decode_lock_body(bytes(cmd.body))
-        self.broker.unlock_batch_mq(group, client_id, mqs)
+    def unlock_batch(self, conn: Connection, cmd: RemotingCommand,
+                     r: requests.LockBatch) -> RemotingCommand:
+        refused = self._not_this_client(conn, cmd, r)
+        if refused is not None:
+            return refused
+        self.broker.unlock_batch_mq(r.group, r.client_id, r.mqs)
         return cmd.response(ResponseCode.SUCCESS)
 
-    def check_client_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        doc = fastjson.loads(cmd.body) if cmd.body else {}
-        sub = doc.get("subscriptionData") or {}
-        etype = str(sub.get("expressionType") or "TAG")
-        if etype != "TAG":
+    def check_client_config(self, conn: Connection, cmd: RemotingCommand,
+                            r: requests.ClientConfigCheck) -> RemotingCommand:
+        if r.expression_type != "TAG":
             # property (SQL92) filtering is not served: enablePropertyFilter=false
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 "The broker does not support consumer to filter message by "
-                                f"{etype}")
+                                f"{r.expression_type}")
         return cmd.response(ResponseCode.SUCCESS)
-

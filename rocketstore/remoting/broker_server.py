@@ -26,6 +26,9 @@ from rocketstore.remoting.broker_processor import BrokerProcessor
 from rocketstore.remoting.client import RemotingClient
 from rocketstore.remoting.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.connection import ConnectionLimits
+from rocketstore.remoting.executors import (RESERVE_BY_CODE, RESERVE_DEFAULT, BrokerExecutors,
+                                            RoutingProcessor)
 from rocketstore.remoting.server import LoopThread, RemotingServer
 
 log = logging.getLogger("rocketstore.broker.remoting")
@@ -50,6 +53,15 @@ def free_port_pair(host: str = "127.0.0.1") -> int:
         except OSError:
             continue
     raise OSError("no free port pair found")
+
+
+def connection_limits(bc: Any) -> ConnectionLimits:
+    """The per-connection limits a ``BrokerConfig`` sets (docs/protocol.md "Limits")."""
+    return ConnectionLimits(max_in_flight=bc.server_max_in_flight_requests,
+                            max_pending_bytes=bc.server_max_pending_response_bytes,
+                            max_header=bc.server_max_header_bytes,
+                            max_ext_fields=bc.server_max_ext_fields,
+                            reserve_by_code=RESERVE_BY_CODE, reserve_default=RESERVE_DEFAULT)
 
 
 class _Deferred:
@@ -89,6 +101,7 @@ class BrokerServer:
         self.server: RemotingServer | None = None
         self.vip_server: RemotingServer | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="broker-io")
+        self.executors: BrokerExecutors | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._ns_client: RemotingClient | None = None
         self._ns_loop: LoopThread | None = None
@@ -103,9 +116,10 @@ class BrokerServer:
         port = self.broker_config.listen_port
         if port == 0:
             port = free_port_pair(self.host)
-        self.server = RemotingServer(self._main, self.host, port)
+        limits = connection_limits(self.broker_config)
+        self.server = RemotingServer(self._main, self.host, port, limits=limits)
         await self.server.start()
-        self.vip_server = RemotingServer(self._vip, self.host, port - 2)
+        self.vip_server = RemotingServer(self._vip, self.host, port - 2, limits=limits)
         try:
             await self.vip_server.start()
         except OSError:
@@ -127,9 +141,12 @@ class BrokerServer:
             await self.vip_server.stop()
             await self.server.stop()
             raise
-        self._main.target = BrokerProcessor(self.broker, executor=self._executor, acl=self.acl)
-        self._vip.target = BrokerProcessor(self.broker, vip=True, executor=self._executor,
-                                           acl=self.acl)
+        # one set of executors for both ports, as RocketMQ registers the same pools on both
+        ex = self.executors = BrokerExecutors(bc)
+        self._main.target = RoutingProcessor(
+            BrokerProcessor(self.broker, executor=ex.executor, acl=self.acl), ex)
+        self._vip.target = RoutingProcessor(
+            BrokerProcessor(self.broker, vip=True, executor=ex.executor, acl=self.acl), ex)
         if self.namesrv_addrs:
             self._ns_loop = LoopThread("rocketstore-broker-namesrv", use_uvloop=False)
             self._ns_client = RemotingClient(loop=self._ns_loop)
@@ -231,5 +248,7 @@ class BrokerServer:
             self.broker = None
         if self.acl is not None:
             self.acl.close()
+        if self.executors is not None:
+            self.executors.shutdown()
         self._executor.shutdown(wait=True)
         log.info("broker %s stopped", self.broker_config.broker_name)

@@ -25,6 +25,13 @@ SERIALIZE_JSON = 0
 SERIALIZE_ROCKETMQ = 1
 # Netty's frame limit in RocketMQ (com.rocketmq.remoting.frameMaxLength), the length word included
 MAX_FRAME = 16 * 1024 * 1024
+# a header number outside Java's long is refused (Long.parseLong would throw)
+LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+# rocketstore's own limits (RocketMQ has none below the frame): a header is a few hundred bytes
+# (a send's properties at most 32 KiB, JSON-escaped), so larger ones are refused from the
+# length word alone, before they are buffered or parsed (docs/protocol.md "Limits")
+MAX_HEADER = 256 * 1024
+MAX_EXT_FIELDS = 1024
 
 _I32 = struct.Struct(">i")
 _PREFIX = struct.Struct(">ii")
@@ -32,7 +39,35 @@ _BIN_FIXED = struct.Struct(">hbhiii")     # code, language, version, opaque, fla
 _LANGUAGE_NAMES = {lc.name: lc for lc in LanguageCode}
 _LANGUAGE_BYTES = {int(lc): lc for lc in LanguageCode}
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-_loads = json.loads
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _no_constant(name: str) -> Any:
+    # Infinity, -Infinity, NaN: Python's json reads them, Java's fastjson and every peer do not
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    f = float(text)
+    if f - f != 0.0:                 # inf or nan: 1e400 and the like
+        raise ValueError(f"number {text[:32]} is out of range")
+    return f
+
+
+_strict = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+
+
+def strict_json(data: bytes | bytearray | memoryview | str) -> Any:
+    """Standard JSON without NaN/Infinity and out-of-range numbers; every malformed input
+    (bad UTF-8, nesting deeper than the interpreter's recursion limit) raises
+    ``RemotingProtocolError`` naming what was wrong."""
+    try:
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+        return _strict.decode(text)
+    except RecursionError:
+        raise RemotingProtocolError("JSON nested too deeply") from None
+    except ValueError as e:          # JSONDecodeError, UnicodeDecodeError, the hooks above
+        raise RemotingProtocolError(f"not JSON: {str(e)[:200]}") from None
 
 
 def _text(v: Any) -> str:
@@ -102,14 +137,18 @@ class RemotingCommand:
         return v
 
     def int_field(self, name: str, default: int = 0, *, required: bool = False) -> int:
-        """An int/long field; like Java, a value that does not parse keeps the default."""
+        """An int/long field; like Java, a value that does not parse keeps the default. A
+        number outside Java's long range is a bad request (RemotingProtocolError)."""
         v = self.require(name) if required else self.ext_fields.get(name)
         if v is None or v == "":
             return default
         try:
-            return int(v)
+            n = int(v)
         except ValueError:
             return default
+        if not LONG_MIN <= n <= LONG_MAX:
+            raise RemotingProtocolError(f"the custom field <{name}> is outside Java's long range")
+        return n
 
     def bool_field(self, name: str, default: bool = False) -> bool:
         """Java's ``Boolean.parseBoolean``: true only for "true" in any case ("1" is false, as
@@ -154,7 +193,8 @@ class RemotingCommand:
 
 # -- decoding -------------------------------------------------------------------------------
 
-def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
+def decode_frame(frame: bytes | bytearray | memoryview, *,
+                 max_ext_fields: int = MAX_EXT_FIELDS) -> RemotingCommand:
     """Decode one frame without its leading length word."""
     n = len(frame)
     if n < 4:
@@ -166,30 +206,52 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
         raise RemotingProtocolError(f"header length {hlen} is past the frame's {n - 4} bytes")
     header = bytes(frame[4:4 + hlen])
     body = bytes(frame[4 + hlen:])
-    if stype == SERIALIZE_JSON:
-        cmd = _decode_json_header(header)
-    elif stype == SERIALIZE_ROCKETMQ:
-        cmd = _decode_binary_header(header)
-    else:
-        raise RemotingProtocolError(f"unknown serialize type {stype}")
+    try:
+        if stype == SERIALIZE_JSON:
+            cmd = _decode_json_header(header)
+        elif stype == SERIALIZE_ROCKETMQ:
+            cmd = _decode_binary_header(header, max_ext_fields)
+        else:
+            raise RemotingProtocolError(f"unknown serialize type {stype}")
+    except RemotingProtocolError:
+        raise
+    except (ValueError, TypeError, KeyError, OverflowError, RecursionError, struct.error) as e:
+        # whatever a hostile header trips is a malformed frame: one line, never a traceback
+        raise RemotingProtocolError(f"malformed header: {type(e).__name__}: {str(e)[:200]}") from None
+    if len(cmd.ext_fields) > max_ext_fields:
+        raise RemotingProtocolError(f"header has {len(cmd.ext_fields)} extFields, more than "
+                                    f"{max_ext_fields}")
     cmd.body = body
     return cmd
 
 
+def _int32(d: dict[str, Any], name: str, default: int | None = 0) -> int:
+    v = d.get(name, default)
+    if v is None:
+        raise RemotingProtocolError(f"header field {name} missing")
+    if isinstance(v, str):
+        try:
+            v = int(v)
+        except ValueError:
+            raise RemotingProtocolError(f"header field {name} is not a number") from None
+    elif type(v) is not int:
+        raise RemotingProtocolError(f"header field {name} is a {type(v).__name__}, not a number")
+    if not _INT32_MIN <= v <= _INT32_MAX:
+        raise RemotingProtocolError(f"header field {name} is outside Java's int range")
+    return v
+
+
 def _decode_json_header(header: bytes) -> RemotingCommand:
     try:
-        d = _loads(header)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise RemotingProtocolError(f"header is not JSON: {e}") from None
+        d = strict_json(header)
+    except RemotingProtocolError as e:
+        raise RemotingProtocolError(f"header is {e}") from None
     if not isinstance(d, dict):
         raise RemotingProtocolError("header is not a JSON object")
-    try:
-        code = int(d["code"])
-        opaque = int(d.get("opaque", 0))
-        flag = int(d.get("flag", 0))
-        version = int(d.get("version", 0))
-    except (KeyError, TypeError, ValueError) as e:
-        raise RemotingProtocolError(f"header field missing or not a number: {e}") from None
+    code = _int32(d, "code", None)
+    opaque = _int32(d, "opaque")
+    flag = _int32(d, "flag")
+    version = _int32(d, "version")
     remark = d.get("remark")
     if remark is not None and not isinstance(remark, str):
         remark = str(remark)
@@ -202,6 +264,8 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
         # the C++ client sends ints as JSON numbers: keep their decimal text, as fastjson does
         for k, v in ext.items():
             if type(v) is not str:
+                if isinstance(v, (dict, list)):
+                    raise RemotingProtocolError(f"extFields value of {k[:64]!r} is not text")
                 ext[k] = None if v is None else _text(v)
     lang = d.get("language", "JAVA")
     if isinstance(lang, str):
@@ -215,7 +279,7 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
     return cmd
 
 
-def _decode_binary_header(h: bytes) -> RemotingCommand:
+def _decode_binary_header(h: bytes, max_ext_fields: int = MAX_EXT_FIELDS) -> RemotingCommand:
     n = len(h)
     if n < _BIN_FIXED.size + 4:
         raise RemotingProtocolError(f"binary header of {n} bytes is too short")
@@ -235,6 +299,8 @@ def _decode_binary_header(h: bytes) -> RemotingCommand:
     ext: dict[str, str] = {}
     end = pos + elen
     while pos < end:
+        if len(ext) >= max_ext_fields:
+            raise RemotingProtocolError(f"header has more than {max_ext_fields} extFields")
         if pos + 2 > end:
             raise RemotingProtocolError("truncated extFields key length")
         klen = struct.unpack_from(">h", h, pos)[0]
@@ -270,11 +336,14 @@ def encode_binary_header(cmd: RemotingCommand) -> bytes:
 class FrameDecoder:
     """Splits a byte stream into commands; a bad length raises (the connection is closed)."""
 
-    __slots__ = ("_buf", "max_frame")
+    __slots__ = ("_buf", "max_frame", "max_header", "max_ext_fields")
 
-    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME, max_header: int = MAX_HEADER,
+                 max_ext_fields: int = MAX_EXT_FIELDS) -> None:
         self._buf = bytearray()
         self.max_frame = max_frame
+        self.max_header = max_header
+        self.max_ext_fields = max_ext_fields
 
     @property
     def buffered(self) -> int:
@@ -294,9 +363,16 @@ class FrameDecoder:
                 if length < 4 or length + 4 > self.max_frame:
                     raise RemotingProtocolError(
                         f"frame length {length} outside 4..{self.max_frame - 4}")
+                if n - pos >= 8:
+                    # refused on the length word, before a large header is even buffered
+                    hlen = _I32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
+                    if hlen > self.max_header:
+                        raise RemotingProtocolError(
+                            f"header length {hlen} is over the limit of {self.max_header}")
                 if n - pos - 4 < length:
                     break
-                out.append(decode_frame(view[pos + 4:pos + 4 + length]))
+                out.append(decode_frame(view[pos + 4:pos + 4 + length],
+                                        max_ext_fields=self.max_ext_fields))
                 pos += 4 + length
         finally:
             view.release()

@@ -6,9 +6,14 @@ NOTIFY_CONSUMER_IDS_CHANGED). ``Connection`` is therefore used by the servers an
 frames in are split by ``FrameDecoder``; a response completes the future its opaque names; a
 request goes to the ``Processor``. Requests this side sends get opaques from its own counter.
 
-Back-pressure: reading pauses while the peer has too many requests in flight here or while the
-socket's send buffer is above its high-water mark (the peer is not reading its responses), so a
-slow or hostile peer never grows this process's memory without bound.
+Back-pressure (``ConnectionLimits``, docs/protocol.md "Limits"): a connection stops taking
+requests from its peer -- it leaves decoded frames in a backlog and pauses reading -- while
+``max_in_flight`` of its requests are being answered, or while the bytes of its answers not yet
+written to the socket (the transport's buffer, the answers collected for the current write, and
+a reservation for each answer still being produced of a kind that can be large) exceed
+``max_pending_bytes``. Checked before every request, not per read: a 256 KiB read holds
+thousands of small requests whose answers may each be megabytes. So a peer that never reads
+costs at most about ``max_pending_bytes`` plus one answer, however much it pipelines.
 """
 from __future__ import annotations
 
@@ -19,17 +24,41 @@ import itertools
 import logging
 import socket
 import time
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol, cast
 
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.errors import RemotingProtocolError, TransportError
-from rocketstore.remoting.command import FLAG_ONEWAY, MAX_FRAME, FrameDecoder, RemotingCommand
+from rocketstore.remoting.command import (FLAG_ONEWAY, MAX_EXT_FIELDS, MAX_FRAME, MAX_HEADER,
+                                          FrameDecoder, RemotingCommand)
 
 log = logging.getLogger("rocketstore.remoting")
 
 MAX_IN_FLIGHT = 1024          # requests from one peer being processed before reading pauses
-WRITE_HIGH_WATER = 4 << 20    # bytes queued to a peer before reading pauses
+WRITE_HIGH_WATER = 4 << 20    # bytes of answers queued to a peer before reading pauses
 JOIN_BELOW = 256 << 10        # bodies smaller than this are copied into one write with the header
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What one connection may hold of this process's memory (docs/protocol.md "Limits").
+
+    ``reserve_by_code`` (``reserve_default`` for other codes): bytes counted against
+    ``max_pending_bytes`` for each request of that code still being answered (its answer may
+    be large: QUERY_MESSAGE), so a peer cannot have many such answers in production at once.
+    """
+
+    max_in_flight: int = MAX_IN_FLIGHT
+    max_pending_bytes: int = WRITE_HIGH_WATER
+    max_frame: int = MAX_FRAME
+    max_header: int = MAX_HEADER
+    max_ext_fields: int = MAX_EXT_FIELDS
+    reserve_by_code: dict[int, int] = field(default_factory=dict)
+    reserve_default: int = 0
+
+
+DEFAULT_LIMITS = ConnectionLimits()
 
 
 class Processor(Protocol):
@@ -47,9 +76,19 @@ class Connection(asyncio.Protocol):
     """A remoting connection; create through ``RemotingServer`` or ``RemotingClient``."""
 
     def __init__(self, processor: Processor | None, *, max_frame: int = MAX_FRAME,
-                 on_close: "Callable[[Connection], None] | None" = None) -> None:
+                 on_close: "Callable[[Connection], None] | None" = None,
+                 limits: ConnectionLimits | None = None) -> None:
         self.processor = processor
-        self.decoder = FrameDecoder(max_frame)
+        lim = self.limits = limits or DEFAULT_LIMITS
+        self.decoder = FrameDecoder(min(max_frame, lim.max_frame), lim.max_header,
+                                    lim.max_ext_fields)
+        self._max_in_flight = lim.max_in_flight
+        self._max_pending = lim.max_pending_bytes
+        self._reserve_by_code = lim.reserve_by_code
+        self._reserve_default = lim.reserve_default
+        self._reserved = 0                          # bytes reserved for answers in production
+        self._backlog: deque[RemotingCommand] = deque()     # decoded, not yet dispatched
+        self._corked_bytes = 0
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.last_active = time.monotonic()
@@ -71,7 +110,7 @@ class Connection(asyncio.Protocol):
         self.closed = asyncio.Event()
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        self.transport.set_write_buffer_limits(high=self._max_pending)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -87,24 +126,48 @@ class Connection(asyncio.Protocol):
             log.warning("closing %s: %s", self.peer, e)
             self.close()
             return
-        # answers made while this chunk is processed leave in one write (one send(2) for a
-        # pipelining client instead of one per answer)
-        corked: list[bytes] = []
-        self._corked = corked
-        try:
-            for cmd in cmds:
-                if cmd.is_response:
-                    fut = self._pending.pop(cmd.opaque, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(cmd)
-                    continue
-                self._dispatch(cmd)
-        finally:
-            self._corked = None
-            if corked and self.transport is not None and not self.transport.is_closing():
-                self.transport.write(corked[0] if len(corked) == 1 else b"".join(corked))
+        self._backlog.extend(cmds)
+        self._pump()
+
+    def _over_limit(self) -> bool:
+        if self._in_flight >= self._max_in_flight:
+            return True
+        t = self.transport
+        pending = self._corked_bytes + self._reserved
+        if t is not None:
+            pending += t.get_write_buffer_size()
+        return pending > self._max_pending
+
+    def _pump(self) -> None:
+        """Dispatch backlogged frames while the limits allow; the rest wait (reading paused)
+        until answers drain (``resume_writing``) or finish (``_finished``)."""
+        backlog = self._backlog
+        t = self.transport
+        while backlog and t is not None and not t.is_closing():
+            # answers made in one pass leave in one write (one send(2) for a pipelining
+            # client instead of one per answer)
+            corked: list[bytes] = []
+            self._corked = corked
+            try:
+                while backlog and not self._over_limit():
+                    cmd = backlog.popleft()
+                    if cmd.is_response:
+                        fut = self._pending.pop(cmd.opaque, None)
+                        if fut is not None and not fut.done():
+                            fut.set_result(cmd)
+                        continue
+                    self._dispatch(cmd)
+            finally:
+                self._corked = None
+                self._corked_bytes = 0
+                if corked and not t.is_closing():
+                    t.write(corked[0] if len(corked) == 1 else b"".join(corked))
+            if self._over_limit():
+                break
+        self._update_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._backlog.clear()
         err = TransportError(self.peer, f"connection closed{': ' + str(exc) if exc else ''}")
         for fut in self._pending.values():
             if not fut.done():
@@ -126,7 +189,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        self._update_reading()
+        self._pump()
 
     # -- requests in --------------------------------------------------------------------------
     def _dispatch(self, cmd: RemotingCommand) -> None:
@@ -145,24 +208,30 @@ class Connection(asyncio.Protocol):
             return
         if inspect.isawaitable(result):
             self._in_flight += 1
-            self._update_reading()
+            reserve = self._reserve_by_code.get(cmd.code, self._reserve_default)
+            self._reserved += reserve
             task = asyncio.ensure_future(result)
-            task.add_done_callback(functools.partial(self._finished, cmd))
+            task.add_done_callback(functools.partial(self._finished, cmd, reserve))
         elif result is not None and not cmd.is_oneway:
             self.send(result)
 
-    def _finished(self, cmd: RemotingCommand, task: "asyncio.Future[RemotingCommand | None]") -> None:
+    def _finished(self, cmd: RemotingCommand, reserve: int,
+                  task: "asyncio.Future[RemotingCommand | None]") -> None:
         self._in_flight -= 1
-        self._update_reading()
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            self._answer_error(cmd, exc)
-            return
-        result = task.result()
-        if result is not None and not cmd.is_oneway:
-            self.send(result)
+        self._reserved -= reserve
+        if not task.cancelled():
+            exc = task.exception()
+            if exc is not None:
+                self._answer_error(cmd, exc)
+            else:
+                result = task.result()
+                if result is not None and not cmd.is_oneway:
+                    self.send(result)
+        # the answer is in the transport's buffer (and counted there) before more is taken
+        if self._backlog:
+            self._pump()
+        else:
+            self._update_reading()
 
     def _answer_error(self, cmd: RemotingCommand, exc: BaseException) -> None:
         # a failure of ours, answered as RocketMQ's exception reply: SYSTEM_ERROR with the text
@@ -177,7 +246,8 @@ class Connection(asyncio.Protocol):
         t = self.transport
         if t is None or t.is_closing():
             return
-        want_pause = self._write_paused or self._in_flight >= MAX_IN_FLIGHT
+        want_pause = (self._write_paused or self._in_flight >= self._max_in_flight
+                      or bool(self._backlog))
         if want_pause and not self._reading_paused:
             t.pause_reading()
             self._reading_paused = True
@@ -198,12 +268,14 @@ class Connection(asyncio.Protocol):
             frame = b"".join((prefix, header, body))
             if corked is not None:
                 corked.append(frame)
+                self._corked_bytes += len(frame)
             else:
                 t.write(frame)
         else:
             if corked:
                 t.write(b"".join(corked))
                 corked.clear()
+                self._corked_bytes = 0
             t.write(prefix + header)
             t.write(body)
         self.last_active = time.monotonic()

@@ -21,16 +21,40 @@ _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
 _decoder = json.JSONDecoder()
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    f = float(text)
+    if f - f != 0.0:                 # inf or nan: 1e400 and the like
+        raise ValueError(f"number {text[:32]} is out of range")
+    return f
+
+
+_strict = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+
+
 def loads(text: str | bytes | bytearray | memoryview) -> Any:
-    """Parse JSON or fastjson's non-standard forms."""
+    """Parse JSON or fastjson's non-standard forms. Anything else (bad UTF-8, NaN, Infinity,
+    numbers past a double, nesting deeper than the recursion limit) raises
+    ``RemotingProtocolError`` naming what was wrong."""
     if not isinstance(text, str):
-        text = bytes(text).decode("utf-8")
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RemotingProtocolError(f"not JSON: {e}") from None
     try:
-        return json.loads(text)
+        return _strict.decode(text)
+    except RecursionError:
+        raise RemotingProtocolError("not JSON: nested too deeply") from None
     except ValueError:
         pass
     p = _Parser(text)
-    value = p.value()
+    try:
+        value = p.value()
+    except RecursionError:
+        raise RemotingProtocolError("not JSON: nested too deeply") from None
     p.ws()
     if p.i != len(text):
         p.fail("trailing characters")
@@ -66,7 +90,15 @@ class _Parser:
         if m:
             self.i = m.end()
             t = m.group(0)
-            return float(t) if m.group(1) or m.group(2) else int(t)
+            if not (m.group(1) or m.group(2)):
+                try:
+                    return int(t)
+                except ValueError:              # past int's digit limit
+                    self.fail("number too long")
+            f = float(t)
+            if f - f != 0.0:
+                self.fail(f"number {t[:32]} is out of range")
+            return f
         for word, v in (("true", True), ("false", False), ("null", None)):
             if self.s.startswith(word, self.i):
                 self.i += len(word)

@@ -9,7 +9,7 @@ C++ client write (the C++ heartbeat sends enum ordinals and string numbers).
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 from rocketstore.common.protocol import (ConsumeFromWhere, ConsumerData, ConsumerSendMsgBackRequest,
                                          ConsumeType, EndTransactionRequest, HeartbeatData,
@@ -21,7 +21,7 @@ from rocketstore.common import Message, names
 from rocketstore.errors import RemotingProtocolError
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.codes import RequestCode
-from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.command import LONG_MAX, LONG_MIN, RemotingCommand
 from rocketstore.store._codec import java_hash
 
 # SendMessageRequestHeaderV2's one-letter names, in SendMessageRequestHeader's field order
@@ -65,18 +65,54 @@ def _int(v: Any, what: str, default: int = 0) -> int:
     if v is None or v == "":
         return default
     try:
-        return int(v)
-    except (TypeError, ValueError):
-        raise RemotingProtocolError(f"{what}: not a number: {v!r}") from None
+        n = int(v)
+    except (TypeError, ValueError, OverflowError):
+        raise RemotingProtocolError(f"{what}: not a number: {str(v)[:64]!r}") from None
+    if not LONG_MIN <= n <= LONG_MAX:
+        raise RemotingProtocolError(f"{what}: {str(v)[:64]} is outside Java's long range")
+    return n
 
 
 # -- send -----------------------------------------------------------------------------------
 
+class _SendKeys(NamedTuple):
+    """The wire names of a send header's fields (long for SEND_MESSAGE, letters for V2)."""
+
+    producerGroup: str
+    topic: str
+    defaultTopic: str
+    defaultTopicQueueNums: str
+    queueId: str
+    sysFlag: str
+    bornTimestamp: str
+    flag: str
+    properties: str
+    reconsumeTimes: str
+    unitMode: str
+    maxReconsumeTimes: str
+    batch: str
+    bname: str
+
+
+_V1_KEYS = _SendKeys(*SEND_V2_NAMES.values())
+_V2_KEYS = _SendKeys(*SEND_V2_NAMES.keys())
+_V1_REQUIRED = _V1_KEYS[:8]
+_V2_REQUIRED = _V2_KEYS[:8]
+
+
+def send_keys(code: int) -> _SendKeys:
+    """The field names a send of ``code`` is read from: SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE
+    only from their one-letter names, as 4.9.8's ``SendMessageRequestHeaderV2`` decodes them
+    (a long-named field in such a header is ignored, so nothing can override what the ACL and
+    the handler both read)."""
+    return _V1_KEYS if code == RequestCode.SEND_MESSAGE else _V2_KEYS
+
+
 def send_fields(cmd: RemotingCommand) -> dict[str, str]:
-    """The send header with long names whatever the code (V2 letters mapped by position)."""
-    if cmd.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-        return {SEND_V2_NAMES.get(k, k): v for k, v in cmd.ext_fields.items() if v is not None}
-    return {k: v for k, v in cmd.ext_fields.items() if v is not None}
+    """The send header as long names whatever the code (V2 read from its letters only)."""
+    ext = cmd.ext_fields
+    keys = send_keys(cmd.code)
+    return {long: ext[k] for long, k in zip(_V1_KEYS, keys) if ext.get(k) is not None}
 
 
 def decode_batch_body(body: bytes, topic: str, *, born_timestamp: int, born_host: str | None,
@@ -123,31 +159,34 @@ def encode_batch_body(msgs: list[tuple[bytes, int, str]]) -> bytes:
 
 
 def decode_send(cmd: RemotingCommand, born_host: str | None) -> SendMessageRequest:
-    f = send_fields(cmd)
-    for req in ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId",
-                "sysFlag", "bornTimestamp", "flag"):
-        if req not in f:
-            raise RemotingProtocolError(f"the custom field <{req}> is null")
-    topic = f["topic"]
-    born_ts = _int(f["bornTimestamp"], "bornTimestamp")
-    props = f.get("properties", "")
+    """A SEND_MESSAGE(_V2)/SEND_BATCH_MESSAGE request as the broker executes it."""
+    ext = cmd.ext_fields
+    v2 = cmd.code != RequestCode.SEND_MESSAGE
+    k = _V2_KEYS if v2 else _V1_KEYS
+    for name in (_V2_REQUIRED if v2 else _V1_REQUIRED):
+        if ext.get(name) is None:
+            raise RemotingProtocolError(f"the custom field <{name}> is null")
+    topic = ext[k.topic]
+    born_ts = _int(ext[k.bornTimestamp], "bornTimestamp")
+    props = ext.get(k.properties) or ""
     # Boolean.parseBoolean: the C++ client's "1" is false, so its batches arrive as one message
-    batch = f.get("batch", "").lower() == "true"
+    batch = (ext.get(k.batch) or "").lower() == "true"
+    reconsume = _int(ext.get(k.reconsumeTimes), "reconsumeTimes")
     if batch:
         msgs = decode_batch_body(bytes(cmd.body), topic, born_timestamp=born_ts,
                                  born_host=born_host, extra_properties=props)
     else:
         msgs = [Message.from_properties_string(
-            topic, bytes(cmd.body), props, flag=_int(f["flag"], "flag"),
-            sys_flag=_int(f["sysFlag"], "sysFlag"),
-            reconsume_times=_int(f.get("reconsumeTimes"), "reconsumeTimes"),
+            topic, bytes(cmd.body), props, flag=_int(ext[k.flag], "flag"),
+            sys_flag=_int(ext[k.sysFlag], "sysFlag"), reconsume_times=reconsume,
             born_timestamp=born_ts, born_host=born_host)]
-    max_rt = f.get("maxReconsumeTimes")
+    max_rt = ext.get(k.maxReconsumeTimes)
     return SendMessageRequest(
-        producer_group=f["producerGroup"], topic=topic, queue_id=_int(f["queueId"], "queueId"),
-        messages=msgs, batch=batch, default_topic=f["defaultTopic"],
-        default_topic_queue_nums=_int(f["defaultTopicQueueNums"], "defaultTopicQueueNums", 4),
-        reconsume_times=_int(f.get("reconsumeTimes"), "reconsumeTimes"),
+        producer_group=ext[k.producerGroup], topic=topic,
+        queue_id=_int(ext[k.queueId], "queueId"), messages=msgs, batch=batch,
+        default_topic=ext[k.defaultTopic],
+        default_topic_queue_nums=_int(ext[k.defaultTopicQueueNums], "defaultTopicQueueNums", 4),
+        reconsume_times=reconsume,
         max_reconsume_times=(None if max_rt in (None, "") or cmd.version < 121
                              else _int(max_rt, "maxReconsumeTimes")),
         born_host=born_host)
@@ -188,23 +227,46 @@ def encode_pull_response(cmd: RemotingCommand, r: PullMessageResponse) -> Remoti
 
 # -- heartbeat, membership, locks -----------------------------------------------------------
 
-def _subscription(d: dict[str, Any]) -> SubscriptionData:
-    sub = str(d.get("subString") or "*")
-    tags = frozenset(str(t) for t in d.get("tagsSet") or ())
-    # codes from the tags, never the client's codeSet: C++ sends atoi(tag) there
-    topic = _name(names.topic_problem, d["topic"], "subscriptionDataSet.topic")
-    return SubscriptionData(topic=topic, sub_string=sub, tags_set=tags,
-                            code_set=frozenset(java_hash(t) for t in tags),
-                            sub_version=_int(d.get("subVersion"), "subVersion"),
-                            expression_type=str(d.get("expressionType") or "TAG"))
+def _obj(v: Any, what: str) -> dict[Any, Any]:
+    if not isinstance(v, dict):
+        raise RemotingProtocolError(f"{what} is not a JSON object")
+    return v
 
 
-def _name(problem: Any, value: Any, what: str) -> str:
-    """``value`` as a str when ``problem`` (a ``rocketstore.common.names`` check) passes it."""
+def _list(v: Any, what: str) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise RemotingProtocolError(f"{what} is not a JSON array")
+    return v
+
+
+def _name(d: dict[Any, Any], key: str, what: str) -> str:
+    v = d.get(key)
+    if not isinstance(v, (str, int)) or isinstance(v, bool):
+        raise RemotingProtocolError(f"{what}: {key} missing or not text")
+    return str(v)
+
+
+def _valid(problem: Any, value: str, what: str) -> str:
+    """``value`` when ``problem`` (a ``rocketstore.common.names`` check) passes it."""
     why = problem(value)
     if why is not None:
         raise RemotingProtocolError(names.named(what, value, why))
     return value
+
+
+def _subscription(d: dict[str, Any]) -> SubscriptionData:
+    d = _obj(d, "subscriptionDataSet entry")
+    sub = str(d.get("subString") or "*")
+    tags = frozenset(str(t) for t in _list(d.get("tagsSet"), "tagsSet"))
+    # codes from the tags, never the client's codeSet: C++ sends atoi(tag) there
+    topic = _valid(names.topic_problem, _name(d, "topic", "subscriptionDataSet entry"),
+                   "subscriptionDataSet.topic")
+    return SubscriptionData(topic=topic, sub_string=sub, tags_set=tags,
+                            code_set=frozenset(java_hash(t) for t in tags),
+                            sub_version=_int(d.get("subVersion"), "subVersion"),
+                            expression_type=str(d.get("expressionType") or "TAG"))
 
 
 def decode_heartbeat(body: bytes) -> HeartbeatData:
@@ -212,20 +274,25 @@ def decode_heartbeat(body: bytes) -> HeartbeatData:
     if not isinstance(doc, dict) or "clientID" not in doc:
         raise RemotingProtocolError("heartbeat body without clientID")
     consumers = []
-    for c in doc.get("consumerDataSet") or ():
+    for c in _list(doc.get("consumerDataSet"), "consumerDataSet"):
+        c = _obj(c, "consumerDataSet entry")
         consumers.append(ConsumerData(
-            group_name=_name(names.group_problem, c["groupName"], "consumerDataSet.groupName"),
+            group_name=_valid(names.group_problem, _name(c, "groupName", "consumerDataSet entry"),
+                              "consumerDataSet.groupName"),
             consume_type=_enum(c.get("consumeType", "CONSUME_PASSIVELY"), _CONSUME_TYPE,
                                ConsumeType, "consumeType"),
             message_model=_enum(c.get("messageModel", "CLUSTERING"), _MESSAGE_MODEL,
                                 MessageModel, "messageModel"),
             consume_from_where=_enum(c.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET"),
                                      _FROM_WHERE, ConsumeFromWhere, "consumeFromWhere"),
-            subscriptions=[_subscription(s) for s in c.get("subscriptionDataSet") or ()],
+            subscriptions=[_subscription(s) for s in _list(c.get("subscriptionDataSet"),
+                                                           "subscriptionDataSet")],
             unit_mode=bool(c.get("unitMode", False))))
-    producers = [_name(names.group_problem, p["groupName"], "producerDataSet.groupName")
-                 for p in doc.get("producerDataSet") or ()]
-    return HeartbeatData(client_id=str(doc["clientID"]), producer_groups=producers,
+    producers = [_valid(names.group_problem,
+                        _name(_obj(p, "producerDataSet entry"), "groupName", "producerDataSet entry"),
+                        "producerDataSet.groupName")
+                 for p in _list(doc.get("producerDataSet"), "producerDataSet")]
+    return HeartbeatData(client_id=_name(doc, "clientID", "heartbeat"), producer_groups=producers,
                          consumers=consumers)
 
 
@@ -246,8 +313,10 @@ def encode_heartbeat(data: HeartbeatData) -> bytes:
 
 
 def _mq(d: dict[str, Any]) -> MessageQueue:
-    return MessageQueue(_name(names.topic_problem, d["topic"], "mqSet.topic"), str(d["brokerName"]),
-                        _int(d["queueId"], "queueId"))
+    d = _obj(d, "mqSet entry")
+    topic = _valid(names.topic_problem, _name(d, "topic", "mqSet entry"), "mqSet.topic")
+    return MessageQueue(topic, _name(d, "brokerName", "mqSet entry"),
+                        _int(d.get("queueId"), "queueId"))
 
 
 def mq_json(mq: MessageQueue) -> dict[str, Any]:
@@ -255,12 +324,10 @@ def mq_json(mq: MessageQueue) -> dict[str, Any]:
 
 
 def decode_lock_body(body: bytes) -> tuple[str, str, set[MessageQueue]]:
-    doc = fastjson.loads(body)
-    try:
-        group = _name(names.group_problem, doc["consumerGroup"], "consumerGroup")
-        return group, str(doc["clientId"]), {_mq(m) for m in doc.get("mqSet") or ()}
-    except (KeyError, TypeError) as e:
-        raise RemotingProtocolError(f"lock body: missing {e}") from None
+    doc = _obj(fastjson.loads(body), "lock body")
+    group = _valid(names.group_problem, _name(doc, "consumerGroup", "lock body"), "consumerGroup")
+    return (group, _name(doc, "clientId", "lock body"),
+            {_mq(m) for m in _list(doc.get("mqSet"), "mqSet")})
 
 
 def encode_mq_set(key: str, mqs: set[MessageQueue]) -> bytes:

@@ -17,7 +17,7 @@ import time
 from typing import Any, Coroutine, TypeVar
 
 from rocketstore.remoting.command import MAX_FRAME
-from rocketstore.remoting.connection import Connection, Processor
+from rocketstore.remoting.connection import Connection, ConnectionLimits, Processor
 
 log = logging.getLogger("rocketstore.remoting")
 T = TypeVar("T")
@@ -41,8 +41,11 @@ class RemotingServer:
     """Listens on ``host:port`` (port 0 picks one: see ``port`` after ``start``)."""
 
     def __init__(self, processor: Processor, host: str = "127.0.0.1", port: int = 0, *,
-                 idle_timeout: float = IDLE_TIMEOUT, max_frame: int = MAX_FRAME) -> None:
+                 idle_timeout: float = IDLE_TIMEOUT, max_frame: int = MAX_FRAME,
+                 limits: ConnectionLimits | None = None) -> None:
+        """``limits``: what each connection may hold (``ConnectionLimits``' defaults)."""
         self.processor = processor
+        self.limits = limits
         self.host = host
         self.port = port
         self.idle_timeout = idle_timeout
@@ -61,7 +64,7 @@ class RemotingServer:
 
     def _make_connection(self) -> Connection:
         conn = Connection(self.processor, max_frame=self.max_frame,
-                          on_close=self.connections.discard)
+                          on_close=self.connections.discard, limits=self.limits)
         self.connections.add(conn)
         return conn
 

@@ -13,8 +13,15 @@ Properties this module does not model are kept and written back unchanged: a 5.x
 ``"attributes"``, ``dataVersion.stateVersion``, and any other top-level property. A 5.x broker
 stores meaning in them, so dropping them on rewrite would lose its settings.
 
-Thread safety: ``TopicConfig`` is frozen. ``TopicConfigManager`` holds one lock over its table,
-its data version and the persist, so the file on disk follows the order of the updates.
+Thread safety: ``TopicConfig`` is frozen. ``TopicConfigManager`` holds one lock over its table
+and its data version, taken only to change them or to snapshot them for a write; writes are
+serialised apart and a write older than the one on disk is dropped, so the file always ends
+with the newest state and readers never wait for an fsync.
+
+Durability: ``update``/``delete`` (admin calls) are on disk when they return.
+``update(..., durable=False)`` (a topic a send auto-creates) only asks the background writer
+(``BatchedPersister``): changes coalesce, none is written on the caller's thread (the event
+loop), and ``flush_pending``/``close_persister`` write what is left.
 """
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocketstore.store.names import check_name
-from rocketstore.store.configfile import ConfigFile
+from rocketstore.store.configfile import BatchedPersister, ConfigFile
 
 __all__ = [
     "TopicConfig", "TopicConfigManager", "DataVersion", "TOPICS_FILE",
@@ -232,6 +239,44 @@ class VersionedConfigTable:
         self._file = ConfigFile(path)
         self._lock = threading.RLock()
         self._data_version = DataVersion()
+        self._write_lock = threading.Lock()     # serialises writes; taken without _lock held
+        self._seq = 0                           # snapshots taken
+        self._written_seq = 0                   # the snapshot the file holds
+        self._persister: BatchedPersister | None = None
+
+    def _snapshot(self) -> Any:
+        """The document to write (called with the lock held)."""
+        raise NotImplementedError
+
+    def persist(self) -> None:
+        """Write the current state now (atomic; see ``ConfigFile.persist``)."""
+        with self._lock:
+            doc = self._snapshot()
+            self._seq += 1
+            seq = self._seq
+        with self._write_lock:
+            if seq < self._written_seq:
+                return          # a newer snapshot is already on disk
+            self._file.persist(doc)
+            self._written_seq = seq
+
+    def persist_later(self) -> None:
+        """Have the background writer persist soon (coalescing with other requests)."""
+        with self._lock:
+            if self._persister is None:
+                self._persister = BatchedPersister(self.persist, os.path.basename(self.path))
+            persister = self._persister
+        persister.request()
+
+    def flush_pending(self) -> None:
+        """Write now if a background write is pending."""
+        if self._persister is not None:
+            self._persister.flush()
+
+    def close_persister(self) -> None:
+        """Write what is pending and stop the background writer."""
+        if self._persister is not None:
+            self._persister.close()
 
     @property
     def path(self) -> str:
@@ -290,13 +335,15 @@ class TopicConfigManager(VersionedConfigTable):
         with self._lock:
             return dict(self._table)
 
-    def update(self, config: TopicConfig) -> None:
-        """Add or replace *config*, bump the data version and persist."""
+    def update(self, config: TopicConfig, *, durable: bool = True) -> None:
+        """Add or replace *config*, bump the data version and persist (with
+        ``durable=False``: in the background, see the module's "Durability")."""
         if not isinstance(config, TopicConfig):
             raise TypeError(f"config must be a TopicConfig, got {type(config).__name__}")
         with self._lock:
             self._table[config.topic_name] = config
-            self._changed()
+            self._data_version = self._data_version.next_version()
+        self._changed(durable)
 
     def register_absent(self, configs: list[TopicConfig]) -> list[TopicConfig]:
         """Add the configs whose topic is absent, without a version bump (RocketMQ's
@@ -314,8 +361,9 @@ class TopicConfigManager(VersionedConfigTable):
         with self._lock:
             if self._table.pop(topic, None) is None:
                 return False
-            self._changed()
-            return True
+            self._data_version = self._data_version.next_version()
+        self._changed(True)
+        return True
 
     def create_if_absent(self, topic: str,
                          default_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS) -> TopicConfig:
@@ -335,8 +383,9 @@ class TopicConfigManager(VersionedConfigTable):
                                  write_queue_nums=default_queue_nums,
                                  perm=_TBW102_PERM & ~PERM_INHERIT)
             self._table[topic] = config
-            self._changed()
-            return config
+            self._data_version = self._data_version.next_version()
+        self._changed(True)
+        return config
 
     def load(self) -> bool:
         """Replace the table with the file's (or ``.bak``'s) content.
@@ -359,19 +408,19 @@ class TopicConfigManager(VersionedConfigTable):
                     log.exception("%s: rewriting from %s failed", self.path, self._file.bak_path)
             return True
 
-    def persist(self) -> None:
-        """Write ``topics.json`` now (atomic; see ``ConfigFile.persist``)."""
-        with self._lock:
-            doc = dict(self._extra)
-            doc["dataVersion"] = self._version_bean()
-            doc["topicConfigTable"] = {name: _config_to_bean(config)
-                                       for name, config in self._table.items()}
-            self._file.persist(doc)
+    def _snapshot(self) -> Any:
+        doc = dict(self._extra)
+        doc["dataVersion"] = self._version_bean()
+        doc["topicConfigTable"] = {name: _config_to_bean(config)
+                                   for name, config in self._table.items()}
+        return doc
 
-    def _changed(self) -> None:
-        # RocketMQ: dataVersion.nextVersion(); persist() — both under our lock, so the file's
-        # counter always matches its table
-        self._data_version = self._data_version.next_version()
-        self.persist()
+    def _changed(self, durable: bool) -> None:
+        # RocketMQ: dataVersion.nextVersion() (done by the caller, under the lock); persist().
+        # The snapshot is taken under the lock, so the file's counter matches its table.
+        if durable:
+            self.persist()
+        else:
+            self.persist_later()
         for listener in self.listeners:
             listener()

@@ -1,0 +1,178 @@
+"""Requests by kind on executors of their own, each bounded (docs/protocol.md "Limits").
+
+RocketMQ registers each processor on its own thread pool with a bounded queue (send, pull,
+query, admin, heartbeat, end transaction, client and consumer management) and answers
+SYSTEM_BUSY when a queue is full, so a flood of one kind never stalls the others. Here:
+
+* send and pull stay on the event loop: their answer is usually ready at once (an
+  asynchronous flush, a pull that found messages), and a thread hop would halve their rate.
+  Their capacity bounds the requests of the kind still waiting for the broker's future
+  (a SYNC_FLUSH send, a held pull); past it they are answered SYSTEM_BUSY.
+* every other kind runs its handler on its kind's thread pool. What the handler then hands to
+  the processor's executor (``BrokerProcessor._blocking``) runs on the same pool
+  (``RoutingExecutor``). Queued and running requests of a kind are bounded by the pool's
+  threads plus its queue capacity; past that, SYSTEM_BUSY.
+
+Thread counts and capacities are ``BrokerConfig``'s (4.9.8's names and defaults).
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from rocketstore.common.protocol import ResponseCode
+from rocketstore.remoting.codes import RequestCode
+from rocketstore.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from rocketstore.broker.config import BrokerConfig
+    from rocketstore.remoting.connection import Connection, Processor
+
+R = RequestCode
+SEND, PULL, QUERY, ADMIN = "send", "pull", "query", "admin"
+HEARTBEAT, END_TRANSACTION = "heartbeat", "end_transaction"
+CLIENT_MANAGE, CONSUMER_MANAGE = "client_manage", "consumer_manage"
+ON_LOOP = frozenset({SEND, PULL})
+
+# BrokerController.registerProcessor's assignment; every other code is the admin processor's
+KIND_BY_CODE: dict[int, str] = {
+    R.SEND_MESSAGE: SEND, R.SEND_MESSAGE_V2: SEND, R.SEND_BATCH_MESSAGE: SEND,
+    R.CONSUMER_SEND_MSG_BACK: SEND,
+    R.PULL_MESSAGE: PULL,
+    R.QUERY_MESSAGE: QUERY, R.VIEW_MESSAGE_BY_ID: QUERY,
+    R.HEART_BEAT: HEARTBEAT,
+    R.UNREGISTER_CLIENT: CLIENT_MANAGE, R.CHECK_CLIENT_CONFIG: CLIENT_MANAGE,
+    R.GET_CONSUMER_LIST_BY_GROUP: CONSUMER_MANAGE, R.UPDATE_CONSUMER_OFFSET: CONSUMER_MANAGE,
+    R.QUERY_CONSUMER_OFFSET: CONSUMER_MANAGE,
+    R.END_TRANSACTION: END_TRANSACTION,
+}
+
+# BrokerConfig (thread count, queue capacity) setting names by kind
+SETTINGS: dict[str, tuple[str, str]] = {
+    SEND: ("send_message_thread_pool_nums", "send_thread_pool_queue_capacity"),
+    PULL: ("pull_message_thread_pool_nums", "pull_thread_pool_queue_capacity"),
+    QUERY: ("query_message_thread_pool_nums", "query_thread_pool_queue_capacity"),
+    ADMIN: ("admin_broker_thread_pool_nums", "admin_broker_thread_pool_queue_capacity"),
+    HEARTBEAT: ("heartbeat_thread_pool_nums", "heartbeat_thread_pool_queue_capacity"),
+    END_TRANSACTION: ("end_transaction_thread_pool_nums", "end_transaction_pool_queue_capacity"),
+    CLIENT_MANAGE: ("client_manage_thread_pool_nums", "client_manager_thread_pool_queue_capacity"),
+    CONSUMER_MANAGE: ("consumer_manage_thread_pool_nums",
+                      "consumer_manager_thread_pool_queue_capacity"),
+}
+
+# bytes a connection reserves against its pending-answer bound per request still being
+# answered (rocketstore.remoting.connection.ConnectionLimits): what runs off the loop may
+# answer large (a topic's stats over 1,024 queues, a message, up to 32 of them)
+RESERVE_DEFAULT = 64 << 10
+RESERVE_BY_CODE: dict[int, int] = {
+    **{code: 0 for code, kind in KIND_BY_CODE.items() if kind in ON_LOOP},
+    R.VIEW_MESSAGE_BY_ID: 1 << 20, R.QUERY_MESSAGE: 2 << 20,
+}
+
+BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while ({} queue full: {})"
+
+_current_pool: contextvars.ContextVar[concurrent.futures.Executor] = contextvars.ContextVar(
+    "rocketstore_request_pool")
+
+
+class KindPool:
+    """One kind's bound: ``threads`` workers (none for the loop kinds) and ``capacity``
+    requests waiting beyond them."""
+
+    def __init__(self, kind: str, threads: int, capacity: int) -> None:
+        self.kind = kind
+        self.threads = threads
+        self.capacity = capacity
+        self.limit = capacity + (0 if kind in ON_LOOP else threads)
+        self.outstanding = 0            # queued + running (loop kinds: waiting on the broker)
+        self.rejected = 0
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+        if kind not in ON_LOOP:
+            self.pool = concurrent.futures.ThreadPoolExecutor(
+                threads, thread_name_prefix=f"broker-{kind.replace('_', '-')}")
+
+    def shutdown(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+
+class RoutingExecutor(concurrent.futures.Executor):
+    """The executor handed to ``BrokerProcessor``: runs a call on the pool of the request
+    being answered (a context variable set per request), else on ``default``."""
+
+    def __init__(self, default: concurrent.futures.Executor) -> None:
+        self.default = default
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+               ) -> concurrent.futures.Future[Any]:
+        return _current_pool.get(self.default).submit(fn, *args, **kwargs)
+
+
+class BrokerExecutors:
+    """Every kind's ``KindPool``, built from a ``BrokerConfig``."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.pools = {kind: KindPool(kind, getattr(config, threads), getattr(config, capacity))
+                      for kind, (threads, capacity) in SETTINGS.items()}
+        default = self.pools[CLIENT_MANAGE].pool
+        assert default is not None
+        self.executor = RoutingExecutor(default)
+
+    def shutdown(self) -> None:
+        for p in self.pools.values():
+            p.shutdown()
+
+
+class RoutingProcessor:
+    """Wraps a processor: bounds each request kind and runs the slow kinds off the loop."""
+
+    def __init__(self, inner: Processor, executors: BrokerExecutors) -> None:
+        self.inner = inner
+        self.executors = executors
+        self._pools = executors.pools
+        self._send = executors.pools[SEND]
+        self._pull = executors.pools[PULL]
+
+    def process(self, conn: Connection, cmd: RemotingCommand
+                ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+        kind = KIND_BY_CODE.get(cmd.code, ADMIN)
+        p = self._pools[kind]
+        if p.outstanding >= p.limit:
+            p.rejected += 1
+            return cmd.response(ResponseCode.SYSTEM_BUSY, BUSY_REMARK.format(kind, p.limit))
+        if p.pool is None:
+            # on the loop, as before; only an answer still pending holds a place
+            result = self.inner.process(conn, cmd)
+            if inspect.isawaitable(result):
+                p.outstanding += 1
+                return self._held(p, result)
+            return result
+        p.outstanding += 1
+        return self._off_loop(p, conn, cmd)
+
+    @staticmethod
+    async def _held(p: KindPool, result: Awaitable[RemotingCommand | None]
+                    ) -> RemotingCommand | None:
+        try:
+            return await result
+        finally:
+            p.outstanding -= 1
+
+    async def _off_loop(self, p: KindPool, conn: Connection, cmd: RemotingCommand
+                        ) -> RemotingCommand | None:
+        assert p.pool is not None
+        try:
+            _current_pool.set(p.pool)       # this task's context: what the handler offloads
+            result = await asyncio.get_running_loop().run_in_executor(
+                p.pool, self.inner.process, conn, cmd)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        finally:
+            p.outstanding -= 1
+
+    def connection_closed(self, conn: Connection) -> None:
+        self.inner.connection_closed(conn)
