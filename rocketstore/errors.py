@@ -207,6 +207,22 @@ class CorruptionError(RocketStoreError):
         return f"{self.path} pos {self.offset}: {self.reason}"
 
 
+class NotDurableError(RocketStoreError):
+    """Progress (consumer offsets, delay offsets) was not persisted because the commit-log
+    records it points past are not durable yet: under SYNC_FLUSH the flush did not reach
+    ``needed`` within the wait, or a sync failed. Nothing is lost; the next persist retries."""
+
+    def __init__(self, what: str, needed: int, flushed: int) -> None:
+        super().__init__(what, needed, flushed)
+        self.what = what
+        self.needed = needed
+        self.flushed = flushed
+
+    def __str__(self) -> str:
+        return (f"{self.what}: not persisted, the commit log is durable only up to "
+                f"{self.flushed}, below {self.needed}")
+
+
 class TopicPermissionError(RocketStoreError, PermissionError):
     """A topic's configuration forbids the operation (perm bits or queue count, topics.json).
 

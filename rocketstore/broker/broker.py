@@ -220,7 +220,7 @@ class Broker:
         with self._uniq_lock:
             return self._uniq.next()
 
-    def put_inner(self, inner: MessageInner) -> Future:
+    def put_inner(self, inner: MessageInner, durable: bool = False) -> Future:
         """``DefaultMessageStore.asyncPutMessage`` of a broker-built message: a Future of the
         ``PutMessageResult``.
 
@@ -228,7 +228,8 @@ class Broker:
         with ``DELAY`` > 0 in its map is rewritten, in place, to ``SCHEDULE_TOPIC_XXXX`` queue
         ``level - 1`` (level clamped to the last one) with ``REAL_TOPIC``/``REAL_QID`` added and
         the properties re-serialized. No perm or auto-create checks. Under SYNC_FLUSH the
-        future completes after the sync unless the map's ``WAIT`` is not true.
+        future completes after the sync unless the map's ``WAIT`` is not true; ``durable``
+        makes it wait for the sync whatever ``WAIT`` says (the stored string keeps it).
         """
         self._check_open()
         if inner.sys_flag & _TX_MASK in (0, _TX_COMMIT):
@@ -247,7 +248,8 @@ class Broker:
                 inner.freeze()
                 inner.topic = C.SCHEDULE_TOPIC
                 inner.queue_id = level - 1
-        return self.store.put_message_async(inner.to_message(), inner.queue_id)
+        return self.store.put_message_async(inner.to_message(True if durable else None),
+                                            inner.queue_id)
 
     # -- produce -------------------------------------------------------------------------------
 

@@ -206,13 +206,16 @@ class MessageInner:
         v = self.properties.get("WAIT")
         return v is None or v.lower() == "true"
 
-    def to_message(self) -> Message:
-        """The store ``Message`` with exactly the properties string to be stored."""
+    def to_message(self, wait: bool | None = None) -> Message:
+        """The store ``Message`` with exactly the properties string to be stored; ``wait``
+        (default: the map's ``WAIT``) says whether a SYNC_FLUSH put waits for its sync."""
         props = self.properties_string
         if props is None:
             props = self.properties.to_string()
+        if wait is None:
+            wait = self.wait_store_msg_ok()
         return Message.from_properties_string(
-            self.topic, self.body, props, wait=self.wait_store_msg_ok(), flag=self.flag,
+            self.topic, self.body, props, wait=wait, flag=self.flag,
             sys_flag=self.sys_flag, reconsume_times=self.reconsume_times,
             prepared_transaction_offset=self.prepared_transaction_offset,
             born_timestamp=self.born_timestamp, born_host=self.born_host)

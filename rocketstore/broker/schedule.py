@@ -15,7 +15,8 @@ real topic is the transaction half topic is discarded, as in 4.9.8.
 
 Offsets: ``config/delayOffset.json``, ``{"offsetTable":{<level>:<next queue offset>}}`` with
 unquoted integer keys (docs/format.md §10), only levels that delivered (or were loaded); persisted
-atomically every ``flush_delay_offset_interval`` ms when changed and at ``close()``; loaded at
+atomically every ``flush_delay_offset_interval`` ms when changed and at ``close()``, under
+SYNC_FLUSH only once the delivered copies are durable (docs/durability.md); loaded at
 ``start()`` and clamped into each queue's [min, max] (4.9.2's fix for issue #1869).
 
 One thread serves all levels. It sleeps on the store's arrival notifier until the earliest due
@@ -153,10 +154,18 @@ class ScheduleMessageService:
             return dict(self._offsets)
 
     def persist(self) -> None:
-        """Write ``delayOffset.json`` now (atomic: tmp, fsync, ``.bak``, rename)."""
+        """Write ``delayOffset.json`` now (atomic: tmp, fsync, ``.bak``, rename).
+
+        Under SYNC_FLUSH the copies delivered up to the snapshot are made durable first
+        (``MessageStore.wait_durable``; they were put with ``WAIT=false``): an offset on disk
+        never points past a delivery a power cut can lose. ``NotDurableError`` when they do
+        not become durable in time (nothing is written; the next persist retries)."""
         with self._lock:
             snapshot = dict(self._offsets)
             count = self._changes
+        wait_durable = getattr(self.store, "wait_durable", None)
+        if wait_durable is not None:
+            wait_durable(DELAY_OFFSET_FILE)
         self._file.persist({"offsetTable": snapshot})
         with self._lock:
             self._persisted = count
@@ -232,7 +241,7 @@ class ScheduleMessageService:
         if dirty:
             try:
                 self.persist()
-            except OSError:
+            except (OSError, RocketStoreError):
                 log.exception("%s: periodic persist failed", self.path)
 
     def _ready(self) -> bool:

@@ -412,7 +412,10 @@ class SendMessageProcessor:
         origin = props.get(C.PROPERTY_ORIGIN_MESSAGE_ID)
         props.put(C.PROPERTY_ORIGIN_MESSAGE_ID, origin if origin and origin.strip() else ext.msg_id)
         inner.freeze()
-        put = self.broker.put_inner(inner)
+        # stored with WAIT=false as 4.9.8 does, but answered only once durable under
+        # SYNC_FLUSH: the consumer moves its offset past the original on this answer, so a
+        # power cut must not lose the retry (docs/durability.md)
+        put = self.broker.put_inner(inner, durable=True)
         out: Future = Future()
 
         def finish(f: Future) -> None:

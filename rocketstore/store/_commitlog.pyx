@@ -70,6 +70,7 @@ cdef enum:
                             # (large requests: one 8 MiB madvise faults a page ~5x cheaper
                             # than 1 MiB ones, ~10x cheaper than a write fault here)
     FAULT_PAGE = 4096
+    FLUSH_TICK_MS = 10      # sync flush: the group commit syncs what unwaited puts wrote this often
 
 
 # -- queue offsets ---------------------------------------------------------------------------
@@ -542,18 +543,28 @@ cdef class CommitLog:
         """The group-commit loop, GIL-free: wait for a request, msync everything committed in
         the current file since the flushed offset, publish, wake the waiters, repeat.
 
+        Without a request it still wakes every ``FLUSH_TICK_MS`` and syncs what was written
+        meanwhile, as RocketMQ's GroupCommitService does: puts that do not wait (``WAIT=false``,
+        the broker's own re-puts) become durable within a tick even when nobody asks.
+
         Returns 0 when stopped, 1 when a round needs the GIL path (the range spans files),
         or -errno when msync failed (the caller makes that sticky)."""
         cdef int rc = 0
         cdef int64_t start_off, comm_end, ts
         cdef char *base
         cdef int64_t base_from
+        cdef bint ticked
+        cdef timespec deadline
         with nogil:
             while True:
                 pthread_mutex_lock(&self.flush_mu)
+                ticked = False
                 while (self.request_offset <= self.flushed_offset and not self.flusher_stop
                        and not self.flush_failed):
-                    pthread_cond_wait(&self.request_cv, &self.flush_mu)
+                    _deadline_in(&deadline, FLUSH_TICK_MS)
+                    if pthread_cond_timedwait(&self.request_cv, &self.flush_mu, &deadline) != 0:
+                        ticked = True
+                        break
                 if self.flusher_stop or self.flush_failed:
                     pthread_mutex_unlock(&self.flush_mu)
                     rc = 0
@@ -567,6 +578,8 @@ cdef class CommitLog:
                 comm_end = base_from + rs_load_acquire(self._cur_committed) if base != NULL else 0
                 ts = self._cur_store_ts[0] if base != NULL else 0
                 pthread_mutex_unlock(&self.put_lock)
+                if ticked and (base == NULL or comm_end <= start_off):
+                    continue        # a tick with nothing written since the last sync
                 if base == NULL or start_off < base_from or sync_hook_active():
                     rc = 1          # spans a roll, or a test hook: the GIL path syncs this round
                     break
@@ -677,14 +690,23 @@ cdef class CommitLog:
         self.flushed_offset = flushed_offset
         self.request_offset = flushed_offset
 
-    def wait_flush_request(self):
-        """The flusher's wait (GIL released): the offset producers wait for, or -1 to stop."""
+    def wait_flush_request(self, int64_t timeout_ms=-1):
+        """The flusher's wait (GIL released): the offset producers wait for, or -1 to stop;
+        after ``timeout_ms`` (when >= 0) without a request, the flushed offset."""
         cdef int64_t r
+        cdef timespec deadline
+        if timeout_ms >= 0:
+            _deadline_in(&deadline, timeout_ms)
         with nogil:
             pthread_mutex_lock(&self.flush_mu)
             while self.request_offset <= self.flushed_offset and not self.flusher_stop:
-                pthread_cond_wait(&self.request_cv, &self.flush_mu)
-            r = -1 if self.flusher_stop else self.request_offset
+                if timeout_ms < 0:
+                    pthread_cond_wait(&self.request_cv, &self.flush_mu)
+                elif pthread_cond_timedwait(&self.request_cv, &self.flush_mu, &deadline) != 0:
+                    break
+            r = self.request_offset if self.request_offset > self.flushed_offset else self.flushed_offset
+            if self.flusher_stop:
+                r = -1
             pthread_mutex_unlock(&self.flush_mu)
         return r
 
@@ -1016,6 +1038,10 @@ cdef class CommitLog:
                 self.on_append()
         if wait and self.sync_flush and not m._no_wait and not self.debug_ack_before_sync:
             self._sync_result(r, f.phy_offset + total)
+        elif self.sync_flush and m._no_wait:
+            # nobody waits for it, but it must not wait for the next tick either: wake the
+            # group commit (RocketMQ's wakeup on !isWaitStoreMsgOK)
+            self.request_flush(f.phy_offset + total)
         return r
 
     cpdef PutMessageResult put_messages(self, object msgs, object queue_id=0):

@@ -35,7 +35,7 @@ cdef class MappedFile:
     cdef readonly bint read_only
     cdef readonly bint mlocked
     cdef int _open_fd(self) except -1
-    cdef bint created                   # allocated by this process: all zeros, safe to touch-write
+    cdef readonly bint created                # allocated by this process: all zeros, safe to touch-write
     cdef bint released                  # release() called: unmap when the last view goes
     cdef bint _internal_export          # whole_view() of a released, pinned file
     cdef Py_ssize_t view_count          # buffer exports alive (pgproto _view_count)

@@ -119,6 +119,9 @@ def fsync_fd(int fd, str path):
     durable(SYNC_FSYNC_FD, None, path, fd, 0)
 
 
+CREATING_SUFFIX = ".creating"      # a mapped file being created (renamed once allocated)
+
+
 def _name_offset(str file_name):
     try:
         return int(file_name)
@@ -208,19 +211,36 @@ cdef class MappedFile:
         self.file_from_offset = _name_offset(self.file_name)
         self.file_size = file_size
         self.read_only = read_only
-        if create and not read_only and _sync_hook is not None and not os.path.exists(path):
-            _sync_hook("create", path, 0, 0)
+        cdef object tmp = None
+        if create and not read_only:
+            try:
+                fresh = os.path.getsize(path) == 0
+            except FileNotFoundError:
+                fresh = True
+            if fresh:
+                # created whole under a temporary name, allocated and synced, then renamed:
+                # a crash (or a power cut) leaves the final name absent or at full length,
+                # never empty or short (RocketMQ's load refuses a store holding such a file)
+                tmp = path + CREATING_SUFFIX
+                try:
+                    os.unlink(tmp)          # a crash's leftover
+                except FileNotFoundError:
+                    pass
+                c_path = os.fsencode(tmp)
+                p = c_path
+                if _sync_hook is not None:
+                    _sync_hook("create", tmp, 0, 0)
         with nogil:
             rc = rs_open(p, create, read_only, &fd)
-        check_io(rc, path)
+        check_io(rc, path if tmp is None else tmp)
         try:
             check_io(rs_file_size(fd, &actual), path)
             if actual == 0 and create and not read_only:
                 if _sync_hook is not None:
                     try:
-                        _sync_hook("allocate", path, 0, file_size)
+                        _sync_hook("allocate", tmp or path, 0, file_size)
                     except OSError:
-                        os.unlink(path)
+                        os.unlink(tmp or path)
                         raise
                 if allocate_bytes < 0 and 0 < extent < file_size:
                     allocate_bytes = extent
@@ -237,8 +257,23 @@ cdef class MappedFile:
                     allocate_bytes = file_size
                 if rc != 0:
                     # leave no half-allocated file behind: a later load would refuse its size
-                    os.unlink(path)
+                    os.unlink(tmp or path)
                     check_io(rc, path)
+                if tmp is not None:
+                    try:
+                        # the size is durable before the name is: fsync, rename, fsync the
+                        # directory
+                        durable(SYNC_FSYNC_FD, None, tmp, fd, 0)
+                        if _sync_hook is not None:
+                            _sync_hook("rename", path, 0, file_size)
+                        os.rename(tmp, path)
+                        durable(SYNC_FSYNC_DIR, None, os.path.dirname(path) or ".", 0, 0)
+                    except BaseException:
+                        try:
+                            os.unlink(tmp)
+                        except FileNotFoundError:
+                            pass
+                        raise
                 self.created = True
                 self.allocated_end = allocate_bytes
             elif actual != file_size:

@@ -34,12 +34,15 @@ def create_mapped_file(path: str, size: int, warm: bool = False, lock: bool = Fa
     """Create, allocate (posix_fallocate), map and optionally warm one file.
 
     With ``extent`` (and no warm-up) only the first ``extent`` bytes are allocated; the
-    writer reserves the rest as it goes. The file and its directory are fsynced, so the
-    allocation survives power loss before the first acknowledgement that depends on it.
+    writer reserves the rest as it goes. The file is created under a temporary name, sized,
+    fsynced and renamed, then its directory fsynced (``MappedFile``): a kill -9 or a power
+    cut leaves it absent or at its full length, and the allocation survives power loss
+    before the first acknowledgement that depends on it.
     """
     mf = MappedFile(path, size, create=True, extent=0 if warm else extent)
     try:
-        mf.sync_metadata()
+        if not mf.created:
+            mf.sync_metadata()      # an existing file taken over: make sure it is durable
         if warm:
             mf.warm(lock=lock, flush_pages=flush_pages)
     except BaseException:

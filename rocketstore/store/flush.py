@@ -7,7 +7,10 @@ everything every ``flush_commit_log_thorough_interval`` ms.
 ``GroupCommitService`` (SYNC_FLUSH): producers wait in the commit log, without the GIL, until
 the flushed offset passes their record; this thread wakes on their requests and msyncs
 everything written so far, so one sync serves every producer that wrote meanwhile (the
-group), and more producers make bigger groups rather than more syncs.
+group), and more producers make bigger groups rather than more syncs. Puts that do not wait
+(``WAIT=false``: the broker's send-back, delayed delivery, transaction op messages) wake it
+too, and it syncs every 10 ms without a request, so they are durable within ~10 ms: the
+progress files that point past them (docs/durability.md) are written only after that.
 
 A failed sync is sticky: the flushed offset stops, the commit log refuses every put
 (SERVICE_NOT_AVAILABLE with the cause) and no waiting sync put reports PUT_OK. Both services
@@ -33,6 +36,8 @@ from concurrent.futures import Future, InvalidStateError
 from rocketstore.store._commitlog import complete_future, done_future, pending_future
 
 log = logging.getLogger("rocketstore.store.flush")
+
+FLUSH_TICK_MS = 10      # sync flush syncs unrequested writes this often (RocketMQ's 10 ms wait)
 
 
 class _FlushBase:
@@ -128,8 +133,9 @@ class GroupCommitService(_FlushBase):
                     log.error("commit log sync failed: %s; the store is now read-only", e)
                     self.commit_log.set_flush_error(e)
                     return
-            # a round spanning files, or a test's sync hook: the Python path
-            target = self.commit_log.wait_flush_request()      # GIL released while waiting
+            # a round spanning files, or a test's sync hook: the Python path, which also
+            # syncs every FLUSH_TICK_MS without a request (what WAIT=false puts wrote)
+            target = self.commit_log.wait_flush_request(FLUSH_TICK_MS)     # GIL released
             if target < 0:
                 return
             try:

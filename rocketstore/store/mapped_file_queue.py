@@ -11,7 +11,8 @@ commit log's put lock, or single-threaded open/close). Retention deletes files a
 from its own thread: the list swaps of ``create_next`` and of the deletions also take
 ``_files_lock``, so a roll and a deletion never lose each other's update.
 
-Deletion (retention) takes a file out of the list and unlinks it at once, but *retires* its
+Deletion (retention) takes a file out of the list and unlinks it at once (durably: the
+directory is fsynced before the next step), but *retires* its
 mapping rather than releasing it: a thread that picked the file from the list a moment ago
 (a flush loop, a reader between its lookup and its read) still finds it mapped.
 ``release_retired(grace)`` releases retired files later; a file pinned by a message view
@@ -26,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from rocketstore.store._mapped import MappedFile
+from rocketstore.store._mapped import CREATING_SUFFIX, MappedFile, fsync_dir, metadata_event
 from rocketstore.store.allocate import AllocateMappedFileService, create_mapped_file
 from rocketstore.errors import CorruptionError
 from rocketstore.store.fsutil import makedirs_durable
@@ -79,13 +80,23 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map every segment file of the directory, in name order.
 
-        Loaded files start with all positions at ``file_size``; recovery truncates them. A
-        last file of length 0 (a crash during creation) is deleted. Any other file whose
+        Loaded files start with all positions at ``file_size``; recovery truncates them.
+        Files are created under a temporary name and renamed at full length (``MappedFile``);
+        a leftover temporary file (a crash during creation) is deleted, and so is a last file
+        of length 0 (a crash during creation by an older version). Any other file whose
         size is not ``file_size`` raises ``CorruptionError``; so do gaps between files.
         """
         if not os.path.isdir(self.store_path):
             return
-        names = sorted(n for n in os.listdir(self.store_path)
+        listing = os.listdir(self.store_path)
+        if not self.read_only:
+            leftovers = [n for n in listing if n.endswith(CREATING_SUFFIX)]
+            for n in leftovers:
+                # a file killed while being created (never renamed to its name): no data
+                log.warning("%s: deleting %s, a file whose creation a crash interrupted",
+                            self.store_path, n)
+            self._unlink_durably([os.path.join(self.store_path, n) for n in leftovers])
+        names = sorted(n for n in listing
                        if is_segment_name(n) and os.path.isfile(os.path.join(self.store_path, n)))
         files: list[MappedFile] = []
         try:
@@ -304,13 +315,26 @@ class MappedFileQueue:
                 return False
             self.files = files[1:]
         log.info("%s: deleting expired file", mf.path)
-        try:
-            os.unlink(mf.path)
-        except FileNotFoundError:
-            pass
+        self._unlink_durably([mf.path])
         with self._files_lock:
             self._retired.append((time.monotonic(), mf))
         return True
+
+    def _unlink_durably(self, paths: list[str]) -> None:
+        """Unlink ``paths`` and fsync the directory before returning: a deletion is durable
+        before the caller goes on to delete what depends on it (retention deletes the
+        consume-queue and index files below the commit log's new minimum next), so a power
+        cut never brings back a commit-log file whose queues are gone, nor a file between
+        two that stay deleted (a gap no store opens)."""
+        if not paths:
+            return
+        for path in paths:
+            metadata_event("delete", path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        fsync_dir(self.store_path)
 
     def retire_all(self) -> int:
         """Take every file out of the queue, unlink it and retire its mapping (the queue of a
@@ -318,11 +342,7 @@ class MappedFileQueue:
         with self._files_lock:
             files, self.files = self.files, []
         now = time.monotonic()
-        for mf in files:
-            try:
-                os.unlink(mf.path)
-            except FileNotFoundError:
-                pass
+        self._unlink_durably([mf.path for mf in files])
         with self._files_lock:
             self._retired.extend((now, mf) for mf in files)
         return len(files)

@@ -45,7 +45,7 @@ from rocketstore.store.flush import (CommitRealTimeService, FlushAckService,
                                     GroupCommitService)
 from rocketstore.errors import (CorruptionError, DispatchStalledError, InvalidArgumentError,
                                 InvalidArgumentTypeError, InvalidConfigError, InvalidMessageError,
-                                InvalidMessageIdError,
+                                InvalidMessageIdError, NotDurableError,
                                 InvalidMessageTypeError, StoreClosedError, StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
 from rocketstore.store.configfile import ConfigFile
@@ -692,6 +692,9 @@ class MessageStore:
             self.commit_log.enable_sync_flush(cfg.sync_flush_timeout, flushed)
             self.flush_service = GroupCommitService(self.commit_log, self.checkpoint)
             self.flush_ack.start()
+            # no consumer offset is persisted past a record not yet durable
+            self.consumer_offset_manager.durable_barrier = functools.partial(
+                self.wait_durable, "consumerOffset.json")
         else:
             self.flush_service = FlushRealTimeService(
                 self.commit_log, self.checkpoint, cfg.flush_interval_commit_log,
@@ -889,6 +892,26 @@ class MessageStore:
         if self.read_only:
             raise StoreReadOnlyError(self.root)
         self.consumer_offset_manager.commit_offset(group, topic, queue_id, offset)
+
+    def wait_durable(self, what: str = "progress", timeout_ms: int | None = None) -> None:
+        """Under SYNC_FLUSH, return once every record appended so far is durable (puts that
+        did not wait, ``WAIT=false``, included: the group commit syncs them within ~10 ms);
+        raise ``NotDurableError`` naming ``what`` after ``timeout_ms`` (default
+        ``sync_flush_timeout``) or a failed sync. Under ASYNC_FLUSH it returns at once: that
+        mode promises nothing past its flush interval. Callers persist progress (offsets)
+        only after this, so progress never points past records a power cut can lose."""
+        if self.read_only or self.config.flush_disk_type != "SYNC_FLUSH":
+            return
+        cl = self.commit_log
+        end = cl.get_max_offset()
+        flushed = cl.flushed_where
+        if flushed >= end:
+            return
+        cl.request_flush(end)
+        wait = self.config.sync_flush_timeout if timeout_ms is None else timeout_ms
+        flushed, _, _ = cl.wait_flushed(end, wait)
+        if flushed < end:
+            raise NotDurableError(what, end, flushed)
 
     def persist_offsets(self) -> None:
         """Write every committed consumer offset to ``config/consumerOffset.json`` now

@@ -24,6 +24,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -139,6 +140,10 @@ class ConsumerOffsetManager:
         self._stopping = False
         self._service_rounds = 0  # wake-ups of the service, whether it persisted or not
         self.error: BaseException | None = None  # the last periodic persist's, until one works
+        # called after a persist's snapshot, before its write: raises (NotDurableError) unless
+        # every record the snapshot's offsets point past is durable (the store sets it under
+        # SYNC_FLUSH; docs/durability.md)
+        self.durable_barrier: Callable[[], None] | None = None
 
     @property
     def path(self) -> str:
@@ -231,6 +236,10 @@ class ConsumerOffsetManager:
             with self._lock:
                 snapshot = {key: dict(queues) for key, queues in self._table.items()}
                 count = self._change_count
+            if self.durable_barrier is not None:
+                # after the snapshot: every record an offset in it points past was written
+                # before now, so durable once the log is durable up to its end of now
+                self.durable_barrier()
             self._file.persist({"offsetTable": snapshot})
             with self._lock:
                 self._persisted_count = count
