@@ -8,6 +8,10 @@ queue for ``queue_id < 0``, the ``%RETRY%`` max-reconsume rule to ``%DLQ%``, sys
 or a plain put (where the store-level DELAY rewrite to ``SCHEDULE_TOPIC_XXXX`` happens, in
 ``Broker.put_inner``). ``consumer_send_msg_back`` is ``CONSUMER_SEND_MSG_BACK``.
 
+Stricter than 4.9.8 (docs/protocol.md): a send's producer group must be a valid group name, a
+client send may not carry the properties only a broker sets (``BROKER_ONLY_PROPERTIES``), and a
+send-back's group is checked before anything is created or scheduled for it.
+
 Every answer is a response code, never an exception, except for a malformed request object.
 """
 from __future__ import annotations
