@@ -33,3 +33,33 @@ def wait_dispatched(broker, timeout=10.0):
     while broker.store.dispatch_behind_bytes():
         assert time.monotonic() < deadline, "dispatch did not catch up"
         time.sleep(0.002)
+
+
+class ConsumerChannel:
+    """An in-process consumer's channel, for tests that call the broker directly."""
+
+    def __init__(self, client_id: str = "test-consumer") -> None:
+        self.client_id = client_id
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        pass
+
+    def is_active(self) -> bool:
+        return True
+
+    def is_writable(self) -> bool:
+        return True
+
+
+def subscribe(broker, group: str, *topics: str) -> ConsumerChannel:
+    """Register an online consumer of ``group`` subscribing ``topics`` (a heartbeat), as a
+    consumer is before it sends a message back."""
+    from rocketstore.broker.pull import build_subscription_data
+    from rocketstore.common.protocol import (ConsumeFromWhere, ConsumerData, ConsumeType,
+                                             HeartbeatData, MessageModel)
+    ch = ConsumerChannel()
+    subs = [build_subscription_data(t, "*", 1) for t in topics]
+    broker.heartbeat(HeartbeatData(ch.client_id, [], [ConsumerData(
+        group, ConsumeType.CONSUME_PASSIVELY, MessageModel.CLUSTERING,
+        ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, subs)]), ch)
+    return ch

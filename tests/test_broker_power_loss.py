@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from brokering import subscribe
 from powerloss import DurableImage, Snapshot
 from pulling import pull_all
 from rocketstore import Message, StoreConfig
@@ -103,6 +104,7 @@ def _run_workload(root: str, image: DurableImage, rnd: random.Random, rounds: in
     try:
         broker = Broker.open(root, _broker_config(), StoreConfig(**{**STORE, **overrides}))
         try:
+            subscribe(broker, GROUP, "Work")      # the consumer that sends messages back
             for i in range(rounds):
                 pad = rnd.randbytes(rnd.randrange(0, 300)).hex().encode()
                 body = b"plain-%d-" % i + pad

@@ -13,7 +13,7 @@ from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, ResponseCod
 from rocketstore.store.topics import TopicConfig
 
 import refreader
-from brokering import offset_of, send, stored, wait_dispatched
+from brokering import offset_of, send, stored, subscribe, wait_dispatched
 
 SC = StoreConfig(mapped_file_size_commit_log=1 << 20)
 LEVEL_MS = StoreConfig().delay_levels_ms()
@@ -162,6 +162,7 @@ def test_retry_send_over_max_reconsume_goes_to_dlq(broker):
 
 
 def test_consumer_send_back_to_retry_then_dlq(broker):
+    subscribe(broker, "cg", "TopicR")
     r = send(broker, "TopicR", b"body", 1, props={"UNIQ_KEY": "U", "WAIT": "true"}, tags="A")
     orig, orig_rec = stored(broker, offset_of(r.msg_id))
     back = broker.consumer_send_msg_back(ConsumerSendMsgBackRequest(
@@ -205,6 +206,7 @@ def test_consumer_send_back_to_retry_then_dlq(broker):
 
 
 def test_send_back_with_no_retry_queues_drops_the_message(broker):
+    subscribe(broker, "g0", "TopicR")
     from rocketstore.broker.subscription_group import SubscriptionGroupConfig
     broker.subscription_groups.update(SubscriptionGroupConfig("g0", retry_queue_nums=0))
     r = send(broker, "TopicR", b"body")
@@ -212,6 +214,23 @@ def test_send_back_with_no_retry_queues_drops_the_message(broker):
     back = broker.consumer_send_msg_back(ConsumerSendMsgBackRequest(
         "g0", offset_of(r.msg_id), 0)).result(10)
     assert back.code == ResponseCode.SUCCESS
+    assert broker.store.get_max_phy_offset() == before
+
+
+def test_send_back_only_of_a_topic_the_group_consumes(broker):
+    # the record at the offset must be of a topic the group's consumers subscribe (or its retry
+    # topic): else a consumer could copy any message into its retry topic and read it
+    r = send(broker, "Private", b"secret body")
+    subscribe(broker, "cg", "TopicR")
+    before = broker.store.get_max_phy_offset()
+    back = broker.consumer_send_msg_back(ConsumerSendMsgBackRequest(
+        "cg", offset_of(r.msg_id), 0)).result(10)
+    assert back.code == ResponseCode.NO_PERMISSION and "Private" in back.remark
+    assert broker.store.get_max_phy_offset() == before
+    # an offline group subscribes nothing
+    back = broker.consumer_send_msg_back(ConsumerSendMsgBackRequest(
+        "nobody-online", offset_of(r.msg_id), 0)).result(10)
+    assert back.code in (ResponseCode.NO_PERMISSION, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
     assert broker.store.get_max_phy_offset() == before
 
 

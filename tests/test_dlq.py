@@ -12,6 +12,7 @@ import pytest
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.broker.dlq import DeadLetterQueue, DLQResendError
 from rocketstore.cli import main
+from brokering import subscribe  # noqa: E402  (tests/brokering.py)
 
 # a broker's store: RocketMQ 4.9.8's records byte for byte (no record CRC property)
 GROUP = "OrderConsumers"
@@ -178,6 +179,7 @@ def test_live_broker_dead_letters_are_listed_and_resent(store_dir):
         sent = broker.send_message(SendMessageRequest("P", TOPIC, 0, [msg])).result(30)
         assert sent.code == ResponseCode.SUCCESS
         orig = broker.store.look_message_by_id(sent.msg_id)
+        subscribe(broker, GROUP, TOPIC)            # an online consumer of the topic
         # the consumer gave up (delay level -1: straight to the DLQ, MESSAGING.md §5.5 step 7)
         back = broker.consumer_send_msg_back(ConsumerSendMsgBackRequest(
             GROUP, orig.commitlog_offset, -1, origin_msg_id=orig.uniq_key, origin_topic=TOPIC,

@@ -241,6 +241,29 @@ def test_orderly_locks_belong_to_the_connection(acl_broker):
         assert [mq["queueId"] for mq in json.loads(body)["lockOKMQSet"]] == [2]
 
 
+def test_send_back_cannot_copy_a_denied_topic_into_the_retry_topic(acl_broker):
+    """CONSUMER_SEND_MSG_BACK (36) names a commit-log offset; the ACL checks only the group.
+    A consumer must not get a message of a topic it may not read copied into its own retry
+    topic (4.9.8 copies whatever record the offset names)."""
+    _, broker = acl_broker
+    h, _ = call(broker.addr, SEND_V2, v2_header("Secret", e=1), b"top secret")   # the admin
+    assert h["code"] == SUCCESS, h
+    offset = int(h["extFields"]["msgId"][-16:], 16)
+    with RawClient(broker.addr) as thief:
+        h, _ = call(broker.addr, HEART_BEAT, {}, heartbeat("thief@1", "ThiefG"), ak="limited01",
+                    client=thief)
+        assert h["code"] == SUCCESS, h
+        h, _ = call(broker.addr, 36, {"group": "ThiefG", "offset": offset, "delayLevel": -1,
+                                      "originMsgId": "x", "originTopic": "Allowed",
+                                      "unitMode": "false", "maxReconsumeTimes": 16},
+                    ak="limited01", client=thief)
+        assert h["code"] == NO_PERMISSION and "Secret" in h["remark"], h
+    # nothing reached the group's DLQ (delay -1) or retry topic
+    for topic in ("%DLQ%ThiefG", "%RETRY%ThiefG"):
+        h, _ = call(broker.addr, GET_MAX_OFFSET, {"topic": topic, "queueId": 0})
+        assert h["code"] != SUCCESS or int(h["extFields"]["offset"]) == 0, (topic, h)
+
+
 def committed(addr: str, group: str, qid: int = 0) -> int:
     h, _ = call(addr, QUERY_OFFSET, {"consumerGroup": group, "topic": "Allowed", "queueId": qid})
     assert h["code"] == SUCCESS, h

@@ -394,6 +394,21 @@ class SendMessageProcessor:
         if ext is None:
             return _done(RemotingResult(ResponseCode.SYSTEM_ERROR,
                                         f"look message by offset failed, {req.offset}"))
+        # only a message the group consumes may be sent back: 4.9.8 copies the record at any
+        # offset into the caller's retry topic, which let a consumer read any topic by offset
+        # (past the ACL, which checks only the group here). Stricter: the record's topic must
+        # be the group's retry topic or one its online consumers subscribe to.
+        # (a retry still in the schedule counts as its target's: the group gets it anyway)
+        owner = ext.topic
+        if owner == C.SCHEDULE_TOPIC:
+            owner = ext.properties.get(C.PROPERTY_REAL_TOPIC) or owner
+        if (owner != new_topic
+                and self.broker.consumer_manager.find_subscription_data(req.group, owner)
+                is None):
+            return _done(RemotingResult(
+                ResponseCode.NO_PERMISSION,
+                f"the message at offset {req.offset} is of topic {owner}, which consumer "
+                f"group {req.group} does not subscribe"))
         inner = MessageInner.from_ext(ext)
         props = inner.properties
         if props.get(C.PROPERTY_RETRY_TOPIC) is None:
