@@ -11,8 +11,9 @@ import os
 import sys
 from typing import Any
 
-from rocketstore.cli._common import (CommandError, add_store_options, fmt_ts, message_row,
-                                     message_table, open_store, parse_time, table)
+from rocketstore.cli._common import (CommandError, add_store_options, delay_levels_source,
+                                     fmt_ts, message_row, message_table, open_store, parse_time,
+                                     table)
 
 
 # -- what a read-only store knows ------------------------------------------------------------
@@ -112,6 +113,8 @@ def _stat(args: argparse.Namespace) -> int:
                       "unflushed_ms_at_last_checkpoint": (max(0, newest_ts - cp["physicMsgTimestamp"])
                                                           if newest_ts > 0 else 0)},
             "checkpoint": cp,
+            "delay_levels": {"levels": cfg.message_delay_level,
+                             "source": delay_levels_source(store.root, args)},
             "queues": queues,
             "index_files": index,
             "consumer_offsets": {k: {str(q): o for q, o in v.items()} for k, v in groups.items()},
@@ -130,6 +133,13 @@ def _stat(args: argparse.Namespace) -> int:
     print(f"dispatch    consume queues reach {max(dispatched, 0):,}; lag {lag:,} bytes")
     print(f"checkpoint  physic {fmt_ts(cp['physicMsgTimestamp'])}  logics "
           f"{fmt_ts(cp['logicsMsgTimestamp'])}  index {fmt_ts(cp['indexMsgTimestamp'])}")
+    dl = info["delay_levels"]
+    print(f"delays      {dl['levels']} ("
+          + {"--delay-levels": "as given by --delay-levels",
+             "config/broker.properties": "from config/broker.properties"}.get(
+              dl["source"], "RocketMQ's default: the store does not record its own; if its "
+                            "broker had another messageDelayLevel, pass --delay-levels")
+          + ")")
     if newest_ts > 0:
         print(f"flush       checkpoint's flushed store time is "
               f"{info['flush']['unflushed_ms_at_last_checkpoint']:,} ms behind the newest "
