@@ -132,3 +132,131 @@ def test_recover_with_custom_levels(custom_store, tmp_path):
 def test_bad_delay_levels_option_is_one_line(demo_store):
     p = run("verify", str(demo_store), "--delay-levels", "1s 5x", check_rc=2)
     assert "5x" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+# -- 2. one msg_id --------------------------------------------------------------------------
+
+def _consume(consumer_cls, n: int, **kw) -> list:
+    """``n`` messages of topic Ids polled from the first offset (a PullConsumer)."""
+    import time
+    c = consumer_cls("g-ids", consume_from_where="CONSUME_FROM_FIRST_OFFSET", **kw)
+    c.subscribe("Ids")
+    c.start()
+    got: list = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            got += c.poll(1000)
+    finally:
+        c.shutdown()
+    return got
+
+
+def _check_ids(sent, got) -> None:
+    assert len(got) == len(sent)
+    by_body = {bytes(m.body): m for m in got}
+    for r, body in sent:
+        m = by_body[body]
+        assert m.msg_id == r.msg_id                 # what send() returned: the UNIQ_KEY
+        assert m.msg_id == m.uniq_key
+        assert m.offset_msg_id == r.offset_msg_id   # the broker's offset id beside it
+
+
+def test_consumer_msg_id_is_what_send_returned_in_process(tmp_path):
+    import threading
+    from rocketstore.broker import Broker, BrokerConfig
+    from rocketstore.client import (ConsumeConcurrentlyStatus, Message, Producer,
+                                    PullConsumer, PushConsumer)
+    with Broker.open(tmp_path / "store", BrokerConfig()) as broker:
+        with Producer("pg", broker=broker) as p:
+            sent = [(p.send(Message("Ids", b"m%d" % i)), b"m%d" % i) for i in range(5)]
+        _check_ids(sent, _consume(PullConsumer, 5, broker=broker))
+        pushed: list = []
+        done = threading.Event()
+
+        def listener(msgs, ctx):
+            pushed.extend(m.copy() for m in msgs)   # a copy keeps the consumer's view
+            if len(pushed) >= 5:
+                done.set()
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        c = PushConsumer("g-push", broker=broker, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+        c.subscribe("Ids", "*")
+        c.register_message_listener(listener)
+        c.start()
+        try:
+            assert done.wait(30)
+        finally:
+            c.shutdown()
+        _check_ids(sent, pushed)
+        # the store's own reading keeps RocketMQ's MessageExt.getMsgId: the offset id
+        m = broker.store.look_message_by_id(sent[0][0].offset_msg_id)
+        assert m.msg_id == m.offset_msg_id == sent[0][0].offset_msg_id
+        assert not m.is_client_message
+
+
+@pytest.fixture(scope="module")
+def wire(tmp_path_factory):
+    from servers import start_broker, start_namesrv
+    tmp = tmp_path_factory.mktemp("wire")
+    ns = start_namesrv(tmp)
+    broker = start_broker(tmp / "store", ns.addr)
+    try:
+        yield ns, broker
+    finally:
+        assert broker.stop() == 0, broker.output[-2000:]
+        assert ns.stop() == 0
+
+
+def test_consumer_msg_id_is_what_send_returned_over_tcp(wire):
+    from rocketstore.client import Message, Producer, PullConsumer
+    ns, _ = wire
+    with Producer("pg", namesrv_addr=ns.addr) as p:
+        sent = [(p.send(Message("Ids", b"w%d" % i)), b"w%d" % i) for i in range(5)]
+    _check_ids(sent, _consume(PullConsumer, 5, namesrv_addr=ns.addr))
+
+
+def _admin(*argv: str, rc: int = 0, env: dict[str, str] | None = None):
+    p = run("admin", *argv, check_rc=rc, env=env)
+    return p
+
+
+def _until(fn, what: str, timeout: float = 30.0):
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_query_msg_by_id_falls_back_to_the_uniq_key(wire):
+    from rocketstore.client import Message, Producer
+    ns, broker = wire
+    bport = int(broker.addr.rsplit(":", 1)[1])
+    nport = int(ns.addr.rsplit(":", 1)[1])
+    # client ids that read as offset ids: 127.0.0.1 + a port + an offset. One names the
+    # broker at an offset where no record starts, one the NameServer (no broker), one a
+    # port beyond 65535; each must be found as the UNIQ_KEY it is
+    keys = [f"7F000001{bport:08X}{1:016X}", f"7F000001{nport:08X}{64:016X}",
+            f"7F000001{0x12345678:08X}{0:016X}"]
+    with Producer("pg", namesrv_addr=ns.addr) as p:
+        sent = [p.send(Message("ByUniq", b"u%d" % i, properties={"UNIQ_KEY": k}))
+                for i, k in enumerate(keys)]
+    assert [r.msg_id for r in sent] == keys
+    for i, (k, r) in enumerate(zip(keys, sent)):
+        def found():
+            p = _admin("queryMsgById", "-n", ns.addr, "-i", k, "-t", "ByUniq", "--json",
+                       rc=None)
+            return json.loads(p.stdout) if p.returncode == 0 else None
+        doc = _until(found, f"{k} indexed")
+        assert doc["msgId"] == k and doc["offsetMsgId"] == r.offset_msg_id
+        assert doc["body"] == f"u{i}"
+    # the offset id itself still works, without -t
+    doc = json.loads(_admin("queryMsgById", "-n", ns.addr, "-i", sent[0].offset_msg_id,
+                            "--json").stdout)
+    assert doc["msgId"] == keys[0] and doc["offsetMsgId"] == sent[0].offset_msg_id
+    # a UNIQ_KEY without -t: mqadmin needs the topic for the index; say so
+    err = _admin("queryMsgById", "-n", ns.addr, "-i", keys[0], rc=2).stderr
+    assert "-t TOPIC" in err and len(err.strip().splitlines()) == 1

@@ -51,7 +51,7 @@ def _mq(mq: Any) -> dict[str, Any]:
 
 def _message_doc(m: Any) -> dict[str, Any]:
     body, enc = encode_body(bytes(m.body))
-    return {"topic": m.topic, "msgId": m.uniq_key or m.msg_id, "offsetMsgId": m.msg_id,
+    return {"topic": m.topic, "msgId": m.uniq_key or m.offset_msg_id, "offsetMsgId": m.offset_msg_id,
             "queueId": m.queue_id, "queueOffset": m.queue_offset,
             "commitLogOffset": m.commitlog_offset, "tags": m.tags, "keys": list(m.keys),
             "bornHost": m.born_host, "bornTimestamp": m.born_timestamp,
@@ -222,24 +222,56 @@ def _print_message(m: Any) -> None:
     table(rows, ("field", "value"))
 
 
-@_command("queryMsgById", "a message by its offset message id (-i)")
+@_command("queryMsgById", "a message by its id (-i): the offset message id, or the client "
+                          "id (UNIQ_KEY, what send() returns) with its topic (-t)")
 def _query_by_id(args: argparse.Namespace) -> int:
     _need(args, "msg_id")
+    msg_id = args.msg_id.strip()
     with _client(args) as admin:
-        try:
-            m = admin.view_message(args.msg_id)
-        except Exception:
+        m, why = _view_by_offset_id(admin, msg_id)
+        if m is None:
+            # as mqadmin: what does not read as an offset id may be a client id (UNIQ_KEY),
+            # found through the index of its topic
             if not args.topic:
-                raise
-            found = admin.query_message(args.topic, args.msg_id, unique_key=True)
+                raise CommandError(f"message id {msg_id}: {why}; a client message id "
+                                   f"(UNIQ_KEY, what send() returns) is looked up in its "
+                                   f"topic's index: give -t TOPIC")
+            found = admin.query_message(args.topic, msg_id, unique_key=True)
             if not found:
-                raise
-            m = found[0]            # a client message id (UNIQ_KEY), found through the index
+                raise CommandError(f"message id {msg_id}: {why}, and no message of topic "
+                                   f"{args.topic} has it as its UNIQ_KEY")
+            m = found[0]
     if args.json:
         _emit(args, _message_doc(m))
     else:
         _print_message(m)
     return 0
+
+
+def _view_by_offset_id(admin: Any, msg_id: str) -> tuple[Any, str]:
+    """(the message, "") when ``msg_id`` is the offset id of a message on a broker the
+    NameServer knows, else (None, why not). A UNIQ_KEY has the same length and may decode to
+    any address: only registered brokers are asked, and only an answer whose own offset id is
+    ``msg_id`` counts (another broker's record at that offset is not the message)."""
+    from rocketstore.remoting.admin_client import AdminError
+    from rocketstore.store._codec import decode_msg_id
+    from rocketstore.errors import RocketStoreError, TransportError
+    try:
+        host, _ = decode_msg_id(msg_id)
+    except (ValueError, RocketStoreError):
+        return None, "not an offset message id (32 or 56 hex digits)"
+    info = admin.cluster_info()
+    known = {a for bd in (info.get("brokerAddrTable") or {}).values()
+             for a in (bd.get("brokerAddrs") or {}).values()}
+    if host not in known:
+        return None, f"read as an offset id it names {host}, which is no broker of the NameServer"
+    try:
+        m = admin.view_message(msg_id)
+    except (AdminError, TransportError) as e:
+        return None, f"read as an offset id: {e}"
+    if m.offset_msg_id.upper() != msg_id.upper():
+        return None, f"read as an offset id, the record there is {m.offset_msg_id}"
+    return m, ""
 
 
 @_command("queryMsgByKey", "messages of a topic by key (-t -k), through the index")
