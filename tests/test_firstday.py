@@ -260,3 +260,60 @@ def test_query_msg_by_id_falls_back_to_the_uniq_key(wire):
     # a UNIQ_KEY without -t: mqadmin needs the topic for the index; say so
     err = _admin("queryMsgById", "-n", ns.addr, "-i", keys[0], rc=2).stderr
     assert "-t TOPIC" in err and len(err.strip().splitlines()) == 1
+
+
+# -- 7. a 5.x client gets a clear answer ----------------------------------------------------
+
+def _grpc_hello(addr: str) -> bytes:
+    """What a RocketMQ 5.x (gRPC) client sends first: the HTTP/2 preface and a SETTINGS
+    frame. Returns what the server sent back before closing."""
+    from rawwire import RawClient
+    c = RawClient(addr)
+    try:
+        c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        got = b""
+        while True:
+            chunk = c.sock.recv(4096)
+            if not chunk:
+                return got
+            got += chunk
+    finally:
+        c.sock.close()
+
+
+@pytest.mark.parametrize("server", ["namesrv", "broker"])
+def test_grpc_client_is_named_and_closed(wire, server):
+    ns, broker = wire
+    proc = ns if server == "namesrv" else broker
+    assert _grpc_hello(proc.addr) == b""          # closed, nothing sent back
+    line = _until(lambda: [ln for ln in proc.log if "gRPC (RocketMQ 5.x client)" in ln],
+                  "the server's log line")
+    assert len(line) == 1 and "not served on this port" in line[0]
+    assert not any("frame length 1347569952" in ln for ln in proc.log)
+    # the server goes on serving remoting clients
+    from rawwire import RawClient, frame
+    c = RawClient(proc.addr)
+    try:
+        c.send(frame(105 if server == "namesrv" else 28, {"topic": "TBW102"}
+                     if server == "namesrv" else {}))
+        header, _ = c.read_frame()
+        assert "code" in header
+    finally:
+        c.sock.close()
+
+
+def test_frame_decoder_names_foreign_openings_only_at_the_start():
+    from rocketstore.errors import RemotingProtocolError
+    from rocketstore.remoting.command import FrameDecoder, RemotingCommand
+    d = FrameDecoder()
+    with pytest.raises(RemotingProtocolError, match=r"gRPC \(RocketMQ 5.x client\)"):
+        d.feed(b"PRI ")                   # four bytes are enough to tell
+    d = FrameDecoder()
+    with pytest.raises(RemotingProtocolError, match="TLS handshake"):
+        d.feed(b"\x16\x03\x01\x02\x00\x01\xfc\x03\x03")
+    # after a good frame, the same bytes are only a bad length
+    d = FrameDecoder()
+    good = RemotingCommand.request(28, {}).encode()
+    assert len(d.feed(good)) == 1
+    with pytest.raises(RemotingProtocolError, match="frame length 1347569952 outside"):
+        d.feed(b"PRI * HTTP/2.0")
