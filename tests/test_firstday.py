@@ -317,3 +317,128 @@ def test_frame_decoder_names_foreign_openings_only_at_the_start():
     assert len(d.feed(good)) == 1
     with pytest.raises(RemotingProtocolError, match="frame length 1347569952 outside"):
         d.feed(b"PRI * HTTP/2.0")
+
+
+# -- 6. the CLI ----------------------------------------------------------------------------
+
+def _all_parsers():
+    """(prog, parser) of the command and every subcommand, however deep."""
+    import argparse
+    from rocketstore.cli import build_parser
+    todo = [build_parser()]
+    while todo:
+        p = todo.pop()
+        yield p.prog, p
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                todo.extend(dict.fromkeys(a.choices.values()))
+
+
+def test_every_option_has_help():
+    import argparse
+    missing = [f"{prog} {'/'.join(a.option_strings) or a.dest}"
+               for prog, p in _all_parsers() for a in p._actions
+               if not isinstance(a, argparse._SubParsersAction)
+               and a.help != argparse.SUPPRESS and not (a.help or "").strip()]
+    assert missing == []
+
+
+def test_unknown_flag_names_its_subcommand(demo_store):
+    err = run("stat", str(demo_store), "--bogus", check_rc=2).stderr
+    assert err.startswith("rocketstore stat: unrecognized arguments: --bogus")
+    assert "rocketstore stat --help" in err
+    err = run("admin", "clusterList", "-n", "127.0.0.1:1", "--bogus", check_rc=2).stderr
+    assert err.startswith("rocketstore admin clusterList: unrecognized arguments: --bogus")
+    err = run("offsets", "show", str(demo_store), "--bogus", check_rc=2).stderr
+    assert err.startswith("rocketstore offsets show: unrecognized arguments")
+
+
+def test_stat_says_the_disk_actually_used(tmp_path):
+    from rocketstore import Message, MessageStore, StoreConfig
+    root = tmp_path / "sparse"
+    with MessageStore.open(str(root), StoreConfig(mapped_file_size_commit_log=64 << 20,
+                                                  allocation_extent=1 << 20)) as store:
+        store.put_message(Message("T", b"x" * 100), 0)
+    cl = json.loads(run("stat", str(root), "--json").stdout)["commit_log"]
+    files = list((root / "commitlog").iterdir())
+    du = sum(p.stat().st_blocks * 512 for p in files)
+    assert cl["bytes_on_disk"] == du < 64 << 20          # what du says, not the file length
+    assert cl["file_bytes"] == sum(p.stat().st_size for p in files)
+    assert f"{du:,} bytes on disk" in run("stat", str(root)).stdout
+
+
+def test_offsets_show_and_reset_json(demo_store, tmp_path):
+    import shutil
+    doc = json.loads(run("offsets", "show", str(demo_store), "--group", "demo-orders",
+                         "--json").stdout)
+    assert doc and {"group", "topic", "queue", "offset", "min", "max", "lag"} <= doc[0].keys()
+    assert {d["group"] for d in doc} == {"demo-orders"}
+    copy = tmp_path / "d"
+    shutil.copytree(demo_store, copy)
+    doc = json.loads(run("offsets", "reset", str(copy), "--group", "demo-orders", "--topic",
+                         "Orders", "--to-earliest", "--dry-run", "--json").stdout)
+    assert [d["new"] for d in doc] == [d["min"] for d in doc]
+
+
+def test_dlq_list_with_nothing_exits_0(demo_store):
+    p = run("dlq", "list", str(demo_store), "--group", "nobody")
+    assert "no dead letters for group nobody" in p.stdout
+    assert run("dlq", "list", str(demo_store), "--group", "nobody", "--json").stdout == ""
+
+
+def test_failed_import_leaves_no_store(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"topic": "T", "queue_id": 0}\n')          # no body
+    target = tmp_path / "new-store"
+    err = run("import", str(target), str(bad), check_rc=2).stderr
+    assert "missing field 'body'" in err
+    assert not target.exists()
+    empty = tmp_path / "empty-dir"
+    empty.mkdir()
+    run("import", str(empty), str(bad), check_rc=2)
+    assert list(empty.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def acl_wire(tmp_path_factory):
+    """A broker with plain ACL on: one admin account."""
+    from servers import start_broker, start_namesrv
+    tmp = tmp_path_factory.mktemp("acl")
+    acl = tmp / "plain_acl.yml"
+    acl.write_text("globalWhiteRemoteAddresses: []\naccounts:\n"
+                   "  - accessKey: rocketAdmin\n    secretKey: s3cret-admin\n"
+                   "    whiteRemoteAddress:\n    admin: true\n    defaultTopicPerm: PUB|SUB\n"
+                   "    defaultGroupPerm: PUB|SUB\n")
+    ns = start_namesrv(tmp)
+    broker = start_broker(tmp / "store", ns.addr, conf={"aclEnable": "true",
+                                                        "aclFile": str(acl)})
+    try:
+        yield ns, broker
+    finally:
+        assert broker.stop() == 0, broker.output[-2000:]
+        assert ns.stop() == 0
+
+
+def test_admin_against_a_secured_broker(acl_wire):
+    ns, broker = acl_wire
+    argv = ("updateTopic", "-b", broker.addr, "-t", "Secured", "-r", "2", "-w", "2")
+    err = _admin(*argv, "-n", ns.addr, rc=2).stderr            # unsigned: refused
+    assert len(err.strip().splitlines()) == 1
+    _admin(*argv, "-n", ns.addr, "--access-key", "rocketAdmin", "--secret-key", "s3cret-admin")
+    # the same from the environment, NameServer from NAMESRV_ADDR as mqadmin reads it
+    env = {"NAMESRV_ADDR": ns.addr, "ROCKETSTORE_ACCESS_KEY": "rocketAdmin",
+           "ROCKETSTORE_SECRET_KEY": "s3cret-admin"}
+    out = _admin("sendMessage", "-t", "Secured", "-p", "hi", "--json", env=env).stdout
+    assert json.loads(out)["status"] == "SEND_OK"
+    doc = json.loads(_admin("brokerStatus", "-b", broker.addr, "--json", env=env).stdout)
+    assert doc
+    err = _admin("brokerStatus", "-b", broker.addr, env={"ROCKETSTORE_ACCESS_KEY": "x"},
+                 rc=2).stderr
+    assert "--secret-key (or ROCKETSTORE_SECRET_KEY)" in err
+
+
+def test_admin_names_the_nameserver():
+    err = _admin("clusterList", "-n", "127.0.0.1:1", rc=2).stderr
+    assert "NameServer '127.0.0.1:1'" in err and "broker" not in err
+    err = _admin("topicList", rc=2).stderr
+    assert "NAMESRV_ADDR" in err

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any, Callable
@@ -26,11 +27,28 @@ def _command(name: str, help_text: str) -> Callable[[Callable[..., Any]], Callab
     return deco
 
 
+ACCESS_KEY_ENV, SECRET_KEY_ENV = "ROCKETSTORE_ACCESS_KEY", "ROCKETSTORE_SECRET_KEY"
+NAMESRV_ENV = "NAMESRV_ADDR"        # what mqadmin reads when -n is not given
+
+
+def _credentials(args: argparse.Namespace):
+    """SessionCredentials from --access-key/--secret-key (or the environment), or None."""
+    ak, sk = args.access_key, args.secret_key
+    if not ak and not sk:
+        return None
+    if not ak or not sk:
+        missing = "--access-key" if not ak else "--secret-key"
+        env = ACCESS_KEY_ENV if not ak else SECRET_KEY_ENV
+        raise CommandError(f"{missing} (or {env}) is required with the other key")
+    from rocketstore.acl.signature import SessionCredentials
+    return SessionCredentials(ak, sk)
+
+
 def _client(args: argparse.Namespace):
     from rocketstore.remoting.admin_client import AdminClient
     if not args.namesrv:
-        raise CommandError("-n host:port (the NameServer) is required")
-    return AdminClient(args.namesrv, timeout=args.timeout)
+        raise CommandError(f"-n host:port (the NameServer) is required, or set {NAMESRV_ENV}")
+    return AdminClient(args.namesrv, timeout=args.timeout, credentials=_credentials(args))
 
 
 def _emit(args: argparse.Namespace, doc: Any, rows: list[tuple[Any, ...]] | None = None,
@@ -295,11 +313,12 @@ def _query_by_key(args: argparse.Namespace) -> int:
 def _send_message(args: argparse.Namespace) -> int:
     _need(args, "topic", "body")
     if not args.namesrv:
-        raise CommandError("-n host:port (the NameServer) is required")
+        raise CommandError(f"-n host:port (the NameServer) is required, or set {NAMESRV_ENV}")
     from rocketstore.client.producer import Producer
     from rocketstore.store import Message
     producer = Producer(args.producer_group, namesrv_addr=args.namesrv,
-                        send_msg_timeout=int(args.timeout * 1000)).start()
+                        send_msg_timeout=int(args.timeout * 1000),
+                        credentials=_credentials(args)).start()
     try:
         r = producer.send(Message(args.topic, args.body.encode("utf-8"), tags=args.tags or None,
                                   keys=args.key or None))
@@ -321,7 +340,8 @@ def _broker_status(args: argparse.Namespace) -> int:
     from rocketstore.remoting.admin_client import AdminClient
     if not args.broker and not args.namesrv:
         raise CommandError("-b HOST:PORT (or -n host:port for every broker) is required")
-    with AdminClient(args.namesrv or "", timeout=args.timeout, allow_no_namesrv=True) as admin:
+    with AdminClient(args.namesrv or "", timeout=args.timeout, allow_no_namesrv=True,
+                     credentials=_credentials(args)) as admin:
         addrs = [args.broker] if args.broker else sorted(admin.master_addrs(args.cluster).values())
         tables = {a: admin.broker_runtime_info(a) for a in addrs}
     if args.json:
@@ -356,7 +376,14 @@ def register(sub: Any) -> None:
     for name, (help_text, _fn) in COMMANDS.items():
         c = asub.add_parser(name, help=help_text, description=help_text)
         c.add_argument("-n", "--namesrv", metavar="HOST:PORT[;HOST:PORT]",
-                       help="NameServer address(es)")
+                       default=os.environ.get(NAMESRV_ENV) or None,
+                       help=f"NameServer address(es) (default ${NAMESRV_ENV}, as mqadmin)")
+        c.add_argument("--access-key", metavar="KEY", default=os.environ.get(ACCESS_KEY_ENV),
+                       help=f"sign requests for a broker with ACL on: the account's accessKey "
+                            f"(default ${ACCESS_KEY_ENV})")
+        c.add_argument("--secret-key", metavar="KEY", default=os.environ.get(SECRET_KEY_ENV),
+                       help=f"its secretKey (default ${SECRET_KEY_ENV}; the environment keeps "
+                            f"it out of the process list)")
         c.add_argument("--json", action="store_true", help="print JSON instead of a table")
         c.add_argument("--timeout", type=float, default=5.0, metavar="S",
                        help="seconds to wait for each answer (default 5)")

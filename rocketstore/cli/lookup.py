@@ -80,6 +80,21 @@ def queue_rows(store) -> list[dict[str, Any]]:
     return rows
 
 
+def _allocated(path: str) -> int:
+    """Bytes the file takes on disk (st_blocks are 512-byte units); 0 when it is gone."""
+    try:
+        return os.stat(path).st_blocks * 512
+    except FileNotFoundError:        # retention deleted it after the listing
+        return 0
+
+
+def _apparent(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
+
+
 def _stat(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         cfg = store.config
@@ -103,7 +118,10 @@ def _stat(args: argparse.Namespace) -> int:
             "store": os.path.abspath(store.root),
             "abort_file": not store.last_exit_ok,
             "commit_log": {"files": len(files), "file_size": cfg.mapped_file_size_commit_log,
-                           "bytes_on_disk": sum(os.path.getsize(mf.path) for mf in files),
+                           # allocated, as du counts it: files are sparse past what the
+                           # writer allocated (allocation_extent), RocketMQ's are whole
+                           "bytes_on_disk": sum(_allocated(mf.path) for mf in files),
+                           "file_bytes": sum(_apparent(mf.path) for mf in files),
                            "min_phy_offset": min_phy, "max_phy_offset": end,
                            "first_file": files[0].file_name if files else None,
                            "last_file": files[-1].file_name if files else None},
@@ -128,7 +146,8 @@ def _stat(args: argparse.Namespace) -> int:
     print(f"store       {info['store']}")
     print(f"state       {'abort file present: a writer holds it open, or it did not close cleanly' if info['abort_file'] else 'closed cleanly (no abort file)'}")
     print(f"commit log  {cl['files']} file(s) of {cl['file_size']:,} bytes "
-          f"({cl['first_file']} .. {cl['last_file']}), {cl['bytes_on_disk']:,} bytes on disk")
+          f"({cl['first_file']} .. {cl['last_file']}), {cl['bytes_on_disk']:,} bytes on disk "
+          f"(allocated, as du counts)")
     print(f"            offsets {min_phy:,} .. {end:,} ({end - min_phy:,} bytes of records)")
     print(f"dispatch    consume queues reach {max(dispatched, 0):,}; lag {lag:,} bytes")
     print(f"checkpoint  physic {fmt_ts(cp['physicMsgTimestamp'])}  logics "
@@ -168,7 +187,7 @@ def _stat(args: argparse.Namespace) -> int:
 # -- get / query -----------------------------------------------------------------------------
 
 def _print_messages(msgs: list, args: argparse.Namespace) -> None:
-    if args.format == "jsonl":
+    if args.format == "jsonl" or args.json:
         for m in msgs:
             sys.stdout.write(json.dumps(message_row(m), ensure_ascii=False) + "\n")
     else:
@@ -261,12 +280,14 @@ def register(sub) -> None:
     p.add_argument("--tags", help="tag filter, e.g. 'TagA || TagB'")
     p.add_argument("--phy", type=int, metavar="OFFSET", help="the record at this commit-log offset")
     p.add_argument("--group", default="rocketstore-cli", help=argparse.SUPPRESS)
-    p.add_argument("--format", choices=("table", "jsonl"), default="table")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table",
+                   help="a table (default) or one JSON object per message")
+    p.add_argument("--json", action="store_true", help="the same as --format jsonl")
     p.set_defaults(func=_get)
 
     p = sub.add_parser("query", help="messages by key (time range, limit) or by message id")
     add_store_options(p)
-    p.add_argument("--topic")
+    p.add_argument("--topic", help="topic to search (needed with --key, and for a UNIQ_KEY --id)")
     p.add_argument("--key", help="a KEYS token or UNIQ_KEY")
     p.add_argument("--id", help="an offset message id (or, with --topic, a UNIQ_KEY)")
     p.add_argument("--begin", help="stored at or after (ms since the epoch or ISO 8601)")
@@ -274,5 +295,7 @@ def register(sub) -> None:
     p.add_argument("--limit", type=int, default=32,
                    help="at most this many (default 32): the newest matches, as the index is "
                         "searched newest first; printed oldest first")
-    p.add_argument("--format", choices=("table", "jsonl"), default="table")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table",
+                   help="a table (default) or one JSON object per message")
+    p.add_argument("--json", action="store_true", help="the same as --format jsonl")
     p.set_defaults(func=_query)
