@@ -156,8 +156,9 @@ def test_cli_errors_are_one_line(dlq_store, capsys):
     assert main(["dlq", "resend", store_dir, "--group", GROUP, "--msg-id", "ABC"]) == 2
     assert capsys.readouterr().err == \
         f"rocketstore dlq resend: {DLQ}: no dead letter with id ABC\n"
-    assert main(["dlq", "list", store_dir, "--group", "nobody"]) == 2
-    assert "no dead letters for group nobody" in capsys.readouterr().err
+    # nothing dead is not an error (issue 23): exit 0, said on stdout
+    assert main(["dlq", "list", store_dir, "--group", "nobody"]) == 0
+    assert "no dead letters for group nobody" in capsys.readouterr().out
     # a running broker holds the store's lock: resend refuses, nothing is written
     with MessageStore.open(store_dir, cfg()) as store:
         assert main(["dlq", "resend", store_dir, "--group", GROUP, "--all"]) == 2

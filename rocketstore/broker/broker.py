@@ -39,7 +39,7 @@ from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransact
                                          ResponseCode,
                                          SendMessageRequest, TopicRouteData)
 from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError, StoreClosedError
-from rocketstore.store import paths
+from rocketstore.store import brokerprops, paths
 from rocketstore.store._codec import UniqIdGenerator
 from rocketstore.store.config import StoreConfig
 from rocketstore.store.message_store import _PHYS_MEMORY, MessageStore
@@ -138,6 +138,8 @@ class Broker:
             store_config = store_config.replace(enabled_append_prop_crc=False)
         store = MessageStore.open(path, store_config)
         try:
+            # the settings that shape the files (delay levels ...), for tools reading it later
+            brokerprops.write(store.root, config, store.config)
             broker = cls(store, config)
             broker._start()
         except BaseException:

@@ -71,11 +71,16 @@ def _one_line(e: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
     from rocketstore.errors import RocketStoreError
     command = " ".join(c for c in (args.command, getattr(args, "offsets_command", None),
                                    getattr(args, "dlq_command", None),
                                    getattr(args, "admin_command", None)) if c)
+    if unknown:
+        # argparse names only the top-level program; the user typed a subcommand's options
+        parser.exit(2, f"rocketstore {command}: unrecognized arguments: {' '.join(unknown)} "
+                       f"(see rocketstore {command} --help)\n")
     from rocketstore.store import integrity
     since = integrity.mark()
     try:

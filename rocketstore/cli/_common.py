@@ -43,6 +43,10 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
                    help="mappedFileSizeConsumeQueue")
     g.add_argument("--index-slots", type=int, metavar="N", help="maxHashSlotNum")
     g.add_argument("--index-num", type=int, metavar="N", help="maxIndexNum")
+    g.add_argument("--delay-levels", metavar="LEVELS",
+                   help="messageDelayLevel the store was written with, e.g. '1s 5s 10s' (default: "
+                        "what its broker recorded in config/broker.properties, else RocketMQ's "
+                        "'1s 5s 10s 30s 1m ... 2h'); delayed messages' queue units depend on it")
 
 
 def detect_config(root: str, args: argparse.Namespace | None = None):
@@ -53,7 +57,17 @@ def detect_config(root: str, args: argparse.Namespace | None = None):
                   cq_file_size=getattr(args, "cq_file_size", None),
                   index_slots=getattr(args, "index_slots", None),
                   index_num=getattr(args, "index_num", None),
-                  commitlog_dir=getattr(args, "commitlog_dir", None))
+                  commitlog_dir=getattr(args, "commitlog_dir", None),
+                  message_delay_level=getattr(args, "delay_levels", None))
+
+
+def delay_levels_source(root: str, args: argparse.Namespace | None = None) -> str:
+    """Where the delay levels ``detect_config`` used came from: ``--delay-levels``,
+    ``config/broker.properties`` or ``default`` (the store does not say)."""
+    from rocketstore.store.brokerprops import recorded_delay_levels
+    if getattr(args, "delay_levels", None):
+        return "--delay-levels"
+    return "config/broker.properties" if recorded_delay_levels(root) else "default"
 
 
 def open_store(args: argparse.Namespace, read_only: bool = True):

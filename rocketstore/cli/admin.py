@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any, Callable
@@ -26,11 +27,28 @@ def _command(name: str, help_text: str) -> Callable[[Callable[..., Any]], Callab
     return deco
 
 
+ACCESS_KEY_ENV, SECRET_KEY_ENV = "ROCKETSTORE_ACCESS_KEY", "ROCKETSTORE_SECRET_KEY"
+NAMESRV_ENV = "NAMESRV_ADDR"        # what mqadmin reads when -n is not given
+
+
+def _credentials(args: argparse.Namespace):
+    """SessionCredentials from --access-key/--secret-key (or the environment), or None."""
+    ak, sk = args.access_key, args.secret_key
+    if not ak and not sk:
+        return None
+    if not ak or not sk:
+        missing = "--access-key" if not ak else "--secret-key"
+        env = ACCESS_KEY_ENV if not ak else SECRET_KEY_ENV
+        raise CommandError(f"{missing} (or {env}) is required with the other key")
+    from rocketstore.acl.signature import SessionCredentials
+    return SessionCredentials(ak, sk)
+
+
 def _client(args: argparse.Namespace):
     from rocketstore.remoting.admin_client import AdminClient
     if not args.namesrv:
-        raise CommandError("-n host:port (the NameServer) is required")
-    return AdminClient(args.namesrv, timeout=args.timeout)
+        raise CommandError(f"-n host:port (the NameServer) is required, or set {NAMESRV_ENV}")
+    return AdminClient(args.namesrv, timeout=args.timeout, credentials=_credentials(args))
 
 
 def _emit(args: argparse.Namespace, doc: Any, rows: list[tuple[Any, ...]] | None = None,
@@ -51,7 +69,7 @@ def _mq(mq: Any) -> dict[str, Any]:
 
 def _message_doc(m: Any) -> dict[str, Any]:
     body, enc = encode_body(bytes(m.body))
-    return {"topic": m.topic, "msgId": m.uniq_key or m.msg_id, "offsetMsgId": m.msg_id,
+    return {"topic": m.topic, "msgId": m.uniq_key or m.offset_msg_id, "offsetMsgId": m.offset_msg_id,
             "queueId": m.queue_id, "queueOffset": m.queue_offset,
             "commitLogOffset": m.commitlog_offset, "tags": m.tags, "keys": list(m.keys),
             "bornHost": m.born_host, "bornTimestamp": m.born_timestamp,
@@ -222,24 +240,56 @@ def _print_message(m: Any) -> None:
     table(rows, ("field", "value"))
 
 
-@_command("queryMsgById", "a message by its offset message id (-i)")
+@_command("queryMsgById", "a message by its id (-i): the offset message id, or the client "
+                          "id (UNIQ_KEY, what send() returns) with its topic (-t)")
 def _query_by_id(args: argparse.Namespace) -> int:
     _need(args, "msg_id")
+    msg_id = args.msg_id.strip()
     with _client(args) as admin:
-        try:
-            m = admin.view_message(args.msg_id)
-        except Exception:
+        m, why = _view_by_offset_id(admin, msg_id)
+        if m is None:
+            # as mqadmin: what does not read as an offset id may be a client id (UNIQ_KEY),
+            # found through the index of its topic
             if not args.topic:
-                raise
-            found = admin.query_message(args.topic, args.msg_id, unique_key=True)
+                raise CommandError(f"message id {msg_id}: {why}; a client message id "
+                                   f"(UNIQ_KEY, what send() returns) is looked up in its "
+                                   f"topic's index: give -t TOPIC")
+            found = admin.query_message(args.topic, msg_id, unique_key=True)
             if not found:
-                raise
-            m = found[0]            # a client message id (UNIQ_KEY), found through the index
+                raise CommandError(f"message id {msg_id}: {why}, and no message of topic "
+                                   f"{args.topic} has it as its UNIQ_KEY")
+            m = found[0]
     if args.json:
         _emit(args, _message_doc(m))
     else:
         _print_message(m)
     return 0
+
+
+def _view_by_offset_id(admin: Any, msg_id: str) -> tuple[Any, str]:
+    """(the message, "") when ``msg_id`` is the offset id of a message on a broker the
+    NameServer knows, else (None, why not). A UNIQ_KEY has the same length and may decode to
+    any address: only registered brokers are asked, and only an answer whose own offset id is
+    ``msg_id`` counts (another broker's record at that offset is not the message)."""
+    from rocketstore.remoting.admin_client import AdminError
+    from rocketstore.store._codec import decode_msg_id
+    from rocketstore.errors import RocketStoreError, TransportError
+    try:
+        host, _ = decode_msg_id(msg_id)
+    except (ValueError, RocketStoreError):
+        return None, "not an offset message id (32 or 56 hex digits)"
+    info = admin.cluster_info()
+    known = {a for bd in (info.get("brokerAddrTable") or {}).values()
+             for a in (bd.get("brokerAddrs") or {}).values()}
+    if host not in known:
+        return None, f"read as an offset id it names {host}, which is no broker of the NameServer"
+    try:
+        m = admin.view_message(msg_id)
+    except (AdminError, TransportError) as e:
+        return None, f"read as an offset id: {e}"
+    if m.offset_msg_id.upper() != msg_id.upper():
+        return None, f"read as an offset id, the record there is {m.offset_msg_id}"
+    return m, ""
 
 
 @_command("queryMsgByKey", "messages of a topic by key (-t -k), through the index")
@@ -263,11 +313,12 @@ def _query_by_key(args: argparse.Namespace) -> int:
 def _send_message(args: argparse.Namespace) -> int:
     _need(args, "topic", "body")
     if not args.namesrv:
-        raise CommandError("-n host:port (the NameServer) is required")
+        raise CommandError(f"-n host:port (the NameServer) is required, or set {NAMESRV_ENV}")
     from rocketstore.client.producer import Producer
     from rocketstore.store import Message
     producer = Producer(args.producer_group, namesrv_addr=args.namesrv,
-                        send_msg_timeout=int(args.timeout * 1000)).start()
+                        send_msg_timeout=int(args.timeout * 1000),
+                        credentials=_credentials(args)).start()
     try:
         r = producer.send(Message(args.topic, args.body.encode("utf-8"), tags=args.tags or None,
                                   keys=args.key or None))
@@ -289,7 +340,8 @@ def _broker_status(args: argparse.Namespace) -> int:
     from rocketstore.remoting.admin_client import AdminClient
     if not args.broker and not args.namesrv:
         raise CommandError("-b HOST:PORT (or -n host:port for every broker) is required")
-    with AdminClient(args.namesrv or "", timeout=args.timeout, allow_no_namesrv=True) as admin:
+    with AdminClient(args.namesrv or "", timeout=args.timeout, allow_no_namesrv=True,
+                     credentials=_credentials(args)) as admin:
         addrs = [args.broker] if args.broker else sorted(admin.master_addrs(args.cluster).values())
         tables = {a: admin.broker_runtime_info(a) for a in addrs}
     if args.json:
@@ -324,7 +376,14 @@ def register(sub: Any) -> None:
     for name, (help_text, _fn) in COMMANDS.items():
         c = asub.add_parser(name, help=help_text, description=help_text)
         c.add_argument("-n", "--namesrv", metavar="HOST:PORT[;HOST:PORT]",
-                       help="NameServer address(es)")
+                       default=os.environ.get(NAMESRV_ENV) or None,
+                       help=f"NameServer address(es) (default ${NAMESRV_ENV}, as mqadmin)")
+        c.add_argument("--access-key", metavar="KEY", default=os.environ.get(ACCESS_KEY_ENV),
+                       help=f"sign requests for a broker with ACL on: the account's accessKey "
+                            f"(default ${ACCESS_KEY_ENV})")
+        c.add_argument("--secret-key", metavar="KEY", default=os.environ.get(SECRET_KEY_ENV),
+                       help=f"its secretKey (default ${SECRET_KEY_ENV}; the environment keeps "
+                            f"it out of the process list)")
         c.add_argument("--json", action="store_true", help="print JSON instead of a table")
         c.add_argument("--timeout", type=float, default=5.0, metavar="S",
                        help="seconds to wait for each answer (default 5)")

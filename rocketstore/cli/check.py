@@ -39,6 +39,7 @@ from rocketstore.cli.lookup import list_queues, queue_phy_end
 _CQ_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 _ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("tdiff", ">i4"), ("prev", ">i4")])
 _FILLER_SIZE = 0x7FFFFFFF
+_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
 
 class _Report:
@@ -119,6 +120,7 @@ def _check_queues(store, records: np.ndarray, names: list[str], end: int, report
     dispatched_to = -1
     units_total = 0
     present: set[tuple[int, int]] = set()
+    implied: dict[int, set[int]] = {}       # delay level -> delays its units imply (ms)
     for topic, qid in queues:
         lo = store.get_min_offset_in_queue(topic, qid)
         hi = store.get_max_offset_in_queue(topic, qid)
@@ -155,6 +157,9 @@ def _check_queues(store, records: np.ndarray, names: list[str], end: int, report
         for i in np.flatnonzero(~tags_ok & (rec["delay"] == 1) & same_queue):
             m = store.look_message_by_offset(int(rec["phy"][i]))
             tags_ok[i] = m is not None and store.dispatch_core.tags_code_of(m) == int(uf["tags"][i])
+            if not tags_ok[i] and topic == _SCHEDULE_TOPIC:
+                # the delay the unit implies: its delivery time less the record's store time
+                implied.setdefault(qid + 1, set()).add(int(uf["tags"][i]) - int(rec["store_ts"][i]))
         ok = same_queue & good_size & tags_ok
         matched[pos_c[found][ok]] = True
         for i in np.flatnonzero(~ok):
@@ -205,7 +210,37 @@ def _check_queues(store, records: np.ndarray, names: list[str], end: int, report
     if lag.any():
         report.notes.append(f"{int(lag.sum()):,} record(s) past the dispatched end "
                             f"{dispatched_to:,} (dispatch lag; not checked)")
+    if implied:
+        report.notes.append(_delay_hint(store.config, implied))
     return {"queues": len(queues), "units": units_total, "dispatched_to": dispatched_to}
+
+
+def _delay_token(ms: int) -> str | None:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms > 0 and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return None
+
+
+def _delay_hint(config, implied: dict[int, set[int]]) -> str:
+    """What to tell a user whose delayed messages' units disagree with the delay levels
+    used: the levels those units imply, as a ``--delay-levels`` value when they are one."""
+    levels = config.message_delay_level
+    head = (f"units of {_SCHEDULE_TOPIC} disagree with the delay levels '{levels}' used "
+            f"(the tags code of a delayed message is its delivery time): if the store was "
+            f"written with another messageDelayLevel, pass it with --delay-levels")
+    table_ = config.delay_levels_ms()[1:]
+    if any(len(v) != 1 for v in implied.values()) or max(implied) > len(table_) + 8:
+        return head
+    tokens = []
+    for level in range(1, max(len(table_), max(implied)) + 1):
+        ms = next(iter(implied[level])) if level in implied else (
+            table_[level - 1] if level <= len(table_) else None)
+        tok = _delay_token(ms) if ms is not None else None
+        if tok is None:
+            return head
+        tokens.append(tok)
+    return head + f"; these units imply --delay-levels '{' '.join(tokens)}'"
 
 
 def _check_index(store, records: np.ndarray, keys: np.ndarray, report: _Report,

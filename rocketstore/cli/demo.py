@@ -206,8 +206,9 @@ def register(sub) -> None:
                           help="a broker, producers and a consumer group on an embedded store")
     demo.add_argument("--dir", default=DEFAULT_STORE_DIR,
                       help=f"store directory (default {DEFAULT_STORE_DIR})")
-    demo.add_argument("--messages", type=int, default=200_000)
-    demo.add_argument("--queues", type=int, default=8)
+    demo.add_argument("--messages", type=int, default=200_000,
+                      help="orders to send and consume (default 200,000)")
+    demo.add_argument("--queues", type=int, default=8, help="queues per topic (default 8)")
     demo.add_argument("--file-size", type=int, default=64 * 1024 * 1024,
                       help="commit-log file size in bytes (RocketMQ's default is 1 GiB)")
     demo.add_argument("--timeout", type=float, default=300, help="seconds to wait for consumers")

@@ -25,7 +25,9 @@ def _list(args: argparse.Namespace) -> int:
             print(json.dumps(dl.to_json(), ensure_ascii=False))
         return 0
     if not letters:
-        raise CommandError(f"{args.store}: no dead letters for group {args.group}")
+        # nothing dead is good news, not an error
+        print(f"no dead letters for group {args.group} in {args.store}")
+        return 0
     table([(dl.msg_id, dl.topic, dl.origin_message_id, dl.reconsume_times,
             fmt_ts(dl.store_timestamp), " ".join(dl.keys), dl.tags, dl.resent_as or "")
            for dl in letters],
@@ -47,9 +49,14 @@ def _resend(args: argparse.Namespace) -> int:
                            "broker, group).resend()") from None
     with store:
         results = DeadLetterQueue(store, args.group).resend(None if args.all else args.msg_id)
-    table([(r.dead_letter.msg_id, r.outcome, r.topic, r.queue_id if r.queue_id >= 0 else None,
-            r.resent_as) for r in results],
-          ("msg id", "outcome", "topic", "queue", "resent as"))
+    rows = [(r.dead_letter.msg_id, r.outcome, r.topic, r.queue_id if r.queue_id >= 0 else None,
+             r.resent_as) for r in results]
+    headers = ("msg id", "outcome", "topic", "queue", "resent as")
+    if args.json:
+        for r in rows:
+            print(json.dumps(dict(zip((h.replace(" ", "_") for h in headers), r))))
+    else:
+        table(rows, headers)
     return 0
 
 
@@ -65,8 +72,9 @@ def register(sub) -> None:
     r = dsub.add_parser("resend", help="send dead letters back to their original topic "
                                        "(once each; the broker must not be running)")
     add_store_options(r)
-    r.add_argument("--group", required=True)
+    r.add_argument("--group", required=True, help="consumer group (resends from %%DLQ%%GROUP)")
     r.add_argument("--msg-id", nargs="+", metavar="ID",
                    help="dead letters to resend: message id (UNIQ_KEY) or offset message id")
     r.add_argument("--all", action="store_true", help="every dead letter not resent yet")
+    r.add_argument("--json", action="store_true", help="one JSON object per line")
     r.set_defaults(func=_resend)

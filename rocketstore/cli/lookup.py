@@ -11,8 +11,9 @@ import os
 import sys
 from typing import Any
 
-from rocketstore.cli._common import (CommandError, add_store_options, fmt_ts, message_row,
-                                     message_table, open_store, parse_time, table)
+from rocketstore.cli._common import (CommandError, add_store_options, delay_levels_source,
+                                     fmt_ts, message_row, message_table, open_store, parse_time,
+                                     table)
 
 
 # -- what a read-only store knows ------------------------------------------------------------
@@ -79,6 +80,21 @@ def queue_rows(store) -> list[dict[str, Any]]:
     return rows
 
 
+def _allocated(path: str) -> int:
+    """Bytes the file takes on disk (st_blocks are 512-byte units); 0 when it is gone."""
+    try:
+        return os.stat(path).st_blocks * 512
+    except FileNotFoundError:        # retention deleted it after the listing
+        return 0
+
+
+def _apparent(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
+
+
 def _stat(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         cfg = store.config
@@ -102,7 +118,10 @@ def _stat(args: argparse.Namespace) -> int:
             "store": os.path.abspath(store.root),
             "abort_file": not store.last_exit_ok,
             "commit_log": {"files": len(files), "file_size": cfg.mapped_file_size_commit_log,
-                           "bytes_on_disk": sum(os.path.getsize(mf.path) for mf in files),
+                           # allocated, as du counts it: files are sparse past what the
+                           # writer allocated (allocation_extent), RocketMQ's are whole
+                           "bytes_on_disk": sum(_allocated(mf.path) for mf in files),
+                           "file_bytes": sum(_apparent(mf.path) for mf in files),
                            "min_phy_offset": min_phy, "max_phy_offset": end,
                            "first_file": files[0].file_name if files else None,
                            "last_file": files[-1].file_name if files else None},
@@ -112,6 +131,8 @@ def _stat(args: argparse.Namespace) -> int:
                       "unflushed_ms_at_last_checkpoint": (max(0, newest_ts - cp["physicMsgTimestamp"])
                                                           if newest_ts > 0 else 0)},
             "checkpoint": cp,
+            "delay_levels": {"levels": cfg.message_delay_level,
+                             "source": delay_levels_source(store.root, args)},
             "queues": queues,
             "index_files": index,
             "consumer_offsets": {k: {str(q): o for q, o in v.items()} for k, v in groups.items()},
@@ -125,11 +146,19 @@ def _stat(args: argparse.Namespace) -> int:
     print(f"store       {info['store']}")
     print(f"state       {'abort file present: a writer holds it open, or it did not close cleanly' if info['abort_file'] else 'closed cleanly (no abort file)'}")
     print(f"commit log  {cl['files']} file(s) of {cl['file_size']:,} bytes "
-          f"({cl['first_file']} .. {cl['last_file']}), {cl['bytes_on_disk']:,} bytes on disk")
+          f"({cl['first_file']} .. {cl['last_file']}), {cl['bytes_on_disk']:,} bytes on disk "
+          f"(allocated, as du counts)")
     print(f"            offsets {min_phy:,} .. {end:,} ({end - min_phy:,} bytes of records)")
     print(f"dispatch    consume queues reach {max(dispatched, 0):,}; lag {lag:,} bytes")
     print(f"checkpoint  physic {fmt_ts(cp['physicMsgTimestamp'])}  logics "
           f"{fmt_ts(cp['logicsMsgTimestamp'])}  index {fmt_ts(cp['indexMsgTimestamp'])}")
+    dl = info["delay_levels"]
+    print(f"delays      {dl['levels']} ("
+          + {"--delay-levels": "as given by --delay-levels",
+             "config/broker.properties": "from config/broker.properties"}.get(
+              dl["source"], "RocketMQ's default: the store does not record its own; if its "
+                            "broker had another messageDelayLevel, pass --delay-levels")
+          + ")")
     if newest_ts > 0:
         print(f"flush       checkpoint's flushed store time is "
               f"{info['flush']['unflushed_ms_at_last_checkpoint']:,} ms behind the newest "
@@ -158,7 +187,7 @@ def _stat(args: argparse.Namespace) -> int:
 # -- get / query -----------------------------------------------------------------------------
 
 def _print_messages(msgs: list, args: argparse.Namespace) -> None:
-    if args.format == "jsonl":
+    if args.format == "jsonl" or args.json:
         for m in msgs:
             sys.stdout.write(json.dumps(message_row(m), ensure_ascii=False) + "\n")
     else:
@@ -251,12 +280,14 @@ def register(sub) -> None:
     p.add_argument("--tags", help="tag filter, e.g. 'TagA || TagB'")
     p.add_argument("--phy", type=int, metavar="OFFSET", help="the record at this commit-log offset")
     p.add_argument("--group", default="rocketstore-cli", help=argparse.SUPPRESS)
-    p.add_argument("--format", choices=("table", "jsonl"), default="table")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table",
+                   help="a table (default) or one JSON object per message")
+    p.add_argument("--json", action="store_true", help="the same as --format jsonl")
     p.set_defaults(func=_get)
 
     p = sub.add_parser("query", help="messages by key (time range, limit) or by message id")
     add_store_options(p)
-    p.add_argument("--topic")
+    p.add_argument("--topic", help="topic to search (needed with --key, and for a UNIQ_KEY --id)")
     p.add_argument("--key", help="a KEYS token or UNIQ_KEY")
     p.add_argument("--id", help="an offset message id (or, with --topic, a UNIQ_KEY)")
     p.add_argument("--begin", help="stored at or after (ms since the epoch or ISO 8601)")
@@ -264,5 +295,7 @@ def register(sub) -> None:
     p.add_argument("--limit", type=int, default=32,
                    help="at most this many (default 32): the newest matches, as the index is "
                         "searched newest first; printed oldest first")
-    p.add_argument("--format", choices=("table", "jsonl"), default="table")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table",
+                   help="a table (default) or one JSON object per message")
+    p.add_argument("--json", action="store_true", help="the same as --format jsonl")
     p.set_defaults(func=_query)

@@ -10,6 +10,8 @@ last message stored at or before it). Offsets are clamped into [min, max] of eac
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
 from rocketstore.cli._common import (CommandError, add_store_options, fmt_ts, open_store,
                                      parse_time, table)
@@ -31,8 +33,19 @@ def _show(args: argparse.Namespace) -> int:
         what = " ".join(x for x in (f"group {args.group}" if args.group else "",
                                     f"topic {args.topic}" if args.topic else "") if x)
         raise CommandError(f"{args.store}: no committed offsets{' for ' + what if what else ''}")
-    table(rows, ("group", "topic", "queue", "offset", "min", "max", "lag"))
+    headers = ("group", "topic", "queue", "offset", "min", "max", "lag")
+    if args.json:
+        _json(rows, headers)
+    else:
+        table(rows, headers)
     return 0
+
+
+def _json(rows: list, headers: tuple[str, ...]) -> None:
+    """The table's rows as one JSON array of objects (header names as keys)."""
+    keys = [h.replace(" ", "_") for h in headers]
+    json.dump([dict(zip(keys, r)) for r in rows], sys.stdout, indent=2)
+    print()
 
 
 def _reset(args: argparse.Namespace) -> int:
@@ -62,9 +75,13 @@ def _reset(args: argparse.Namespace) -> int:
                 store.commit_offset(args.group, args.topic, q, new)
             rows.append((args.group, args.topic, q, old if old >= 0 else None, new, lo, hi,
                          fmt_ts(at) if at > 0 else "(end)"))
-    table(rows, ("group", "topic", "queue", "old", "new", "min", "max", "new offset stored"))
+    headers = ("group", "topic", "queue", "old", "new", "min", "max", "new offset stored")
+    if args.json:
+        _json(rows, headers)
+    else:
+        table(rows, headers)
     if args.dry_run:
-        print("dry run: nothing committed")
+        print("dry run: nothing committed", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -73,21 +90,24 @@ def register(sub) -> None:
     osub = p.add_subparsers(dest="offsets_command", required=True, metavar="ACTION")
     s = osub.add_parser("show", help="committed offsets, queue min/max and lag")
     add_store_options(s)
-    s.add_argument("--group")
-    s.add_argument("--topic")
+    s.add_argument("--group", help="only this consumer group")
+    s.add_argument("--topic", help="only this topic")
+    s.add_argument("--json", action="store_true", help="print one JSON array")
     s.set_defaults(func=_show)
 
     r = osub.add_parser("reset", help="commit new offsets for a group on a topic")
     add_store_options(r)
-    r.add_argument("--group", required=True)
-    r.add_argument("--topic", required=True)
+    r.add_argument("--group", required=True, help="the consumer group whose offsets move")
+    r.add_argument("--topic", required=True, help="the topic whose queues move")
     r.add_argument("--queue", type=int, help="only this queue (default every queue of the topic)")
-    r.add_argument("--to-offset", type=int)
-    r.add_argument("--to-time", metavar="TIME", help="ms since the epoch or ISO 8601")
+    r.add_argument("--to-offset", type=int, help="this queue offset (clamped into min..max)")
+    r.add_argument("--to-time", metavar="TIME", help="the offset of this store time: ms since "
+                                                    "the epoch or ISO 8601")
     r.add_argument("--boundary", choices=("LOWER", "UPPER"), default="LOWER",
                    help="with --to-time: LOWER = first message at or after, UPPER = last at or "
                         "before (default LOWER)")
-    r.add_argument("--to-earliest", action="store_true")
-    r.add_argument("--to-latest", action="store_true")
+    r.add_argument("--to-earliest", action="store_true", help="each queue's min offset")
+    r.add_argument("--to-latest", action="store_true", help="each queue's max offset (skip all)")
     r.add_argument("--dry-run", action="store_true", help="show what would be committed")
+    r.add_argument("--json", action="store_true", help="print one JSON array")
     r.set_defaults(func=_reset)

@@ -224,21 +224,50 @@ def _import(args: argparse.Namespace) -> int:
     fmt = args.format or ("parquet" if path.endswith(".parquet") else "jsonl")
     if path != "-" and not os.path.isfile(path):
         raise CommandError(f"{path}: no such file")
+    # a store this command creates and then puts nothing into is removed again: a failed
+    # import must not leave an empty store behind (the next import or open would take it)
+    created = not os.path.exists(args.store)
+    was_empty = not created and os.path.isdir(args.store) and not os.listdir(args.store)
     os.makedirs(args.store, exist_ok=True)
     count = 0
-    with open_store(args, read_only=False) as store, progress(desc="import", unit="msg") as bar:
-        for where, row in _read_rows(path, fmt, bar):
-            msg = _message(row, where, args.topic)
-            qid = args.queue if args.queue is not None else int(row.get("queue_id") or 0)
-            r = store.put_message(msg, qid)
-            if not r.ok:
-                raise CommandError(f"{where}: put failed with {r.status.value}"
-                                   + (f" ({r.error})" if r.error else ""))
-            count += 1
-        end = store.get_max_phy_offset()
+    try:
+        with open_store(args, read_only=False) as store, \
+                progress(desc="import", unit="msg") as bar:
+            for where, row in _read_rows(path, fmt, bar):
+                msg = _message(row, where, args.topic)
+                qid = args.queue if args.queue is not None else int(row.get("queue_id") or 0)
+                r = store.put_message(msg, qid)
+                if not r.ok:
+                    raise CommandError(f"{where}: put failed with {r.status.value}"
+                                       + (f" ({r.error})" if r.error else ""))
+                count += 1
+            end = store.get_max_phy_offset()
+    except BaseException as e:
+        if count == 0 and (created or was_empty):
+            _remove_contents(args.store, whole=created)
+        elif count and isinstance(e, CommandError):
+            raise CommandError(f"{e} ({count:,} message(s) before it were imported into "
+                               f"{args.store})") from None
+        raise
     print(f"imported {count:,} message(s) into {args.store} (commit log now ends at {end:,})",
           file=sys.stderr)
     return 0
+
+
+def _remove_contents(root: str, whole: bool) -> None:
+    import shutil
+    if whole:
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    for name in os.listdir(root):
+        p = os.path.join(root, name)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
 
 
 def register(sub) -> None:
@@ -248,8 +277,8 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", help="output file (default stdout, JSONL)")
     p.add_argument("--format", choices=("jsonl", "parquet"),
                    help="default: parquet for *.parquet, else jsonl")
-    p.add_argument("--topic")
-    p.add_argument("--queue", type=int)
+    p.add_argument("--topic", help="only this topic (default: every message, in log order)")
+    p.add_argument("--queue", type=int, help="only this queue of --topic")
     p.add_argument("--from-offset", type=int, help="first queue offset (inclusive)")
     p.add_argument("--to-offset", type=int, help="last queue offset (exclusive)")
     p.add_argument("--begin", help="stored at or after (ms since the epoch or ISO 8601)")

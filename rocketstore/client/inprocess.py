@@ -18,6 +18,7 @@ from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransact
                                          RemotingResult, ResponseCode, SendMessageRequest,
                                          SendMessageResponse, TopicRouteData)
 from rocketstore.errors import MQBrokerError, StoreClosedError, TransportError
+from rocketstore.store._codec import as_client_messages
 
 if TYPE_CHECKING:
     from rocketstore.broker.broker import Broker
@@ -78,7 +79,23 @@ class InProcessTransport(Transport):
     # consume
     def pull_message(self, broker_name: str,
                      request: PullMessageRequest) -> Future[PullMessageResponse]:
-        return self._call(broker_name, "pull_message", request)
+        # what a consumer is handed: msg_id is the UNIQ_KEY (RocketMQ's MessageClientExt)
+        fut: Future[PullMessageResponse] = self._call(broker_name, "pull_message", request)
+        if fut.done():                  # the usual case: no second future
+            if fut.exception() is None:
+                as_client_messages(fut.result().messages)
+            return fut
+        out: Future[PullMessageResponse] = Future()
+
+        def done(f: Future[PullMessageResponse]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                out.set_exception(exc)
+                return
+            as_client_messages(f.result().messages)
+            out.set_result(f.result())
+        fut.add_done_callback(done)
+        return out
 
     def query_consumer_offset(self, broker_name: str, group: str, topic: str,
                               queue_id: int) -> RemotingResult:

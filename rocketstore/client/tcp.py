@@ -31,6 +31,7 @@ from rocketstore.remoting.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.store._codec import decode as decode_record
 from rocketstore.store._codec import encode_properties
+from rocketstore.store._codec import as_client_messages
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -305,7 +306,9 @@ class TcpTransport(Transport):
                 code=_code(r.code),
                 next_begin_offset=r.int_field("nextBeginOffset"),
                 min_offset=r.int_field("minOffset"), max_offset=r.int_field("maxOffset"),
-                messages=decode_records(r.body) if r.code == ResponseCode.SUCCESS else [],
+                # what a consumer is handed: msg_id is the UNIQ_KEY (MessageClientExt)
+                messages=as_client_messages(decode_records(r.body))
+                if r.code == ResponseCode.SUCCESS else [],
                 suggest_which_broker_id=r.int_field("suggestWhichBrokerId"), remark=r.remark)
         return _chain(fut, convert)
 

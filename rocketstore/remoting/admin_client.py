@@ -34,20 +34,29 @@ class AdminError(RocketStoreError):
         super().__init__(f"{what}: {name} ({code}){': ' + remark.strip() if remark else ''}")
 
 
+class NameServerError(TransportError):
+    """A NameServer could not be reached (or none was given): named as a NameServer."""
+
+    def __str__(self) -> str:
+        return f"NameServer {self.broker!r}: {self.reason}" if self.broker else self.reason
+
+
 class AdminClient:
     """Admin calls against the NameServer(s) ``namesrv_addr`` (``host:port[;host:port]``)."""
 
     def __init__(self, namesrv_addr: str, timeout: float = 5.0, *,
-                 allow_no_namesrv: bool = False) -> None:
-        """``allow_no_namesrv``: an empty address is fine (only broker calls by address)."""
+                 allow_no_namesrv: bool = False, credentials: Any = None) -> None:
+        """``allow_no_namesrv``: an empty address is fine (only broker calls by address).
+        ``credentials`` (a ``rocketstore.acl.SessionCredentials``): sign every request, for
+        brokers with plain ACL on (RocketMQ's ``AclClientRPCHook``)."""
         addrs = [a.strip() for a in str(namesrv_addr).split(";") if a.strip()]
         if not addrs and not allow_no_namesrv:
-            raise TransportError(str(namesrv_addr), "no NameServer address given")
+            raise NameServerError("", "no NameServer address given")
         for a in addrs:
             split_addr(a)               # a clear error for "localhost" or "host:abc"
         self.namesrv_addrs = addrs
         self.timeout = timeout
-        self.client = RemotingClient()
+        self.client = RemotingClient(rpc_hook=credentials.sign if credentials else None)
 
     def close(self) -> None:
         self.client.close()
@@ -76,9 +85,9 @@ class AdminClient:
             try:
                 return self.invoke(addr, code, fields, what=what)
             except TransportError as e:
-                last = e            # the next NameServer may answer
+                last = NameServerError(addr, e.reason)      # the next NameServer may answer
         if last is None:
-            raise TransportError("", "no NameServer address given (-n host:port)")
+            raise NameServerError("", "no NameServer address given (-n host:port)")
         raise last
 
     # -- NameServer ---------------------------------------------------------------------------

@@ -333,10 +333,33 @@ def encode_binary_header(cmd: RemotingCommand) -> bytes:
                             len(remark)) + remark + _I32.pack(len(ext)) + ext)
 
 
-class FrameDecoder:
-    """Splits a byte stream into commands; a bad length raises (the connection is closed)."""
+# What other clients open a connection with: named in the error instead of a length that
+# makes no sense ("PRI " read as a frame length is 1347569952)
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_FOREIGN_OPENINGS = ((HTTP2_PREFACE, "gRPC (RocketMQ 5.x client): not served on this port "
+                                     "(it speaks RocketMQ's 4.x remoting protocol)"),
+                     (b"\x16\x03", "TLS handshake: this port serves plain (unencrypted) "
+                                    "RocketMQ remoting"))
 
-    __slots__ = ("_buf", "max_frame", "max_header", "max_ext_fields")
+
+def foreign_opening(head: bytes | bytearray | memoryview) -> str | None:
+    """What a connection's first bytes say it is when it is not RocketMQ remoting (an HTTP/2
+    preface: a RocketMQ 5.x gRPC client; a TLS handshake), else None. ``head`` may be
+    shorter than the pattern: what arrived must match as far as it goes (4 bytes at least)."""
+    head = bytes(head[:len(HTTP2_PREFACE)])
+    for pattern, what in _FOREIGN_OPENINGS:
+        n = min(len(head), len(pattern))
+        if n >= 2 and head[:n] == pattern[:n] and n >= min(4, len(pattern)):
+            return what
+    return None
+
+
+class FrameDecoder:
+    """Splits a byte stream into commands; a bad length raises (the connection is closed).
+    At a connection's first bytes it recognises other protocols' openings (``foreign_opening``)
+    and names them in the error."""
+
+    __slots__ = ("_buf", "max_frame", "max_header", "max_ext_fields", "_started")
 
     def __init__(self, max_frame: int = MAX_FRAME, max_header: int = MAX_HEADER,
                  max_ext_fields: int = MAX_EXT_FIELDS) -> None:
@@ -344,6 +367,7 @@ class FrameDecoder:
         self.max_frame = max_frame
         self.max_header = max_header
         self.max_ext_fields = max_ext_fields
+        self._started = False           # a first frame length has been accepted
 
     @property
     def buffered(self) -> int:
@@ -361,8 +385,10 @@ class FrameDecoder:
             while n - pos >= 4:
                 (length,) = _I32.unpack_from(buf, pos)
                 if length < 4 or length + 4 > self.max_frame:
+                    # only a connection's very first bytes can be another protocol's opening
+                    what = None if self._started or pos else foreign_opening(view[:n])
                     raise RemotingProtocolError(
-                        f"frame length {length} outside 4..{self.max_frame - 4}")
+                        what or f"frame length {length} outside 4..{self.max_frame - 4}")
                 if n - pos >= 8:
                     # refused on the length word, before a large header is even buffered
                     hlen = _I32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
@@ -378,4 +404,5 @@ class FrameDecoder:
             view.release()
             if pos:
                 del buf[:pos]
+                self._started = True
         return out

@@ -237,6 +237,7 @@ cdef class MessageExt:
     cdef bint _raw                      # body as stored, even when compressed
     cdef bint _copied
     cdef public bint _verify_crc        # check BODYCRC when the body is first read
+    cdef bint _client                   # handed out by a consumer: msg_id is the UNIQ_KEY
     # field positions within the record, decoded on first access
     cdef int32_t _born_host_off, _born_host_len, _store_host_off, _store_host_len
     cdef int32_t _body_off, _body_len, _topic_off, _topic_len, _props_off, _props_len

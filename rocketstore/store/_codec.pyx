@@ -1087,9 +1087,27 @@ cdef class MessageExt:
 
     @property
     def msg_id(self):
+        """The message id. Read from a store (``MessageStore``, ``rocketstore get``, Spark) it
+        is the offset message id, as RocketMQ's ``MessageExt.getMsgId``; handed out by a
+        consumer it is the producer's UNIQ_KEY when the message has one -- what ``send()``
+        returned as ``SendResult.msg_id`` -- else the offset id, as RocketMQ's client
+        ``MessageClientExt.getMsgId``. ``offset_msg_id`` is always the offset id."""
+        if self._client:
+            key = self.properties.get(PROPERTY_UNIQ_KEY)
+            if key:
+                return key
+        return self.offset_msg_id
+
+    @property
+    def offset_msg_id(self):
         """Offset message id: store host + commit-log offset as uppercase hex (docs/format.md §7)."""
         return format_msg_id(self._rec[self._store_host_off:self._store_host_off + self._store_host_len],
                              self.commitlog_offset)
+
+    @property
+    def is_client_message(self):
+        """Whether a consumer handed this message out (then ``msg_id`` is the UNIQ_KEY)."""
+        return self._client
 
     @property
     def transaction_type(self):
@@ -1111,6 +1129,7 @@ cdef class MessageExt:
         cdef MessageExt m = MessageExt.new(&info, rec, None, rec, self._raw, self._topic)
         m._owner_ptr = <const void *>PyBytes_AS_STRING(rec)
         m._copied = True
+        m._client = self._client
         return m
 
     def to_message(self):
@@ -1142,7 +1161,7 @@ cdef class MessageExt:
             body_crc=self.body_crc, magic=self.magic & 0xFFFFFFFF)
 
     def __reduce__(self):
-        return (_rebuild_ext, (self.record(), self._raw))
+        return (_rebuild_ext, (self.record(), self._raw, self._client))
 
     def __repr__(self):
         return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
@@ -1150,8 +1169,20 @@ cdef class MessageExt:
                 f"store_size={self.store_size}, tags={self.tags!r})")
 
 
-def _rebuild_ext(bytes record, bint raw=False):
-    return decode(record, 0, raw=raw).copy()
+def _rebuild_ext(bytes record, bint raw=False, bint client=False):
+    cdef MessageExt m = decode(record, 0, raw=raw).copy()
+    m._client = client
+    return m
+
+
+def as_client_messages(list msgs):
+    """Mark ``msgs`` (``MessageExt``) as handed out by a consumer: their ``msg_id`` becomes
+    the UNIQ_KEY (RocketMQ's ``MessageClientExt``). One flag per message, no new object;
+    returns ``msgs``."""
+    cdef MessageExt m
+    for m in msgs:
+        m._client = True
+    return msgs
 
 
 # -- Python-level codec API ------------------------------------------------------------------

@@ -22,7 +22,7 @@ DEFAULT_INDEX_SIZE = INDEX_HEADER + INDEX_SLOT * 5_000_000 + INDEX_ENTRY * 20_00
 def detect_config(root: str, *, commit_log_file_size: int | None = None,
                   cq_file_size: int | None = None, index_slots: int | None = None,
                   index_num: int | None = None, commitlog_dir: str | None = None,
-                  index: bool = True) -> StoreConfig:
+                  index: bool = True, message_delay_level: str | None = None) -> StoreConfig:
     """A StoreConfig whose file sizes match the files in ``root`` (given sizes win), for
     tools that read a store they did not configure (the command, the Spark source).
 
@@ -30,8 +30,16 @@ def detect_config(root: str, *, commit_log_file_size: int | None = None,
     default ratio of 4 entries per slot, is recognised; any other size needs ``index_slots``
     and ``index_num`` (``InvalidConfigError`` says so), unless ``index=False`` (a reader that
     never opens the index).
+
+    The delay levels (the consume-queue tags code of a delayed message is its delivery time)
+    are ``message_delay_level`` when given, else those the store's broker recorded in
+    ``config/broker.properties`` (``rocketstore.store.brokerprops``), else RocketMQ's default.
     """
     changes: dict[str, object] = {}
+    from rocketstore.store.brokerprops import recorded_delay_levels
+    levels = message_delay_level or recorded_delay_levels(root)
+    if levels:
+        changes["message_delay_level"] = levels
     if commitlog_dir:
         changes["store_path_commit_log"] = commitlog_dir
     found = file_geometry(root, commitlog_dir)
