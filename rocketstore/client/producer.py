@@ -13,8 +13,9 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Generator, Iterable, Protocol, Union
 
 from rocketstore.acl.signature import SessionCredentials, credentials_from
 from rocketstore.client import validators
@@ -35,6 +36,11 @@ from rocketstore.errors import MQBrokerError, MQClientError, TransportError
 from rocketstore.store._commitlog import complete_future, pending_future
 
 log = logging.getLogger("rocketstore.client")
+
+# a selector: an object with ``select(mqs, msg, arg)`` or that function itself
+Selector = Union[MessageQueueSelector, Callable[[list, Message, Any], "MessageQueue | None"]]
+# one attempt of a retried send: the queue, its request, the ms left of the send's timeout
+Attempt = tuple[MessageQueue, SendMessageRequest, int]
 
 # broker answers a sync send retries on another queue (DefaultMQProducer's retryResponseCodes)
 RETRY_RESPONSE_CODES = frozenset({ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE,
@@ -146,6 +152,8 @@ class Producer:
         self._instance: ClientInstance | None = None
         self._publish: dict[str, tuple[float, TopicPublishInfo]] = {}
         self._inner = False
+        # futures of sends not answered yet (send_async, send_future): what flush() waits for
+        self._pending: set[Future] = set()
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> Producer:
@@ -174,6 +182,10 @@ class Producer:
         if not self._inner:
             inst.unregister_producer(self.group)
         inst.release()
+
+    def close(self) -> None:
+        """``shutdown()`` under Kafka's name."""
+        self.shutdown()
 
     def __enter__(self) -> Producer:
         return self.start() if self._instance is None else self
@@ -283,15 +295,17 @@ class Producer:
 
     # -- sync ---------------------------------------------------------------------------------
     def send(self, msg: Message, message_queue: MessageQueue | None = None,
-             selector: MessageQueueSelector | None = None, arg: Any = None,
+             selector: Selector | None = None, arg: Any = None,
              timeout: int | None = None) -> SendResult:
         """Send and wait for the broker's answer.
 
         Without a queue or selector the producer round-robins over the topic's queues and
         retries (``retry_times_when_send_failed``) on another broker's queue within
         ``send_msg_timeout`` ms in all; with ``message_queue`` or ``selector`` (+ ``arg``) it
-        sends once. Raises ``MQClientError`` (bad message, no route), ``MQBrokerError`` (the
-        broker refused) or ``TransportError``.
+        sends once. ``selector`` is an object with ``select(mqs, msg, arg)`` or such a
+        function (``selector=lambda mqs, msg, arg: mqs[arg % len(mqs)]``). Raises
+        ``MQClientError`` (bad message, no route), ``MQBrokerError`` (the broker refused) or
+        ``TransportError``.
         """
         prepared, uniq = self._prepare(msg)
         timeout = self.send_msg_timeout if timeout is None else timeout
@@ -307,27 +321,36 @@ class Producer:
         try:
             resp = self.transport.send_message(mq.broker_name, request, timeout)
         except TransportError as e:
-            raise TransportError(mq.broker_name, f"send to the chosen queue {mq.topic}/"
-                                 f"{mq.broker_name}/{mq.queue_id} failed and is not retried "
-                                 f"elsewhere (sends to a chosen queue never fail over): "
-                                 f"{e.reason}") from e
+            raise _chosen_queue_failed(mq, e) from e
         return self._result(resp, mq, uniq)
 
     def _explicit_queue(self, msg: Message, mq: MessageQueue | None,
-                        selector: MessageQueueSelector | None, arg: Any) -> MessageQueue:
+                        selector: Selector | None, arg: Any) -> MessageQueue:
         if mq is not None:
             if mq.topic != msg.topic:
                 raise MQClientError(f"message's topic {msg.topic!r} is not the queue's "
                                     f"topic {mq.topic!r}")
             return mq
         info = self.publish_info(msg.topic)
-        chosen = selector.select(list(info.message_queues), msg, arg)  # type: ignore[union-attr]
+        select = getattr(selector, "select", None)
+        if select is None:
+            if not callable(selector):
+                raise MQClientError(f"selector {selector!r} is neither a function "
+                                    f"(mqs, msg, arg) nor an object with select(mqs, msg, arg)")
+            select = selector
+        chosen = select(list(info.message_queues), msg, arg)
         if chosen is None:
             raise MQClientError("select message queue return null")
+        if not isinstance(chosen, MessageQueue):
+            raise MQClientError(f"selector returned {chosen!r}, not one of the MessageQueues "
+                                f"it was given")
         return chosen
 
-    def _send_with_retries(self, prepared: Message, uniq: str, batch: list[Message] | None,
-                           timeout: int) -> SendResult:
+    def _retrying(self, prepared: Message, uniq: str, batch: list[Message] | None,
+                  timeout: int) -> Generator[Attempt, SendMessageResponse, SendResult]:
+        """The retry rules of a send to no chosen queue (§1.4), written once for ``send`` and
+        ``send_future``: yields each attempt, is sent the broker's answer or thrown the
+        transport's error, and returns the ``SendResult`` (or raises)."""
         begin = time.monotonic()
         info = self.publish_info(prepared.topic)
         last_broker: str | None = None
@@ -341,9 +364,8 @@ class Producer:
             if elapsed > timeout:
                 break
             try:
-                res = self._result(self.transport.send_message(
-                    mq.broker_name, self._request(prepared, mq, batch),
-                    int(timeout - elapsed)), mq, uniq)
+                res = self._result((yield mq, self._request(prepared, mq, batch),
+                                    int(timeout - elapsed)), mq, uniq)
             except TransportError as e:
                 strategy.update_fault_item(mq.broker_name, _ms_since(started), True)
                 error = e
@@ -368,14 +390,163 @@ class Producer:
                                 f"(topic {prepared.topic!r})")
         raise error
 
+    def _send_with_retries(self, prepared: Message, uniq: str, batch: list[Message] | None,
+                           timeout: int) -> SendResult:
+        steps = self._retrying(prepared, uniq, batch, timeout)
+        send = self.transport.send_message
+        try:
+            mq, request, left = next(steps)
+            while True:
+                try:
+                    resp = send(mq.broker_name, request, left)
+                except TransportError as e:
+                    mq, request, left = steps.throw(e)
+                else:
+                    mq, request, left = steps.send(resp)
+        except StopIteration as stop:
+            return stop.value
+
+    # -- futures: the sync rules without a waiting thread ---------------------------------------
+    def send_future(self, msg: Message, message_queue: MessageQueue | None = None,
+                    selector: Selector | None = None, arg: Any = None,
+                    timeout: int | None = None) -> Future[SendResult]:
+        """``send`` (its retry rules exactly) as a future: nothing waits while the broker
+        answers; a retry after a failed attempt runs on the client's pull-service thread (a
+        route refresh may ask the NameServer). ``timeout`` bounds when a new attempt may
+        start; each attempt waits as long as its transport allows (3 s over TCP).
+        ``rocketstore.aio.AsyncProducer.send`` awaits this future."""
+        out: Future[SendResult] = pending_future()
+        try:
+            prepared, uniq = self._prepare(msg)
+            timeout = self.send_msg_timeout if timeout is None else timeout
+            if message_queue is not None or selector is not None:
+                mq = self._explicit_queue(msg, message_queue, selector, arg)
+                self._send_once_future(out, mq, self._request(prepared, mq), uniq)
+            else:
+                steps = self._retrying(prepared, uniq, None, timeout)
+                self._advance(out, steps, steps.send, None, False)
+        except Exception as e:
+            out.set_exception(e)
+        return self._track(out)
+
+    def send_batch_future(self, msgs: Iterable[Message],
+                          message_queue: MessageQueue | None = None,
+                          timeout: int | None = None) -> Future[SendResult]:
+        """``send_batch`` as a future (see ``send_future``)."""
+        out: Future[SendResult] = pending_future()
+        try:
+            batch, joined = self._prepare_batch(msgs)
+            timeout = self.send_msg_timeout if timeout is None else timeout
+            if message_queue is not None:
+                mq = self._explicit_queue(batch[0], message_queue, None, None)
+                self._send_once_future(out, mq, self._request(batch[0], mq, batch), joined)
+            else:
+                steps = self._retrying(batch[0], joined, batch, timeout)
+                self._advance(out, steps, steps.send, None, False)
+        except Exception as e:
+            out.set_exception(e)
+        return self._track(out)
+
+    def _track(self, out: Future) -> Future:
+        """Remember an unanswered future for ``flush`` (its answer forgets it)."""
+        if not out.done():
+            pending = self._pending
+            pending.add(out)
+            if out.done():          # answered meanwhile, perhaps before the add
+                pending.discard(out)
+        return out
+
+    def _settle(self, out: Future, value: Any = None, exc: BaseException | None = None
+                ) -> None:
+        if exc is None:
+            complete_future(out, value)
+        elif not out.done():
+            out.set_exception(exc)
+        self._pending.discard(out)
+
+    def _send_once_future(self, out: Future, mq: MessageQueue, request: SendMessageRequest,
+                          uniq: str) -> None:
+        def answered(f: Future) -> None:
+            exc = f.exception()
+            if exc is None:
+                try:
+                    self._settle(out, self._result(f.result(), mq, uniq))
+                except Exception as e:
+                    self._settle(out, exc=e)
+            else:
+                self._settle(out, exc=_chosen_queue_failed(mq, exc)
+                             if isinstance(exc, TransportError) else exc)
+        try:
+            fut = self.transport.send_message_async(mq.broker_name, request)
+        except TransportError as e:
+            raise _chosen_queue_failed(mq, e) from e
+        if fut.done():
+            answered(fut)
+        else:
+            fut.add_done_callback(answered)
+
+    def _advance(self, out: Future, steps: Generator, resume: Callable, value: Any,
+                 later: bool) -> None:
+        """Resume the retry rules with an answer (``steps.send``) or an error
+        (``steps.throw``) and start the next attempt, or settle ``out``. ``later``: the
+        answer arrived on a transport thread; a resume that may retry (and so refresh a
+        route with a blocking NameServer call) moves to the pull-service thread."""
+        if later:
+            inst = self._instance
+            if inst is None:
+                self._settle(out, exc=MQClientError(f"producer {self.group!r} was shut down "
+                                                    f"before its send was answered"))
+                return
+            inst.pull_service.execute(self._advance, out, steps, resume, value, False)
+            return
+        try:
+            mq, request, _left = resume(value)
+        except StopIteration as stop:
+            self._settle(out, stop.value)
+            return
+        except BaseException as e:
+            self._settle(out, exc=e)
+            return
+        try:
+            fut = self.transport.send_message_async(mq.broker_name, request)
+        except TransportError as e:
+            self._advance(out, steps, steps.throw, e, False)
+            return
+        if fut.done():       # an in-process broker answers at once
+            self._attempt_answered(out, steps, False, fut)
+        else:
+            fut.add_done_callback(functools.partial(self._attempt_answered, out, steps, True))
+
+    def _attempt_answered(self, out: Future, steps: Generator, later: bool, f: Future) -> None:
+        exc = f.exception()
+        if exc is None:
+            resp = f.result()
+            # SUCCESS ends the send: no retry, no blocking call, so finish on this thread
+            self._advance(out, steps, steps.send, resp,
+                          later and resp.code != ResponseCode.SUCCESS)
+        elif isinstance(exc, TransportError):
+            self._advance(out, steps, steps.throw, exc, later)
+        else:
+            steps.close()
+            self._settle(out, exc=exc)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait until every ``send_async`` / ``send_future`` made so far is answered (Kafka's
+        ``flush``); ``timeout`` in seconds. Returns how many are still unanswered (0: all)."""
+        pending = [f for f in list(self._pending) if not f.done()]
+        if pending:
+            wait_futures(pending, timeout)
+        return sum(1 for f in pending if not f.done())
+
     # -- async and oneway ---------------------------------------------------------------------
     def send_async(self, msg: Message, message_queue: MessageQueue | None = None,
-                   selector: MessageQueueSelector | None = None, arg: Any = None
+                   selector: Selector | None = None, arg: Any = None
                    ) -> Future[SendResult]:
         """Send without waiting: the future completes with the ``SendResult`` when the broker
         answers (under SYNC_FLUSH: once the message is on disk). A transport failure is
         retried ``retry_times_when_send_async_failed`` times on another queue (default queue
-        selection only); a broker refusal is the future's exception. No thread waits per send.
+        selection only); a broker refusal is the future's exception (RocketMQ's async rules;
+        ``send_future`` keeps ``send``'s). No thread waits per send.
         """
         # the store's future: its Condition is made only if someone waits before it is done
         # (an in-process send is done at once); thousands in flight stay cheap for the GC
@@ -394,7 +565,7 @@ class Producer:
             out.set_exception(e)
             return out
         self._send_async_attempt(out, prepared, uniq, mq, info, retries)
-        return out
+        return self._track(out)
 
     def _send_async_attempt(self, out: Future, prepared: Message, uniq: str, mq: MessageQueue,
                             info: TopicPublishInfo | None, retries: int) -> None:
@@ -402,7 +573,7 @@ class Producer:
         try:
             fut = self.transport.send_message_async(mq.broker_name, self._request(prepared, mq))
         except Exception as e:
-            out.set_exception(e)
+            self._settle(out, exc=e)
             return
         if fut.done():          # an in-process broker answers at once: no callback to keep
             self._async_answered(out, prepared, uniq, mq, info, retries, started, fut)
@@ -418,18 +589,18 @@ class Producer:
                                               exc is not None)
         if exc is None:
             try:
-                complete_future(out, self._result(f.result(), mq, uniq))
+                self._settle(out, self._result(f.result(), mq, uniq))
             except Exception as e:
-                out.set_exception(e)
+                self._settle(out, exc=e)
             return
         if isinstance(exc, TransportError) and retries > 0 and info is not None:
             nxt = self.fault_strategy.select_one_message_queue(info, mq.broker_name)
             self._send_async_attempt(out, prepared, uniq, nxt, info, retries - 1)
             return
-        out.set_exception(exc)
+        self._settle(out, exc=exc)
 
     def send_oneway(self, msg: Message, message_queue: MessageQueue | None = None,
-                    selector: MessageQueueSelector | None = None, arg: Any = None) -> None:
+                    selector: Selector | None = None, arg: Any = None) -> None:
         """Send once, no answer, no retry."""
         prepared, _ = self._prepare(msg)
         if message_queue is not None or selector is not None:
@@ -444,6 +615,16 @@ class Producer:
                    timeout: int | None = None) -> SendResult:
         """Send messages of one topic as one batch to one queue (§1.9): same topic and WAIT,
         no delay level, no retry topic, not compressed; consecutive offsets."""
+        out, joined = self._prepare_batch(msgs)
+        timeout = self.send_msg_timeout if timeout is None else timeout
+        if message_queue is not None:
+            mq = self._explicit_queue(out[0], message_queue, None, None)
+            return self._send_to_chosen_queue(mq, self._request(out[0], mq, out), timeout,
+                                              joined)
+        return self._send_with_retries(out[0], joined, out, timeout)
+
+    def _prepare_batch(self, msgs: Iterable[Message]) -> tuple[list[Message], str]:
+        """The batch rules checked; the messages as sent and their UNIQ_KEYs joined by ','."""
         msgs = list(msgs)
         if not msgs:
             raise MQClientError("send_batch: the batch is empty")
@@ -467,13 +648,13 @@ class Producer:
         if topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
             raise MQClientError("send_batch: retry group topic is not supported for batching")
         out, keys = stamp(msgs)
-        joined = ",".join(keys)
-        timeout = self.send_msg_timeout if timeout is None else timeout
-        if message_queue is not None:
-            mq = self._explicit_queue(msgs[0], message_queue, None, None)
-            return self._send_to_chosen_queue(mq, self._request(out[0], mq, out), timeout,
-                                              joined)
-        return self._send_with_retries(out[0], joined, out, timeout)
+        return out, ",".join(keys)
+
+
+def _chosen_queue_failed(mq: MessageQueue, e: TransportError) -> TransportError:
+    return TransportError(mq.broker_name, f"send to the chosen queue {mq.topic}/"
+                          f"{mq.broker_name}/{mq.queue_id} failed and is not retried "
+                          f"elsewhere (sends to a chosen queue never fail over): {e.reason}")
 
 
 class TransactionListener(Protocol):
@@ -523,30 +704,41 @@ class TransactionProducer(Producer):
                                     ) -> TransactionSendResult:
         """Send ``msg`` as a half message, run ``execute_local_transaction(msg, arg)``, then
         commit or roll back (UNKNOW leaves it to the broker's check-back)."""
+        res = self.send(self.half_message(msg))
+        outcome: Any = None
+        error: BaseException | None = None
+        if res.status is SendStatus.SEND_OK:
+            try:
+                outcome = self.listener.execute_local_transaction(msg, arg)
+            except Exception as e:       # counts as UNKNOW: the check-back decides
+                error = e
+        return self.end_transaction(res, outcome, error)
+
+    def half_message(self, msg: Message) -> Message:
+        """``msg`` as the half message of a transaction (validated; no delay level)."""
         validators.check_message(msg, self.max_message_size)
         props = msg.properties
         props.pop(C.PROPERTY_DELAY_TIME_LEVEL, None)
         props[C.PROPERTY_TRANSACTION_PREPARED] = "true"
         props[C.PROPERTY_PRODUCER_GROUP] = self.group
-        half = _rebuilt(msg, props, sys_flag=(msg.sys_flag & ~TRANSACTION_TYPE_MASK)
+        return _rebuilt(msg, props, sys_flag=(msg.sys_flag & ~TRANSACTION_TYPE_MASK)
                         | TRANSACTION_PREPARED_TYPE)
-        res = self.send(half)
-        state = LocalTransactionState.UNKNOW
-        error: BaseException | None = None
-        if res.status is SendStatus.SEND_OK:
-            try:
-                state = _state(self.listener.execute_local_transaction(msg, arg))
-            except Exception as e:       # counts as UNKNOW: the check-back decides
-                log.warning("execute_local_transaction failed: %s", e)
-                error = e
-        else:
+
+    def end_transaction(self, res: SendResult, outcome: Any, error: BaseException | None
+                        ) -> TransactionSendResult:
+        """Commit or roll back the half message ``res`` by what the local transaction gave
+        (``outcome``, or ``error`` raised: UNKNOW); a half message not stored rolls back."""
+        if res.status is not SendStatus.SEND_OK:
             state = LocalTransactionState.ROLLBACK_MESSAGE
+        elif error is not None:
+            log.warning("execute_local_transaction failed: %s", error)
+            state = LocalTransactionState.UNKNOW
+        else:
+            state = _state(outcome)
         if res.offset_msg_id:
             self.transport.end_transaction(res.message_queue.broker_name, EndTransactionRequest(
                 self.group, res.queue_offset, commit_log_offset_of(res.offset_msg_id),
                 _COMMIT_TYPE[state], False, res.msg_id, res.msg_id))
-        if error is not None:
-            log.debug("local transaction error kept as UNKNOW: %r", error)
         return TransactionSendResult(res.status, res.msg_id, res.offset_msg_id,
                                      res.message_queue, res.queue_offset, res.msg_id, state)
 
