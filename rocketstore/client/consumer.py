@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from rocketstore.acl.signature import SessionCredentials, credentials_from
 from rocketstore.client import validators
@@ -45,8 +45,17 @@ class ConsumerBase:
                  instance_name: str | None, offset_store_dir: Any,
                  timers: ClientTimers | None = None,
                  credentials: SessionCredentials | None = None, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+                 secret_key: str | None = None,
+                 on_assign: Callable[[set[MessageQueue]], Any] | None = None,
+                 on_revoke: Callable[[set[MessageQueue]], Any] | None = None) -> None:
         self.group = group
+        for name, fn in (("on_assign", on_assign), ("on_revoke", on_revoke)):
+            if fn is not None and not callable(fn):
+                raise MQClientError(f"{name}={fn!r} is not callable: give a function of the "
+                                    f"set of MessageQueues")
+        # Kafka's rebalance listener: called with the queues a rebalance gave or took
+        self.on_assign = on_assign
+        self.on_revoke = on_revoke
         self.timers = timers or ClientTimers()
         self._transport_key, self._transport_factory = transport_for(
             broker, namesrv_addr, credentials_from(credentials, access_key, secret_key))
@@ -143,6 +152,10 @@ class ConsumerBase:
     def shutdown(self) -> None:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """``shutdown()`` under Kafka's name."""
+        self.shutdown()
+
     def __enter__(self) -> Any:
         return self.start() if not self._running else self
 
@@ -151,6 +164,7 @@ class ConsumerBase:
 
     def _leave(self) -> None:
         """Persist offsets, unregister (the broker tells the others to rebalance), release."""
+        self.queues_changed(set(self.rebalance.process_queue_table), set())
         try:
             self.persist_consumer_offset()
         finally:
@@ -169,6 +183,17 @@ class ConsumerBase:
 
     def is_orderly(self) -> bool:
         return False
+
+    def queues_changed(self, revoked: set[MessageQueue], assigned: set[MessageQueue]) -> None:
+        """Tell ``on_revoke`` / ``on_assign`` (a rebalance, or leaving: every queue is
+        revoked). Revoked queues' offsets are already persisted; a callback's exception is
+        logged, never stops the rebalance."""
+        for fn, queues in ((self.on_revoke, revoked), (self.on_assign, assigned)):
+            if fn is not None and queues:
+                try:
+                    fn(set(queues))
+                except Exception:
+                    log.exception("%s of %s failed", getattr(fn, "__name__", fn), self.group)
 
     # -- rebalance hooks ----------------------------------------------------------------------
     def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:

@@ -12,9 +12,10 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from rocketstore.client.consumer import ConsumerBase
+from rocketstore.client.offset_store import ReadOffsetType, RemoteBrokerOffsetStore
 from rocketstore.client.instance import (HEARTBEAT_BROKER_INTERVAL_MS, POLL_NAME_SERVER_INTERVAL_MS,
                                          ClientTimers)
 from rocketstore.client.process_queue import ProcessQueue
@@ -64,9 +65,18 @@ class PullConsumer(ConsumerBase):
                  poll_name_server_interval: int = POLL_NAME_SERVER_INTERVAL_MS,
                  heartbeat_broker_interval: int = HEARTBEAT_BROKER_INTERVAL_MS,
                  credentials: Any = None, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+                 secret_key: str | None = None,
+                 on_assign: Callable[[set[MessageQueue]], Any] | None = None,
+                 on_revoke: Callable[[set[MessageQueue]], Any] | None = None,
+                 consumer_timeout_ms: float | None = None,
+                 ) -> None:
         """``credentials`` (a ``rocketstore.acl.SessionCredentials``, or ``access_key`` and
-        ``secret_key``): sign every request for a broker with plain ACL on (docs/acl.md)."""
+        ``secret_key``): sign every request for a broker with plain ACL on (docs/acl.md).
+        ``on_assign(queues)`` / ``on_revoke(queues)``: called (on the rebalance thread) with
+        the queues a rebalance gave this consumer or took from it (Kafka's rebalance
+        listener); leaving the group revokes every queue.
+        ``consumer_timeout_ms``: iteration (``for msg in consumer``) ends after this long
+        without a message (None: it ends only when the consumer is shut down)."""
         super().__init__(group, broker=broker, namesrv_addr=namesrv_addr,
                          message_model=message_model, consume_from_where=consume_from_where,
                          consume_timestamp_ms=consume_timestamp_ms,
@@ -74,7 +84,8 @@ class PullConsumer(ConsumerBase):
                          offset_store_dir=offset_store_dir,
                          timers=ClientTimers.checked(poll_name_server_interval,
                                                      heartbeat_broker_interval),
-                         credentials=credentials, access_key=access_key, secret_key=secret_key)
+                         credentials=credentials, access_key=access_key, secret_key=secret_key,
+                         on_assign=on_assign, on_revoke=on_revoke)
         self.auto_commit = auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.pull_batch_size = pull_batch_size
@@ -87,6 +98,10 @@ class PullConsumer(ConsumerBase):
         self._cond = threading.Condition()
         self._mode: str | None = None          # "subscribe" or "assign"
         self._last_commit = time.monotonic()
+        self.consumer_timeout_ms = consumer_timeout_ms
+        # called (pull-service thread, outside the lock) after messages are cached or the
+        # consumer stops: how rocketstore.aio's consumer learns without a waiting thread
+        self._waker: Callable[[], None] | None = None
 
     # -- configuration ------------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str | None = "*") -> None:
@@ -135,6 +150,9 @@ class PullConsumer(ConsumerBase):
         self._running = False
         with self._cond:
             self._cond.notify_all()
+        waker = self._waker
+        if waker is not None:
+            waker()
         self._leave()
 
     # -- assignment ---------------------------------------------------------------------------
@@ -242,6 +260,9 @@ class PullConsumer(ConsumerBase):
                     self._cache.append((a, gen, msgs))
                     self._cached += len(msgs)
                     self._cond.notify()
+                    waker = self._waker
+                if waker is not None:
+                    waker()
             self._pull(a)
         elif resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
             a.pull_offset = resp.next_begin_offset
@@ -257,8 +278,7 @@ class PullConsumer(ConsumerBase):
     def poll(self, timeout_ms: int = 5000) -> list[MessageExt]:
         """Messages pulled for one queue (up to ``pull_batch_size``), waiting up to
         ``timeout_ms``; an empty list when none arrived."""
-        if not self._running:
-            raise MQClientError("pull consumer is not running: start() first")
+        self._check_running()
         deadline = time.monotonic() + timeout_ms / 1000.0
         self._maybe_auto_commit()
         while True:
@@ -268,6 +288,21 @@ class PullConsumer(ConsumerBase):
                     if left <= 0 or not self._running:
                         return []
                     self._cond.wait(left)
+            msgs = self._take()
+            if msgs:
+                return msgs
+
+    def _check_running(self) -> None:
+        if not self._running:
+            raise MQClientError("pull consumer is not running: start() first")
+
+    def _take(self) -> list[MessageExt] | None:
+        """The next cached batch for the application (its queue's offset advanced past it),
+        or None when nothing is cached; never waits (``poll`` and rocketstore.aio share it)."""
+        while True:
+            with self._cond:
+                if not self._cache:
+                    return None
                 a, gen, msgs = self._cache.popleft()
                 self._cached -= len(msgs)
             if a.pq.dropped or gen != a.generation:
@@ -279,21 +314,90 @@ class PullConsumer(ConsumerBase):
                 self._resume_parked(a)
             return msgs
 
+    def __iter__(self) -> Iterator[MessageExt]:
+        """Message after message (Kafka's ``for msg in consumer``): ends when the consumer is
+        shut down, or after ``consumer_timeout_ms`` without a message. A batch counts as
+        consumed once iteration took it from the cache (as ``poll`` does)."""
+        self._check_running()
+        idle_since = time.monotonic()
+        limit = self.consumer_timeout_ms
+        while self._running:
+            wait_ms = 1000.0
+            if limit is not None:
+                wait_ms = min(wait_ms, limit - (time.monotonic() - idle_since) * 1000)
+                if wait_ms <= 0:
+                    return
+            msgs = self.poll(max(1, int(wait_ms)))
+            if msgs:
+                yield from msgs
+                idle_since = time.monotonic()
+
     def _maybe_auto_commit(self) -> None:
         if self.auto_commit and \
                 (time.monotonic() - self._last_commit) * 1000 >= self.auto_commit_interval_ms:
             self.commit()
 
-    def commit(self) -> None:
-        """Send the offsets consumed so far (the next offset of each polled queue)."""
+    def commit(self, offsets: Mapping[MessageQueue, int] | None = None
+               ) -> dict[MessageQueue, int]:
+        """Commit the offsets consumed so far (the next offset of each polled queue), or, as
+        Kafka's ``commit(offsets)``, exactly ``offsets`` ({queue: next offset to consume});
+        returns what was committed. Explicit offsets leave the position alone: the next
+        ``poll`` continues where it was, and a later (auto-)commit writes the position again."""
         self._last_commit = time.monotonic()
-        self.offset_store.persist_all(list(self.rebalance.process_queue_table))
+        if offsets is None:
+            owned = list(self.rebalance.process_queue_table)
+            table = self.offset_store.clone_offset_table()
+            self.offset_store.persist_all(owned)
+            return {mq: table[mq] for mq in owned if mq in table}
+        checked = _checked_offsets(offsets)
+        if isinstance(self.offset_store, RemoteBrokerOffsetStore):
+            for mq, off in checked.items():
+                self.transport.update_consumer_offset(mq.broker_name, self.group, mq.topic,
+                                                      mq.queue_id, off)
+        else:       # broadcasting: the local file holds the position and the commit alike
+            for mq, off in checked.items():
+                self.offset_store.update_offset(mq, off, False)
+            self.offset_store.persist_all(list(self.rebalance.process_queue_table))
+        return checked
+
+    def commit_async(self, offsets: Mapping[MessageQueue, int] | None = None,
+                     callback: Callable[[dict[MessageQueue, int], BaseException | None], Any]
+                     | None = None) -> Future[dict[MessageQueue, int]]:
+        """``commit`` on the client's timer thread: returns at once; the future (and
+        ``callback(offsets, error)``) completes with what was committed."""
+        self._check_running()
+        checked = None if offsets is None else _checked_offsets(offsets)
+        fut: Future[dict[MessageQueue, int]] = Future()
+
+        def run() -> None:
+            try:
+                done = self.commit(checked)
+            except Exception as e:
+                fut.set_exception(e)
+                if callback is not None:
+                    callback(dict(checked or {}), e)
+                return
+            fut.set_result(done)
+            if callback is not None:
+                callback(done, None)
+        self.instance.scheduler.schedule(0, run)
+        return fut
+
+    def position(self, queue: MessageQueue) -> int:
+        """The offset of the next message ``poll`` gives from ``queue`` (Kafka's
+        ``position``)."""
+        if queue not in self._assigned:
+            raise MQClientError(f"position: {queue} is not assigned to this consumer")
+        off = self.offset_store.read_offset(queue, ReadOffsetType.READ_FROM_MEMORY)
+        return off if off >= 0 else self._assigned[queue].pull_offset
 
     def seek(self, queue: MessageQueue, offset: int) -> None:
         """Next ``poll`` of ``queue`` starts at ``offset`` (cached messages are discarded)."""
         a = self._assigned.get(queue)
         if a is None:
             raise MQClientError(f"seek: {queue} is not assigned to this consumer")
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise MQClientError(f"seek offset {offset!r} of {queue} is not an int")
         lo = self.transport.get_min_offset(queue.broker_name, queue.topic, queue.queue_id)
         hi = self.transport.get_max_offset(queue.broker_name, queue.topic, queue.queue_id)
         if not lo <= offset <= hi:
@@ -304,6 +408,26 @@ class PullConsumer(ConsumerBase):
             a.pq.clear()
         self.offset_store.update_offset(queue, offset, False)
         self.instance.pull_service.execute(self._pull, a)
+
+    def seek_to_beginning(self, queues: Iterable[MessageQueue] | None = None) -> None:
+        """Seek ``queues`` (default: every assigned queue) to their first stored message."""
+        for mq in self._seek_targets(queues):
+            self.seek(mq, self.transport.get_min_offset(mq.broker_name, mq.topic,
+                                                        mq.queue_id))
+
+    def seek_to_end(self, queues: Iterable[MessageQueue] | None = None) -> None:
+        """Seek ``queues`` (default: every assigned queue) past their last message: only
+        messages stored from now on are polled."""
+        for mq in self._seek_targets(queues):
+            self.seek(mq, self.transport.get_max_offset(mq.broker_name, mq.topic,
+                                                        mq.queue_id))
+
+    def _seek_targets(self, queues: Iterable[MessageQueue] | None) -> list[MessageQueue]:
+        if queues is None:
+            return sorted(self._assigned)
+        if isinstance(queues, MessageQueue):
+            return [queues]
+        return list(queues)
 
     def committed(self, queue: MessageQueue) -> int:
         """The offset the broker (or the local file, broadcasting) holds for ``queue``; -1
@@ -331,3 +455,17 @@ class PullConsumer(ConsumerBase):
         for mq in queues:
             if mq in self._assigned:
                 self._assigned[mq].paused = False
+
+
+def _checked_offsets(offsets: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
+    if not isinstance(offsets, Mapping):
+        raise MQClientError(f"commit offsets must be a dict of MessageQueue to offset, got "
+                            f"{type(offsets).__name__}")
+    out: dict[MessageQueue, int] = {}
+    for mq, off in offsets.items():
+        if not isinstance(mq, MessageQueue):
+            raise MQClientError(f"commit offsets: key {mq!r} is not a MessageQueue")
+        if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+            raise MQClientError(f"commit offsets: offset {off!r} of {mq} is not an int >= 0")
+        out[mq] = off
+    return out

@@ -78,9 +78,15 @@ class PushConsumer(ConsumerBase):
                  poll_name_server_interval: int = POLL_NAME_SERVER_INTERVAL_MS,
                  heartbeat_broker_interval: int = HEARTBEAT_BROKER_INTERVAL_MS,
                  credentials: Any = None, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+                 secret_key: str | None = None,
+                 on_assign: Callable[[set[MessageQueue]], Any] | None = None,
+                 on_revoke: Callable[[set[MessageQueue]], Any] | None = None,
+                 ) -> None:
         """``credentials`` (a ``rocketstore.acl.SessionCredentials``, or ``access_key`` and
-        ``secret_key``): sign every request for a broker with plain ACL on (docs/acl.md)."""
+        ``secret_key``): sign every request for a broker with plain ACL on (docs/acl.md).
+        ``on_assign(queues)`` / ``on_revoke(queues)``: called (on the rebalance thread) with
+        the queues a rebalance gave this consumer or took from it (Kafka's rebalance
+        listener); leaving the group revokes every queue."""
         super().__init__(group, broker=broker, namesrv_addr=namesrv_addr,
                          message_model=message_model, consume_from_where=consume_from_where,
                          consume_timestamp_ms=consume_timestamp_ms,
@@ -88,7 +94,8 @@ class PushConsumer(ConsumerBase):
                          offset_store_dir=offset_store_dir,
                          timers=ClientTimers.checked(poll_name_server_interval,
                                                      heartbeat_broker_interval),
-                         credentials=credentials, access_key=access_key, secret_key=secret_key)
+                         credentials=credentials, access_key=access_key, secret_key=secret_key,
+                         on_assign=on_assign, on_revoke=on_revoke)
         self.max_reconsume_times = max_reconsume_times
         self.consume_thread_nums = _check_range("consume_thread_nums", consume_thread_nums, 1, 1000)
         self.consume_message_batch_max_size = _check_range(

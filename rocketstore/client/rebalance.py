@@ -48,9 +48,11 @@ class RebalanceImpl:
                     self.rebalance_by_topic(topic, is_order)
                 except TransportError as e:
                     log.warning("rebalance of %s/%s: %s", self.c.group, topic, e)
-            for mq in [mq for mq in self.process_queue_table if mq.topic not in subs]:
+            gone = {mq for mq in self.process_queue_table if mq.topic not in subs}
+            for mq in gone:
                 pq = self.process_queue_table.pop(mq)
                 pq.dropped = True
+            self.c.queues_changed(gone, set())
 
     def topic_queues(self, topic: str) -> list[MessageQueue] | None:
         route = self.c.instance.topic_route(topic)
@@ -94,6 +96,7 @@ class RebalanceImpl:
     def update_process_queue_table(self, topic: str, mq_set: set[MessageQueue],
                                    is_order: bool) -> bool:
         changed = False
+        revoked: set[MessageQueue] = set()
         for mq, pq in list(self.process_queue_table.items()):
             if mq.topic != topic:
                 continue
@@ -101,6 +104,7 @@ class RebalanceImpl:
                 pq.dropped = True
                 if self.c.remove_unnecessary_message_queue(mq, pq):
                     self.process_queue_table.pop(mq, None)
+                    revoked.add(mq)
                     changed = True
         new_pulls = []
         for mq in sorted(mq_set - self.process_queue_table.keys()):
@@ -119,6 +123,8 @@ class RebalanceImpl:
             changed = True
         if new_pulls:
             self.c.dispatch_pull_requests(new_pulls)
+        if changed:
+            self.c.queues_changed(revoked, {mq for mq, _, _ in new_pulls})
         return changed
 
     def compute_pull_from_where(self, mq: MessageQueue) -> int:
