@@ -559,6 +559,18 @@ cdef inline Py_ssize_t _put_prop(char *dst, const char *name, Py_ssize_t nlen, b
     return nlen + vlen + 2
 
 
+BODY_PREVIEW_BYTES = 64
+
+
+def body_preview(body):
+    """A body as a repr shows it: its bytes (the first 64 and the size when longer), not
+    ``<memory at 0x...>`` (a read message's body is a zero-copy memoryview)."""
+    cdef Py_ssize_t n = len(body)
+    if n <= BODY_PREVIEW_BYTES:
+        return repr(bytes(body))
+    return f"{bytes(body[:BODY_PREVIEW_BYTES])!r}...({n} bytes)"
+
+
 def _rebuild_message(topic, body, props, flag, sys_flag, reconsume_times, prepared, born_ts,
                      born_host):
     return Message(topic, body, properties=props, flag=flag, sys_flag=sys_flag,
@@ -567,10 +579,14 @@ def _rebuild_message(topic, body, props, flag, sys_flag, reconsume_times, prepar
 
 
 @cython.final
+@cython.embedsignature(False)   # the docstring's first lines are its text signature instead
 @cython.freelist(64)    # a Message per put is the common case: skip the allocator
 @cython.no_gc       # holds only str/bytes/dict-of-str: no cycles, so no GC traversal cost
 cdef class Message:
-    """A message to put: what a RocketMQ producer sends.
+    """Message(topic, body, tags=None, keys=None, properties=None, flag=0, *, sys_flag=0, reconsume_times=0, prepared_transaction_offset=0, born_timestamp=None, born_host=None, delay_level=0)
+--
+
+    A message to put: what a RocketMQ producer sends.
 
     Validated and encoded once here, so bad input fails at construction with an
     ``InvalidMessageError`` naming the field, and a put only copies bytes. A ``Message`` is
@@ -856,7 +872,7 @@ cdef class Message:
                                    self.born_host))
 
     def __repr__(self):
-        return (f"Message(topic={self.topic!r}, body=<{self._body_len} bytes>, "
+        return (f"Message(topic={self.topic!r}, body={body_preview(self._body)}, "
                 f"properties={self.properties!r}, flag={self.flag})")
 
 
@@ -1166,7 +1182,8 @@ cdef class MessageExt:
     def __repr__(self):
         return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
                 f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
-                f"store_size={self.store_size}, tags={self.tags!r})")
+                f"store_size={self.store_size}, tags={self.tags!r}, "
+                f"body={body_preview(self.body)})")
 
 
 def _rebuild_ext(bytes record, bint raw=False, bint client=False):
