@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import re
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -299,3 +304,21 @@ def test_await_send_follows_the_sync_retry_rules(late):
     sync, n_sync, aio, n_aio = outcomes(fake, 4)
     assert sync == aio == [("MQBrokerError", ResponseCode.MESSAGE_ILLEGAL)] * 4
     assert n_sync == n_aio == 4
+
+
+def docs_block(marker):
+    """The python block of docs/messaging.md's asyncio section that contains ``marker``."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "messaging.md").read_text()
+    section = text[text.index("## asyncio and Kafka's habits"):]
+    return next(b for b in re.findall(r"```python\n(.*?)```", section, re.S) if marker in b)
+
+
+def test_the_docs_asyncio_example_runs_as_written(tmp_path):
+    script = tmp_path / "example.py"
+    script.write_text(docs_block("AsyncProducer"))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "SEND_OK 0", "3", "[b'item-0', b'item-1', b'item-2', b'paid']", "pushed Paid b'paid'"]

@@ -130,8 +130,8 @@ class PullConsumer(ConsumerBase):
     def start(self) -> PullConsumer:
         if self._running:
             raise MQClientError(f"pull consumer {self.group!r} is already started")
-        if self._mode is None:
-            raise MQClientError("subscribe() or assign() before start()")
+        # subscribe() or assign() may come before or after start() (Kafka's and RocketMQ's
+        # lite pull consumer allow both): ``with PullConsumer(...) as c: c.assign(queues)``
         self._start_base()
         self._running = True
         self.instance.send_heartbeat_to_all_brokers()
