@@ -29,3 +29,20 @@ __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH",
 ]
 __all__ += _errors.__all__      # every public error, importable as rocketstore.<Name>
+
+# the clients, importable from the top as confluent-kafka's are; loaded on first use, so
+# ``import rocketstore`` (the store) does not load the client or asyncio
+_CLIENT_NAMES = ("Producer", "TransactionProducer", "PushConsumer", "PullConsumer",
+                 "MessageQueue", "SendStatus", "ConsumeConcurrentlyStatus",
+                 "ConsumeOrderlyStatus", "LocalTransactionState")
+__all__ += list(_CLIENT_NAMES)
+
+
+def __getattr__(name: str) -> object:
+    if name in _CLIENT_NAMES:
+        import rocketstore.client as client
+        return getattr(client, name)
+    if name == "aio":
+        import importlib
+        return importlib.import_module("rocketstore.aio")
+    raise AttributeError(f"module 'rocketstore' has no attribute {name!r}")

@@ -255,3 +255,17 @@ def test_the_docs_kafka_habits_example_runs_as_written(tmp_path):
     assert out[6].startswith("MessageExt(topic='Clicks', queue_id=1, queue_offset=0, ")
     assert out[6].endswith(", body=b'ann')")
     assert out[7:] == ["[b'ann', b'ann']"]
+
+
+def test_the_clients_are_importable_from_the_top_without_loading_them_early():
+    code = ("import sys, rocketstore\n"
+            "assert 'rocketstore.client' not in sys.modules\n"
+            "from rocketstore import Producer, PullConsumer, PushConsumer, TransactionProducer\n"
+            "import rocketstore.client as c\n"
+            "assert (Producer, PullConsumer) == (c.Producer, c.PullConsumer)\n"
+            "assert rocketstore.aio.AsyncProducer.__name__ == 'AsyncProducer'\n"
+            "assert 'PullConsumer' in rocketstore.__all__\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

@@ -485,8 +485,8 @@ class Producer:
         else:
             fut.add_done_callback(answered)
 
-    def _advance(self, out: Future, steps: Generator, resume: Callable, value: Any,
-                 later: bool) -> None:
+    def _advance(self, out: Future, steps: Generator[Any, Any, Any], resume: Callable,
+                 value: Any, later: bool) -> None:
         """Resume the retry rules with an answer (``steps.send``) or an error
         (``steps.throw``) and start the next attempt, or settle ``out``. ``later``: the
         answer arrived on a transport thread; a resume that may retry (and so refresh a
@@ -517,7 +517,8 @@ class Producer:
         else:
             fut.add_done_callback(functools.partial(self._attempt_answered, out, steps, True))
 
-    def _attempt_answered(self, out: Future, steps: Generator, later: bool, f: Future) -> None:
+    def _attempt_answered(self, out: Future, steps: Generator[Any, Any, Any], later: bool,
+                          f: Future) -> None:
         exc = f.exception()
         if exc is None:
             resp = f.result()
