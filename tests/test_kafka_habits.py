@@ -269,3 +269,15 @@ def test_the_clients_are_importable_from_the_top_without_loading_them_early():
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_assigned_queues_call_no_rebalance_callback(broker, transport):
+    kw = client_kw(broker, transport)
+    with Producer("apg", **kw) as p:
+        mq = make_topic(p, "AQ", 2)[0]
+    r = Recorder()
+    with PullConsumer("acg", on_assign=r.on_assign, on_revoke=r.on_revoke,
+                      consumer_timeout_ms=300, **kw) as c:
+        c.assign([mq])
+        drain(c)
+    assert r.events == []

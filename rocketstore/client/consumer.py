@@ -186,8 +186,9 @@ class ConsumerBase:
 
     def queues_changed(self, revoked: set[MessageQueue], assigned: set[MessageQueue]) -> None:
         """Tell ``on_revoke`` / ``on_assign`` (a rebalance, or leaving: every queue is
-        revoked). Revoked queues' offsets are already persisted; a callback's exception is
-        logged, never stops the rebalance."""
+        revoked). A rebalance has persisted the revoked queues' offsets already; leaving
+        persists them right after, so an ``on_revoke`` may still commit. A callback's
+        exception is logged, never stops the rebalance."""
         for fn, queues in ((self.on_revoke, revoked), (self.on_assign, assigned)):
             if fn is not None and queues:
                 try:

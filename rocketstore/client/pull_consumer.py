@@ -185,6 +185,11 @@ class PullConsumer(ConsumerBase):
         if self._mode == "subscribe":
             super().do_rebalance()
 
+    def queues_changed(self, revoked: set[MessageQueue], assigned: set[MessageQueue]) -> None:
+        # as Kafka's: queues given with assign() are never "rebalanced"
+        if self._mode == "subscribe":
+            super().queues_changed(revoked, assigned)
+
     def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         self._assigned.pop(mq, None)
         return super().remove_unnecessary_message_queue(mq, pq)
@@ -343,6 +348,8 @@ class PullConsumer(ConsumerBase):
         Kafka's ``commit(offsets)``, exactly ``offsets`` ({queue: next offset to consume});
         returns what was committed. Explicit offsets leave the position alone: the next
         ``poll`` continues where it was, and a later (auto-)commit writes the position again."""
+        if self.offset_store is None:
+            raise MQClientError("commit: the pull consumer was never started")
         self._last_commit = time.monotonic()
         if offsets is None:
             owned = list(self.rebalance.process_queue_table)
