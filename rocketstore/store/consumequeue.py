@@ -85,6 +85,7 @@ class ConsumeQueueStore:
         self._lock = threading.Lock()
         self.damaged = False        # load() dropped files: rebuild from the commit log
         self._removed: list[ConsumeQueue] = []     # a deleted topic's, mappings retired
+        self._tail_cut: list[ConsumeQueue] = []    # recover() dropped their last files
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -155,8 +156,52 @@ class ConsumeQueueStore:
                 self._queues.setdefault(topic, {})[qid] = q
 
     def recover(self) -> None:
+        """Find each queue's end (``ConsumeQueue.recover``); queues whose trailing files it
+        dropped (never written: a cut after they were created) are noted for ``validate``."""
+        self._tail_cut = []
         for q in self.queues():
+            before = len(q.mapped_file_queue.files)
             q.recover()
+            if len(q.mapped_file_queue.files) < before:
+                self._tail_cut.append(q)
+
+    def validate(self, commit_log_queue, end: int, min_phy: int,
+                 deep_files: int = 3) -> tuple[int, list[str]]:
+        """Abnormal recovery: check every queue's units against the commit log (units up to
+        ``end``; the last ``deep_files`` files of each queue unit by unit against the record
+        headers, the others at their first and last unit) and drop each queue from its first
+        unit that does not hold. Returns (the commit-log offset re-dispatch must start from
+        to rebuild what was dropped, or -1 when nothing was; "topic/queue@index" of each
+        queue cut)."""
+        rebuild_from = -1
+        cut = []
+        for q in self.queues():
+            files = q.mapped_file_queue.files
+            if not files:
+                continue
+            deep_from = files[max(0, len(files) - deep_files)].file_from_offset
+            bad = q.validate(commit_log_queue, end, min_phy, deep_from)
+            if bad < 0:
+                if q in self._tail_cut:
+                    # its last files held no units: rebuild what they should have held
+                    log.error("%s/%d: consume-queue files after unit %d were never written "
+                              "(a cut during recovery or dispatch): rebuilding them from the "
+                              "commit log", q.topic, q.queue_id, q.get_max_offset_in_queue())
+                    n = q.get_max_offset_in_queue()
+                    last = q.get_unit(n - 1) if n > q.get_min_offset_in_queue() else None
+                    start = max(last[0] + last[1], min_phy) \
+                        if last is not None and last[1] != 0x7FFFFFFF else min_phy
+                    rebuild_from = start if rebuild_from < 0 else min(rebuild_from, start)
+                    cut.append(f"{q.topic}/{q.queue_id}@{q.get_max_offset_in_queue()}")
+                continue
+            log.error("%s/%d: consume-queue unit %d does not match the commit log (zeroed, "
+                      "stale or damaged after a crash): dropping the queue from there and "
+                      "rebuilding it from the commit log", q.topic, q.queue_id, bad)
+            start = q.truncate_at(bad)
+            start = min_phy if start < 0 else max(start, min_phy)
+            rebuild_from = start if rebuild_from < 0 else min(rebuild_from, start)
+            cut.append(f"{q.topic}/{q.queue_id}@{bad}")
+        return rebuild_from, cut
 
     def max_physic_offset(self) -> int:
         """End (offset + size) of the furthest commit-log record any queue points at, or -1."""

@@ -621,6 +621,13 @@ class MessageStore:
         elif self.consume_queues.max_physic_offset() > end:
             self.consume_queues.truncate_dirty(end)
         min_phy = max(0, self.commit_log.get_min_offset())
+        rebuild_from, queues_cut = -1, []
+        if not self.last_exit_ok and files:
+            # a cut during an earlier recovery can leave queue files whose units never
+            # reached the disk (all zeros, counted as full) anywhere in a queue: check every
+            # unit against the log and rebuild each queue from its first bad one
+            rebuild_from, queues_cut = self.consume_queues.validate(
+                self.commit_log_queue, end, min_phy)
         self.consume_queues.correct_min_offset(min_phy)
         if self.dispatch_core.index_last_phy >= end:
             # the index holds keys of records the truncation removed (queries check each
@@ -643,6 +650,8 @@ class MessageStore:
             # after a crash every record from the checkpoint's file on is dispatched again:
             # consume-queue units and index entries written after their last flush may be lost
             reput = min(reput, max(files[start].file_from_offset, min_phy))
+        if rebuild_from >= 0:
+            reput = min(reput, rebuild_from)
         if self.consume_queues.damaged:
             reput = min_phy         # queue files were dropped at load: rebuild them all
         elif min_phy < reput < end and self.commit_log.next_record(reput)[1] == -1:
@@ -657,6 +666,10 @@ class MessageStore:
         self.dispatch_core.verify_below = end
         redispatch_from = self.dispatch_core.reput_offset
         dispatched = self.dispatch_service.do_dispatch()
+        if not self.last_exit_ok:
+            # what re-dispatch rebuilt is on disk before anything trusts it: a cut during
+            # the next run must not find these files created but never written
+            self.consume_queues.flush(0)
         for (topic, qid), max_offset in self.consume_queues.max_offsets().items():
             self.commit_log.set_queue_offset(topic, qid, max_offset)
         self.recovery = {
@@ -672,6 +685,8 @@ class MessageStore:
             "bytes_zeroed": zeroed,
             "files_dropped": files_dropped,
             "bytes_blanked": blanked,
+            "bytes_resynced": self.commit_log.bytes_resynced,
+            "queues_rebuilt": queues_cut,
             "records_skipped": self.bad_records(),
             "records_not_dispatched": self.dispatch_core.rejected,
             "scan_seconds": scan_seconds,
@@ -715,6 +730,10 @@ class MessageStore:
         mf.flushed_pos = min(mf.flushed_pos, pos)
         log.warning("commit log %s: unreadable from position %d, the next file is intact: "
                     "%d bytes blanked, the files after it kept", mf.path, pos, left)
+        start = mf.file_from_offset + pos
+        integrity.report(self.commit_log_queue.store_path, start,
+                         f"damaged range [{start}, {start + left}) of {left} bytes skipped: "
+                         f"no valid record starts in it (blanked at recovery)")
         return left
 
     def _zero_tail(self, end: int) -> int:

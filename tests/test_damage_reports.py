@@ -1,0 +1,212 @@
+"""Damage never hides intact messages silently (issue 21 items 3 and 5).
+
+Every intact message is either handed out (pulled through its queue, at its queue offset) or
+its loss is reported: its commit-log offset, a damaged range holding it, or its unit is in
+``bad_records()``. Stores are built, stopped, damaged in one place and opened again.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from conftest import corrupt
+from rocketstore import Message, MessageStore, StoreConfig
+
+CFG = StoreConfig(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=50 * 20)
+RANGE = re.compile(r"damaged range \[(\d+), (\d+)\)")
+UNIT = re.compile(r"consume queue unit (.+)/(\d+)/(\d+):")
+
+
+def _build(root: str, n: int = 600, queues: int = 2) -> list:
+    """n messages over ``queues`` queues of topic T; (queue, result, body) of each."""
+    put = []
+    with MessageStore.open(root, CFG) as store:
+        for i in range(n):
+            body = b"m%04d-" % i + bytes([65 + i % 26]) * (120 + i % 50)
+            r = store.put_message(Message("T", body, tags=f"t{i % 3}", keys=[f"k{i}"]), i % queues)
+            assert r.ok
+            put.append((i % queues, r, body))
+        assert store.wait_dispatched(10)
+    return put
+
+
+def _pull_all(store, queues: int = 2) -> dict:
+    """{commit-log offset: (queue, queue offset, body)} of everything the queues hand out."""
+    got = {}
+    for q in range(queues):
+        off = store.get_min_offset_in_queue("T", q)
+        for _ in range(10_000):
+            r = store.get_message("g", "T", q, off, 32)
+            for m in r.messages:
+                got[m.commitlog_offset] = (q, m.queue_offset, bytes(m.body))
+            if r.next_begin_offset <= off:
+                break
+            off = r.next_begin_offset
+    return got
+
+
+def _silently_lost(store, put, intact=lambda r: True) -> list:
+    """Intact messages neither handed out nor reported."""
+    got = _pull_all(store)
+    bad = store.bad_records()
+    offsets = {off for off, _ in bad}
+    ranges = [(int(a), int(b)) for _, why in bad for a, b in RANGE.findall(why)]
+    units = {(m.group(1), int(m.group(2)), int(m.group(3)))
+             for _, why in bad for m in [UNIT.search(why)] if m}
+    lost = []
+    for q, r, body in put:
+        phy = r.commitlog_offset
+        if not intact(r):
+            continue
+        if got.get(phy) == (q, r.queue_offset, body):
+            continue
+        if phy in offsets or ("T", q, r.queue_offset) in units \
+                or any(a <= phy < b for a, b in ranges):
+            continue
+        lost.append((q, r.queue_offset, phy))
+    return lost
+
+
+def _cq_file(root: str, q: int, index: int) -> tuple[str, int]:
+    """Path of the consume-queue file holding unit ``index`` of T/q and the unit's position."""
+    per_file = CFG.mapped_file_size_consume_queue // 20
+    start = index - index % per_file
+    return os.path.join(root, "consumequeue", "T", str(q), "%020d" % (start * 20)), \
+        (index - start) * 20
+
+
+def _abort(root: str) -> None:
+    open(os.path.join(root, "abort"), "w").close()
+
+
+def _checkpoint_at_last_file(root: str) -> None:
+    """Move the checkpoint's flush times 10 s ahead, as if the store had run on a while
+    after its last file began: abnormal recovery then re-dispatches the last file only
+    (docs/format.md §8.4) and keeps the units before it, as in a long-running store."""
+    import struct
+    import time
+    with open(os.path.join(root, "checkpoint"), "r+b") as f:
+        f.write(struct.pack(">qq", int(time.time() * 1000) + 10_000, int(time.time() * 1000) + 10_000))
+
+
+# -- item 5: a damaged consume-queue unit ------------------------------------------------------
+
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "abort"])
+@pytest.mark.parametrize("damage", ["offset-past-log", "zeroed", "offset-into-record"])
+def test_damaged_unit_is_skipped_and_reported_and_the_queue_goes_on(tmp_path, damage, abort):
+    root = str(tmp_path / "s")
+    put = _build(root)
+    q, victim = 0, 120               # unit 120 of T/0, in the middle of a consume-queue file
+    path, pos = _cq_file(root, q, victim + 5)
+    if damage == "offset-past-log":
+        corrupt(path, pos, b"\x10")                    # the offset's top byte: far past the log
+    elif damage == "zeroed":
+        corrupt(path, pos, bytes(20))
+    else:
+        corrupt(path, pos + 7, b"\x33")                # the offset's low byte: inside a record
+    if abort:
+        _abort(root)
+    with MessageStore.open(root, CFG) as store:
+        got = _pull_all(store)
+        # every other message of the queue is still handed out, in place
+        mine = [(r.queue_offset, body) for qq, r, body in put if qq == q]
+        handed = sorted((qo, b) for qq, qo, b in got.values() if qq == q)
+        assert len(handed) >= len(mine) - 1
+        assert [x for x in mine if x not in handed] in ([], [mine[victim + 5]])
+        assert store.get_max_offset_in_queue("T", q) == len(mine)
+        assert _silently_lost(store, put) == []
+
+
+# -- item 5: a zeroed page in the commit log ---------------------------------------------------
+
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "abort"])
+@pytest.mark.parametrize("which", ["older-file", "last-file"])
+def test_zeroed_commit_log_page_is_skipped_reported_and_what_follows_kept(tmp_path, which, abort):
+    root = str(tmp_path / "s")
+    put = _build(root, n=900)
+    cl = sorted(os.listdir(os.path.join(root, "commitlog")))
+    assert len(cl) >= 3
+    name = cl[0] if which == "older-file" else cl[-1]
+    base = int(name)
+    page = base + 8192                 # a page in the middle of the file, records on both sides
+    last_end = max(r.commitlog_offset + r.wrote_bytes for _, r, _ in put)
+    assert page + 4096 + 2000 < min(base + CFG.mapped_file_size_commit_log, last_end)
+    corrupt(os.path.join(root, "commitlog", name), page - base, bytes(4096))
+
+    def intact(r):
+        return r.commitlog_offset + r.wrote_bytes <= page or r.commitlog_offset >= page + 4096
+
+    after = [r for _, r, _ in put if r.commitlog_offset >= page + 4096 and
+             r.commitlog_offset < base + CFG.mapped_file_size_commit_log]
+    assert len(after) > 30
+    if abort:
+        _abort(root)
+    with MessageStore.open(root, CFG) as store:
+        assert _silently_lost(store, put, intact) == []
+        got = _pull_all(store)
+        # the intact records after the page are all there, in their queues
+        assert all(r.commitlog_offset in got for r in after)
+        assert store.get_max_phy_offset() == last_end
+        if not abort and which == "older-file":
+            return          # not scanned at a clean start: the readers reported each unit
+        # the damage is reported as a range covering the page
+        ranges = [(int(a), int(b)) for _, why in store.bad_records() for a, b in RANGE.findall(why)]
+        assert any(a <= page + 100 and b >= page + 4096 for a, b in ranges), store.bad_records()
+        # the store goes on writing after its real end
+        nxt = store.put_message(Message("T", b"after"), 0)
+        assert nxt.commitlog_offset == last_end
+
+
+def test_torn_tail_is_still_a_torn_tail(tmp_path):
+    """Zeros to the end of the written area after a torn record: truncated there, nothing
+    reported as damage (no valid record follows it)."""
+    root = str(tmp_path / "s")
+    put = _build(root, n=300)
+    last = put[-1][1]
+    cl = sorted(os.listdir(os.path.join(root, "commitlog")))
+    base = int(cl[-1])
+    torn = put[-5][1].commitlog_offset
+    assert torn >= base
+    with open(os.path.join(root, "commitlog", cl[-1]), "r+b") as f:
+        f.seek(torn - base + 30)
+        f.write(bytes(last.commitlog_offset + last.wrote_bytes - torn - 30))
+    _abort(root)
+    with MessageStore.open(root, CFG) as store:
+        assert store.get_max_phy_offset() == torn
+        assert store.recovery["bytes_resynced"] == 0
+        assert not [why for _, why in store.bad_records() if "damaged range" in why]
+        assert store.put_message(Message("T", b"next"), 0).commitlog_offset == torn
+
+
+# -- item 3: consume-queue files a cut during recovery left unwritten ----------------------------
+
+@pytest.mark.parametrize("where", ["middle", "last"])
+def test_zeroed_consume_queue_files_are_rebuilt_at_abnormal_recovery(tmp_path, where):
+    """Re-dispatch created consume-queue files whose contents never reached the disk: files
+    of zeros (whole, so they count as full) in the middle or at the end of a queue. Abnormal
+    recovery checks every unit against the commit log and rebuilds from the first bad one:
+    every message is reachable at its offset, the queue's min is not moved past them."""
+    root = str(tmp_path / "s")
+    put = _build(root, n=1200)
+    qdir = os.path.join(root, "consumequeue", "T", "0")
+    names = sorted(os.listdir(qdir))
+    assert len(names) >= 8
+    victims = names[2:5] if where == "middle" else names[-3:]
+    for n in victims:
+        with open(os.path.join(qdir, n), "r+b") as f:
+            f.write(bytes(os.path.getsize(os.path.join(qdir, n))))
+    _checkpoint_at_last_file(root)
+    _abort(root)
+    with MessageStore.open(root, CFG) as store:
+        assert store.get_min_offset_in_queue("T", 0) == 0
+        assert store.get_max_offset_in_queue("T", 0) == sum(1 for q, _, _ in put if q == 0)
+        got = _pull_all(store)
+        for q, r, body in put:
+            assert got.get(r.commitlog_offset) == (q, r.queue_offset, body)
+        assert store.recovery["files_scanned"] == 1
+        assert store.recovery["queues_rebuilt"] == [f"T/0@{int(victims[0]) // 20}"]
+    # and it was written to disk: a clean reopen finds the same
+    with MessageStore.open(root, CFG) as store:
+        assert len(_pull_all(store)) == len(put)
