@@ -210,3 +210,128 @@ def test_zeroed_consume_queue_files_are_rebuilt_at_abnormal_recovery(tmp_path, w
     # and it was written to disk: a clean reopen finds the same
     with MessageStore.open(root, CFG) as store:
         assert len(_pull_all(store)) == len(put)
+
+
+# -- item 6: damaged metadata does not stop the broker -----------------------------------------
+
+LEVELS = "1s 2h"
+BROKER_CONF = {"messageDelayLevel": LEVELS, "mappedFileSizeCommitLog": str(1 << 20),
+               "flushConsumerOffsetInterval": "100000"}
+
+
+@pytest.fixture
+def namesrv(tmp_path):
+    from servers import start_namesrv
+    ns = start_namesrv(tmp_path)
+    yield ns
+    assert ns.stop() == 0
+
+
+def _runtime_info(broker_addr: str) -> dict:
+    from rocketstore.remoting.admin_client import AdminClient
+    with AdminClient("127.0.0.1:1") as admin:
+        return admin.broker_runtime_info(broker_addr)
+
+
+def _delayed_store(root: str) -> tuple[int, int]:
+    """A broker store with 5 delivered level-1 messages and 4 pending level-2 (2 h) ones;
+    returns (delivered, pending)."""
+    import time
+    from rocketstore.broker.broker import Broker
+    from rocketstore.broker.config import BrokerConfig
+    from rocketstore.common.protocol import SendMessageRequest
+    cfg = StoreConfig(message_delay_level=LEVELS, mapped_file_size_commit_log=1 << 20,
+                      enabled_append_prop_crc=False)
+    with Broker.open(root, BrokerConfig(), cfg) as broker:
+        for level, n in ((1, 5), (2, 4)):
+            for i in range(n):
+                msg = Message("DelayT", b"L%d-%d" % (level, i),
+                              properties={"DELAY": str(level), "WAIT": "true"})
+                resp = broker.send_message(SendMessageRequest("P", "DelayT", 0, [msg])).result(30)
+                assert resp.code == 0, resp
+        deadline = time.monotonic() + 30
+        while broker.schedule_service.offsets().get(1) != 5:
+            assert time.monotonic() < deadline, broker.schedule_service.offsets()
+            time.sleep(0.02)
+    return 5, 4
+
+
+def test_broker_starts_on_a_damaged_delay_offset_file_and_rebuilds_progress(tmp_path, namesrv):
+    """delayOffset.json unreadable and no .bak: the broker starts, each level's progress is
+    rebuilt from what was delivered (level 1: 5, nothing delivered twice; level 2: 0, the
+    pending ones not skipped) and the reset is reported in its runtime info."""
+    from pathlib import Path
+    from servers import start_broker
+    root = tmp_path / "store"
+    delivered, pending = _delayed_store(str(root))
+    cfg_dir = root / "config"
+    (cfg_dir / "delayOffset.json").write_text('{\n\t"offsetTable":{1:5,2:\x00\x00\n\t}\n}')
+    for p in cfg_dir.glob("delayOffset.json.bak"):
+        p.unlink()
+    broker = start_broker(Path(root), namesrv.addr, BROKER_CONF)
+    try:
+        info = _runtime_info(broker.addr)
+        assert "delayOffset.json" in info.get("metadataResets", ""), info
+    finally:
+        assert broker.stop() == 0
+    assert "delayOffset.json" in broker.output          # the ERROR line
+    from rocketstore.store.configfile import loads
+    table = loads((cfg_dir / "delayOffset.json").read_text())["offsetTable"]
+    assert table == {"1": delivered, "2": 0} or table == {1: delivered, 2: 0}
+    assert (cfg_dir / "delayOffset.json.damaged").exists()
+    with MessageStore.open(str(root), StoreConfig(message_delay_level=LEVELS,
+                                                  mapped_file_size_commit_log=1 << 20)) as s:
+        # every level-1 message reached its topic exactly once
+        got = s.get_message("g", "DelayT", 0, 0, 32).messages
+        assert sorted(bytes(m.body) for m in got) == [b"L1-%d" % i for i in range(delivered)]
+
+
+def test_broker_starts_on_a_damaged_subscription_group_file(tmp_path, namesrv):
+    from pathlib import Path
+    from servers import start_broker
+    root = tmp_path / "store"
+    broker = start_broker(Path(root), namesrv.addr, BROKER_CONF)
+    assert broker.stop() == 0
+    cfg_dir = root / "config"
+    (cfg_dir / "subscriptionGroup.json").write_text('{"subscriptionGroupTable":{"g1":{"groupN')
+    for p in cfg_dir.glob("subscriptionGroup.json.bak"):
+        p.unlink()
+    broker = start_broker(Path(root), namesrv.addr, BROKER_CONF)
+    try:
+        info = _runtime_info(broker.addr)
+        assert "subscriptionGroup.json" in info.get("metadataResets", ""), info
+    finally:
+        assert broker.stop() == 0
+    assert (cfg_dir / "subscriptionGroup.json.damaged").exists()
+    from rocketstore.store.configfile import loads
+    loads((cfg_dir / "subscriptionGroup.json").read_text())     # readable again
+
+
+def test_damaged_consumer_offsets_are_merged_with_the_backup_entry_by_entry(tmp_path, namesrv):
+    """consumerOffset.json unparseable, .bak older: each topic@group/queue keeps the newest
+    readable value (the damaged file's where its entry is intact, else .bak's); no entry of
+    either copy is dropped; the merge is reported."""
+    from pathlib import Path
+    from servers import start_broker
+    from rocketstore.store.configfile import loads
+    root = tmp_path / "store"
+    broker = start_broker(Path(root), namesrv.addr, BROKER_CONF)
+    assert broker.stop() == 0
+    cfg_dir = root / "config"
+    # newer: A moved on, C is new, B's queue 1 is damaged; the document itself is cut short
+    (cfg_dir / "consumerOffset.json").write_text(
+        '{\n\t"offsetTable":{\n\t\t"A@g":{0:50,1:60\n\t\t},\n\t\t"B@g":{0:9,1:1x\n\t\t},'
+        '\n\t\t"C@g":{0:5\n\t\t},\n\t\t"D@g":{0:')
+    (cfg_dir / "consumerOffset.json.bak").write_text(
+        '{\n\t"offsetTable":{\n\t\t"A@g":{0:20,1:30\n\t\t},\n\t\t"B@g":{0:3,1:4\n\t\t},'
+        '\n\t\t"E@g":{2:8\n\t\t}\n\t}\n}')
+    broker = start_broker(Path(root), namesrv.addr, BROKER_CONF)
+    try:
+        info = _runtime_info(broker.addr)
+        assert "consumerOffset.json" in info.get("metadataResets", ""), info
+    finally:
+        assert broker.stop() == 0
+    table = loads((cfg_dir / "consumerOffset.json").read_text())["offsetTable"]
+    table = {k: {int(q): v for q, v in qs.items()} for k, qs in table.items()}
+    assert table == {"A@g": {0: 50, 1: 60}, "B@g": {0: 9, 1: 4}, "C@g": {0: 5},
+                     "E@g": {2: 8}}

@@ -552,6 +552,14 @@ class MessageStore:
         of them is ever handed out."""
         return integrity.reported(self.commit_log_queue.store_path)
 
+    def metadata_resets(self) -> list[dict[str, str]]:
+        """Metadata files of this store (``config/``) that could not be read at open and
+        what was reset or rebuilt instead (file, path, problem, action), in this process:
+        each was also logged as an ERROR. The broker's runtime info shows them
+        (``metadataResets``)."""
+        from rocketstore.store import configfile
+        return configfile.resets(paths.config_dir(self.root))
+
     @property
     def closed(self) -> bool:
         return self._closed
