@@ -335,3 +335,37 @@ def test_damaged_consumer_offsets_are_merged_with_the_backup_entry_by_entry(tmp_
     table = {k: {int(q): v for q, v in qs.items()} for k, qs in table.items()}
     assert table == {"A@g": {0: 50, 1: 60}, "B@g": {0: 9, 1: 4}, "C@g": {0: 5},
                      "E@g": {2: 8}}
+
+
+# -- item 5: a flipped TAGS byte in a broker-written record ---------------------------------------
+
+@pytest.mark.parametrize("crc", [False, True], ids=["4.9.8-layout", "enabledAppendPropCRC"])
+def test_flipped_tags_byte_of_a_broker_record(tmp_path, namesrv, crc):
+    """The 4.9 layout has no CRC over TAGS (docs/durability.md): a flipped TAGS byte is
+    handed out with the wrong tag. With ``enabledAppendPropCRC=true`` in broker.conf the
+    broker writes RocketMQ 5.x's record CRC property: the record is skipped and reported."""
+    from pathlib import Path
+    from servers import start_broker
+    from rocketstore.client import Message as ClientMessage, Producer
+    root = tmp_path / "store"
+    conf = dict(BROKER_CONF, enabledAppendPropCRC=str(crc).lower())
+    broker = start_broker(Path(root), namesrv.addr, conf)
+    try:
+        with Producer("pg-crc", namesrv_addr=namesrv.addr) as p:
+            for i in range(5):
+                p.send(ClientMessage("CrcT", b"crc-%d" % i, tags="TagA"))
+    finally:
+        assert broker.stop() == 0
+    cfg = StoreConfig(message_delay_level=LEVELS, mapped_file_size_commit_log=1 << 20)
+    cl = root / "commitlog" / sorted(os.listdir(root / "commitlog"))[0]
+    data = cl.read_bytes()
+    at = data.index(b"TAGS\x01TagA")
+    corrupt(str(cl), at + 5, b"X")                 # TagA -> XagA
+    with MessageStore.open(str(root), cfg) as s:
+        got = [m for q in range(8) for m in s.get_message("g", "CrcT", q, 0, 32).messages]
+        tags = sorted(m.tags for m in got)
+        if crc:
+            assert tags == ["TagA"] * 4
+            assert len(s.bad_records()) == 1
+        else:
+            assert tags == ["TagA"] * 4 + ["XagA"]      # what the 4.9 layout cannot catch
