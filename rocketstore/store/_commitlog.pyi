@@ -78,6 +78,7 @@ class CommitLog:
     def stop_fault_ahead(self) -> None: ...
     faulted_bytes: int
     bytes_resynced: int
+    scan_first: dict[tuple[str, int], tuple[int, int]]
     def put_message_async(self, msg: Message, queue_id: int = ..., acks: Any = ...,
                           transform: Any = ...) -> Any: ...
     def put_messages_async(self, msgs: Sequence[Message], queue_id: int = ..., acks: Any = ...,

@@ -335,8 +335,10 @@ cdef class CommitLog:
     cdef bint fault_stop
     cdef readonly int64_t faulted_bytes # statistics: bytes faulted in ahead of the writer
     cdef public int64_t bytes_resynced  # recovery: damaged bytes skipped to a valid record
+    cdef public dict scan_first         # recovery: (topic, qid) -> (queue offset, offset) first scanned
 
     def __cinit__(self):
+        self.scan_first = {}
         pthread_mutex_init(&self.put_lock, NULL)
         pthread_mutex_init(&self.flush_mu, NULL)
         pthread_cond_init(&self.flushed_cv, NULL)
@@ -1473,6 +1475,10 @@ cdef class CommitLog:
                         qs = self._queues(topic)
                         if info.queue_offset + 1 > qs.get(info.queue_id):
                             qs.set(info.queue_id, info.queue_offset + 1)
+                        key = (topic, info.queue_id)
+                        if key not in self.scan_first:
+                            # recovery compares it with the queue's first unit on disk
+                            self.scan_first[key] = (info.queue_offset, from_off + pos)
             pos += rc
         return pos, count, False
 

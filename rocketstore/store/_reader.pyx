@@ -254,7 +254,7 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
                 # a damaged unit (its offset or size): skip and report it; what follows is
                 # intact (marking its "file" gone would hide every later unit)
                 _report_unit(cq, commit_log_queue, offset + i // RS_CQ_UNIT_SIZE - 1, phy,
-                             f"points past the commit log (offset {phy}, size {size})")
+                             f"points outside the commit log (offset {phy}, size {size})")
                 mf = None
                 continue
             if total == 0:
@@ -306,9 +306,9 @@ cdef int _report_unit(ConsumeQueue cq, commit_log_queue, int64_t index, int64_t 
 
 
 cdef bint _unit_past_log(commit_log_queue, int64_t phy) except -1:
-    """Whether a unit's record would lie at or past the commit log's end (damage), rather
-    than in a file retention deleted (below the log's min)."""
-    return phy >= commit_log_queue.get_min_offset()
+    """Whether a unit's record would lie at or past the commit log's end, or at a negative
+    offset (damage), rather than in a file retention deleted (below the log's min)."""
+    return phy < 0 or phy >= commit_log_queue.get_min_offset()
 
 
 # -- time lookups -------------------------------------------------------------------------------
@@ -546,7 +546,7 @@ def get_bodies(ConsumeQueue cq, commit_log_queue, int64_t offset, Py_ssize_t max
                     mf = None
                     if not commit_log_queue.read_only and _unit_past_log(commit_log_queue, phy):
                         _report_unit(cq, commit_log_queue, offset + i - 1, phy,
-                                     f"points past the commit log (offset {phy}, size {size})")
+                                     f"points outside the commit log (offset {phy}, size {size})")
                         continue
                     lost = n == 0
                     continue
@@ -556,7 +556,7 @@ def get_bodies(ConsumeQueue cq, commit_log_queue, int64_t offset, Py_ssize_t max
             if pos + size > mf.committed_pos:
                 if not commit_log_queue.read_only:
                     _report_unit(cq, commit_log_queue, offset + i - 1, phy,
-                                 f"points past the commit log (offset {phy}, size {size})")
+                                 f"points outside the commit log (offset {phy}, size {size})")
                     continue
                 lost = n == 0
                 continue

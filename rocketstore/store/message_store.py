@@ -592,8 +592,10 @@ class MessageStore:
         blanked = 0
         for i in range(start, len(files)):
             mf = files[i]
+            # after a clean close, note each queue's next offset as the log has it: a queue
+            # whose consume queue ends before that lost units to damage (checked below)
             end_pos, count, blank = self.commit_log.scan_file(mf, self.config.check_crc_on_recover,
-                                                              False)
+                                                              self.last_exit_ok)
             scanned += end_pos
             messages += count
             end = mf.file_from_offset + end_pos
@@ -636,6 +638,34 @@ class MessageStore:
             # unit against the log and rebuild each queue from its first bad one
             rebuild_from, queues_cut = self.consume_queues.validate(
                 self.commit_log_queue, end, min_phy)
+        else:
+            seen = self.commit_log.queue_offsets()
+            first = self.commit_log.scan_first
+            for q in self.consume_queues.queues():
+                key = (q.topic, q.queue_id)
+                qfiles = q.mapped_file_queue.files
+                head = q.get_unit(qfiles[0].file_from_offset // 20) if qfiles else None
+                if (key in first and (not qfiles or
+                                      first[key][0] < qfiles[0].file_from_offset // 20)) \
+                        or (min_phy == 0 and qfiles and qfiles[0].file_from_offset > 0
+                            and head is not None and head[1] != 0x7FFFFFFF):
+                    # units before the queue's first file are missing, yet the log holds
+                    # their records (seen in the scan; or no commit-log file was ever
+                    # deleted, so retention cannot have removed them, and no filler says the
+                    # queue began there): rebuild the queue whole
+                    self.consume_queues.drop_queue(q)
+                    rebuild_from = min_phy
+                    queues_cut.append(f"{q.topic}/{q.queue_id}@0")
+                elif seen.get(key, 0) > q.get_max_offset_in_queue():
+                    self.consume_queues.mark_suspect(q)
+        if self.last_exit_ok and self.consume_queues.suspect:
+            # after a clean close, only queues found cut short, out of sequence or shorter
+            # than the log says (damage)
+            start2, cut2 = self.consume_queues.validate(
+                self.commit_log_queue, end, min_phy, queues=self.consume_queues.suspects())
+            queues_cut += cut2
+            if start2 >= 0:
+                rebuild_from = start2 if rebuild_from < 0 else min(rebuild_from, start2)
         self.consume_queues.correct_min_offset(min_phy)
         if self.dispatch_core.index_last_phy >= end:
             # the index holds keys of records the truncation removed (queries check each
@@ -674,7 +704,7 @@ class MessageStore:
         self.dispatch_core.verify_below = end
         redispatch_from = self.dispatch_core.reput_offset
         dispatched = self.dispatch_service.do_dispatch()
-        if not self.last_exit_ok:
+        if not self.last_exit_ok or queues_cut:
             # what re-dispatch rebuilt is on disk before anything trusts it: a cut during
             # the next run must not find these files created but never written
             self.consume_queues.flush(0)
