@@ -72,6 +72,9 @@ cdef enum:
                             # than 1 MiB ones, ~10x cheaper than a write fault here)
     FAULT_PAGE = 4096
     FLUSH_TICK_MS = 10      # sync flush: the group commit syncs what unwaited puts wrote this often
+    RESYNC_WINDOW = 16 << 20  # how far recovery looks for a valid record after damage before
+                              # it takes the damage for the torn end (a zeroed page or a few
+                              # lost ones are found; bigger holes end the log there)
 
 
 # -- queue offsets ---------------------------------------------------------------------------
@@ -1452,7 +1455,9 @@ cdef class CommitLog:
                     pos += info.total_size
                     continue
                 if check_crc:
-                    nxt = resync_record(mf, pos, size, crc_from)
+                    # within a window: the zero tail of a big preallocated file is not read
+                    # into the page cache at every open just to find it empty
+                    nxt = resync_record(mf, pos, min(size, pos + RESYNC_WINDOW), crc_from)
                     if nxt > pos:
                         # a zeroed page or garbage with valid records after it: damage
                         # inside the log, not its torn end (docs/recovery.md)
