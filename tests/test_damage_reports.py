@@ -119,6 +119,24 @@ def test_damaged_unit_is_skipped_and_reported_and_the_queue_goes_on(tmp_path, da
         assert _silently_lost(store, put) == []
 
 
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "abort"])
+def test_negative_unit_offset_does_not_move_the_queue_min_past_valid_units(tmp_path, abort):
+    """A unit whose offset turned negative sorts below the commit log's min: the binary
+    search of correct_min_offset took units 0-2 for expired (OFFSET_TOO_SMALL for records
+    that exist). It is skipped and reported; the min stays 0."""
+    root = str(tmp_path / "s")
+    put = _build(root)
+    path, pos = _cq_file(root, 0, 3)
+    corrupt(path, pos, b"\x90")
+    if abort:
+        _abort(root)
+    with MessageStore.open(root, CFG) as store:
+        assert store.get_min_offset_in_queue("T", 0) == 0
+        got = _pull_all(store)
+        assert all(r.commitlog_offset in got for q, r, _ in put if q == 0 and r.queue_offset != 3)
+        assert _silently_lost(store, put) == []
+
+
 # -- item 5: a zeroed page in the commit log ---------------------------------------------------
 
 @pytest.mark.parametrize("abort", [False, True], ids=["clean", "abort"])

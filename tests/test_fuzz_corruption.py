@@ -273,6 +273,8 @@ def _build_broker_template(root: str) -> dict:
                  for i in range(160)]
         for i in range(20):
             send(TOPICS[0], i % QUEUES, b"delayed-%d" % i, {"DELAY": "1", "WAIT": "true"})
+        from brokering import subscribe     # tests/brokering.py
+        subscribe(broker, "cg", *TOPICS)        # send-back needs an online consumer of the topic
         for m in plain[:15]:
             back = broker.consumer_send_msg_back(ConsumerSendMsgBackRequest(
                 "cg", m.commitlog_offset, 0, origin_msg_id=m.uniq_key, origin_topic=m.topic,

@@ -47,6 +47,17 @@ cdef inline bint _unit_valid(const char *base, Py_ssize_t pos, Py_ssize_t file_s
         and _get_be32(base + pos + 8) > 0
 
 
+cdef inline bint _damaged_unit(const char *u) noexcept nogil:
+    """A unit no record can have: a negative offset, or a size <= 0 (fillers are fine)."""
+    return _get_be64(u) < 0 or _get_be32(u + 8) <= 0
+
+
+cdef inline bint _below_min(const char *u, int64_t min_phy) noexcept nogil:
+    """A sound unit (not a filler) whose record lies below the commit log's min."""
+    return not _damaged_unit(u) and _get_be32(u + 8) != RS_CQ_FILLER_SIZE \
+        and _get_be64(u) < min_phy
+
+
 cdef int cq_append_fast(CQState *st, int64_t phy_offset, int32_t size, int64_t tags_code,
                         int64_t cq_offset, int64_t store_ts) noexcept nogil:
     cdef int64_t expect
@@ -384,20 +395,21 @@ cdef class ConsumeQueue:
         if max_index == 0:
             return
         last = self.get_unit(max_index - 1)
-        if last is not None and last[0] < min_phy_offset:
+        if last is not None and 0 <= last[0] < min_phy_offset and 0 < last[1] != RS_CQ_FILLER_SIZE:
             self.min_logic_offset = max_index * RS_CQ_UNIT_SIZE
             return
         cdef MappedFile mf
-        cdef Py_ssize_t lo, hi, mid, n
+        cdef Py_ssize_t lo, hi, mid, n, first
         cdef int32_t size
         for mf in files:
             n = mf.committed_pos // RS_CQ_UNIT_SIZE
             if n == 0 or mf.file_from_offset + n * RS_CQ_UNIT_SIZE <= self.min_logic_offset:
                 continue
-            # every unit of this file gone? (its last real unit is below the min) -> next file
-            if _get_be64(mf.base + (n - 1) * RS_CQ_UNIT_SIZE) < min_phy_offset:
+            # every unit of this file gone? (its last real unit is below the min) -> next file;
+            # a damaged last unit says nothing (it would hide the whole file)
+            if _below_min(mf.base + (n - 1) * RS_CQ_UNIT_SIZE, min_phy_offset):
                 continue
-            lo = max(0, self.min_logic_offset - mf.file_from_offset) // RS_CQ_UNIT_SIZE
+            first = lo = max(0, self.min_logic_offset - mf.file_from_offset) // RS_CQ_UNIT_SIZE
             hi = n
             # units are in commit-log order: binary search the first kept one (fillers sort low)
             while lo < hi:
@@ -407,6 +419,13 @@ cdef class ConsumeQueue:
                     lo = mid + 1
                 else:
                     hi = mid
+            if lo > first and _damaged_unit(mf.base + (lo - 1) * RS_CQ_UNIT_SIZE):
+                # a damaged unit (a negative offset sorts low) misled the search: walk the
+                # file instead, and stop at the first unit that is kept or damaged
+                lo = first
+                while lo < n and (_get_be32(mf.base + lo * RS_CQ_UNIT_SIZE + 8) == RS_CQ_FILLER_SIZE
+                                  or _below_min(mf.base + lo * RS_CQ_UNIT_SIZE, min_phy_offset)):
+                    lo += 1
             self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + lo * RS_CQ_UNIT_SIZE)
             return
 
