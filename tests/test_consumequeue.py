@@ -428,7 +428,9 @@ def test_recover_with_zeroed_tail(tmp_path):
     cq.close()
 
 
-def test_recover_stops_at_first_zero_unit(tmp_path):
+def test_recover_goes_on_past_a_zero_unit_with_units_after_it(tmp_path):
+    """Issue 21: a zeroed unit inside the queue is damage, not its end (readers skip and
+    report it; abnormal recovery rebuilds it): the units after it stay."""
     cq = _open(tmp_path)
     for i in range(9):
         _put(cq, i)
@@ -436,19 +438,30 @@ def test_recover_stops_at_first_zero_unit(tmp_path):
     path = os.path.join(_qdir(tmp_path), _name(FILE_SIZE))
     corrupt(path, 1 * UNIT_SIZE, b"\x00" * UNIT_SIZE)          # unit 6 zero, 7 and 8 still there
     cq = _open(tmp_path)
-    assert cq.get_max_offset_in_queue() == 6
-    assert cq.get_unit(6) is None and cq.get_unit(7) is None
+    assert cq.get_max_offset_in_queue() == 9
+    assert cq.get_unit(6) == (0, 0, 0) and cq.get_unit(7)[0] == _phy(7)
     cq.close()
 
 
-def test_recover_stops_at_negative_offset_unit(tmp_path):
+def test_recover_goes_on_past_a_negative_offset_unit_with_units_after_it(tmp_path):
     cq = _open(tmp_path)
     for i in range(4):
         _put(cq, i)
     cq.close()
     corrupt(os.path.join(_qdir(tmp_path), _name(0)), 2 * UNIT_SIZE, UNIT.pack(-5, 100, 0))
     cq = _open(tmp_path)
-    assert cq.get_max_offset_in_queue() == 2
+    assert cq.get_max_offset_in_queue() == 4
+    cq.close()
+
+
+def test_recover_stops_at_a_negative_offset_last_unit(tmp_path):
+    cq = _open(tmp_path)
+    for i in range(4):
+        _put(cq, i)
+    cq.close()
+    corrupt(os.path.join(_qdir(tmp_path), _name(0)), 3 * UNIT_SIZE, UNIT.pack(-5, 100, 0))
+    cq = _open(tmp_path)
+    assert cq.get_max_offset_in_queue() == 3
     cq.close()
 
 

@@ -113,11 +113,15 @@ def test_garbage_after_the_end_is_truncated(store_dir):
 
 
 @pytest.mark.parametrize("where", ["magic", "size"])
-def test_damaged_middle_record_ends_the_log_there(store_dir, where):
+def test_damaged_middle_record_is_skipped_reported_and_what_follows_kept(store_dir, where):
+    """docs/recovery.md: a record whose framing is broken, with valid records after it in
+    the last file, is damage, not the torn end: recovery resynchronises on the next valid
+    record and reports the damaged range (issue 21: 7 intact records were dropped)."""
     cfg = StoreConfig(mapped_file_size_commit_log=1 << 16)
     with MessageStore.open(store_dir, cfg) as store:
         rs = [store.put_message(Message("T", b"body-%d" % i)) for i in range(20)]
         assert store.wait_dispatched(10)
+        end = store.get_max_phy_offset()
         path = store.commit_log_queue.files[0].path
     victim = rs[12]
     pos = victim.commitlog_offset
@@ -133,9 +137,15 @@ def test_damaged_middle_record_ends_the_log_there(store_dir, where):
     corrupt(path, *patch)
     _touch_abort(store_dir)
     with MessageStore.open(store_dir, cfg) as store:
-        assert store.get_max_phy_offset() == pos
+        assert store.get_max_phy_offset() == end
         assert store.look_message_by_offset(rs[11].commitlog_offset) is not None
-        assert store.get_max_offset_in_queue("T", 0) == 12
+        assert store.look_message_by_offset(pos) is None
+        assert [off for off, _ in store.bad_records()] == [pos]
+        assert store.recovery["bytes_resynced"] == victim.wrote_bytes
+        got = store.get_message("g", "T", 0, 0, 32)
+        assert [bytes(m.body) for m in got.messages] == [b"body-%d" % i for i in range(20)
+                                                        if i != 12]
+        assert store.get_max_offset_in_queue("T", 0) == 20
 
 
 @pytest.mark.parametrize("crc", [True, False], ids=["record-crc", "body-crc-only"])
@@ -164,11 +174,11 @@ def test_damaged_body_mid_log_is_skipped_and_later_data_kept(store_dir, crc):
         assert nxt.commitlog_offset == end and nxt.queue_offset == 20
 
 
-def test_broken_framing_mid_log_blanks_that_file_and_keeps_the_later_files(store_dir):
-    """docs/recovery.md: a record whose framing is broken (its magic code) inside the log,
-    with intact files after it: the rest of its file is closed with a blank record, the
-    files after it stay readable, in their queues, and RocketMQ's readers see a valid log."""
-    import refreader
+def test_broken_framing_in_an_older_file_is_skipped_and_the_rest_of_the_file_kept(store_dir):
+    """docs/recovery.md: a record whose framing is broken (its magic code) inside an older
+    file: recovery resynchronises on the next valid record of that file and reports the
+    damaged range; every other record stays readable, in its queue (issue 21: the rest of
+    the file used to be blanked)."""
     cfg = StoreConfig(mapped_file_size_commit_log=4096)
     with MessageStore.open(store_dir, cfg) as store:
         rs = [store.put_message(Message("T", b"body-%03d" % i + bytes(200))) for i in range(40)]
@@ -178,12 +188,40 @@ def test_broken_framing_mid_log_blanks_that_file_and_keeps_the_later_files(store
     victim = next(r for r in rs if 4096 + 500 < r.commitlog_offset < 8192 - 500)
     corrupt(files[1], victim.commitlog_offset - 4096 + 4, b"\x00\x00\x00\x01")
     _touch_abort(store_dir)
-    lost = [r for r in rs if victim.commitlog_offset <= r.commitlog_offset < 8192]
-    kept = [r for r in rs if r not in lost]
+    kept = [r for r in rs if r is not victim]
+    with MessageStore.open(store_dir, cfg) as store:
+        assert store.recovery["bytes_blanked"] == 0
+        assert store.recovery["bytes_resynced"] == victim.wrote_bytes
+        assert [off for off, _ in store.bad_records()] == [victim.commitlog_offset]
+        assert store.get_max_phy_offset() == rs[-1].commitlog_offset + rs[-1].wrote_bytes
+        first = store.get_message("g", "T", 0, 0, 32)
+        got = first.messages + store.get_message("g", "T", 0, first.next_begin_offset, 32).messages
+        assert [m.commitlog_offset for m in got] == [r.commitlog_offset for r in kept]
+        nxt = store.put_message(Message("T", b"after"))
+        assert nxt.queue_offset == 40
+    assert [m.commitlog_offset for m in MessageStore.open(store_dir, cfg, read_only=True)
+            .iter_messages()] == [r.commitlog_offset for r in kept] + [nxt.commitlog_offset]
+
+
+def test_broken_framing_at_the_end_of_an_older_file_blanks_the_rest(store_dir):
+    """No valid record after the damage in its file, intact files after it: the rest of that
+    file is closed with a blank record (RocketMQ's readers see a valid log), reported."""
+    import refreader
+    cfg = StoreConfig(mapped_file_size_commit_log=4096)
+    with MessageStore.open(store_dir, cfg) as store:
+        rs = [store.put_message(Message("T", b"body-%03d" % i + bytes(200))) for i in range(40)]
+        assert store.wait_dispatched(10)
+        files = [mf.path for mf in store.commit_log_queue.files]
+    assert len(files) >= 3
+    victim = [r for r in rs if 4096 <= r.commitlog_offset < 8192][-1]
+    corrupt(files[1], victim.commitlog_offset - 4096 + 4, b"\x00\x00\x00\x01")
+    _touch_abort(store_dir)
+    kept = [r for r in rs if r is not victim]
     with MessageStore.open(store_dir, cfg) as store:
         assert store.recovery["bytes_blanked"] == 8192 - victim.commitlog_offset
-        assert store.get_max_phy_offset() == rs[-1].commitlog_offset + rs[-1].wrote_bytes
-        got = store.get_message("g", "T", 0, 0, 64).messages
+        assert [off for off, _ in store.bad_records()] == [victim.commitlog_offset]
+        first = store.get_message("g", "T", 0, 0, 32)
+        got = first.messages + store.get_message("g", "T", 0, first.next_begin_offset, 32).messages
         assert [m.commitlog_offset for m in got] == [r.commitlog_offset for r in kept]
         nxt = store.put_message(Message("T", b"after"))
         assert nxt.queue_offset == 40

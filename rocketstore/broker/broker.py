@@ -134,8 +134,10 @@ class Broker:
             raise InvalidMessageTypeError("config", "BrokerConfig", type(config).__name__)
         store_config = store_config if store_config is not None else StoreConfig()
         if store_config.enabled_append_prop_crc is None:
-            # a RocketMQ 4.9.8 broker's records, byte for byte (docs/recovery.md)
-            store_config = store_config.replace(enabled_append_prop_crc=False)
+            # a RocketMQ 4.9.8 broker's records, byte for byte (docs/recovery.md), unless
+            # the broker is told to write 5.x's record CRC (enabledAppendPropCRC)
+            store_config = store_config.replace(
+                enabled_append_prop_crc=config.enabled_append_prop_crc)
         store = MessageStore.open(path, store_config)
         try:
             # the settings that shape the files (delay levels ...), for tools reading it later

@@ -89,6 +89,11 @@ class BrokerConfig:
     # request header limits (rocketstore's; RocketMQ only bounds the 16 MiB frame)
     server_max_header_bytes: int = 256 << 10
     server_max_ext_fields: int = 1024
+    # RocketMQ 5.x's name: every record the broker writes carries the record CRC property
+    # (a CRC over the whole record: TAGS, KEYS, topic and the other unchecked fields). Off by
+    # default: 4.9.8's records, byte for byte, which leave those fields unprotected
+    # (docs/durability.md). A StoreConfig.enabled_append_prop_crc given explicitly wins.
+    enabled_append_prop_crc: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):

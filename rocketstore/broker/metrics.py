@@ -265,6 +265,14 @@ class BrokerMetrics:
             "topicCount": str(len(store.topic_config_manager.all())),
             "consumerGroupCount": str(len(b.consumer_manager.groups())),
         }
+        resets = store.metadata_resets()
+        if resets:
+            # damaged metadata the broker started without (docs/recovery.md): loud, not silent
+            info["metadataResets"] = "; ".join(f"{r['file']}: {r['problem']} -> {r['action']}"
+                                               for r in resets)
+        skipped = store.bad_records()
+        if skipped:
+            info["damagedRecordsReported"] = str(len(skipped))
         # keys Java's mqadmin clusterList parses: this broker counts from its start, so the
         # "morning" snapshots are 0 (today's figure is everything since start); it has no send
         # or pull thread-pool queues and no timer wheel

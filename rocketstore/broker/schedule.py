@@ -129,8 +129,19 @@ class ScheduleMessageService:
     # -- offsets -------------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Read ``delayOffset.json`` (or its ``.bak``) and clamp each offset into its queue."""
-        loaded = self._file.load(_decode_offsets) or {}
+        """Read ``delayOffset.json`` (or its ``.bak``) and clamp each offset into its queue.
+
+        Neither readable: the broker starts anyway, each level's progress rebuilt from the
+        commit log (``_rebuild_offsets``: after the last unit whose delivered copy is there,
+        so no undelivered message is skipped; at worst some are delivered twice), and the
+        reset reported (ERROR log, ``configfile.resets``)."""
+        loaded = self._file.load_or_reset(
+            _decode_offsets, "delay progress rebuilt from the delivered copies in the commit "
+                             "log (messages after the last one found are delivered again)")
+        rebuilt = loaded is None and self._file.damaged_text is not None
+        if rebuilt:
+            loaded = self._rebuild_offsets()
+        loaded = loaded or {}
         with self._lock:
             self._offsets = {}
             self._persisted = self._changes     # as loaded; a clamped offset makes it dirty
@@ -147,6 +158,45 @@ class ScheduleMessageService:
                                 self.path, level, offset, lo, hi, fixed)
                     self._changes += 1
                 self._offsets[level] = fixed
+            if rebuilt:
+                self._changes += 1          # persist the rebuilt table soon
+
+    def _rebuild_offsets(self) -> dict[int, int]:
+        """Each level's next offset from what was delivered: a delivered record is copied to
+        its real topic with the schedule record's properties (UNIQ_KEY, DELAY), after it in
+        the commit log. A level's progress is one past its last unit whose copy is found
+        (levels deliver in queue order); none found: its queue's min (deliver all again)."""
+        store = self.store
+        units: dict[int, list[tuple[int, int]]] = {}       # level -> [(queue offset, phy)]
+        start = -1
+        for level in range(1, self.max_level + 1):
+            lo = store.get_min_offset_in_queue(SCHEDULE_TOPIC, level - 1)
+            hi = store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
+            cq = store.consume_queues.find(SCHEDULE_TOPIC, level - 1)
+            if cq is None or hi <= lo:
+                continue
+            units[level] = [(i, u[0]) for i in range(lo, hi)
+                            if (u := cq.get_unit(i)) is not None]
+            if units[level]:
+                first = units[level][0][1]
+                start = first if start < 0 else min(start, first)
+        if start < 0:
+            return {}
+        delivered: set[str] = set()
+        for m in store.iter_messages(start):
+            if m.topic != SCHEDULE_TOPIC and "DELAY" in m.properties and m.uniq_key:
+                delivered.add(m.uniq_key)
+        out: dict[int, int] = {}
+        for level, lst in units.items():
+            out[level] = lst[0][0]
+            for index, phy in reversed(lst):
+                m = store.look_message_by_offset(phy)
+                if m is not None and m.uniq_key in delivered:
+                    out[level] = index + 1
+                    break
+        log.error("%s: delay progress rebuilt from the commit log: %s", self.path,
+                  {lv: off for lv, off in sorted(out.items())})
+        return out
 
     def offsets(self) -> dict[int, int]:
         """Next queue offset to deliver per level (levels that delivered or were loaded)."""

@@ -96,14 +96,26 @@ class SubscriptionGroupManager(VersionedConfigTable):
             g: SubscriptionGroupConfig(g) for g in PRECREATED_GROUPS}
 
     def load(self) -> bool:
-        """Merge the file's groups over the pre-created ones (the file wins)."""
+        """Merge the file's groups over the pre-created ones (the file wins).
+
+        Neither the file nor ``.bak`` readable: the broker starts with the pre-created
+        groups, the others come back when their consumers next send a heartbeat
+        (``autoCreateSubscriptionGroup``), and the reset is reported (ERROR log,
+        ``configfile.resets``); the damaged file is kept as ``.damaged``."""
         with self._lock:
-            decoded = self._file.load(_decode)
-            if decoded is None:
-                return False
-            table, self._data_version = decoded
-            self._table.update(table)
-            return True
+            decoded = self._file.load_or_reset(
+                _decode, "started with the pre-created groups; the others are re-created on "
+                         "their consumers' next heartbeat" if self.auto_create else
+                         "started with the pre-created groups; autoCreateSubscriptionGroup is "
+                         "off: re-create the others (updateSubGroup)")
+            if decoded is not None:
+                table, self._data_version = decoded
+                self._table.update(table)
+                return True
+            reset = self._file.was_reset
+        if reset:
+            self.persist()      # a readable file again (the damaged one is kept aside)
+        return False
 
     def _snapshot(self) -> Any:
         return {"dataVersion": self._version_bean(),

@@ -430,6 +430,9 @@ def _recover(args: argparse.Namespace) -> int:
         print(f"blanked {rec['bytes_blanked']:,} unreadable bytes: files whose records broke off "
               f"before their end now end there with a blank record; the files after them are "
               f"kept")
+    if rec.get("bytes_resynced"):
+        print(f"skipped {rec['bytes_resynced']:,} damaged bytes: the records after them were "
+              f"found and kept; each damaged range is listed by `rocketstore verify`")
     if rec["torn_record_bytes"] or rec["files_dropped"] or rec["max_offset"] < end:
         print(f"truncated: the log now ends at {rec['max_offset']:,} (data reached {end:,}; "
               f"{rec['files_dropped']} file(s) dropped)")

@@ -14,7 +14,7 @@ published read position of a file.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from libc.stdint cimport int32_t, uint32_t, int64_t
+from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.stdlib cimport realloc, free
 cimport numpy as cnp
@@ -38,6 +38,7 @@ from rocketstore.store._codec cimport (
     _check_topic,
 )
 from rocketstore.store._mapped cimport MappedFile, sync_hook_active
+from rocketstore.store._bytes cimport get_u32
 
 import logging
 import numpy as np
@@ -71,6 +72,9 @@ cdef enum:
                             # than 1 MiB ones, ~10x cheaper than a write fault here)
     FAULT_PAGE = 4096
     FLUSH_TICK_MS = 10      # sync flush: the group commit syncs what unwaited puts wrote this often
+    RESYNC_WINDOW = 16 << 20  # how far recovery looks for a valid record after damage before
+                              # it takes the damage for the torn end (a zeroed page or a few
+                              # lost ones are found; bigger holes end the log there)
 
 
 # -- queue offsets ---------------------------------------------------------------------------
@@ -333,8 +337,11 @@ cdef class CommitLog:
     cdef int64_t fault_window           # how far ahead of the writer; 0: off
     cdef bint fault_stop
     cdef readonly int64_t faulted_bytes # statistics: bytes faulted in ahead of the writer
+    cdef public int64_t bytes_resynced  # recovery: damaged bytes skipped to a valid record
+    cdef public dict scan_first         # recovery: (topic, qid) -> (queue offset, offset) first scanned
 
     def __cinit__(self):
+        self.scan_first = {}
         pthread_mutex_init(&self.put_lock, NULL)
         pthread_mutex_init(&self.flush_mu, NULL)
         pthread_cond_init(&self.flushed_cv, NULL)
@@ -1367,15 +1374,28 @@ cdef class CommitLog:
                 return None, mf.file_from_offset + mf.file_size
             return None, -1
         cdef int64_t crc_from = self.mapped_file_queue.record_crc_from
+        cdef Py_ssize_t nxt
         rc = checked_record(mf.base + pos, end - pos, offset, &info, crc_from)
-        if rc == 0:
+        if rc == 0 and info.total_size == mf.file_size - pos:
             return None, mf.file_from_offset + mf.file_size
         if rc == REC_SKIP:
             # intact framing, failed check: skip it (never handed out), go on after it
             report_bad_record(self.mapped_file_queue.store_path, offset, mf.base + pos, end - pos,
                               crc_from)
             return None, offset + info.total_size
-        if rc < 0:
+        if rc <= 0:
+            # not a record: damage with a valid record after it in this file is skipped and
+            # reported; with none, a file that is not the last one is unreadable from here on
+            # (reported, the walk goes on in the next file); the last one ends here
+            nxt = resync_record(mf, pos, end, crc_from)
+            if nxt > pos:
+                report_damaged_range(self.mapped_file_queue.store_path, offset,
+                                     mf.file_from_offset + nxt)
+                return None, mf.file_from_offset + nxt
+            if end == mf.file_size and mf is not self.mapped_file_queue.last_file():
+                report_damaged_range(self.mapped_file_queue.store_path, offset,
+                                     mf.file_from_offset + mf.file_size)
+                return None, mf.file_from_offset + mf.file_size
             return None, -1
         return MessageExt.new(&info, None, mf, mf.base + pos, False, None), offset + rc
 
@@ -1390,12 +1410,25 @@ cdef class CommitLog:
 
     # -- recovery ----------------------------------------------------------------------------
 
+    def resync(self, MappedFile mf, Py_ssize_t pos, Py_ssize_t limit=-1):
+        """Position in ``mf`` of the first valid record after damage at ``pos``, below
+        ``limit`` (the file size when negative); -1 when none."""
+        if limit < 0 or limit > mf.file_size:
+            limit = mf.file_size
+        return resync_record(mf, pos, limit, self.mapped_file_queue.record_crc_from)
+
     def scan_file(self, MappedFile mf, bint check_crc, bint rebuild_queues=True):
         """Walk the records of one file from position 0 to the end of valid data.
 
         Returns (end_pos, messages, blank): the position after the last valid record (the file
         size after a blank), how many messages were read, and whether a blank closed the file.
         With ``rebuild_queues`` every NOT/COMMIT record advances its queue's next offset.
+
+        With ``check_crc``, damage that a valid record follows in the same file (a zeroed
+        page, garbage) is skipped: the walk resynchronises on that record (magic, sizes,
+        PHYSICALOFFSET and CRC all right) and the damaged range is reported
+        (``integrity.report``) and added to ``bytes_resynced``. Damage with no valid record
+        after it is the torn end of the log, as before.
         """
         cdef RecordInfo info
         cdef Py_ssize_t pos = 0, rc, count = 0
@@ -1412,16 +1445,27 @@ cdef class CommitLog:
                 rc = parse_record(mf.base + pos, size - pos, False, &info)
             if rc == 0:
                 # a blank must fill the rest of the file exactly
-                if info.total_size != size - pos:
-                    break
-                return size, count, True
-            if rc < 0 or info.phy_offset != from_off + pos:
-                if check_crc and self._skippable(mf, pos, &info):
+                if info.total_size == size - pos:
+                    return size, count, True
+            if rc <= 0 or info.phy_offset != from_off + pos:
+                if check_crc and rc != 0 and self._skippable(mf, pos, &info):
                     # one damaged record mid-log: skip it (never handed out), keep what follows
                     report_bad_record(self.mapped_file_queue.store_path, from_off + pos,
                                       mf.base + pos, size - pos, crc_from)
                     pos += info.total_size
                     continue
+                if check_crc:
+                    # within a window: the zero tail of a big preallocated file is not read
+                    # into the page cache at every open just to find it empty
+                    nxt = resync_record(mf, pos, min(size, pos + RESYNC_WINDOW), crc_from)
+                    if nxt > pos:
+                        # a zeroed page or garbage with valid records after it: damage
+                        # inside the log, not its torn end (docs/recovery.md)
+                        report_damaged_range(self.mapped_file_queue.store_path,
+                                             from_off + pos, from_off + nxt)
+                        self.bytes_resynced += nxt - pos
+                        pos = nxt
+                        continue
                 break
             count += 1
             if rebuild_queues:
@@ -1436,6 +1480,10 @@ cdef class CommitLog:
                         qs = self._queues(topic)
                         if info.queue_offset + 1 > qs.get(info.queue_id):
                             qs.set(info.queue_id, info.queue_offset + 1)
+                        key = (topic, info.queue_id)
+                        if key not in self.scan_first:
+                            # recovery compares it with the queue's first unit on disk
+                            self.scan_first[key] = (info.queue_offset, from_off + pos)
             pos += rc
         return pos, count, False
 
@@ -1465,6 +1513,66 @@ cdef class CommitLog:
             self.closed = True
         finally:
             self._unlock()
+
+
+# -- resynchronising after damage (recovery and reads) -------------------------------------------
+
+cdef inline Py_ssize_t _first_nonzero(const char *b, Py_ssize_t q, Py_ssize_t limit) noexcept nogil:
+    """First position >= ``q`` below ``limit`` holding a non-zero byte (``limit`` if none);
+    zero runs go by 8 bytes at a time (mapped files are page-aligned)."""
+    while q < limit and (q & 7):
+        if b[q] != 0:
+            return q
+        q += 1
+    while q + 8 <= limit and (<const uint64_t *>(b + q))[0] == 0:
+        q += 8
+    while q < limit and b[q] == 0:
+        q += 1
+    return q
+
+
+cdef Py_ssize_t resync_record(MappedFile mf, Py_ssize_t pos, Py_ssize_t limit,
+                              int64_t crc_from) noexcept nogil:
+    """First position after ``pos`` (below ``limit``) where a valid record starts: its
+    MAGICCODE, sizes, PHYSICALOFFSET (its own position) and CRCs all check. -1 when there is
+    none: what follows ``pos`` is the torn end (or, in an older file, the damaged rest of it,
+    which recovery closes with a blank)."""
+    cdef const char *b = mf.base
+    cdef int64_t from_off = mf.file_from_offset
+    cdef Py_ssize_t p = pos + 1, q, rc
+    cdef uint32_t magic
+    cdef RecordInfo info
+    if b == NULL:
+        return -1
+    while p + 8 <= limit:
+        # the last byte of MAGICCODE is never zero: skip to where it could be
+        q = _first_nonzero(b, p + 7, limit)
+        if q >= limit:
+            return -1
+        if q - 7 > p:
+            p = q - 7
+        magic = get_u32(b + p + 4)
+        if magic == RS_MAGIC_V1 or magic == RS_MAGIC_V2:
+            rc = checked_record(b + p, limit - p, from_off + p, &info, crc_from)
+            if rc > 0:
+                return p
+        p += 1
+    return -1
+
+
+def resync_offset(MappedFile mf, Py_ssize_t pos, Py_ssize_t limit, int64_t crc_from):
+    """``resync_record`` for the dispatcher's slow path: the position of the next valid
+    record in ``mf`` after damage at ``pos`` (below ``limit``), or -1."""
+    return resync_record(mf, pos, min(limit, mf.file_size), crc_from)
+
+
+cdef int report_damaged_range(object where, int64_t start, int64_t end) except -1:
+    """Report the commit-log bytes [start, end) skipped as damage (no record could be read)."""
+    from rocketstore.store import integrity
+    integrity.report(str(where), start,
+                     f"damaged range [{start}, {end}) of {end - start} bytes skipped: no valid "
+                     f"record starts in it")
+    return 0
 
 
 @cython.final

@@ -15,10 +15,11 @@ lock: they read units below the published write position.
 """
 cimport cython
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
-from libc.string cimport memset
+from libc.string cimport memset, memcmp
 
 from rocketstore.store._csrc cimport RS_CQ_UNIT_SIZE, RS_CQ_FILLER_SIZE, RS_RECORD_FIXED_V1
 from rocketstore.store._mapped cimport MappedFile
+from rocketstore.store._codec cimport RecordInfo, parse_record
 from rocketstore.store._bytes cimport (put_u64 as _put_be64, put_u32 as _put_be32, get_i64 as _get_be64,
                                  get_i32 as _get_be32)
 
@@ -38,6 +39,23 @@ cdef inline void _write_unit(char *p, int64_t phy_offset, int32_t size, int64_t 
     _put_be64(p, <uint64_t>phy_offset)
     _put_be32(p + 8, <uint32_t>size)
     _put_be64(p + 12, <uint64_t>tags_code)
+
+
+cdef inline bint _unit_valid(const char *base, Py_ssize_t pos, Py_ssize_t file_size) noexcept nogil:
+    """Whether a unit lies at ``pos`` (inside the file) with offset >= 0 and size > 0."""
+    return pos + RS_CQ_UNIT_SIZE <= file_size and _get_be64(base + pos) >= 0 \
+        and _get_be32(base + pos + 8) > 0
+
+
+cdef inline bint _damaged_unit(const char *u) noexcept nogil:
+    """A unit no record can have: a negative offset, or a size <= 0 (fillers are fine)."""
+    return _get_be64(u) < 0 or _get_be32(u + 8) <= 0
+
+
+cdef inline bint _below_min(const char *u, int64_t min_phy) noexcept nogil:
+    """A sound unit (not a filler) whose record lies below the commit log's min."""
+    return not _damaged_unit(u) and _get_be32(u + 8) != RS_CQ_FILLER_SIZE \
+        and _get_be64(u) < min_phy
 
 
 cdef int cq_append_fast(CQState *st, int64_t phy_offset, int32_t size, int64_t tags_code,
@@ -127,6 +145,10 @@ cdef class ConsumeQueue:
                     pos += RS_CQ_UNIT_SIZE
                     if size != RS_CQ_FILLER_SIZE:
                         max_phy = phy + size
+                elif _unit_valid(mf.base, pos + RS_CQ_UNIT_SIZE, self.file_size):
+                    # one damaged unit with a valid one after it: damage inside the queue,
+                    # not its end (readers skip and report it)
+                    pos += RS_CQ_UNIT_SIZE
                 else:
                     break
             process = mf.file_from_offset + pos
@@ -373,20 +395,21 @@ cdef class ConsumeQueue:
         if max_index == 0:
             return
         last = self.get_unit(max_index - 1)
-        if last is not None and last[0] < min_phy_offset:
+        if last is not None and 0 <= last[0] < min_phy_offset and 0 < last[1] != RS_CQ_FILLER_SIZE:
             self.min_logic_offset = max_index * RS_CQ_UNIT_SIZE
             return
         cdef MappedFile mf
-        cdef Py_ssize_t lo, hi, mid, n
+        cdef Py_ssize_t lo, hi, mid, n, first
         cdef int32_t size
         for mf in files:
             n = mf.committed_pos // RS_CQ_UNIT_SIZE
             if n == 0 or mf.file_from_offset + n * RS_CQ_UNIT_SIZE <= self.min_logic_offset:
                 continue
-            # every unit of this file gone? (its last real unit is below the min) -> next file
-            if _get_be64(mf.base + (n - 1) * RS_CQ_UNIT_SIZE) < min_phy_offset:
+            # every unit of this file gone? (its last real unit is below the min) -> next file;
+            # a damaged last unit says nothing (it would hide the whole file)
+            if _below_min(mf.base + (n - 1) * RS_CQ_UNIT_SIZE, min_phy_offset):
                 continue
-            lo = max(0, self.min_logic_offset - mf.file_from_offset) // RS_CQ_UNIT_SIZE
+            first = lo = max(0, self.min_logic_offset - mf.file_from_offset) // RS_CQ_UNIT_SIZE
             hi = n
             # units are in commit-log order: binary search the first kept one (fillers sort low)
             while lo < hi:
@@ -396,6 +419,13 @@ cdef class ConsumeQueue:
                     lo = mid + 1
                 else:
                     hi = mid
+            if lo > first and _damaged_unit(mf.base + (lo - 1) * RS_CQ_UNIT_SIZE):
+                # a damaged unit (a negative offset sorts low) misled the search: walk the
+                # file instead, and stop at the first unit that is kept or damaged
+                lo = first
+                while lo < n and (_get_be32(mf.base + lo * RS_CQ_UNIT_SIZE + 8) == RS_CQ_FILLER_SIZE
+                                  or _below_min(mf.base + lo * RS_CQ_UNIT_SIZE, min_phy_offset)):
+                    lo += 1
             self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + lo * RS_CQ_UNIT_SIZE)
             return
 
@@ -423,11 +453,15 @@ cdef class ConsumeQueue:
             while pos + RS_CQ_UNIT_SIZE <= mf.committed_pos:
                 phy = _get_be64(mf.base + pos)
                 size = _get_be32(mf.base + pos + 8)
-                if size <= 0:
-                    break
-                if size != RS_CQ_FILLER_SIZE:
-                    if phy >= phy_offset:
+                if size <= 0 or (size != RS_CQ_FILLER_SIZE and phy >= phy_offset):
+                    # the end, unless the next unit is one to keep: then this one is a
+                    # damaged unit inside the queue (readers skip and report it)
+                    if not (pos + 2 * RS_CQ_UNIT_SIZE <= mf.committed_pos
+                            and _get_be32(mf.base + pos + 28) > 0
+                            and _get_be32(mf.base + pos + 28) != RS_CQ_FILLER_SIZE
+                            and 0 <= _get_be64(mf.base + pos + 20) < phy_offset):
                         break
+                elif size != RS_CQ_FILLER_SIZE:
                     max_phy = phy + size
                 pos += RS_CQ_UNIT_SIZE
                 keep = pos
@@ -438,6 +472,67 @@ cdef class ConsumeQueue:
             break
         self._attach_last()
         self.state.max_physic_offset = max_phy
+
+    def validate(self, commit_log_queue, int64_t end, int64_t min_phy, int64_t deep_from):
+        """Check every published unit against the commit log (abnormal recovery); returns
+        the index of the first unit that does not hold, or -1 when all do.
+
+        Every unit: size > 0, offsets increasing record after record, the record inside
+        [min_phy, end) (units below ``min_phy`` point at deleted files: size only). Units of
+        files starting at or after logical byte ``deep_from``, and the first and last unit
+        of every file, are also read against the record's header (magic, size,
+        PHYSICALOFFSET, queue id, queue offset, topic): a zeroed, stale or shifted file
+        shows there without reading the whole log."""
+        self.publish()
+        cdef MappedFile mf, cl = None
+        cdef Py_ssize_t pos, n, cl_pos
+        cdef int64_t index, phy, prev_end = -1
+        cdef int32_t size
+        cdef RecordInfo info
+        cdef bint deep
+        cdef const char *topic_p = self.topic_b
+        cdef Py_ssize_t topic_len = len(self.topic_b)
+        for mf in list(self.mapped_file_queue.files):
+            n = mf.committed_pos // RS_CQ_UNIT_SIZE
+            deep = mf.file_from_offset >= deep_from
+            for pos in range(0, n * RS_CQ_UNIT_SIZE, RS_CQ_UNIT_SIZE):
+                index = (mf.file_from_offset + pos) // RS_CQ_UNIT_SIZE
+                phy = _get_be64(mf.base + pos)
+                size = _get_be32(mf.base + pos + 8)
+                if size == RS_CQ_FILLER_SIZE:
+                    continue                # fillers: before the first unit, or in a gap
+                if size <= 0 or phy < 0 or phy < prev_end \
+                        or phy + size > end:
+                    return index
+                prev_end = phy + size
+                if phy < min_phy or not (deep or pos == 0 or pos == (n - 1) * RS_CQ_UNIT_SIZE):
+                    continue
+                if cl is None or not (cl.file_from_offset <= phy < cl.file_from_offset + cl.file_size):
+                    cl = commit_log_queue.find_mapped_file_by_offset(phy)
+                    if cl is None or cl.base == NULL:
+                        return index
+                cl_pos = phy - cl.file_from_offset
+                if cl_pos + size > cl.file_size \
+                        or parse_record(cl.base + cl_pos, size, False, &info) != size \
+                        or info.phy_offset != phy or info.queue_id != self.queue_id \
+                        or info.queue_offset != index or info.topic_len != topic_len \
+                        or memcmp(info.topic, topic_p, <size_t>topic_len) != 0:
+                    return index
+        return -1
+
+    def truncate_at(self, int64_t index):
+        """Drop units ``index`` and later; returns the commit-log offset re-dispatch must
+        start from to rebuild them (the end of the last unit kept, or -1 when none is)."""
+        self._truncate_at_index(index)
+        cdef int64_t i = index - 1
+        while i >= self.min_index() and i >= 0:
+            u = self.get_unit(i)
+            if u is None:
+                break
+            if u[1] != RS_CQ_FILLER_SIZE:
+                return u[0] + u[1]
+            i -= 1
+        return -1
 
     cdef void _scan_end(self, MappedFile mf) noexcept:
         # readers find the end of a writer's data by the first unit of size 0

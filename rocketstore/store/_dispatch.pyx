@@ -488,6 +488,18 @@ cdef class DispatchCore:
             if rc == -2:
                 self.reput_offset += info.total_size
                 continue
+            if rc <= 0 and self.reput_offset < self.verify_below:
+                # recovery found valid records after this damage (and reported it): go on
+                # at the next one instead of stopping for good
+                from rocketstore.store._commitlog import resync_offset
+                nxt = resync_offset(mf, pos, end, self.crc_from)
+                if nxt > pos:
+                    self.reput_offset = mf.file_from_offset + nxt
+                    continue
+                if mf.committed_pos == mf.file_size and \
+                        mf.file_from_offset + mf.file_size < self.verify_below:
+                    self.reput_offset = mf.file_from_offset + mf.file_size
+                    continue
             if rc <= 0:
                 break
             tx = info.sys_flag & RS_SYSFLAG_TX_MASK

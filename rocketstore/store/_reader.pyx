@@ -229,8 +229,14 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
         size = _be32(u + i + 8)
         tags = _be64(u + i + 12)
         i += RS_CQ_UNIT_SIZE
-        if size == RS_CQ_FILLER_SIZE or size <= 0:
+        if size == RS_CQ_FILLER_SIZE:
             continue                    # filler units are never returned
+        if size <= 0:
+            # a zeroed or damaged unit inside the queue: skipped and reported, the queue
+            # goes on
+            _report_unit(cq, commit_log_queue, offset + i // RS_CQ_UNIT_SIZE - 1, phy,
+                         f"size {size}: a zeroed or damaged unit")
+            continue
         max_pulling = phy
         if next_phy_file >= 0 and phy < next_phy_file:
             continue                    # that commit-log file is gone
@@ -244,6 +250,13 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
             mf = commit_log_queue.find_mapped_file_by_offset(phy)
         pos = phy - mf.file_from_offset if mf is not None else -1
         if mf is None or mf.base == NULL or pos + size > mf.committed_pos:
+            if not commit_log_queue.read_only and _unit_past_log(commit_log_queue, phy):
+                # a damaged unit (its offset or size): skip and report it; what follows is
+                # intact (marking its "file" gone would hide every later unit)
+                _report_unit(cq, commit_log_queue, offset + i // RS_CQ_UNIT_SIZE - 1, phy,
+                             f"points outside the commit log (offset {phy}, size {size})")
+                mf = None
+                continue
             if total == 0:
                 r.status = MESSAGE_WAS_REMOVING
             next_phy_file = phy + cl_file_size - phy % cl_file_size
@@ -256,10 +269,16 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
         if rc != size:
             if total == 0:
                 r.status = MESSAGE_WAS_REMOVING
+            _report_unit(cq, commit_log_queue, offset + i // RS_CQ_UNIT_SIZE - 1, phy,
+                         f"no record of {size} bytes at commit-log offset {phy}")
             continue
         if info.queue_id != cq.queue_id or info.queue_offset != offset + i // RS_CQ_UNIT_SIZE - 1 \
                 or info.topic_len != topic_len or memcmp(info.topic, topic_p, <size_t>topic_len) != 0:
-            continue                    # a damaged unit (or record) is not this queue's message
+            # a damaged unit (or record) is not this queue's message
+            _report_unit(cq, commit_log_queue, offset + i // RS_CQ_UNIT_SIZE - 1, phy,
+                         f"the record at commit-log offset {phy} is queue {info.queue_id} "
+                         f"offset {info.queue_offset}")
+            continue
         if tag_filter is not None and not tag_filter.record_matches(&info):
             continue                    # same hash, another tag
         m = MessageExt.new(&info, None, mf, mf.base + pos, raw, topic)
@@ -277,6 +296,19 @@ cdef GetMessageResult _scan_units(ConsumeQueue cq, MappedFile cqf, Py_ssize_t up
     r.buffer_total_size = total
     r.suggest_pulling_from_slave = max_pulling >= 0 and max_offset_py - max_pulling > limits.memory_bytes
     return r
+
+
+cdef int _report_unit(ConsumeQueue cq, commit_log_queue, int64_t index, int64_t phy,
+                      str why) except -1:
+    from rocketstore.store import integrity
+    integrity.report_unit(commit_log_queue.store_path, cq.topic, cq.queue_id, index, phy, why)
+    return 0
+
+
+cdef bint _unit_past_log(commit_log_queue, int64_t phy) except -1:
+    """Whether a unit's record would lie at or past the commit log's end, or at a negative
+    offset (damage), rather than in a file retention deleted (below the log's min)."""
+    return phy < 0 or phy >= commit_log_queue.get_min_offset()
 
 
 # -- time lookups -------------------------------------------------------------------------------
@@ -502,18 +534,30 @@ def get_bodies(ConsumeQueue cq, commit_log_queue, int64_t offset, Py_ssize_t max
             phy = _be64(u + i * RS_CQ_UNIT_SIZE)
             size = _be32(u + i * RS_CQ_UNIT_SIZE + 8)
             i += 1
-            if size == RS_CQ_FILLER_SIZE or size <= 0:
+            if size == RS_CQ_FILLER_SIZE:
+                continue
+            if size <= 0:
+                _report_unit(cq, commit_log_queue, offset + i - 1, phy,
+                             f"size {size}: a zeroed or damaged unit")
                 continue
             if mf is None or not (mf.file_from_offset <= phy < mf.file_from_offset + mf.file_size):
                 mf = commit_log_queue.find_mapped_file_by_offset(phy)
                 if mf is None or mf.base == NULL:
                     mf = None
+                    if not commit_log_queue.read_only and _unit_past_log(commit_log_queue, phy):
+                        _report_unit(cq, commit_log_queue, offset + i - 1, phy,
+                                     f"points outside the commit log (offset {phy}, size {size})")
+                        continue
                     lost = n == 0
                     continue
                 mf.pin()
                 pinned.append(mf)
             pos = phy - mf.file_from_offset
             if pos + size > mf.committed_pos:
+                if not commit_log_queue.read_only:
+                    _report_unit(cq, commit_log_queue, offset + i - 1, phy,
+                                 f"points outside the commit log (offset {phy}, size {size})")
+                    continue
                 lost = n == 0
                 continue
             rc = checked_record(mf.base + pos, size, phy, &info, crc_from)
@@ -521,7 +565,11 @@ def get_bodies(ConsumeQueue cq, commit_log_queue, int64_t offset, Py_ssize_t max
                 report_bad_record(commit_log_queue.store_path, phy, mf.base + pos, size, crc_from)
                 continue
             if rc != size or info.queue_id != cq.queue_id or info.queue_offset != offset + i - 1:
-                continue                # a damaged unit (or record) is not this queue's message
+                # a damaged unit (or record) is not this queue's message
+                _report_unit(cq, commit_log_queue, offset + i - 1, phy,
+                             f"no record of this queue's offset {offset + i - 1} and {size} "
+                             f"bytes at commit-log offset {phy}")
+                continue
             if max_bytes > 0 and n > 0 and total + info.body_len > max_bytes:
                 i -= 1
                 break

@@ -37,7 +37,8 @@ from typing import Any, TypeVar
 
 from rocketstore.errors import CorruptionError
 
-__all__ = ["ConfigFile", "BatchedPersister", "loads", "dumps", "TMP_SUFFIX", "BAK_SUFFIX"]
+__all__ = ["ConfigFile", "BatchedPersister", "loads", "dumps", "TMP_SUFFIX", "BAK_SUFFIX",
+           "DAMAGED_SUFFIX", "report_reset", "resets"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,28 @@ T = TypeVar("T")
 
 TMP_SUFFIX = ".tmp"
 BAK_SUFFIX = ".bak"
+DAMAGED_SUFFIX = ".damaged"     # a copy of a file that could not be read, kept for forensics
+
+# what was reset or rebuilt because a metadata file could not be read, per config directory
+# (ConfigFile.load_or_reset, the loaders' salvage): shown by MessageStore.metadata_resets()
+# and the broker's runtime info
+_resets_lock = threading.Lock()
+_resets: dict[str, list[dict[str, str]]] = {}
+
+
+def report_reset(path: str, problem: str, action: str) -> None:
+    """Report loudly (an ERROR log line and an entry in ``resets()``) that metadata file
+    ``path`` could not be read (``problem``) and what was done instead (``action``)."""
+    log.error("%s: %s; %s", path, problem, action)
+    entry = {"file": os.path.basename(path), "path": path, "problem": problem, "action": action}
+    with _resets_lock:
+        _resets.setdefault(os.path.dirname(os.path.abspath(path)), []).append(entry)
+
+
+def resets(config_dir: str | os.PathLike[str]) -> list[dict[str, str]]:
+    """Every reset ``report_reset`` recorded in this process for files of ``config_dir``."""
+    with _resets_lock:
+        return list(_resets.get(os.path.abspath(os.fspath(config_dir)), []))
 _INDENT = "\t"
 
 # A JSON string literal, or an object key written as a bare integer (after "{" or ","; before
@@ -249,6 +272,9 @@ class ConfigFile:
         self.bak_path = self.path + BAK_SUFFIX
         # the file the last load() decoded: path, bak_path, or None when neither had content
         self.loaded_path: str | None = None
+        # the text of <file> when the last load() could not decode it (for salvaging loaders)
+        self.damaged_text: str | None = None
+        self.was_reset = False      # the last load_or_reset found neither copy readable
         self._lock = threading.Lock()
         # whether `path` holds content that parsed (we loaded or wrote it); only such content
         # is rotated into .bak, so a corrupt file can never replace a good backup. None means
@@ -276,6 +302,7 @@ class ConfigFile:
         """
         with self._lock:
             self.loaded_path = None
+            self.damaged_text = None
             main_error: Exception | None = None
             data = _read_bytes(self.path)
             if data is not None and data.strip():
@@ -283,6 +310,8 @@ class ConfigFile:
                     result = decode(loads(data.decode("utf-8")))
                 except (ValueError, TypeError) as e:
                     main_error = e
+                    # what a salvaging loader can still read entry by entry
+                    self.damaged_text = data.decode("utf-8", "replace")
                 else:
                     self._main_good = True
                     self.loaded_path = self.path
@@ -311,6 +340,31 @@ class ConfigFile:
                         f" ({main_error})" if main_error is not None else "", self.bak_path)
             self.loaded_path = self.bak_path
             return result
+
+    def load_or_reset(self, decode: Callable[[Any], T], action: str) -> T | None:
+        """``load``, but where it would raise ``CorruptionError`` (neither ``<file>`` nor
+        ``.bak`` readable): keep a copy of the damaged file as ``<file>.damaged``, report the
+        reset (``report_reset``: ERROR log, ``resets()``) with ``action`` (what the caller
+        rebuilds or starts with instead) and return None, so the broker starts."""
+        self.was_reset = False
+        try:
+            return self.load(decode)
+        except CorruptionError as e:
+            self.was_reset = True
+            self.keep_damaged_copy()
+            report_reset(self.path, f"unreadable ({e.reason})",
+                         action)
+            return None
+
+    def keep_damaged_copy(self) -> None:
+        """Copy ``<file>`` to ``<file>.damaged`` (the next persist replaces ``<file>``)."""
+        data = _read_bytes(self.path)
+        if data is not None:
+            try:
+                with open(self.path + DAMAGED_SUFFIX, "wb") as f:
+                    f.write(data)
+            except OSError as e:
+                log.warning("%s: could not keep a copy of the damaged file: %s", self.path, e)
 
     def persist(self, obj: Any) -> None:
         """Replace the file's content with ``dumps(obj)``, atomically and durably.

@@ -46,6 +46,19 @@ def unit_runs(cq: ConsumeQueue, lo: int, hi: int,
         index += n
 
 
+_LOOK_PAST_END = 8192       # bytes after a queue's end checked for units damage cut off
+
+
+def _units_after_end(q: ConsumeQueue) -> bool:
+    """Whether non-zero bytes follow the end ``recover`` found in the queue's last file
+    (within ``_LOOK_PAST_END`` bytes: a zeroed range inside the queue, not its end)."""
+    mf = q.mapped_file_queue.last_file()
+    if mf is None or mf.wrote_pos >= mf.file_size:
+        return False
+    n = min(_LOOK_PAST_END, mf.file_size - mf.wrote_pos)
+    return mf.read_bytes(mf.wrote_pos, n).count(0) != n
+
+
 def _drop_damaged_files(qdir: str, file_size: int) -> bool:
     """Delete a queue's files from the first one of the wrong size or out of sequence on;
     True when any was deleted."""
@@ -85,6 +98,7 @@ class ConsumeQueueStore:
         self._lock = threading.Lock()
         self.damaged = False        # load() dropped files: rebuild from the commit log
         self._removed: list[ConsumeQueue] = []     # a deleted topic's, mappings retired
+        self._tail_cut: list[ConsumeQueue] = []    # recover() dropped their last files
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -148,15 +162,104 @@ class ConsumeQueueStore:
                     continue
                 if not os.path.isdir(os.path.join(tdir, qname)):
                     continue
-                if not (last_exit_ok or self.read_only):
-                    self.damaged |= _drop_damaged_files(os.path.join(tdir, qname), self.file_size)
+                dropped = False
+                if not self.read_only:
+                    # wrong-sized or out-of-sequence files are damage after a clean close
+                    # too; the queue is rebuilt from its last unit before them
+                    dropped = _drop_damaged_files(os.path.join(tdir, qname), self.file_size)
+                    if not last_exit_ok:
+                        self.damaged |= dropped
                 q = ConsumeQueue(self.root, topic, qid, self.file_size, read_only=self.read_only)
                 q.load()
                 self._queues.setdefault(topic, {})[qid] = q
+                if dropped and last_exit_ok:
+                    self._tail_cut.append(q)
 
     def recover(self) -> None:
+        """Find each queue's end (``ConsumeQueue.recover``). Queues it cut short are noted
+        for ``validate``: trailing files dropped (never written: a cut after they were
+        created), or units found shortly after the end it found (damage inside the queue,
+        not its end)."""
         for q in self.queues():
+            before = len(q.mapped_file_queue.files)
             q.recover()
+            last = q.mapped_file_queue.last_file()
+            if len(q.mapped_file_queue.files) < before or _units_after_end(q) \
+                    or (last is not None and last.wrote_pos == 0):
+                if q not in self._tail_cut:
+                    self._tail_cut.append(q)
+
+    def drop_queue(self, q: ConsumeQueue) -> ConsumeQueue:
+        """Delete every file of ``q`` (its first ones are missing: what is left cannot be
+        extended backwards) and put an empty queue in its place, which re-dispatch fills.
+        Only before dispatch starts."""
+        log.error("%s/%d: the consume queue starts at unit %d, after records the commit log "
+                  "still holds (its first files are missing or damaged): rebuilding it whole",
+                  q.topic, q.queue_id, q.mapped_file_queue.files[0].file_from_offset // 20
+                  if q.mapped_file_queue.files else 0)
+        q.destroy()
+        fresh = ConsumeQueue(self.root, q.topic, q.queue_id, self.file_size,
+                             read_only=self.read_only)
+        fresh.load()
+        fresh.recover()
+        with self._lock:
+            self._queues.setdefault(q.topic, {})[q.queue_id] = fresh
+        if q in self._tail_cut:
+            self._tail_cut.remove(q)
+        return fresh
+
+    def mark_suspect(self, q: ConsumeQueue) -> None:
+        """Have ``validate`` check ``q`` and rebuild it from its last unit on."""
+        if q not in self._tail_cut:
+            self._tail_cut.append(q)
+
+    def suspects(self) -> list[ConsumeQueue]:
+        """The queues load or recover found cut short or out of sequence."""
+        return list(self._tail_cut)
+
+    @property
+    def suspect(self) -> bool:
+        """Whether load or recover found a queue cut short or out of sequence."""
+        return bool(self._tail_cut)
+
+    def validate(self, commit_log_queue, end: int, min_phy: int, deep_files: int = 3,
+                 queues: list[ConsumeQueue] | None = None) -> tuple[int, list[str]]:
+        """Abnormal recovery: check every queue's units against the commit log (units up to
+        ``end``; the last ``deep_files`` files of each queue unit by unit against the record
+        headers, the others at their first and last unit) and drop each queue from its first
+        unit that does not hold (``queues``: only those; default every queue). Returns (the commit-log offset re-dispatch must start from
+        to rebuild what was dropped, or -1 when nothing was; "topic/queue@index" of each
+        queue cut)."""
+        rebuild_from = -1
+        cut = []
+        for q in (self.queues() if queues is None else queues):
+            files = q.mapped_file_queue.files
+            if not files:
+                continue
+            deep_from = files[max(0, len(files) - deep_files)].file_from_offset
+            bad = q.validate(commit_log_queue, end, min_phy, deep_from)
+            if bad < 0:
+                if q in self._tail_cut:
+                    # its last files held no units: rebuild what they should have held
+                    log.error("%s/%d: the consume queue ends at unit %d, before what the "
+                              "commit log holds (files never written after a cut, or damaged "
+                              "or missing): rebuilding it from the commit log", q.topic,
+                              q.queue_id, q.get_max_offset_in_queue())
+                    n = q.get_max_offset_in_queue()
+                    last = q.get_unit(n - 1) if n > q.get_min_offset_in_queue() else None
+                    start = max(last[0] + last[1], min_phy) \
+                        if last is not None and last[1] != 0x7FFFFFFF else min_phy
+                    rebuild_from = start if rebuild_from < 0 else min(rebuild_from, start)
+                    cut.append(f"{q.topic}/{q.queue_id}@{q.get_max_offset_in_queue()}")
+                continue
+            log.error("%s/%d: consume-queue unit %d does not match the commit log (zeroed, "
+                      "stale or damaged after a crash): dropping the queue from there and "
+                      "rebuilding it from the commit log", q.topic, q.queue_id, bad)
+            start = q.truncate_at(bad)
+            start = min_phy if start < 0 else max(start, min_phy)
+            rebuild_from = start if rebuild_from < 0 else min(rebuild_from, start)
+            cut.append(f"{q.topic}/{q.queue_id}@{bad}")
+        return rebuild_from, cut
 
     def max_physic_offset(self) -> int:
         """End (offset + size) of the furthest commit-log record any queue points at, or -1."""

@@ -552,6 +552,14 @@ class MessageStore:
         of them is ever handed out."""
         return integrity.reported(self.commit_log_queue.store_path)
 
+    def metadata_resets(self) -> list[dict[str, str]]:
+        """Metadata files of this store (``config/``) that could not be read at open and
+        what was reset or rebuilt instead (file, path, problem, action), in this process:
+        each was also logged as an ERROR. The broker's runtime info shows them
+        (``metadataResets``)."""
+        from rocketstore.store import configfile
+        return configfile.resets(paths.config_dir(self.root))
+
     @property
     def closed(self) -> bool:
         return self._closed
@@ -584,8 +592,10 @@ class MessageStore:
         blanked = 0
         for i in range(start, len(files)):
             mf = files[i]
+            # after a clean close, note each queue's next offset as the log has it: a queue
+            # whose consume queue ends before that lost units to damage (checked below)
             end_pos, count, blank = self.commit_log.scan_file(mf, self.config.check_crc_on_recover,
-                                                              False)
+                                                              self.last_exit_ok)
             scanned += end_pos
             messages += count
             end = mf.file_from_offset + end_pos
@@ -621,6 +631,41 @@ class MessageStore:
         elif self.consume_queues.max_physic_offset() > end:
             self.consume_queues.truncate_dirty(end)
         min_phy = max(0, self.commit_log.get_min_offset())
+        rebuild_from, queues_cut = -1, []
+        if not self.last_exit_ok and files:
+            # a cut during an earlier recovery can leave queue files whose units never
+            # reached the disk (all zeros, counted as full) anywhere in a queue: check every
+            # unit against the log and rebuild each queue from its first bad one
+            rebuild_from, queues_cut = self.consume_queues.validate(
+                self.commit_log_queue, end, min_phy)
+        else:
+            seen = self.commit_log.queue_offsets()
+            first = self.commit_log.scan_first
+            for q in self.consume_queues.queues():
+                key = (q.topic, q.queue_id)
+                qfiles = q.mapped_file_queue.files
+                head = q.get_unit(qfiles[0].file_from_offset // 20) if qfiles else None
+                if (key in first and (not qfiles or
+                                      first[key][0] < qfiles[0].file_from_offset // 20)) \
+                        or (min_phy == 0 and qfiles and qfiles[0].file_from_offset > 0
+                            and head is not None and head[1] != 0x7FFFFFFF):
+                    # units before the queue's first file are missing, yet the log holds
+                    # their records (seen in the scan; or no commit-log file was ever
+                    # deleted, so retention cannot have removed them, and no filler says the
+                    # queue began there): rebuild the queue whole
+                    self.consume_queues.drop_queue(q)
+                    rebuild_from = min_phy
+                    queues_cut.append(f"{q.topic}/{q.queue_id}@0")
+                elif seen.get(key, 0) > q.get_max_offset_in_queue():
+                    self.consume_queues.mark_suspect(q)
+        if self.last_exit_ok and self.consume_queues.suspect:
+            # after a clean close, only queues found cut short, out of sequence or shorter
+            # than the log says (damage)
+            start2, cut2 = self.consume_queues.validate(
+                self.commit_log_queue, end, min_phy, queues=self.consume_queues.suspects())
+            queues_cut += cut2
+            if start2 >= 0:
+                rebuild_from = start2 if rebuild_from < 0 else min(rebuild_from, start2)
         self.consume_queues.correct_min_offset(min_phy)
         if self.dispatch_core.index_last_phy >= end:
             # the index holds keys of records the truncation removed (queries check each
@@ -643,6 +688,8 @@ class MessageStore:
             # after a crash every record from the checkpoint's file on is dispatched again:
             # consume-queue units and index entries written after their last flush may be lost
             reput = min(reput, max(files[start].file_from_offset, min_phy))
+        if rebuild_from >= 0:
+            reput = min(reput, rebuild_from)
         if self.consume_queues.damaged:
             reput = min_phy         # queue files were dropped at load: rebuild them all
         elif min_phy < reput < end and self.commit_log.next_record(reput)[1] == -1:
@@ -657,6 +704,10 @@ class MessageStore:
         self.dispatch_core.verify_below = end
         redispatch_from = self.dispatch_core.reput_offset
         dispatched = self.dispatch_service.do_dispatch()
+        if not self.last_exit_ok or queues_cut:
+            # what re-dispatch rebuilt is on disk before anything trusts it: a cut during
+            # the next run must not find these files created but never written
+            self.consume_queues.flush(0)
         for (topic, qid), max_offset in self.consume_queues.max_offsets().items():
             self.commit_log.set_queue_offset(topic, qid, max_offset)
         self.recovery = {
@@ -672,6 +723,8 @@ class MessageStore:
             "bytes_zeroed": zeroed,
             "files_dropped": files_dropped,
             "bytes_blanked": blanked,
+            "bytes_resynced": self.commit_log.bytes_resynced,
+            "queues_rebuilt": queues_cut,
             "records_skipped": self.bad_records(),
             "records_not_dispatched": self.dispatch_core.rejected,
             "scan_seconds": scan_seconds,
@@ -715,6 +768,10 @@ class MessageStore:
         mf.flushed_pos = min(mf.flushed_pos, pos)
         log.warning("commit log %s: unreadable from position %d, the next file is intact: "
                     "%d bytes blanked, the files after it kept", mf.path, pos, left)
+        start = mf.file_from_offset + pos
+        integrity.report(self.commit_log_queue.store_path, start,
+                         f"damaged range [{start}, {start + left}) of {left} bytes skipped: "
+                         f"no valid record starts in it (blanked at recovery)")
         return left
 
     def _zero_tail(self, end: int) -> int:

@@ -95,6 +95,32 @@ def _decode(doc: Any) -> dict[str, dict[int, int]]:
     return table
 
 
+# one offsetTable entry of a damaged file: "topic@group":{0:12,1:30} (keys quoted or bare)
+_ENTRY = re.compile(r'"((?:[^"\\]|\\.)+)"\s*:\s*\{([^{}]*)\}')
+_PAIR = re.compile(r'\s*"?(-?\d+)"?\s*:\s*(-?\d+)\s*')
+
+
+def _salvage(text: str) -> dict[str, dict[int, int]]:
+    """The offsets a damaged consumerOffset.json still holds intact: every entry whose text
+    parses pair by pair (a damaged pair is left out, not guessed)."""
+    table: dict[str, dict[int, int]] = {}
+    for m in _ENTRY.finditer(text):
+        key = m.group(1)
+        if _split_key(key) is None:
+            continue
+        queues: dict[int, int] = {}
+        for pair in m.group(2).split(","):
+            p = _PAIR.fullmatch(pair)
+            if p is None:
+                continue
+            qid, off = int(p.group(1)), int(p.group(2))
+            if 0 <= qid <= _MAX_QUEUE_ID and 0 <= off <= _MAX_OFFSET:
+                queues[qid] = off
+        if queues:
+            table.setdefault(key, {}).update(queues)
+    return table
+
+
 class ConsumerOffsetManager:
     """Consumer offsets by group, topic and queue id, persisted to ``consumerOffset.json``.
 
@@ -216,11 +242,34 @@ class ConsumerOffsetManager:
         """Replace the table with the file's (or ``.bak``'s) content.
 
         Returns False when neither file exists or has content; the table is then empty.
-        Raises ``CorruptionError`` when neither can be decoded (see ``ConfigFile.load``).
+
+        A ``<file>`` that cannot be parsed is salvaged entry by entry and merged with
+        ``.bak`` (issue 21): for each topic@group and queue the value of ``<file>`` (the newer
+        copy) where its text is intact, else ``.bak``'s; no entry of a readable copy is
+        dropped. The merge is reported (``configfile.resets``, ERROR log). Raises
+        ``CorruptionError`` when neither copy can be decoded (see ``ConfigFile.load``).
         """
         with self._persist_lock:
+            path = self._file.path
+            # neither copy readable: still refused (CorruptionError), as consumers would
+            # otherwise silently restart from their consume-from-where (docs/recovery.md)
             table = self._file.load(_decode)
-            from_bak = self._file.loaded_path == self._file.bak_path
+            damaged = self._file.damaged_text
+            from_bak = self._file.loaded_path == self._file.bak_path or damaged is not None
+            if damaged is not None:
+                salvaged = _salvage(damaged)
+                merged = {k: dict(v) for k, v in (table or {}).items()}
+                older = sum(1 for k, v in merged.items() for q in v
+                            if q not in salvaged.get(k, {}))
+                for key, queues in salvaged.items():
+                    merged.setdefault(key, {}).update(queues)
+                from rocketstore.store.configfile import report_reset
+                report_reset(path, "unparseable",
+                             f"merged with {os.path.basename(self._file.bak_path)}: "
+                             f"{sum(map(len, salvaged.values()))} offsets read from the "
+                             f"damaged file, {older} from the older backup")
+                self._file.keep_damaged_copy()
+                table = merged
             with self._lock:
                 self._table = table if table is not None else {}
                 self._persisted_count = self._change_count
