@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import inspect
+import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from rocketstore.common.protocol import ResponseCode
@@ -72,6 +73,7 @@ RESERVE_BY_CODE: dict[int, int] = {
     R.VIEW_MESSAGE_BY_ID: 1 << 20, R.QUERY_MESSAGE: 2 << 20,
 }
 
+CPU_SLOTS = 2
 BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while ({} queue full: {})"
 
 _current_pool: contextvars.ContextVar[concurrent.futures.Executor] = contextvars.ContextVar(
@@ -135,6 +137,12 @@ class RoutingProcessor:
         self._pools = executors.pools
         self._send = executors.pools[SEND]
         self._pull = executors.pools[PULL]
+        # the handlers' own Python work (a topic's stats over 1,024 queues, a query) runs
+        # CPU_SLOTS at a time across every pool: each thread more contending for the GIL
+        # delays the event loop's every acquisition (CPython hands the GIL to any waiter),
+        # so 16 busy admin threads held sends for ~1 s. What a handler hands on
+        # (``_blocking``: fsyncs, the broker's own locks) runs outside the gate.
+        self._cpu_gate = threading.BoundedSemaphore(CPU_SLOTS)
 
     def process(self, conn: Connection, cmd: RemotingCommand
                 ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
@@ -161,13 +169,17 @@ class RoutingProcessor:
         finally:
             p.outstanding -= 1
 
+    def _gated(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        with self._cpu_gate:
+            return self.inner.process(conn, cmd)
+
     async def _off_loop(self, p: KindPool, conn: Connection, cmd: RemotingCommand
                         ) -> RemotingCommand | None:
         assert p.pool is not None
         try:
             _current_pool.set(p.pool)       # this task's context: what the handler offloads
             result = await asyncio.get_running_loop().run_in_executor(
-                p.pool, self.inner.process, conn, cmd)
+                p.pool, self._gated, conn, cmd)
             if inspect.isawaitable(result):
                 result = await result
             return result

@@ -41,6 +41,7 @@ from rocketstore.store._mapped cimport MappedFile, sync_hook_active
 from rocketstore.store._bytes cimport get_u32
 
 import logging
+import os
 import numpy as np
 
 cnp.import_array()
@@ -1415,7 +1416,8 @@ cdef class CommitLog:
         ``limit`` (the file size when negative); -1 when none."""
         if limit < 0 or limit > mf.file_size:
             limit = mf.file_size
-        return resync_record(mf, pos, limit, self.mapped_file_queue.record_crc_from)
+        return resync_record(mf, pos, data_end(mf, pos, limit),
+                             self.mapped_file_queue.record_crc_from)
 
     def scan_file(self, MappedFile mf, bint check_crc, bint rebuild_queues=True):
         """Walk the records of one file from position 0 to the end of valid data.
@@ -1456,8 +1458,10 @@ cdef class CommitLog:
                     continue
                 if check_crc:
                     # within a window: the zero tail of a big preallocated file is not read
-                    # into the page cache at every open just to find it empty
-                    nxt = resync_record(mf, pos, min(size, pos + RESYNC_WINDOW), crc_from)
+                    # into the page cache at every open just to find it empty; and never
+                    # into a hole (nothing was ever written there)
+                    nxt = resync_record(mf, pos, data_end(mf, pos, min(size, pos + RESYNC_WINDOW)),
+                                        crc_from)
                     if nxt > pos:
                         # a zeroed page or garbage with valid records after it: damage
                         # inside the log, not its torn end (docs/recovery.md)
@@ -1560,10 +1564,31 @@ cdef Py_ssize_t resync_record(MappedFile mf, Py_ssize_t pos, Py_ssize_t limit,
     return -1
 
 
+def data_end(MappedFile mf, Py_ssize_t pos, Py_ssize_t limit):
+    """``limit``, or the start of the first hole of ``mf``'s file at or after ``pos`` when
+    that comes first. A resync never reads a hole: no record was ever written there, and on
+    tmpfs (or any filesystem that allocates on a read fault) reading one on a full disk is a
+    SIGBUS. Sparse files are what extent allocation leaves past the written log."""
+    cdef Py_ssize_t hole
+    if mf.path is None:
+        return limit
+    try:
+        fd = os.open(mf.path, os.O_RDONLY)
+    except OSError:
+        return limit
+    try:
+        hole = os.lseek(fd, pos, os.SEEK_HOLE)
+    except OSError:             # SEEK_HOLE unsupported, or pos past the end
+        return limit
+    finally:
+        os.close(fd)
+    return hole if hole < limit else limit
+
+
 def resync_offset(MappedFile mf, Py_ssize_t pos, Py_ssize_t limit, int64_t crc_from):
     """``resync_record`` for the dispatcher's slow path: the position of the next valid
     record in ``mf`` after damage at ``pos`` (below ``limit``), or -1."""
-    return resync_record(mf, pos, min(limit, mf.file_size), crc_from)
+    return resync_record(mf, pos, data_end(mf, pos, min(limit, mf.file_size)), crc_from)
 
 
 cdef int report_damaged_range(object where, int64_t start, int64_t end) except -1:
