@@ -91,6 +91,8 @@ def _delivered_all(broker: Broker, timeout: float = 30.0) -> None:
         broker.store.wait_dispatched(timeout)
         hi = broker.store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0)
         if sched.offsets().get(1, 0) >= hi:
+            # the delivered copies are puts of their own: read only once they are dispatched
+            broker.store.wait_dispatched(timeout)
             return
         assert time.monotonic() < deadline, "schedule service did not deliver"
         sched.wake()

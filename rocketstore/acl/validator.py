@@ -33,8 +33,9 @@ its permission (the account's own for listed resources, else its default for top
 groups; an admin account that lists no resources may touch all).
 
 The validator re-reads the file when it changes (a thread polls its modification time, size
-and inode every ``watch_interval`` seconds); a file that fails to parse is logged and the
-previous rules stay in force.
+and inode every ``watch_interval`` seconds, and reads a change once it has held for a whole
+interval, so a file rewritten in place is never read half-written); a file that fails to
+parse is logged and the previous rules stay in force.
 """
 from __future__ import annotations
 
@@ -234,10 +235,19 @@ class PlainAccessValidator:
         return True
 
     def _watch(self) -> None:
+        # a change is read once the file has kept it for one whole interval: a file being
+        # rewritten in place (truncated, then written) is not read half-written, when it
+        # could parse as fewer accounts than it is about to hold
+        settling = None
         while not self._stop.wait(self.watch_interval):
             stamp = self._file_stamp()
             if stamp is None or stamp == self._stamp:
+                settling = None
                 continue
+            if stamp != settling:
+                settling = stamp
+                continue
+            settling = None
             self._stamp = stamp
             self.reload()
 
