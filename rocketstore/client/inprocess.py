@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 class InProcessTransport(Transport):
     """One client instance's direct line to a ``Broker`` (thread-safe)."""
 
+    inline_callbacks = True
+
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.name = broker.broker_name

@@ -46,6 +46,10 @@ class Transport(abc.ABC):
     ``rocketstore.errors.TransportError``; broker-side refusals come back as response codes.
     """
 
+    # a future this transport returns may run a client's response handling in its done
+    # callback (in process: the broker's own thread, which does not block on the client)
+    inline_callbacks: bool = False
+
     # routes
     @abc.abstractmethod
     def get_topic_route(self, topic: str) -> TopicRouteData | None:
