@@ -35,6 +35,8 @@ Buffer = bytes | memoryview
 def writev_all(fd: int, parts: list[Buffer]) -> int:
     """Write ``parts`` in order with ``writev`` until done or the socket is full; the bytes
     written (``BlockingIOError`` only when nothing was)."""
+    if len(parts) <= IOV_MAX:
+        return os.writev(fd, parts)     # one call: the common case (a pull answer)
     done = 0
     i = 0
     n_parts = len(parts)
