@@ -62,7 +62,7 @@ def _pull(b: Broker, topic: str, offset: int = 0, n: int = 32):
     return r
 
 
-def _send(b: Broker, topic: str, bodies: list[bytes], queues: int = 1) -> None:
+def _send(b: Broker, topic: str, bodies: list[bytes]) -> None:
     from brokering import send, wait_dispatched
     for i, body in enumerate(bodies):
         send(b, topic, body, 0, keys=f"k{i}")
@@ -178,7 +178,8 @@ def _send_and_hold(messages, after_send) -> tuple[bytes, bytes, dict]:
         vw = conn._vw
         seen["transport_buffer"] = transport.get_write_buffer_size()
         seen["held"] = vw.nbytes if vw is not None else 0
-        seen["held_views_of"] = {type(getattr(p, "obj", p)).__name__ for p in vw.queue} if vw else set()
+        seen["held_views_of"] = ({type(getattr(p, "obj", p)).__name__ for p in vw.queue}
+                                 if vw else set())
         after_send()
         reader = threading.Thread(target=lambda: got.append(peer.read_all(len(expected))))
         reader.start()
@@ -213,7 +214,8 @@ def test_an_answer_the_peer_does_not_read_waits_as_views_not_copies(tmp_path):
     assert got == expected
     # the socket took a little; the rest waits as views of the mapping, none in the transport
     assert seen["held"] > 0 and seen["transport_buffer"] == 0, seen
-    assert seen["held_views_of"] <= {"MappedFile", "bytes"} and "MappedFile" in seen["held_views_of"]
+    held = seen["held_views_of"]
+    assert held <= {"MappedFile", "bytes"} and "MappedFile" in held, held
     assert seen["held_after"] == 0
 
 

@@ -11,7 +11,7 @@ topic with batches of 100, then measures:
 Each row prints msgs/s, MB/s of records and the broker process's CPU seconds (user + system
 from /proc/<pid>/stat) during the row, per 100 k messages; the load average is printed first.
 
-  PYTHONPATH=$PWD python tools/bench_pull.py [--num 100000] [--body 100]
+  PYTHONPATH=$PWD python tools/bench_pull.py [--num 100000] [--body 100] [--fill-batch 100]
 """
 from __future__ import annotations
 
@@ -55,11 +55,25 @@ class Server:
         self.proc.wait(60)
 
 
-def fill(namesrv: str, topic: str, n: int, body: bytes) -> None:
+def fill(namesrv: str, topic: str, n: int, body: bytes, batch: int) -> None:
+    """``n`` messages in batches of ``batch`` (each batch lands in one queue: its records are
+    adjacent in the commit log); ``batch`` 1 sends one by one from 8 threads, so a queue's
+    records interleave with the other queues' as under sync sends."""
     from rocketstore.client import Message, Producer
     with Producer("bench-pull-pg", namesrv_addr=namesrv) as p:
-        for _ in range(n // 100):
-            p.send_batch([Message(topic, body) for _ in range(100)])
+        if batch > 1:
+            for _ in range(n // batch):
+                p.send_batch([Message(topic, body) for _ in range(batch)])
+            return
+
+        def worker() -> None:
+            for _ in range(n // 8):
+                p.send(Message(topic, body))
+        ts = [threading.Thread(target=worker) for _ in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
 
 
 def push_consume(namesrv: str, topic: str, total: int, pid: int) -> tuple[float, float]:
@@ -136,10 +150,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--num", type=int, default=100_000)
     ap.add_argument("--body", type=int, default=100, help="body size in bytes")
+    ap.add_argument("--fill-batch", type=int, default=100,
+                    help="messages per send when filling (1: one by one, records interleaved)")
     args = ap.parse_args()
     import rocketstore
     tmp = Path(tempfile.mkdtemp(prefix="bench_pull_"))
-    print(f"load average {os.getloadavg()[0]:.2f}; {args.num:,} messages of {args.body} B; "
+    print(f"load average {os.getloadavg()[0]:.2f}; {args.num:,} messages of {args.body} B, "
+          f"sent {args.fill_batch} per call; "
           f"rocketstore from {Path(rocketstore.__file__).parent.parent}", flush=True)
     ns = Server(["namesrv", "--listen", "127.0.0.1:0", "--kv-config",
                  str(tmp / "kvConfig.json")], tmp)
@@ -147,9 +164,11 @@ def main() -> int:
                      "127.0.0.1:0"], tmp)
     try:
         body = b"x" * args.body
-        fill(ns.addr, "BenchPull", args.num, body)
+        per = 8 if args.fill_batch == 1 else args.fill_batch
+        total = args.num // per * per
+        fill(ns.addr, "BenchPull", args.num, body, args.fill_batch)
         time.sleep(1.0)
-        rate, cpu = push_consume(ns.addr, "BenchPull", args.num // 100 * 100, broker.proc.pid)
+        rate, cpu = push_consume(ns.addr, "BenchPull", total, broker.proc.pid)
         print(f"{'push consume (32/listener)':<28} {rate:>10,.0f} msgs/s  "
               f"broker CPU {cpu:5.2f} s per 100 k", flush=True)
         rate, mbs, cpu = raw_pull(broker.addr, "BenchPull", broker.proc.pid)

@@ -285,7 +285,8 @@ class Connection(asyncio.Protocol):
         prefix, header, body = cmd.encode_parts()
         corked = self._corked
         btype = type(body)
-        if btype is RecordBody or (btype is memoryview and body.readonly):  # type: ignore[union-attr]
+        if btype is RecordBody or (btype is memoryview
+                                   and body.readonly):  # type: ignore[union-attr]
             # stored records: written from the mapping, never joined into new bytes
             parts = body.parts if btype is RecordBody else [body]  # type: ignore[union-attr]
             head = prefix + header
