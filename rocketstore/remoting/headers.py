@@ -22,8 +22,8 @@ from rocketstore.errors import RemotingProtocolError
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.codes import RequestCode
 from rocketstore.remoting.command import LONG_MAX, LONG_MIN, RemotingCommand
-from rocketstore.remoting.zerocopy import RecordBody
 from rocketstore.store._codec import java_hash
+from rocketstore.remoting.zerocopy import RecordBody
 
 # SendMessageRequestHeaderV2's one-letter names, in SendMessageRequestHeader's field order
 SEND_V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic",
