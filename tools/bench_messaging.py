@@ -3,6 +3,11 @@
 raw store, in one run (issue 12 item 5).
 
 Rows (100 B bodies unless --body):
+  store put one      the raw store, the baseline of "send": MessageStore.put_message one
+                     message at a time (no broker, no client)
+  store bodies       the raw store, the baseline of the e2e rows: put_messages of --batch,
+                     then get_message_bodies 32 at a time (one buffer per read, no
+                     MessageExt)
   store put+get      the raw store: put_messages of --batch messages into --queues queues,
                      then get_message 32 at a time until all are read (the floor: no broker,
                      no client)
@@ -24,6 +29,10 @@ Rows (100 B bodies unless --body):
   sync async-send    a SYNC_FLUSH broker: Producer.send_async per message with up to
                      --window futures in flight (every future completes once on disk)
 
+Every row has the process's CPU seconds per 100 k messages (getrusage: user + system of
+all threads, over the row's timed span), comparable across machines where msgs/s is not;
+the load average is printed first.
+
 End-to-end latency per message = consume time - born timestamp (the store stamps the born
 time at put, ms resolution); p50/p99 over all messages. Ratios are rocketstore / peer of the
 same run. The machine is shared: figures move with other load.
@@ -37,6 +46,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
+import resource
 import shutil
 import socket
 import subprocess
@@ -66,10 +76,17 @@ def pct(values: list[int], p: float) -> float:
     return float(values[min(len(values) - 1, int(len(values) * p))])
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process, all threads."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 class Row:
     def __init__(self, name: str, count: int, seconds: float, lat: list[int] | None = None,
-                 note: str = "") -> None:
+                 note: str = "", cpu: float = float("nan")) -> None:
         self.name, self.count, self.seconds, self.note = name, count, seconds, note
+        self.cpu = cpu
         lat = sorted(lat) if lat else []
         self.p50 = pct(lat, 0.50)
         self.p99 = pct(lat, 0.99)
@@ -77,6 +94,10 @@ class Row:
     @property
     def rate(self) -> float:
         return self.count / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def cpu_per_100k(self) -> float:
+        return self.cpu / self.count * 100_000 if self.count else float("nan")
 
 
 def store_config(args: argparse.Namespace, sync: bool = False) -> StoreConfig:
@@ -95,6 +116,7 @@ def bench_store(args: argparse.Namespace, tmp: str) -> Row:
     path = os.path.join(tmp, "raw")
     with MessageStore.open(path, store_config(args)) as store:
         t0 = time.perf_counter()
+        c0 = cpu_seconds()
         sent = 0
         q = 0
         while sent < args.count:
@@ -117,8 +139,64 @@ def bench_store(args: argparse.Namespace, tmp: str) -> Row:
             if not progressed:
                 time.sleep(0.001)      # dispatch catching up
         dt = time.perf_counter() - t0
+        cpu = cpu_seconds() - c0
     shutil.rmtree(path, ignore_errors=True)
-    return Row("store put+get", args.count, dt, note=f"put_messages x{args.batch}, get x32")
+    return Row("store put+get", args.count, dt, note=f"put_messages x{args.batch}, get x32",
+               cpu=cpu)
+
+
+def bench_store_put_one(args: argparse.Namespace, tmp: str) -> Row:
+    """The floor under ``Producer.send``: ``put_message`` of one message at a time."""
+    pool = [Message(TOPIC, b) for b in bodies(1024, args.body)]
+    path = os.path.join(tmp, "raw_one")
+    n = args.sync_count
+    with MessageStore.open(path, store_config(args)) as store:
+        put = store.put_message
+        queues = args.queues
+        t0 = time.perf_counter()
+        c0 = cpu_seconds()
+        for i in range(n):
+            put(pool[i & 1023], i % queues)
+        dt = time.perf_counter() - t0
+        cpu = cpu_seconds() - c0
+    shutil.rmtree(path, ignore_errors=True)
+    return Row("store put one", n, dt, note="put_message x1 (baseline of send)", cpu=cpu)
+
+
+def bench_store_bodies(args: argparse.Namespace, tmp: str) -> Row:
+    """The floor under the e2e rows: batched puts, then reads of bodies in one buffer."""
+    pool = [Message(TOPIC, b) for b in bodies(1024, args.body)]
+    path = os.path.join(tmp, "raw_bodies")
+    with MessageStore.open(path, store_config(args)) as store:
+        t0 = time.perf_counter()
+        c0 = cpu_seconds()
+        sent = 0
+        q = 0
+        while sent < args.count:
+            n = min(args.batch, args.count - sent)
+            start = sent & 1023
+            batch = (pool * 2)[start:start + n] if start + n > 1024 else pool[start:start + n]
+            store.put_messages(batch, queue_id=q % args.queues)
+            q += 1
+            sent += n
+        got = 0
+        offsets = [0] * args.queues
+        while got < args.count:
+            progressed = False
+            for qid in range(args.queues):
+                r = store.get_message_bodies(TOPIC, qid, offsets[qid], 32)
+                k = len(r)
+                if k:
+                    got += k
+                    offsets[qid] = r.next_begin_offset
+                    progressed = True
+            if not progressed:
+                time.sleep(0.001)
+        dt = time.perf_counter() - t0
+        cpu = cpu_seconds() - c0
+    shutil.rmtree(path, ignore_errors=True)
+    return Row("store bodies", args.count, dt, note=f"put_messages x{args.batch}, "
+               f"get_message_bodies x32 (baseline of e2e)", cpu=cpu)
 
 
 # -- rocketstore end to end ---------------------------------------------------------------------
@@ -138,6 +216,7 @@ def bench_e2e(args: argparse.Namespace, tmp: str, name: str, consume_batch: int,
     count = [0]
     lat: list[int] = []
     first_send = [0.0]
+    first_cpu = [0.0]
 
     def listener(msgs, ctx):  # noqa: ANN001, ANN202
         t = now_ms()
@@ -167,6 +246,7 @@ def bench_e2e(args: argparse.Namespace, tmp: str, name: str, consume_batch: int,
 
             def produce() -> None:
                 first_send[0] = time.perf_counter()
+                first_cpu[0] = cpu_seconds()
                 sent = 0
                 i = 0
                 while sent < args.count:
@@ -182,6 +262,7 @@ def bench_e2e(args: argparse.Namespace, tmp: str, name: str, consume_batch: int,
             t.start()
             finished = done.wait(args.timeout)
             dt = time.perf_counter() - first_send[0]
+            cpu = cpu_seconds() - first_cpu[0]
             t.join()
             c.shutdown()
     finally:
@@ -191,7 +272,7 @@ def bench_e2e(args: argparse.Namespace, tmp: str, name: str, consume_batch: int,
         f", listener x{consume_batch}"
     if not finished:
         note += f", TIMED OUT with {count[0]} consumed"
-    return Row(name, count[0], dt, lat, note)
+    return Row(name, count[0], dt, lat, note, cpu=cpu)
 
 
 def bench_drain(args: argparse.Namespace, tmp: str, name: str, consume_batch: int) -> Row:
@@ -222,15 +303,17 @@ def bench_drain(args: argparse.Namespace, tmp: str, name: str, consume_batch: in
         c.subscribe(TOPIC, "*")
         c.register_message_listener(listener)
         t0 = time.perf_counter()
+        c0 = cpu_seconds()
         c.start()
         finished = done.wait(args.timeout)
         dt = time.perf_counter() - t0
+        cpu = cpu_seconds() - c0
         c.shutdown()
     finally:
         broker.close()
         shutil.rmtree(path, ignore_errors=True)
     note = f"pre-filled, listener x{consume_batch}" + ("" if finished else ", TIMED OUT")
-    return Row(name, count[0], dt, note=note)
+    return Row(name, count[0], dt, note=note, cpu=cpu)
 
 
 def bench_sync_async_send(args: argparse.Namespace, tmp: str) -> Row:
@@ -256,18 +339,20 @@ def bench_sync_async_send(args: argparse.Namespace, tmp: str) -> Row:
         with Producer("bench_sync_pg", broker=broker, default_topic_queue_nums=args.queues) as p:
             p.send(Message(TOPIC, b"warm"))
             t0 = time.perf_counter()
+            c0 = cpu_seconds()
             for i in range(n):
                 window.acquire()
                 p.send_async(pool[i & 1023]).add_done_callback(on_done)
             done.wait(args.timeout)
             dt = time.perf_counter() - t0
+            cpu = cpu_seconds() - c0
     finally:
         broker.close()
         shutil.rmtree(path, ignore_errors=True)
     note = f"SYNC_FLUSH, window {args.window}"
     if errors[0]:
         note += f", {errors[0]} failed"
-    return Row("sync async-send", acked[0], dt, note=note)
+    return Row("sync async-send", acked[0], dt, note=note, cpu=cpu)
 
 
 def bench_send_modes(args: argparse.Namespace, tmp: str) -> tuple[Row, Row]:
@@ -279,18 +364,23 @@ def bench_send_modes(args: argparse.Namespace, tmp: str) -> tuple[Row, Row]:
         with Producer("bench_modes_pg", broker=broker, default_topic_queue_nums=args.queues) as p:
             p.send(Message(TOPIC, b"warm"))
             t0 = time.perf_counter()
+            c0 = cpu_seconds()
             for i in range(n):
                 p.send(pool[i & 1023])
             t_send = time.perf_counter() - t0
+            c_send = cpu_seconds() - c0
             t0 = time.perf_counter()
+            c0 = cpu_seconds()
             futs = [p.send_async(pool[i & 1023]) for i in range(n)]
             failed = sum(1 for f in futs if f.exception(args.timeout) is not None)
             t_async = time.perf_counter() - t0
+            c_async = cpu_seconds() - c0
     finally:
         broker.close()
         shutil.rmtree(path, ignore_errors=True)
     note = "ASYNC_FLUSH, no consumer" + (f", {failed} failed" if failed else "")
-    return Row("send", n, t_send, note=note), Row("async-send", n, t_async, note=note)
+    return (Row("send", n, t_send, note="Producer.send one by one, " + note, cpu=c_send),
+            Row("async-send", n, t_async, note=note, cpu=c_async))
 
 
 # -- Redis Streams ------------------------------------------------------------------------------
@@ -299,6 +389,13 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of another process (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_redis(args: argparse.Namespace, tmp: str) -> Row | None:
@@ -357,6 +454,7 @@ def bench_redis(args: argparse.Namespace, tmp: str) -> Row | None:
                 pipe.xack("bench", "g", *ids)
                 pipe.execute()
                 got[0] += len(entries)
+        c0 = cpu_seconds() + proc_cpu(proc.pid)
         ct = threading.Thread(target=consume)
         ct.start()
         pt = threading.Thread(target=produce)
@@ -364,8 +462,10 @@ def bench_redis(args: argparse.Namespace, tmp: str) -> Row | None:
         pt.join()
         ct.join(args.timeout)
         dt = time.perf_counter() - t_first[0]
+        cpu = cpu_seconds() + proc_cpu(proc.pid) - c0
         return Row("redis streams", got[0], dt, lat,
-                   f"XADD pipelined x{args.batch}, XREADGROUP x32, XACK pipelined")
+                   f"XADD pipelined x{args.batch}, XREADGROUP x32, XACK pipelined "
+                   f"(CPU: clients + server)", cpu=cpu)
     finally:
         proc.terminate()
         proc.wait()
@@ -384,14 +484,22 @@ def main() -> None:
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--window", type=int, default=4096, help="async sends in flight")
     ap.add_argument("--timeout", type=float, default=300.0)
-    ap.add_argument("--rows", default="store,one,batch32,single,drain1,drain32,redis,modes,sync")
+    ap.add_argument("--rows", default="storeone,storebodies,store,one,batch32,single,drain1,"
+                                       "drain32,redis,modes,sync",
+                    help="comma list of: storeone storebodies store one batch32 single "
+                         "drain1 drain32 redis modes sync")
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
     args.redis_count = args.redis_count or args.count
     rows = set(args.rows.split(","))
     tmp = tempfile.mkdtemp(prefix="bench-msg-", dir=args.dir)
     out: dict[str, Row | None] = {}
+    print("load average %.2f %.2f %.2f" % os.getloadavg(), flush=True)
     try:
+        if "storeone" in rows:
+            out["storeone"] = bench_store_put_one(args, tmp)
+        if "storebodies" in rows:
+            out["storebodies"] = bench_store_bodies(args, tmp)
         if "store" in rows:
             out["store"] = bench_store(args, tmp)
         if "one" in rows:
@@ -412,14 +520,18 @@ def main() -> None:
             out["sync"] = bench_sync_async_send(args, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{'row':18} {'msgs':>9} {'msgs/s':>11} {'p50 ms':>7} {'p99 ms':>7}  note")
+    print("load average %.2f %.2f %.2f" % os.getloadavg())
+    print(f"{'row':18} {'msgs':>9} {'msgs/s':>11} {'CPU s/100k':>10} {'p50 ms':>7} "
+          f"{'p99 ms':>7}  note")
     for key, r in out.items():
         if r is None:
             print(f"{'redis streams':18} {'-':>9} {'skipped':>11}  redis-server not installed")
             continue
-        print(f"{r.name:18} {r.count:9d} {r.rate:11,.0f} {r.p50:7.0f} {r.p99:7.0f}  {r.note}")
+        print(f"{r.name:18} {r.count:9d} {r.rate:11,.0f} {r.cpu_per_100k:10.2f} {r.p50:7.0f} "
+              f"{r.p99:7.0f}  {r.note}")
     redis_row = out.get("redis")
     store_row = out.get("store")
+    bodies_row = out.get("storebodies")
     print()
     for key in ("one", "batch32", "single", "drain1", "drain32"):
         r = out.get(key)
@@ -428,9 +540,13 @@ def main() -> None:
         parts = []
         if redis_row is not None:
             parts.append(f"{r.rate / redis_row.rate:.2f}x redis streams")
+        if bodies_row is not None:
+            parts.append(f"{r.rate / bodies_row.rate:.2f}x raw store bodies")
         if store_row is not None:
             parts.append(f"{r.rate / store_row.rate:.2f}x raw store put+get")
         print(f"{r.name:18} " + ", ".join(parts))
+    if out.get("send") is not None and out.get("storeone") is not None:
+        print(f"{'send':18} {out['send'].rate / out['storeone'].rate:.2f}x raw store put one")
     if out.get("send") is not None and out.get("async") is not None:
         print(f"{'async-send':18} {out['async'].rate / out['send'].rate:.2f}x send")
 

@@ -37,14 +37,15 @@ from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransact
                                          HeartbeatData, MessageQueue, PullMessageRequest,
                                          PullMessageResponse, QueueData, RemotingResult,
                                          ResponseCode,
-                                         SendMessageRequest, TopicRouteData)
+                                         SendMessageRequest, SendMessageResponse,
+                                         TopicRouteData)
 from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError, StoreClosedError
 from rocketstore.store import brokerprops, paths
 from rocketstore.store._codec import UniqIdGenerator
 from rocketstore.store.config import StoreConfig
 from rocketstore.store.message_store import _PHYS_MEMORY, MessageStore
 from rocketstore.store.status import PutMessageStatus
-from rocketstore.store.types import MessageExt, PutMessageResult
+from rocketstore.store.types import Message, MessageExt, PutMessageResult
 
 log = logging.getLogger("rocketstore.broker")
 
@@ -267,6 +268,20 @@ class Broker:
         return fut
 
     send_message_async = send_message      # the remoting server's name for the same call
+
+    def send_one(self, producer_group: str, topic: str, queue_id: int, msg: Message,
+                 default_topic: str = C.AUTO_CREATE_TOPIC_KEY_TOPIC,
+                 default_topic_queue_nums: int = 4) -> SendMessageResponse | Future:
+        """One message's ``SEND_MESSAGE_V2`` without a request object (the in-process
+        transport's sync send): the ``SendMessageResponse``, or a Future of it when it
+        completes later (after the sync under SYNC_FLUSH). Same checks and rewrites as
+        ``send_message``."""
+        self._check_open()
+        r = self.send_processor.send_one(producer_group, topic, queue_id, msg, default_topic,
+                                         default_topic_queue_nums)
+        if self.metrics is not None:
+            self.metrics.on_send_one(topic, msg, r)
+        return r
 
     def consumer_send_msg_back(self, request: ConsumerSendMsgBackRequest) -> Future:
         """``CONSUMER_SEND_MSG_BACK``: a Future of a ``RemotingResult``."""

@@ -55,6 +55,16 @@ BUCKETS_S = tuple(1e-6 * 2 ** k for k in range(26))
 _FINISHED = "FINISHED"      # concurrent.futures' state of a future with a result or exception
 
 
+class _OneSend:
+    """What ``_count_send`` reads of a request, for ``Broker.send_one`` (which has none)."""
+
+    __slots__ = ("topic", "messages")
+
+    def __init__(self, topic: str, messages: list) -> None:
+        self.topic = topic
+        self.messages = messages
+
+
 class LatencyHistogram:
     """Counts of durations in ``BUCKETS_S`` (upper bounds); thread-safe, O(log buckets) add."""
 
@@ -141,10 +151,18 @@ class BrokerMetrics:
                 self._count_send(request, f.result())
         fut.add_done_callback(done)
 
-    def _count_send(self, request: SendMessageRequest, response: Any) -> None:
-        topic = request.topic
+    def on_send_one(self, topic: str, msg: Any, answer: Any) -> None:
+        """``on_send`` of ``Broker.send_one``: ``answer`` is the response or its Future."""
+        if isinstance(answer, Future):
+            self.on_send(_OneSend(topic, [msg]), answer)
+        else:
+            self._count(topic, (msg,), answer)
+
+    def _count_send(self, request: Any, response: Any) -> None:
+        self._count(request.topic, request.messages, response)
+
+    def _count(self, topic: str, msgs: Any, response: Any) -> None:
         if getattr(response, "code", None) in _STORED:
-            msgs = request.messages
             size = 0
             for m in msgs:
                 size += len(m.body)

@@ -136,12 +136,17 @@ class SendMessageProcessor:
 
     def _pre_send(self, req: SendMessageRequest):
         """preSend + msgCheck: (error response or None, topic config)."""
+        return self._check_send(req.topic, req.producer_group, req.queue_id, req.default_topic,
+                                req.default_topic_queue_nums, req.born_host)
+
+    def _check_send(self, topic: str, producer_group: str, queue_id: int, default_topic: str,
+                    default_topic_queue_nums: int, born_host: str | None):
+        """``_pre_send`` on the request's fields (the in-process send has no request)."""
         cfg = self.cfg
         if cfg.start_accept_send_request_time_stamp > self.broker.now_ms():
             return SendMessageResponse(
                 ResponseCode.SYSTEM_ERROR, "broker unable to service, until "
                 f"{cfg.start_accept_send_request_time_stamp}"), None
-        topic = req.topic
         if not self._broker_writable and self.topics.is_order_topic(topic):
             return SendMessageResponse(
                 ResponseCode.NO_PERMISSION,
@@ -150,17 +155,17 @@ class SendMessageProcessor:
         if why is not None:         # TopicValidator.validateTopic: 127 even for %RETRY%
             return SendMessageResponse(ResponseCode.SYSTEM_ERROR,
                                        names.named("topic", topic, why)), None
-        why = names.group_problem(req.producer_group)
+        why = names.group_problem(producer_group)
         if why is not None:         # stricter than 4.9.8, which does not look at it
             return SendMessageResponse(ResponseCode.INVALID_PARAMETER,
-                                       names.named("producerGroup", req.producer_group, why)), None
+                                       names.named("producerGroup", producer_group, why)), None
         if topic in C.NOT_ALLOWED_SEND_TOPICS:
             return SendMessageResponse(ResponseCode.NO_PERMISSION,
                                        f"Sending message to topic[{topic}] is forbidden."), None
         tc = self.topics.select(topic)
         if tc is None:
             tc = self.topics.create_topic_in_send_message_method(
-                topic, req.default_topic, req.default_topic_queue_nums)
+                topic, default_topic, default_topic_queue_nums)
             if tc is None and topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
                 tc = self.topics.create_topic_in_send_message_back_method(
                     topic, 1, int(PermName.PERM_WRITE | PermName.PERM_READ))
@@ -168,10 +173,10 @@ class SendMessageProcessor:
                 return SendMessageResponse(
                     ResponseCode.TOPIC_NOT_EXIST,
                     f"topic[{topic}] not exist, apply first please!"), None
-        if req.queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+        if queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
             return SendMessageResponse(
-                ResponseCode.SYSTEM_ERROR, f"request queueId[{req.queue_id}] is illegal, "
-                f"{tc} Producer: {req.born_host}"), None
+                ResponseCode.SYSTEM_ERROR, f"request queueId[{queue_id}] is illegal, "
+                f"{tc} Producer: {born_host}"), None
         return None, tc
 
     # -- single message ----------------------------------------------------------------------
@@ -188,26 +193,41 @@ class SendMessageProcessor:
         if len(req.messages) != 1:
             raise InvalidMessageError("request.messages", f"{len(req.messages)} messages",
                                       "a non-batch send carries exactly one (set batch=True)")
-        msg = req.messages[0]
+        r = self.send_one(req.producer_group, req.topic, req.queue_id, req.messages[0],
+                          req.default_topic, req.default_topic_queue_nums, req.born_host,
+                          req.reconsume_times, req.max_reconsume_times)
+        return r if isinstance(r, Future) else _done(r)
+
+    def send_one(self, producer_group: str, topic: str, queue_id: int, msg: Message,
+                 default_topic: str = C.AUTO_CREATE_TOPIC_KEY_TOPIC,
+                 default_topic_queue_nums: int = 4, born_host: str | None = None,
+                 reconsume_times: int = 0, max_reconsume_times: int | None = None
+                 ) -> SendMessageResponse | Future:
+        """One message's send (``SEND_MESSAGE_V2`` on its header fields): the response, or a
+        Future of it when it completes later (under SYNC_FLUSH). The in-process transport
+        calls this without a request object."""
         if not isinstance(msg, Message):
             raise InvalidMessageTypeError("request.messages[0]", "Message", type(msg).__name__)
-        err, tc = self._pre_send(req)
+        err, tc = self._check_send(topic, producer_group, queue_id, default_topic,
+                                   default_topic_queue_nums, born_host)
         if err is not None:
-            return _done(err)
-        queue_id = req.queue_id if req.queue_id >= 0 else _random_queue_id(tc.write_queue_nums)
-        inner = MessageInner(req.topic, queue_id, msg.body, flag=msg.flag,
+            return err
+        if queue_id < 0:
+            queue_id = _random_queue_id(tc.write_queue_nums)
+        inner = MessageInner(topic, queue_id, msg.body, flag=msg.flag,
                              born_timestamp=msg.born_timestamp,
-                             born_host=req.born_host or msg.born_host,
-                             reconsume_times=req.reconsume_times,
+                             born_host=born_host or msg.born_host,
+                             reconsume_times=reconsume_times,
                              prepared_transaction_offset=msg.prepared_transaction_offset)
-        err = self._handle_retry_and_dlq(req, inner, tc, msg.sys_flag)
+        err = self._handle_retry_and_dlq(topic, reconsume_times, max_reconsume_times, inner,
+                                         tc, msg.sys_flag)
         if err is not None:
-            return _done(err)
+            return err
         user = msg.properties
         if not _BROKER_ONLY.isdisjoint(user):
-            err = _broker_only_problem(req.topic, user)
+            err = _broker_only_problem(topic, user)
             if err is not None:
-                return _done(err)
+                return err
         if (C.PROPERTY_DELAY_TIME_LEVEL not in user
                 and not _is_true(user.get(C.PROPERTY_TRANSACTION_PREPARED))):
             return self._put_plain(inner, user, queue_id)
@@ -220,19 +240,21 @@ class SendMessageProcessor:
             props.put(C.PROPERTY_WAIT_STORE_MSG_OK, wait)   # ... the map keeps it (flush wait)
         if _is_true(props.get(C.PROPERTY_TRANSACTION_PREPARED)):
             if self.cfg.reject_transaction_message:
-                return _refused(ResponseCode.NO_PERMISSION,
-                                f"the broker[{self.cfg.broker_ip1}] sending transaction "
-                                "message is forbidden")
+                return SendMessageResponse(ResponseCode.NO_PERMISSION,
+                                           f"the broker[{self.cfg.broker_ip1}] sending "
+                                           "transaction message is forbidden")
             self._parse_half_message_inner(inner)
         try:
             put = self.broker.put_inner(inner)
         except InvalidMessageError as e:
-            return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
+            return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
         return self._respond(put, queue_id)
 
-    def _put_plain(self, inner: MessageInner, user: dict[str, str], queue_id: int) -> Future:
+    def _put_plain(self, inner: MessageInner, user: dict[str, str], queue_id: int
+                   ) -> SendMessageResponse | Future:
         """The put of a send with no DELAY and no TRAN_MSG: the same stored string as the map
-        path below (client map + CLUSTER, WAIT removed), from the memoized key order."""
+        path of ``send_one`` (client map + CLUSTER, WAIT removed), from the memoized key order;
+        the response, or its Future under SYNC_FLUSH."""
         if C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in user:
             user[C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.broker.next_uniq_id()
         wait = user.get(C.PROPERTY_WAIT_STORE_MSG_OK)
@@ -248,12 +270,12 @@ class SendMessageProcessor:
                 properties=entries)
             store = self.broker.store
             if not store.commit_log.sync_flush:
-                return _done(put_response(store.put_message(m, inner.queue_id), queue_id))
+                return put_response(store.put_message(m, inner.queue_id), queue_id)
             # the flush acknowledgement completes the response future itself
             return store.put_message_async(
                 m, inner.queue_id, transform=functools.partial(put_response, queue_id=queue_id))
         except InvalidMessageError as e:
-            return _done(SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e)))
+            return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
 
     def _client_properties(self, msg: Message) -> PropertiesMap:
         """The request's properties as the broker's map (``string2messageProperties`` of the
@@ -263,9 +285,9 @@ class SendMessageProcessor:
             props.put(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, self.broker.next_uniq_id())
         return props
 
-    def _handle_retry_and_dlq(self, req: SendMessageRequest, inner: MessageInner, tc,
+    def _handle_retry_and_dlq(self, topic: str, reconsume_times: int,
+                              max_reconsume_times: int | None, inner: MessageInner, tc,
                               sys_flag: int) -> SendMessageResponse | None:
-        topic = req.topic
         if topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
             group = topic[len(C.RETRY_GROUP_TOPIC_PREFIX):]
             sgc = self.groups.find(group)
@@ -273,9 +295,9 @@ class SendMessageProcessor:
                 return SendMessageResponse(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                            f"subscription group not exist, {group}")
             max_times = sgc.retry_max_times
-            if req.max_reconsume_times is not None:
-                max_times = req.max_reconsume_times
-            if req.reconsume_times >= max_times:
+            if max_reconsume_times is not None:
+                max_times = max_reconsume_times
+            if reconsume_times >= max_times:
                 dlq = C.dlq_topic(group)
                 self.topics.create_topic_in_send_message_back_method(
                     dlq, DLQ_NUMS_PER_GROUP, int(PermName.PERM_WRITE | PermName.PERM_READ))
@@ -298,9 +320,9 @@ class SendMessageProcessor:
         inner.queue_id = 0
         inner.freeze()
 
-    def _respond(self, put: Future, queue_id: int) -> Future:
+    def _respond(self, put: Future, queue_id: int) -> SendMessageResponse | Future:
         if put.done():
-            return _done(put_response(put.result(), queue_id))
+            return put_response(put.result(), queue_id)
         out: Future = Future()
 
         def finish(f: Future) -> None:

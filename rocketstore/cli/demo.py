@@ -47,6 +47,9 @@ def _demo(args: argparse.Namespace) -> int:
     lock = threading.Lock()
     seen: set[str] = set()
     latencies: list[float] = []
+    # the same latencies by how the order was sent: one by one, in batches, async
+    phases: tuple[list[float], list[float], list[float]] = ([], [], [])
+    third = total // 3
     retried: list[int] = []
     done = threading.Event()
 
@@ -62,7 +65,10 @@ def _demo(args: argparse.Namespace) -> int:
                 if m.reconsume_times:
                     retried.append(m.reconsume_times)
                 else:
-                    latencies.append(now - m.born_timestamp)
+                    lat = now - m.born_timestamp
+                    latencies.append(lat)
+                    i = int(m.keys[0][6:])
+                    phases[0 if i < third else 1 if i < 2 * third else 2].append(lat)
                 seen.add(m.keys[0])
             if len(seen) >= total:
                 done.set()
@@ -84,7 +90,6 @@ def _demo(args: argparse.Namespace) -> int:
             c.register_message_listener(listener)
             consumers.append(c.start())
         with Producer("demo-producer", broker=broker) as p:
-            third = total // 3
             t_send = t0 = time.perf_counter()
             first = None
             for i in range(third):
@@ -179,6 +184,9 @@ def _demo(args: argparse.Namespace) -> int:
           f"({len(seen) / consume_s:,.0f} msgs/s); end-to-end latency p50 "
           f"{_pct(latencies, .5):.1f} ms, p99 {_pct(latencies, .99):.1f} ms (producers and "
           f"consumers share this process)")
+    print("latency by how orders were sent (p50 / p99 ms): " + "; ".join(
+        f"{name} {_pct(v, .5):.1f} / {_pct(v, .99):.1f}"
+        for name, v in zip(("one by one", "batches", "async"), phases)))
     print(f"retries: {len(fails)} listener failures sent their batches ({len(retried):,} "
           f"messages) through %RETRY%demo-orders; each came back (reconsume times "
           f"{sorted(set(retried))})")

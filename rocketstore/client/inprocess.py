@@ -22,11 +22,13 @@ from rocketstore.store._codec import as_client_messages
 
 if TYPE_CHECKING:
     from rocketstore.broker.broker import Broker
-    from rocketstore.store.types import MessageExt
+    from rocketstore.store.types import Message, MessageExt
 
 
 class InProcessTransport(Transport):
     """One client instance's direct line to a ``Broker`` (thread-safe)."""
+
+    inline_callbacks = True
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -63,6 +65,24 @@ class InProcessTransport(Transport):
         fut = self.send_message_async(broker_name, request)
         try:
             return fut.result(timeout_ms / 1000.0)
+        except TimeoutError:
+            raise TransportError(broker_name, f"send timed out after {timeout_ms} ms") from None
+
+    def send_one(self, broker_name: str, producer_group: str, topic: str, queue_id: int,
+                 msg: Message, default_topic: str, default_topic_queue_nums: int,
+                 timeout_ms: int = 3000) -> SendMessageResponse:
+        """The sync send's fast path: ``Broker.send_one`` on this thread, no request object
+        and (under ASYNC_FLUSH) no future."""
+        b = self._b(broker_name)
+        try:
+            r = b.send_one(producer_group, topic, queue_id, msg, default_topic,
+                           default_topic_queue_nums)
+        except StoreClosedError as e:
+            raise TransportError(broker_name, f"broker closed: {e}") from e
+        if type(r) is SendMessageResponse:
+            return r
+        try:                            # SYNC_FLUSH: answered after the group commit's sync
+            return r.result(timeout_ms / 1000.0)
         except TimeoutError:
             raise TransportError(broker_name, f"send timed out after {timeout_ms} ms") from None
 

@@ -347,19 +347,28 @@ class Producer:
         return chosen
 
     def _retrying(self, prepared: Message, uniq: str, batch: list[Message] | None,
-                  timeout: int) -> Generator[Attempt, SendMessageResponse, SendResult]:
+                  timeout: int, tried: tuple[MessageQueue, float, TopicPublishInfo] | None = None
+                  ) -> Generator[Attempt, SendMessageResponse, SendResult]:
         """The retry rules of a send to no chosen queue (§1.4), written once for ``send`` and
         ``send_future``: yields each attempt, is sent the broker's answer or thrown the
-        transport's error, and returns the ``SendResult`` (or raises)."""
-        begin = time.monotonic()
-        info = self.publish_info(prepared.topic)
+        transport's error, and returns the ``SendResult`` (or raises). ``tried``: the first
+        attempt was already made (``send``'s fast path) on this queue, started at this
+        ``time.monotonic()``, from this publish list; its answer is what is sent in first."""
+        if tried is None:
+            begin = time.monotonic()
+            info = self.publish_info(prepared.topic)
+        else:
+            begin, info = tried[1], tried[2]
         last_broker: str | None = None
         error: Exception | None = None
         not_stored: SendResult | None = None
         strategy = self.fault_strategy
         for _attempt in range(1 + self.retry_times_when_send_failed):
-            mq = strategy.select_one_message_queue(info, last_broker)
-            started = time.monotonic()
+            if tried is not None:
+                mq, started, tried = tried[0], begin, None
+            else:
+                mq = strategy.select_one_message_queue(info, last_broker)
+                started = time.monotonic()
             elapsed = (started - begin) * 1000
             if elapsed > timeout:
                 break
@@ -392,10 +401,46 @@ class Producer:
 
     def _send_with_retries(self, prepared: Message, uniq: str, batch: list[Message] | None,
                            timeout: int) -> SendResult:
-        steps = self._retrying(prepared, uniq, batch, timeout)
+        if batch is None and not prepared.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
+            return self._send_fast(prepared, uniq, timeout)
+        return self._drive(self._retrying(prepared, uniq, batch, timeout), None)
+
+    def _send_fast(self, prepared: Message, uniq: str, timeout: int) -> SendResult:
+        """``send``'s first attempt made directly (``Transport.send_one``: in process no
+        request object, no future); anything but SUCCESS goes through ``_retrying`` with that
+        answer, so the retry rules stay in one place."""
+        begin = time.monotonic()
+        info = self.publish_info(prepared.topic)
+        strategy = self.fault_strategy
+        mq = strategy.select_one_message_queue(info, None)
+        answer: SendMessageResponse | TransportError
+        try:
+            answer = self.transport.send_one(mq.broker_name, self.group, mq.topic, mq.queue_id,
+                                             prepared, self.create_topic_key,
+                                             self.default_topic_queue_nums, timeout)
+        except TransportError as e:
+            answer = e
+        else:
+            if answer.code == ResponseCode.SUCCESS:
+                strategy.update_fault_item(mq.broker_name, _ms_since(begin), False)
+                return SendResult(SendStatus.SEND_OK, uniq, answer.msg_id,
+                                  MessageQueue(mq.topic, mq.broker_name, answer.queue_id),
+                                  answer.queue_offset, answer.transaction_id)
+        return self._drive(self._retrying(prepared, uniq, None, timeout, (mq, begin, info)),
+                           answer)
+
+    def _drive(self, steps: Generator[Attempt, SendMessageResponse, SendResult],
+               first: SendMessageResponse | TransportError | None) -> SendResult:
+        """Run the retry rules on this thread; ``first``: the answer to the first attempt when
+        it was already made."""
         send = self.transport.send_message
         try:
             mq, request, left = next(steps)
+            if first is not None:
+                if isinstance(first, TransportError):
+                    mq, request, left = steps.throw(first)
+                else:
+                    mq, request, left = steps.send(first)
             while True:
                 try:
                     resp = send(mq.broker_name, request, left)

@@ -290,8 +290,14 @@ class PushConsumer(ConsumerBase):
             log.warning("pull %s: %s", mq, e)
             self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
             return
-        execute = self.instance.pull_service.execute
         on_response = self._on_response
+        if not fut.done() and self.transport.inline_callbacks:
+            # a held pull answered later in process: handle it on the answering thread (the
+            # broker's hold service) instead of one more thread hop, which costs a GIL
+            # switch interval while a producer is busy
+            fut.add_done_callback(lambda f: on_response(req, f))
+            return
+        execute = self.instance.pull_service.execute
         fut.add_done_callback(lambda f: execute(on_response, req, f))
 
     def _on_response(self, req: PullRequest, fut: Future[PullMessageResponse]) -> None:

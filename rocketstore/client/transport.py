@@ -21,7 +21,7 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerS
                                          SendMessageRequest, SendMessageResponse, TopicRouteData)
 
 if TYPE_CHECKING:
-    from rocketstore.store.types import MessageExt
+    from rocketstore.store.types import Message, MessageExt
 
 
 class ClientChannel(Protocol):
@@ -46,6 +46,10 @@ class Transport(abc.ABC):
     ``rocketstore.errors.TransportError``; broker-side refusals come back as response codes.
     """
 
+    # a future this transport returns may run a client's response handling in its done
+    # callback (in process: the broker's own thread, which does not block on the client)
+    inline_callbacks: bool = False
+
     # routes
     @abc.abstractmethod
     def get_topic_route(self, topic: str) -> TopicRouteData | None:
@@ -60,6 +64,15 @@ class Transport(abc.ABC):
     def send_message(self, broker_name: str, request: SendMessageRequest,
                      timeout_ms: int = 3000) -> SendMessageResponse:
         """``SEND_MESSAGE_V2`` / ``SEND_BATCH_MESSAGE``: store and answer."""
+
+    def send_one(self, broker_name: str, producer_group: str, topic: str, queue_id: int,
+                 msg: Message, default_topic: str, default_topic_queue_nums: int,
+                 timeout_ms: int = 3000) -> SendMessageResponse:
+        """``send_message`` of one message given by its header fields (a producer's sync
+        send). A transport that can skip the request object (in-process) overrides this."""
+        return self.send_message(broker_name, SendMessageRequest(
+            producer_group, topic, queue_id, [msg], default_topic=default_topic,
+            default_topic_queue_nums=default_topic_queue_nums), timeout_ms)
 
     @abc.abstractmethod
     def send_message_async(self, broker_name: str,

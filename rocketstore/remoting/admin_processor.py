@@ -35,6 +35,7 @@ from rocketstore.remoting import fastjson, requests
 from rocketstore.remoting.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
+from rocketstore.remoting.zerocopy import RecordBody
 from rocketstore.store.topics import MULTI_TAG, SINGLE_TAG, TopicConfig
 
 if TYPE_CHECKING:
@@ -253,7 +254,7 @@ class AdminProcessor:
                                 "can not find message, maybe time range not correct",
                                 ext_fields=ext)
         return cmd.response(ResponseCode.SUCCESS, ext_fields=ext,
-                            body=b"".join(bytes(m.record()) for m in msgs))
+                            body=RecordBody.of(msgs))    # views of the mapping, no copy
 
     # -- broker -------------------------------------------------------------------------------
     async def runtime_info(self, conn: Connection, cmd: RemotingCommand,

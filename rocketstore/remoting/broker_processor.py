@@ -26,7 +26,7 @@ from rocketstore.remoting import admin_processor, fastjson, headers, request_nam
 from rocketstore.remoting.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
-from rocketstore.remoting.zerocopy import record_view
+from rocketstore.remoting.zerocopy import RecordBody
 from rocketstore.store._codec import encode_record
 
 if TYPE_CHECKING:
@@ -261,7 +261,7 @@ class BrokerProcessor:
         if msg is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"can not find message by the offset, {r.offset}")
-        return cmd.response(ResponseCode.SUCCESS, body=record_view(msg))
+        return cmd.response(ResponseCode.SUCCESS, body=RecordBody.of((msg,)))
 
     def send_back(self, conn: Connection, cmd: RemotingCommand,
                   request: ConsumerSendMsgBackRequest) -> Any:

@@ -14,6 +14,10 @@ a reservation for each answer still being produced of a kind that can be large) 
 ``max_pending_bytes``. Checked before every request, not per read: a 256 KiB read holds
 thousands of small requests whose answers may each be megabytes. So a peer that never reads
 costs at most about ``max_pending_bytes`` plus one answer, however much it pipelines.
+
+Answers whose body is stored records (``zerocopy.RecordBody``, a read-only memoryview) leave
+as views of the mapped commit log with ``writev`` (``vectored.VectorWriter``): no copy, and
+what the socket does not take at once waits as views, counted in the pending bytes.
 """
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ from rocketstore.common.protocol import ResponseCode
 from rocketstore.errors import RemotingProtocolError, TransportError
 from rocketstore.remoting.command import (FLAG_ONEWAY, MAX_EXT_FIELDS, MAX_FRAME, MAX_HEADER,
                                           FrameDecoder, RemotingCommand)
+from rocketstore.remoting.vectored import VectorWriter, needs_own_queue
+from rocketstore.remoting.zerocopy import RecordBody
 
 log = logging.getLogger("rocketstore.remoting")
 
@@ -89,6 +95,8 @@ class Connection(asyncio.Protocol):
         self._reserved = 0                          # bytes reserved for answers in production
         self._backlog: deque[RemotingCommand] = deque()     # decoded, not yet dispatched
         self._corked_bytes = 0
+        self._corked_views = False                  # the corked parts hold views
+        self._vw: VectorWriter | None = None        # views the socket has not taken yet
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.last_active = time.monotonic()
@@ -100,7 +108,7 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self._write_paused = False
         self._on_close = on_close
-        self._corked: list[bytes] | None = None
+        self._corked: list[bytes | memoryview] | None = None
         self.attributes: dict[str, object] = {}     # what the processor records (client id ...)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
@@ -117,6 +125,11 @@ class Connection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
+            loop = asyncio.get_running_loop()
+            if needs_own_queue(transport, loop):
+                self._vw = VectorWriter(sock.fileno(), loop, self._max_pending,
+                                        self.pause_writing, self.resume_writing,
+                                        self._write_failed)
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
@@ -136,6 +149,8 @@ class Connection(asyncio.Protocol):
         pending = self._corked_bytes + self._reserved
         if t is not None:
             pending += t.get_write_buffer_size()
+        if self._vw is not None:
+            pending += self._vw.nbytes
         return pending > self._max_pending
 
     def _pump(self) -> None:
@@ -146,7 +161,7 @@ class Connection(asyncio.Protocol):
         while backlog and t is not None and not t.is_closing():
             # answers made in one pass leave in one write (one send(2) for a pipelining
             # client instead of one per answer)
-            corked: list[bytes] = []
+            corked: list[bytes | memoryview] = []
             self._corked = corked
             try:
                 while backlog and not self._over_limit():
@@ -159,15 +174,21 @@ class Connection(asyncio.Protocol):
                     self._dispatch(cmd)
             finally:
                 self._corked = None
-                self._corked_bytes = 0
+                nbytes, self._corked_bytes = self._corked_bytes, 0
+                views, self._corked_views = self._corked_views, False
                 if corked and not t.is_closing():
-                    t.write(corked[0] if len(corked) == 1 else b"".join(corked))
+                    if views:
+                        self._write_parts(corked, nbytes)
+                    else:
+                        self._write(corked[0] if len(corked) == 1 else b"".join(corked))
             if self._over_limit():
                 break
         self._update_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._backlog.clear()
+        if self._vw is not None:
+            self._vw.discard()
         err = TransportError(self.peer, f"connection closed{': ' + str(exc) if exc else ''}")
         for fut in self._pending.values():
             if not fut.done():
@@ -263,22 +284,65 @@ class Connection(asyncio.Protocol):
             return
         prefix, header, body = cmd.encode_parts()
         corked = self._corked
-        if len(body) < JOIN_BELOW:
+        btype = type(body)
+        if btype is RecordBody or (btype is memoryview
+                                   and body.readonly):  # type: ignore[union-attr]
+            # stored records: written from the mapping, never joined into new bytes
+            parts = body.parts if btype is RecordBody else [body]  # type: ignore[union-attr]
+            head = prefix + header
+            nbytes = len(head) + len(body)
+            if corked is not None:
+                corked.append(head)
+                corked.extend(parts)
+                self._corked_bytes += nbytes
+                self._corked_views = True
+            else:
+                self._write_parts([head, *parts], nbytes)
+        elif len(body) < JOIN_BELOW:
             # one write, one send(2): asyncio's writelines writes each part on its own
             frame = b"".join((prefix, header, body))
             if corked is not None:
                 corked.append(frame)
                 self._corked_bytes += len(frame)
             else:
-                t.write(frame)
+                self._write(frame)
         else:
             if corked:
-                t.write(b"".join(corked))
+                if self._corked_views:
+                    self._write_parts(corked, self._corked_bytes)
+                else:
+                    self._write(b"".join(corked))
                 corked.clear()
                 self._corked_bytes = 0
-            t.write(prefix + header)
-            t.write(body)
+                self._corked_views = False
+            self._write(prefix + header)
+            self._write(body)
         self.last_active = time.monotonic()
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        """Write bytes the transport may copy (behind any views still held)."""
+        vw = self._vw
+        if vw is not None and vw.nbytes:
+            vw.write([data], len(data))
+        else:
+            self.transport.write(data)  # type: ignore[union-attr]
+
+    def _write_parts(self, parts: list[bytes | memoryview], nbytes: int) -> None:
+        """Write buffers that must not be copied: ``writev`` now, the rest held as views.
+        Behind bytes already in the transport's buffer they go through the transport (which
+        copies them on asyncio before 3.12: counted in its buffer size like any answer)."""
+        t = self.transport
+        assert t is not None
+        vw = self._vw
+        if vw is not None and (vw.nbytes or not t.get_write_buffer_size()):
+            vw.write(parts, nbytes)
+        else:
+            t.writelines(parts)
+
+    def _write_failed(self, exc: OSError) -> None:
+        log.info("closing %s: write failed: %s", self.peer, exc)
+        if self.transport is not None:
+            self.transport.abort()
 
     def request(self, cmd: RemotingCommand, timeout: float) -> "asyncio.Future[RemotingCommand]":
         """Send a request and return the future of its response (fails after ``timeout``)."""
@@ -311,7 +375,7 @@ class Connection(asyncio.Protocol):
                     fut.set_exception(err)
             self._pending.clear()
             return
-        t.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        self._write(frames[0] if len(frames) == 1 else b"".join(frames))
         self.last_active = time.monotonic()
 
     def oneway(self, cmd: RemotingCommand) -> None:
@@ -331,5 +395,12 @@ class Connection(asyncio.Protocol):
         return self.transport is not None and not self.transport.is_closing()
 
     def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
+        """Close after what was sent is written (as ``transport.close``)."""
+        t = self.transport
+        if t is not None:
+            vw = self._vw
+            if vw is not None and vw.nbytes and not t.is_closing():
+                # the transport flushes its own buffer before it closes: hand it the views
+                # still held (a copy, on this rare path only)
+                t.writelines(vw.take())
+            t.close()

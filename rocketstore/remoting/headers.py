@@ -23,6 +23,7 @@ from rocketstore.remoting import fastjson
 from rocketstore.remoting.codes import RequestCode
 from rocketstore.remoting.command import LONG_MAX, LONG_MIN, RemotingCommand
 from rocketstore.store._codec import java_hash
+from rocketstore.remoting.zerocopy import RecordBody
 
 # SendMessageRequestHeaderV2's one-letter names, in SendMessageRequestHeader's field order
 SEND_V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic",
@@ -219,7 +220,8 @@ def decode_pull(cmd: RemotingCommand) -> PullMessageRequest:
 
 
 def encode_pull_response(cmd: RemotingCommand, r: PullMessageResponse) -> RemotingCommand:
-    body = b"".join(m.record() for m in r.messages) if r.messages else None
+    # the stored records as views of the mapped commit log: written from there, no copy
+    body = RecordBody.of(r.messages) if r.messages else None
     return cmd.response(int(r.code), r.remark, {
         "suggestWhichBrokerId": r.suggest_which_broker_id, "nextBeginOffset": r.next_begin_offset,
         "minOffset": r.min_offset, "maxOffset": r.max_offset}, body)

@@ -1,19 +1,47 @@
-"""A stored record as a view of its mapped commit-log file, for an answer's body.
+"""Stored records as views of their mapped commit-log files, for an answer's body.
 
-``MessageExt.record()`` copies the record; a view does not, and it pins the mapping only as
-long as the answer is queued (``MappedFile`` unmaps when its last view goes).
+PULL_MESSAGE, VIEW_MESSAGE_BY_ID and QUERY_MESSAGE answer with whole stored records. Their
+body is a ``RecordBody``: the records as read-only views of the mappings (records adjacent in
+one file in one view), written to the socket by ``Connection.send`` with ``writev`` and never
+joined into new bytes. Each view pins its mapping (``MappedFile`` unmaps only when its last
+view goes), so retention or a closing store can release the file while the answer is still
+being written: the bytes stay readable until the last view is gone.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
+
+from rocketstore.store._reader import record_views
 
 
-def record_view(msg: Any) -> bytes | memoryview:
-    """The whole record of ``msg`` without a copy when its body views a mapped file."""
-    body = msg.stored_body
-    owner = getattr(body, "obj", None)
-    start = getattr(owner, "file_from_offset", None)
-    if start is None:
-        return msg.record()
-    pos = msg.commitlog_offset - start
-    return memoryview(owner)[pos:pos + msg.store_size]
+class RecordBody:
+    """A body made of several buffers, sent as they are (``Connection.send`` writes them with
+    one ``writev``). ``len()`` is its size in bytes; ``bytes()`` joins it (a copy: for tests
+    and for callers that need one buffer)."""
+
+    __slots__ = ("parts", "nbytes")
+
+    def __init__(self, parts: list[memoryview | bytes], nbytes: int) -> None:
+        self.parts = parts
+        self.nbytes = nbytes
+
+    @classmethod
+    def of(cls, messages: Sequence[Any]) -> "RecordBody":
+        """The whole records of ``messages`` (``MessageExt`` read from a store), no copy."""
+        parts, nbytes = record_views(list(messages))
+        return cls(parts, nbytes)
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+    def __repr__(self) -> str:
+        return f"RecordBody({len(self.parts)} parts, {self.nbytes} B)"
+
+
+def record_view(msg: Any) -> memoryview | bytes:
+    """The whole record of ``msg`` without a copy when it was read from a mapped file."""
+    parts, _ = record_views([msg])
+    return parts[0]

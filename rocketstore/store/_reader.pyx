@@ -595,3 +595,41 @@ def get_bodies(ConsumeQueue cq, commit_log_queue, int64_t offset, Py_ssize_t max
     b.next_begin_offset = offset + i
     b.status = FOUND if n else (MESSAGE_WAS_REMOVING if lost else NO_MATCHED_MESSAGE)
     return b
+
+
+# -- records for the wire -------------------------------------------------------------------------
+
+cdef inline void _flush_run(list out, MappedFile mf, Py_ssize_t start, Py_ssize_t end):
+    if mf is not None:
+        out.append(mf.whole_view()[start:end])
+
+
+def record_views(list messages):
+    """``(views, nbytes)``: the whole records of ``messages`` as read-only views of their mapped
+    commit-log files, in order, records adjacent in one file joined into one view; ``nbytes``
+    is their total length. No byte is copied: each view pins its mapping (a file released by
+    retention or a closing store stays mapped until the last view goes), so the views can be
+    written to a socket later. A message that is not backed by a mapped file (a detached
+    ``copy()``) contributes a copy of its record."""
+    cdef list out = []
+    cdef MessageExt m
+    cdef MappedFile mf, run = None
+    cdef Py_ssize_t start, end, run_start = 0, run_end = 0, total = 0
+    for obj in messages:
+        m = <MessageExt?>obj
+        mf = m._mf
+        total += m.store_size
+        if mf is None or mf.base == NULL:
+            _flush_run(out, run, run_start, run_end)
+            run = None
+            out.append(m.record())
+            continue
+        start = m._rec - mf.base
+        end = start + m.store_size
+        if mf is run and start == run_end:
+            run_end = end
+            continue
+        _flush_run(out, run, run_start, run_end)
+        run, run_start, run_end = mf, start, end
+    _flush_run(out, run, run_start, run_end)
+    return out, total

@@ -1,0 +1,142 @@
+"""The in-process fast paths (issue 22 item 4): ``Producer.send`` through
+``Transport.send_one`` / ``Broker.send_one`` (no request object, no future), and what a
+consumer is handed. Each fast path must keep the semantics of the path it shortcuts."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from rocketstore import StoreConfig
+from rocketstore.broker.broker import Broker
+from rocketstore.broker.config import BrokerConfig
+from rocketstore.client import (ConsumeConcurrentlyStatus, Message, MessageQueue, Producer,
+                                PushConsumer, SendStatus)
+from rocketstore.common import ResponseCode
+from rocketstore.common.protocol import SendMessageRequest
+from rocketstore.errors import MQBrokerError, MQClientError, TransportError
+
+TOPIC = "FastTopic"
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = Broker.open(tmp_path / "b", BrokerConfig(),
+                    StoreConfig(mapped_file_size_commit_log=4 << 20))
+    yield b
+    if not b.closed:
+        b.close()
+
+
+def stored(broker: Broker, res) -> object:
+    ext = broker.store.look_message_by_offset(int(res.offset_msg_id[-16:], 16))
+    assert ext is not None
+    return ext
+
+
+def test_fast_send_stores_what_the_request_path_stores(broker):
+    """The same stamped message through ``Producer.send`` (fast path) and through
+    ``Broker.send_message`` with a request: the same properties string (Java order, CLUSTER
+    added, WAIT dropped), body, flag, tags and keys."""
+    with Producer("pg_fast", broker=broker) as p:
+        msg = Message(TOPIC, b"payload", tags="TagA", keys=["k1", "k2"], flag=7,
+                      properties={"a": "1", "zz": "2"})
+        r1 = p.send(msg)
+        prepared, _ = p._prepare(msg)
+        resp = broker.send_message(SendMessageRequest(
+            "pg_fast", TOPIC, r1.message_queue.queue_id, [prepared])).result(5)
+    assert resp.code == ResponseCode.SUCCESS
+    a = stored(broker, r1)
+    b = broker.store.look_message_by_offset(int(resp.msg_id[-16:], 16))
+    assert r1.status is SendStatus.SEND_OK
+    assert r1.queue_offset == a.queue_offset and r1.message_queue.queue_id == a.queue_id
+    # the two records differ only in UNIQ_KEY (each _prepare stamps a new one)
+    pa, pb = a.properties, b.properties
+    assert pa["UNIQ_KEY"] == r1.msg_id
+    pa.pop("UNIQ_KEY"), pb.pop("UNIQ_KEY")
+    assert pa == pb and "WAIT" not in pa and pa["CLUSTER"] == broker.config.broker_cluster_name
+    keys_a = [k for k in a.properties_bytes.decode().split("\x02") if not k.startswith("UNIQ")]
+    keys_b = [k for k in b.properties_bytes.decode().split("\x02") if not k.startswith("UNIQ")]
+    assert keys_a == keys_b                  # byte order of the stored string too
+    assert bytes(a.body) == bytes(b.body) == b"payload"
+    assert a.flag == b.flag == 7 and a.tags == "TagA" and a.keys == ["k1", "k2"]
+
+
+def test_a_refused_fast_send_is_retried_then_raised(tmp_path):
+    """SYSTEM_ERROR is a retried answer: the fast path's refused first attempt goes through
+    the retry rules (1 + retry_times_when_send_failed attempts, counted by the broker),
+    then raises the broker's error; nothing is stored."""
+    cfg = BrokerConfig(start_accept_send_request_time_stamp=Broker.now_ms() + 3_600_000)
+    broker = Broker.open(tmp_path / "r", cfg, StoreConfig(mapped_file_size_commit_log=4 << 20))
+    try:
+        with Producer("pg_retry", broker=broker, retry_times_when_send_failed=2) as p:
+            with pytest.raises(MQBrokerError) as ei:
+                p.send(Message(TOPIC, b"refused"))
+            assert ei.value.code == ResponseCode.SYSTEM_ERROR
+            assert "unable to service" in str(ei.value)
+            assert broker.metrics.put_failed[TOPIC] == 3
+            p.retry_times_when_send_failed = 0
+            with pytest.raises(MQBrokerError):
+                p.send(Message(TOPIC, b"refused"))
+            assert broker.metrics.put_failed[TOPIC] == 4
+            # send_future runs the same rules without the fast path: the same count
+            p.retry_times_when_send_failed = 2
+            with pytest.raises(MQBrokerError):
+                p.send_future(Message(TOPIC, b"refused")).result(5)
+            assert broker.metrics.put_failed[TOPIC] == 7
+        assert broker.store.commit_log.get_max_offset() == 0
+    finally:
+        broker.close()
+
+
+def test_a_not_retried_refusal_raises_at_once(broker):
+    """A broker-only property is MESSAGE_ILLEGAL: not retried, raised from the first
+    attempt."""
+    with Producer("pg_illegal", broker=broker) as p:
+        p.send(Message(TOPIC, b"warm"))
+        failed = broker.metrics.put_failed.get(TOPIC, 0)
+        with pytest.raises(MQBrokerError) as ei:
+            p.send(Message(TOPIC, b"x", properties={"REAL_TOPIC": "Other"}))
+        assert ei.value.code == ResponseCode.MESSAGE_ILLEGAL
+        assert "REAL_TOPIC" in str(ei.value)
+        assert broker.metrics.put_failed[TOPIC] == failed + 1
+
+
+def test_a_closed_broker_fails_the_fast_send_as_the_retry_rules_do(broker):
+    """The fast path's TransportError goes through the retry rules: after the failed attempt
+    the route is read again, and that fails too (the only broker is gone): the same error
+    as ``send_future``, which never takes the fast path."""
+    with Producer("pg_closed", broker=broker) as p:
+        p.send(Message(TOPIC, b"warm"))
+        broker.close()
+        with pytest.raises((MQClientError, TransportError)) as fast:
+            p.send(Message(TOPIC, b"lost"))
+        with pytest.raises((MQClientError, TransportError)) as slow:
+            p.send_future(Message(TOPIC, b"lost")).result(5)
+        assert type(fast.value) is type(slow.value) and str(fast.value) == str(slow.value)
+
+
+def test_fast_send_keeps_delay_and_retry_topic_rewrites(broker):
+    """DELAY goes to SCHEDULE_TOPIC_XXXX through the fast path; a %RETRY% send (the
+    reconsume properties moved into the header) still takes the request path."""
+    with Producer("pg_delay", broker=broker) as p:
+        r = p.send(Message(TOPIC, b"later", properties={"DELAY": "1"}))
+        ext = stored(broker, r)
+        assert ext.topic == "SCHEDULE_TOPIC_XXXX" and ext.properties["REAL_TOPIC"] == TOPIC
+        assert ext.queue_id == 0
+        q = MessageQueue(TOPIC, broker.broker_name, 3)
+        r = p.send(Message(TOPIC, b"chosen"), message_queue=q)
+        assert r.message_queue.queue_id == 3 and stored(broker, r).queue_id == 3
+
+
+def test_fast_send_under_sync_flush_answers_after_the_sync(tmp_path):
+    b = Broker.open(tmp_path / "s", BrokerConfig(),
+                    StoreConfig(mapped_file_size_commit_log=4 << 20, flush_disk_type="SYNC_FLUSH"))
+    try:
+        with Producer("pg_sync", broker=b) as p:
+            r = p.send(Message(TOPIC, b"durable"))
+            assert r.status is SendStatus.SEND_OK
+            end = int(r.offset_msg_id[-16:], 16)
+            assert b.store.commit_log.flushed_where > end
+    finally:
+        b.close()
