@@ -33,6 +33,7 @@ from rocketstore.broker.topic_manager import BrokerTopicManager
 from rocketstore.common import constants as C
 from rocketstore.common import names
 from rocketstore.common.constants import PermName
+from rocketstore.common.sends import WireSend
 from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransactionRequest,
                                          HeartbeatData, MessageQueue, PullMessageRequest,
                                          PullMessageResponse, QueueData, RemotingResult,
@@ -267,6 +268,16 @@ class Broker:
         return fut
 
     send_message_async = send_message      # the remoting server's name for the same call
+
+    def send_wire(self, request: WireSend) -> Future:
+        """``send_message`` of a send as decoded from the wire (``headers.WireSend``): the
+        common shape is stored from its bytes without a ``Message`` (docs/protocol.md "The
+        send fast path"), every other the way ``send_message`` does."""
+        self._check_open()
+        fut = self.send_processor.send_wire(request)
+        if self.metrics is not None:
+            self.metrics.on_send(request, fut)
+        return fut
 
     def consumer_send_msg_back(self, request: ConsumerSendMsgBackRequest) -> Future:
         """``CONSUMER_SEND_MSG_BACK``: a Future of a ``RemotingResult``."""

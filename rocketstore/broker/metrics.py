@@ -144,12 +144,17 @@ class BrokerMetrics:
     def _count_send(self, request: SendMessageRequest, response: Any) -> None:
         topic = request.topic
         if getattr(response, "code", None) in _STORED:
-            msgs = request.messages
-            size = 0
-            for m in msgs:
-                size += len(m.body)
+            body = getattr(request, "body", None)
+            if body is not None and not request.batch:
+                n, size = 1, len(body)      # a wire send of one message: the frame's body
+            else:
+                msgs = request.messages
+                n = len(msgs)
+                size = 0
+                for m in msgs:
+                    size += len(m.body)
             with self._lock:
-                self.put_msgs[topic] = self.put_msgs.get(topic, 0) + len(msgs)
+                self.put_msgs[topic] = self.put_msgs.get(topic, 0) + n
                 self.put_bytes[topic] = self.put_bytes.get(topic, 0) + size
         else:
             with self._lock:

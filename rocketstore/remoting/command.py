@@ -191,6 +191,34 @@ class RemotingCommand:
                 f"remark={self.remark!r} ext={self.ext_fields} body={len(self.body)} B)")
 
 
+class EncodedResponse:
+    """A response whose JSON header is already encoded: what a hot path answers with
+    (``headers.encode_send_response``) instead of a ``RemotingCommand`` whose header would
+    be built as a dict and serialized per request. Only ``encode_parts``/``encode`` and the
+    fields a connection reads are there."""
+
+    __slots__ = ("code", "opaque", "header", "body")
+    flag = FLAG_RESPONSE
+    is_response = True
+    is_oneway = False
+
+    def __init__(self, code: int, opaque: int, header: bytes, body: bytes = b"") -> None:
+        self.code = code
+        self.opaque = opaque
+        self.header = header
+        self.body = body
+
+    def encode_parts(self) -> tuple[bytes, bytes, bytes | memoryview]:
+        header = self.header
+        return _PREFIX.pack(4 + len(header) + len(self.body), len(header)), header, self.body
+
+    def encode(self) -> bytes:
+        return b"".join(self.encode_parts())
+
+    def __repr__(self) -> str:
+        return f"EncodedResponse(code={self.code} opaque={self.opaque} {self.header[:80]!r})"
+
+
 # -- decoding -------------------------------------------------------------------------------
 
 def decode_frame(frame: bytes | bytearray | memoryview, *,

@@ -1,0 +1,157 @@
+"""The broker's send path from the wire (issue 22): the properties string rewritten in bytes
+as 4.9.8 stores it, the record written without a ``Message``; byte-identity with the records
+RocketMQ 4.9.8 wrote, sent as raw frames to a real broker process."""
+from __future__ import annotations
+
+import random
+import string
+import time
+
+import pytest
+
+from rocketstore import StoreConfig
+from rocketstore.broker import Broker, BrokerConfig
+from rocketstore.broker import send as send_module
+from rocketstore.broker.inner import java_properties
+from rocketstore.common.protocol import ResponseCode
+from rocketstore.common.sends import WireSend
+from rocketstore.errors import InvalidMessageError
+from rocketstore.remoting._wire import stored_properties
+from rocketstore.store._codec import parse_properties
+
+import refreader
+from brokering import offset_of
+from rawwire import RawClient, frame
+from servers import start_broker, start_namesrv
+
+SEND_V2 = 310
+CLUSTER = b"DefaultCluster"
+
+
+def _map_path(props: bytes, cluster: str, uniq: str) -> tuple[bytes, bool]:
+    """What the broker's map path stores for a client's properties string (and whether a
+    sync flush waits): string2messageProperties, UNIQ_KEY when absent, CLUSTER, WAIT out."""
+    user = parse_properties(props)
+    if "UNIQ_KEY" not in user:
+        user["UNIQ_KEY"] = uniq
+    wait = user.get("WAIT")
+    s, _ = java_properties(user, (("CLUSTER", cluster),), ("WAIT",) if wait is not None else ())
+    return s.encode(), wait is None or wait.lower() == "true"
+
+
+def test_stored_properties_is_the_java_map_path_for_any_key_set():
+    """Random key sets (short keys collide in buckets; up to 45 keys grow the table to 64),
+    duplicates, malformed segments, WAIT in any case, with and without UNIQ_KEY/CLUSTER."""
+    rnd = random.Random(22)
+    for _ in range(5000):
+        keys = ["".join(rnd.choice(string.ascii_letters + "_") for _ in range(rnd.randint(1, 4)))
+                for _ in range(rnd.randint(0, 40))]
+        for extra, p in (("WAIT", .3), ("UNIQ_KEY", .5), ("CLUSTER", .1), ("TAGS", .5)):
+            if rnd.random() < p:
+                keys.append(extra)
+        rnd.shuffle(keys)
+        segs = [k + "\x01" + rnd.choice(["v", "true", "TRUE", "false", "x\x01y", ""]) for k in keys]
+        if rnd.random() < .2:
+            segs.insert(rnd.randint(0, len(segs)), rnd.choice(["junk", "\x01v", "", "k\x01"]))
+        props = "\x02".join(segs) + rnd.choice(["", "\x02"])
+        got = stored_properties(props.encode(), CLUSTER, lambda: "ABCDEF0123")
+        assert got == _map_path(props.encode(), "DefaultCluster", "ABCDEF0123"), props
+
+
+@pytest.mark.parametrize("props", [
+    b"DELAY\x013\x02UNIQ_KEY\x01U", b"TRAN_MSG\x01true", b"REAL_TOPIC\x01T", b"REAL_QID\x011",
+    b"TRAN_PREPARED_QUEUE_OFFSET\x011", b"TRANSACTION_CHECK_TIMES\x011", b"__CRC32#\x0112",
+    "KEYS\x01caf\u00e9".encode(), b"KEYS\x01a\x00b",
+    b"\x02".join(b"k%d\x01v" % i for i in range(70)),
+])
+def test_other_shapes_are_left_to_the_map_path(props):
+    assert stored_properties(props, CLUSTER, lambda: "U") is None
+
+
+def _wire(topic: str, props: str, body: bytes = b"b", **kw) -> WireSend:
+    f = dict(producer_group="PG", topic=topic, default_topic="TBW102",
+             default_topic_queue_nums=4, queue_id=1, sys_flag=0, born_timestamp=1700000000000,
+             flag=0, properties=props, reconsume_times=0, max_reconsume_times=None,
+             batch=False, body=body, born_host="10.0.0.1:5555")
+    f.update(kw)
+    return WireSend(**f)
+
+
+def test_plain_send_builds_no_message_and_other_sends_do(store_dir, monkeypatch):
+    """The common shape is stored from its bytes (the request is never turned into
+    ``Message`` objects); a delayed send, a retry topic, a batch take the map path."""
+    built: list[str] = []
+    real = send_module.send_request
+
+    def spy(w):
+        built.append(w.topic)
+        return real(w)
+    monkeypatch.setattr(send_module, "send_request", spy)
+    with Broker.open(store_dir, BrokerConfig(), StoreConfig(mapped_file_size_commit_log=1 << 20)) as b:
+        r = b.send_wire(_wire("Plain", "TAGS\x01t\x02WAIT\x01true\x02UNIQ_KEY\x01U1")).result(10)
+        assert r.code == ResponseCode.SUCCESS and (r.queue_id, r.queue_offset) == (1, 0)
+        ext = b.store.look_message_by_offset(offset_of(r.msg_id))
+        assert (ext.topic, ext.queue_id, ext.born_host, ext.born_timestamp, bytes(ext.body)) == \
+            ("Plain", 1, "10.0.0.1:5555", 1700000000000, b"b")
+        assert ext.properties == {"UNIQ_KEY": "U1", "CLUSTER": "DefaultCluster", "TAGS": "t"}
+        assert built == []
+        r = b.send_wire(_wire("Later", "DELAY\x012\x02UNIQ_KEY\x01U2")).result(10)
+        assert r.code == ResponseCode.SUCCESS and built == ["Later"]
+        # a client send naming a broker-only property is still refused (by the map path)
+        r = b.send_wire(_wire("Plain", "REAL_TOPIC\x01Secret\x02UNIQ_KEY\x01U3")).result(10)
+        assert r.code == ResponseCode.MESSAGE_ILLEGAL and "REAL_TOPIC" in r.remark
+        # a flag outside Java's int is the map path's to refuse
+        with pytest.raises(InvalidMessageError, match="flag"):
+            b.send_wire(_wire("Plain", "UNIQ_KEY\x01U4", flag=1 << 40))
+
+
+def _client_string(rec_props: dict[str, str]) -> str:
+    # the Java client's string for a fixture record (test_broker_send._client_props' order)
+    p = {}
+    if "TAGS" in rec_props:
+        p["TAGS"] = rec_props["TAGS"]
+    p["KEYS"] = rec_props["KEYS"]
+    p["WAIT"] = "true"
+    if "color" in rec_props:
+        p["color"] = rec_props["color"]
+    if "DELAY" in rec_props:
+        p["DELAY"] = rec_props["DELAY"]
+    p["UNIQ_KEY"] = rec_props["UNIQ_KEY"]
+    return "\x02".join(f"{k}\x01{v}" for k, v in p.items())
+
+
+def test_fixture_records_sent_as_raw_frames_are_stored_as_4_9_8_stored_them(tmp_path, fixture_root):
+    """The 1,000 records RocketMQ 4.9.8 wrote, sent again as SEND_MESSAGE_V2 frames to a
+    broker process: the stored properties bytes (order included), topic, queue, flags and
+    body are 4.9.8's (delayed ones via the schedule topic, as there)."""
+    recs = [rec for _, _, _, rec in refreader.iter_commitlog(str(fixture_root / "store" / "commitlog"))
+            if rec["kind"] == "msg"]
+    assert len(recs) == 1000
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(tmp_path / "store", ns.addr)
+    try:
+        with RawClient(broker.addr) as c:
+            for i, rec in enumerate(recs):
+                props = rec["properties"]
+                ext = {"a": "PG", "b": props.get("REAL_TOPIC", rec["topic"]), "c": "TBW102",
+                       "d": 4, "e": int(props.get("REAL_QID", rec["queue_id"])),
+                       "f": rec["sys_flag"] & ~0x30, "g": rec["born_timestamp"],
+                       "h": rec["flag"], "i": _client_string(props),
+                       "j": rec["reconsume_times"], "k": "false"}
+                c.send(frame(SEND_V2, ext, rec["body"], opaque=i + 1))
+            for i in range(len(recs)):
+                h, _ = c.read_response()
+                assert h["code"] == 0, h
+    finally:
+        assert broker.stop() == 0
+        ns.stop()
+    ours = [rec for _, _, _, rec in refreader.iter_commitlog(str(tmp_path / "store" / "commitlog"))
+            if rec["kind"] == "msg"]
+    assert len(ours) == 1000
+    # the order of arrival is the order of the fixture
+    for theirs, mine in zip(recs, ours):
+        assert mine["properties_raw"] == theirs["properties_raw"], theirs["physical_offset"]
+        assert (mine["topic"], mine["queue_id"]) == (theirs["topic"], theirs["queue_id"])
+        assert mine["sys_flag"] & ~0x30 == theirs["sys_flag"] & ~0x30
+        assert (mine["flag"], mine["reconsume_times"], mine["body"], mine["born_timestamp"]) == \
+            (theirs["flag"], theirs["reconsume_times"], theirs["body"], theirs["born_timestamp"])
