@@ -3,9 +3,10 @@ as 4.9.8 stores it, the record written without a ``Message``; byte-identity with
 RocketMQ 4.9.8 wrote, sent as raw frames to a real broker process."""
 from __future__ import annotations
 
+import json
 import random
 import string
-import time
+import struct
 
 import pytest
 
@@ -13,10 +14,14 @@ from rocketstore import StoreConfig
 from rocketstore.broker import Broker, BrokerConfig
 from rocketstore.broker import send as send_module
 from rocketstore.broker.inner import java_properties
-from rocketstore.common.protocol import ResponseCode
+from rocketstore.common.protocol import ResponseCode, SendMessageResponse
 from rocketstore.common.sends import WireSend
-from rocketstore.errors import InvalidMessageError
-from rocketstore.remoting._wire import stored_properties
+from rocketstore.errors import InvalidMessageError, RemotingProtocolError
+from rocketstore.remoting import headers
+from rocketstore.remoting._wire import json_header, stored_properties
+from rocketstore.remoting.codes import LanguageCode
+from rocketstore.remoting.command import (_LANGUAGE_NAMES, RemotingCommand, _decode_json_header,
+                                          decode_frame)
 from rocketstore.store._codec import parse_properties
 
 import refreader
@@ -155,3 +160,98 @@ def test_fixture_records_sent_as_raw_frames_are_stored_as_4_9_8_stored_them(tmp_
         assert mine["sys_flag"] & ~0x30 == theirs["sys_flag"] & ~0x30
         assert (mine["flag"], mine["reconsume_times"], mine["body"], mine["born_timestamp"]) == \
             (theirs["flag"], theirs["reconsume_times"], theirs["body"], theirs["born_timestamp"])
+
+
+# -- headers read in place ---------------------------------------------------------------------
+
+_HEADERS = [
+    {"code": 310, "extFields": {"a": "PG", "b": "T", "d": 4, "i": "UNIQ_KEY\x01x\x02WAIT\x01true",
+                                "k": False, "n": None}, "flag": 0, "language": "JAVA",
+     "opaque": 12, "serializeTypeCurrentRPC": "JSON", "version": 395},
+    {"code": 11, "language": "CPP", "version": 0, "opaque": -5, "flag": 2, "remark": "r\u00e9",
+     "extFields": {}},
+    {"code": 0, "remark": None, "extFields": None, "x": [1], "language": "PYTHON"},
+    {"code": 1, "extFields": {"q": 1.5}},
+    {"code": "310", "extFields": {}},
+    {"code": 1, "opaque": 2 ** 31},
+    {"code": 1, "extFields": {"k": "a\"b\\c\n\t\b\f\r/\u00e9\u4e2d\x00", "\x01": "x"}},
+    {"code": 310, "remark": "\u00e9",
+     "extFields": {"i": "KEYS\x01caf\u00e9\x02TAGS\x01\u4e2d\x02X\x01\U0001F600"}},
+]
+
+
+def _strict(h: bytes):
+    try:
+        c = _decode_json_header(h)
+    except RemotingProtocolError:
+        return "refused"
+    return (c.code, c.opaque, c.flag, c.version, c.language, c.remark, c.ext_fields)
+
+
+def test_headers_read_in_place_are_what_the_strict_reader_reads():
+    """``_wire.json_header`` takes a subset of what the strict JSON reader takes and returns
+    the same fields; it reads the common headers (escaped properties included) itself. Random
+    byte damage (NaN, -0, 01, 1e5, bad UTF-8, surrogates, nesting ...) never makes it accept
+    what the strict reader refuses."""
+    rnd = random.Random(7)
+    fast_reads = 0
+    for doc in _HEADERS:
+        for seps in ((",", ":"), (", ", ": ")):
+            h = json.dumps(doc, separators=seps, ensure_ascii=rnd.random() < .5).encode()
+            cases = [h, b"  " + h + b"\n"]
+            for _ in range(1500):
+                b = bytearray(h)
+                i = rnd.randrange(len(b))
+                op = rnd.random()
+                if op < .4:
+                    b[i] = rnd.randrange(256)
+                elif op < .6:
+                    del b[i]
+                elif op < .8:
+                    b.insert(i, rnd.choice(b'{}[]",:-0123456789 \\\x00\x01\xff\xc3tnfe.E'))
+                else:
+                    b[i:i] = rnd.choice([b"-0", b"01", b"1e5", b"NaN", b"Infinity", b"null",
+                                         b"true", b'""', b"{}", b"\xed\xa0\x80", b"\\ud800"])
+                cases.append(bytes(b))
+            for c in cases:
+                got = json_header(c)
+                if got is None:
+                    continue
+                fast_reads += 1
+                code, opaque, flag, version, lang, remark, ext = got
+                language = LanguageCode.JAVA if lang is None else \
+                    _LANGUAGE_NAMES.get(lang, LanguageCode.OTHER)
+                assert _strict(c) == (code, opaque, flag, version, language, remark, ext), c
+    assert fast_reads > 1000
+    # what clients send is read in place: escaped \x01/\x02, non-ASCII raw or escaped
+    for doc in (_HEADERS[0], _HEADERS[1], _HEADERS[6]):
+        for ascii_only in (True, False):
+            assert json_header(json.dumps(doc, ensure_ascii=ascii_only).encode()) is not None
+
+
+@pytest.mark.parametrize("header", [
+    b'{"code":1,"opaque":NaN}', b'{"code":1,"opaque":1e400}', b'{"code":1,"x":Infinity}',
+    b'{"code":1,"extFields":{"a":"b"}} x', b'{"code":1,"extFields":{"a":{"b":"c"}}}',
+    b'{"code":1,"x":' + b"[" * 5000 + b"]" * 5000 + b"}", b'{"code":1,"remark":"\xff"}',
+    b'{"code":01}', b'{"code":1,"flag":"x"}', b'{"opaque":1}',
+])
+def test_malformed_headers_are_refused_naming_the_problem(header):
+    # the fast reader leaves them to the strict one, which refuses each
+    assert json_header(header) is None
+    frame_bytes = struct.pack(">i", len(header)) + header
+    with pytest.raises(RemotingProtocolError):
+        decode_frame(frame_bytes)
+
+
+def test_send_answer_is_the_generic_encoding_byte_for_byte():
+    cmd = RemotingCommand(310, opaque=77)
+    for r in (SendMessageResponse(ResponseCode.SUCCESS, None, msg_id="7F00000100002A9F0000000000000000",
+                                  queue_id=3, queue_offset=12),
+              SendMessageResponse(ResponseCode.FLUSH_DISK_TIMEOUT, None, msg_id="A1,B2", queue_id=0,
+                                  queue_offset=0)):
+        fast = headers.encode_send_response(cmd, r)
+        generic = cmd.response(int(r.code), None, {
+            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true", "msgId": r.msg_id,
+            "queueId": r.queue_id, "queueOffset": r.queue_offset})
+        assert fast.encode() == generic.encode()
+        assert decode_frame(fast.encode()[4:]).ext_fields["msgId"] == r.msg_id

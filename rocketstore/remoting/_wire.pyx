@@ -186,3 +186,316 @@ def stored_properties(bytes props not None, bytes cluster not None, object uniq_
         memcpy(w, m.e[t].val, <size_t>m.e[t].vlen)
         w += m.e[t].vlen
     return out, wait
+
+
+# -- request headers ---------------------------------------------------------------------------
+#
+# A remoting header is a small flat JSON object (docs/protocol.md §1.2). ``json_header`` reads
+# the shape every client sends -- strings without escapes, integers, true/false/null, one level
+# of ``extFields`` -- straight from the frame's bytes; anything else (an escape, a float, a
+# nested value, a malformed byte) returns None and the caller's strict decoder reads the header
+# and names what is wrong. So this accepts a subset of what that decoder accepts and returns
+# exactly what it would.
+
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+cdef enum:
+    _V_NONE = 0         # not a value this reader takes: fall back
+    _V_STR = 1
+    _V_INT = 2
+    _V_NULL = 3
+    _V_TRUE = 4
+    _V_FALSE = 5
+    _V_OBJ = 6
+
+
+cdef struct _Val:
+    int kind
+    const unsigned char *s      # string bytes (without quotes) or integer digits
+    Py_ssize_t n
+    long long i
+    bint esc                    # the string has escapes
+
+
+cdef inline Py_ssize_t _ws(const unsigned char *p, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    while i < n and (p[i] == 32 or p[i] == 9 or p[i] == 10 or p[i] == 13):
+        i += 1
+    return i
+
+
+cdef Py_ssize_t _value(const unsigned char *p, Py_ssize_t i, Py_ssize_t n, _Val *v) noexcept nogil:
+    """Read one scalar value at ``i`` (after whitespace); returns the index past it, or -1."""
+    cdef Py_ssize_t j, d
+    cdef unsigned char c
+    cdef bint neg
+    v.kind = _V_NONE
+    if i >= n:
+        return -1
+    c = p[i]
+    if c == 34:                     # '"'
+        j = i + 1
+        v.esc = False
+        while j < n:
+            c = p[j]
+            if c == 34:
+                break
+            if c < 32:              # a raw control character: the strict reader refuses it
+                return -1
+            if c == 92:             # an escape: \uXXXX (not a surrogate) or one of "\/bfnrt
+                if j + 1 >= n:
+                    return -1
+                c = p[j + 1]
+                if c == 117:
+                    if j + 5 >= n or _hex4(p + j + 2) < 0 or 0xD800 <= _hex4(p + j + 2) <= 0xDFFF:
+                        return -1
+                    j += 6
+                elif c == 34 or c == 92 or c == 47 or c == 98 or c == 102 or c == 110 or \
+                        c == 114 or c == 116:
+                    j += 2
+                else:
+                    return -1
+                v.esc = True
+                continue
+            j += 1
+        if j >= n:
+            return -1
+        v.kind, v.s, v.n = _V_STR, p + i + 1, j - i - 1
+        return j + 1
+    if c == 45 or 48 <= c <= 57:    # '-' or a digit
+        j = i
+        neg = c == 45
+        if neg:
+            j += 1
+        d = j
+        while j < n and 48 <= p[j] <= 57:
+            j += 1
+        if j == d or j - d > 18:    # no digits, or maybe past a long: the strict reader's
+            return -1
+        if p[d] == 48 and j - d > 1:    # a leading zero is not JSON
+            return -1
+        if neg and j - d == 1 and p[d] == 48:   # -0: its text differs from the number's
+            return -1
+        if j < n and (p[j] == 46 or p[j] == 101 or p[j] == 69):     # '.', 'e', 'E'
+            return -1
+        v.kind, v.s, v.n = _V_INT, p + i, j - i
+        v.i = 0
+        for d in range(d, j):
+            v.i = v.i * 10 + (p[d] - 48)
+        if neg:
+            v.i = -v.i
+        return j
+    if n - i >= 4 and memcmp(p + i, b"null", 4) == 0:
+        v.kind = _V_NULL
+        return i + 4
+    if n - i >= 4 and memcmp(p + i, b"true", 4) == 0:
+        v.kind = _V_TRUE
+        return i + 4
+    if n - i >= 5 and memcmp(p + i, b"false", 5) == 0:
+        v.kind = _V_FALSE
+        return i + 5
+    if c == 123:                    # '{': the caller decides whether one may be here
+        v.kind = _V_OBJ
+        return i
+    return -1
+
+
+cdef inline int _hex4(const unsigned char *p) noexcept nogil:
+    cdef int i, x = 0, d
+    cdef unsigned char c
+    for i in range(4):
+        c = p[i]
+        if 48 <= c <= 57:
+            d = c - 48
+        elif 97 <= c <= 102:
+            d = c - 87
+        elif 65 <= c <= 70:
+            d = c - 55
+        else:
+            return -1
+        x = x * 16 + d
+    return x
+
+
+cdef object _str(const unsigned char *s, Py_ssize_t n):
+    """The string's text, or None when it is not valid UTF-8 (the strict reader names it)."""
+    try:
+        return PyUnicode_DecodeUTF8(<const char *>s, n, NULL)
+    except UnicodeDecodeError:
+        return None
+
+
+cdef object _unescape(const unsigned char *s, Py_ssize_t n):
+    """The text of a string with escapes (checked by ``_value``), or None when its raw bytes
+    are not valid UTF-8. An escape's UTF-8 never starts with a continuation byte, so the
+    bytes are valid together exactly when each part is."""
+    cdef bytes buf = PyBytes_FromStringAndSize(NULL, n)     # escapes only shrink
+    cdef unsigned char *w = <unsigned char *>PyBytes_AS_STRING(buf)
+    cdef Py_ssize_t i = 0, o = 0
+    cdef int x
+    cdef unsigned char c
+    while i < n:
+        c = s[i]
+        if c != 92:
+            w[o] = c
+            o += 1
+            i += 1
+            continue
+        c = s[i + 1]
+        if c == 117:
+            x = _hex4(s + i + 2)
+            if x < 0x80:
+                w[o] = <unsigned char>x
+                o += 1
+            elif x < 0x800:
+                w[o] = <unsigned char>(0xC0 | (x >> 6))
+                w[o + 1] = <unsigned char>(0x80 | (x & 0x3F))
+                o += 2
+            else:
+                w[o] = <unsigned char>(0xE0 | (x >> 12))
+                w[o + 1] = <unsigned char>(0x80 | ((x >> 6) & 0x3F))
+                w[o + 2] = <unsigned char>(0x80 | (x & 0x3F))
+                o += 3
+            i += 6
+            continue
+        w[o] = (8 if c == 98 else 12 if c == 102 else 10 if c == 110 else 13 if c == 114
+                else 9 if c == 116 else c)
+        o += 1
+        i += 2
+    return _str(w, o)
+
+
+cdef inline object _string(_Val *v):
+    return _unescape(v.s, v.n) if v.esc else _str(v.s, v.n)
+
+
+cdef object _text(_Val *v):
+    # fastjson's text of a header value: strings as they are, numbers in decimal
+    if v.kind == _V_STR:
+        return _string(v)
+    if v.kind == _V_INT:
+        return PyUnicode_DecodeUTF8(<const char *>v.s, v.n, NULL)
+    if v.kind == _V_TRUE:
+        return "true"
+    if v.kind == _V_FALSE:
+        return "false"
+    return None
+
+
+cdef bint _is(const unsigned char *k, Py_ssize_t n, const char *name, Py_ssize_t m) noexcept nogil:
+    return n == m and memcmp(k, name, <size_t>m) == 0
+
+
+def json_header(const unsigned char[::1] h):
+    """``(code, opaque, flag, version, language, remark, ext_fields)`` of a JSON remoting
+    header in the common shape, else None (see above). ``language`` is the header's text or
+    None when absent; ``ext_fields`` maps names to text (None for a JSON null)."""
+    cdef Py_ssize_t n = h.shape[0], i, kn
+    cdef const unsigned char *p
+    cdef const unsigned char *k
+    cdef _Val v
+    cdef long long code = 0, opaque = 0, flag = 0, version = 0
+    cdef bint has_code = False
+    cdef object language = None, remark = None, key, val
+    cdef dict ext = None, e
+    if n == 0:
+        return None
+    p = &h[0]
+    i = _ws(p, 0, n)
+    if i >= n or p[i] != 123:
+        return None
+    i = _ws(p, i + 1, n)
+    if i < n and p[i] == 125:
+        return None                 # no code: the strict reader names it
+    while True:
+        i = _value(p, i, n, &v)
+        if i < 0 or v.kind != _V_STR or v.esc:
+            return None
+        k, kn = v.s, v.n
+        i = _ws(p, i, n)
+        if i >= n or p[i] != 58:    # ':'
+            return None
+        i = _ws(p, i + 1, n)
+        i = _value(p, i, n, &v)
+        if i < 0:
+            return None
+        if v.kind == _V_OBJ:
+            if not _is(k, kn, "extFields", 9):
+                return None
+            e = {}
+            i = _ws(p, i + 1, n)
+            if i < n and p[i] == 125:
+                i += 1
+            else:
+                while True:
+                    i = _value(p, i, n, &v)
+                    if i < 0 or v.kind != _V_STR:
+                        return None
+                    key = _string(&v)
+                    if key is None:
+                        return None
+                    i = _ws(p, i, n)
+                    if i >= n or p[i] != 58:
+                        return None
+                    i = _ws(p, i + 1, n)
+                    i = _value(p, i, n, &v)
+                    if i < 0 or v.kind == _V_OBJ:
+                        return None
+                    val = _text(&v)
+                    if val is None and v.kind != _V_NULL:
+                        return None
+                    e[key] = val
+                    i = _ws(p, i, n)
+                    if i < n and p[i] == 44:        # ','
+                        i = _ws(p, i + 1, n)
+                        continue
+                    if i < n and p[i] == 125:       # '}'
+                        i += 1
+                        break
+                    return None
+            ext = e
+        elif _is(k, kn, "code", 4) or _is(k, kn, "opaque", 6) or _is(k, kn, "flag", 4) or \
+                _is(k, kn, "version", 7):
+            if v.kind != _V_INT or not -2147483648 <= v.i <= 2147483647:
+                return None         # text numbers, nulls, out of range: the strict reader's
+            if k[0] == 99:
+                code, has_code = v.i, True
+            elif k[0] == 111:
+                opaque = v.i
+            elif k[0] == 102:
+                flag = v.i
+            else:
+                version = v.i
+        elif _is(k, kn, "language", 8):
+            if v.kind != _V_STR:
+                return None
+            language = _string(&v)
+            if language is None:
+                return None
+        elif _is(k, kn, "remark", 6):
+            if v.kind == _V_NULL:
+                remark = None
+            elif v.kind == _V_STR:
+                remark = _string(&v)
+                if remark is None:
+                    return None
+            else:
+                return None
+        elif _is(k, kn, "extFields", 9):
+            if v.kind != _V_NULL:
+                return None
+            ext = None
+        else:
+            # another field: ignored, but its name and text must still be valid UTF-8
+            if _str(k, kn) is None or (v.kind == _V_STR and _string(&v) is None):
+                return None
+        i = _ws(p, i, n)
+        if i < n and p[i] == 44:
+            i = _ws(p, i + 1, n)
+            continue
+        if i < n and p[i] == 125:
+            i = _ws(p, i + 1, n)
+            break
+        return None
+    if i != n or not has_code:
+        return None
+    return code, opaque, flag, version, language, remark, {} if ext is None else ext

@@ -17,6 +17,7 @@ import struct
 from typing import Any
 
 from rocketstore.errors import RemotingProtocolError
+from rocketstore.remoting._wire import json_header
 from rocketstore.remoting.codes import CURRENT_VERSION, LanguageCode
 
 FLAG_RESPONSE = 1
@@ -232,6 +233,19 @@ def decode_frame(frame: bytes | bytearray | memoryview, *,
     hlen = word & 0xFFFFFF
     if hlen > n - 4:
         raise RemotingProtocolError(f"header length {hlen} is past the frame's {n - 4} bytes")
+    if stype == SERIALIZE_JSON:
+        # the common shape read in place (rocketstore.remoting._wire); None: the strict reader
+        fast = json_header(frame[4:4 + hlen])
+        if fast is not None:
+            code, opaque, flag, version, lang, remark, ext = fast
+            if len(ext) > max_ext_fields:
+                raise RemotingProtocolError(f"header has {len(ext)} extFields, more than "
+                                            f"{max_ext_fields}")
+            cmd = RemotingCommand(code, opaque=opaque, flag=flag, remark=remark, ext_fields=ext,
+                                  language=LanguageCode.JAVA if lang is None
+                                  else _LANGUAGE_NAMES.get(lang, LanguageCode.OTHER),
+                                  version=version, body=bytes(frame[4 + hlen:]))
+            return cmd
     header = bytes(frame[4:4 + hlen])
     body = bytes(frame[4 + hlen:])
     try:
