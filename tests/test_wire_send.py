@@ -255,3 +255,54 @@ def test_send_answer_is_the_generic_encoding_byte_for_byte():
             "queueId": r.queue_id, "queueOffset": r.queue_offset})
         assert fast.encode() == generic.encode()
         assert decode_frame(fast.encode()[4:]).ext_fields["msgId"] == r.msg_id
+
+
+def _batch_body(entries: list[tuple[bytes, int, str]]) -> bytes:
+    return headers.encode_batch_body(entries)
+
+
+@pytest.mark.parametrize("extra, first_wait", [("WAIT\x01true", b"true"), ("", b"false")])
+def test_batch_from_the_wire_is_stored_as_the_map_path_stores_it(tmp_path, monkeypatch, extra,
+                                                                  first_wait):
+    """A batch read and appended in one call each stores the bytes ``_send_batch`` stores:
+    per entry its own map in Java order, then the batch's WAIT (its first entry's) and
+    CLUSTER; flags, bodies, born time and host; malformed bodies refused the same way."""
+    entries = [(b"body-%d" % i, i % 3, "\x02".join(
+        [f"UNIQ_KEY\x01U{i:04d}", f"KEYS\x01k{i}", "TAGS\x01t"] + (["WAIT\x01false"] if i == 0 else [])
+        + [f"p{j}\x01v" for j in range(i % 15)])) for i in range(40)]
+    body = _batch_body(entries)
+    records = []
+    for path in ("map", "wire"):
+        d = tmp_path / path
+        with Broker.open(str(d), BrokerConfig(), StoreConfig(mapped_file_size_commit_log=1 << 20)) as b:
+            w = _wire("Batched", extra, body=body, batch=True)
+            if path == "map":
+                r = b.send_message(send_module.send_request(w)).result(10)
+            else:
+                monkeypatch.setattr(send_module, "send_request", None)   # must not be needed
+                r = b.send_wire(w).result(10)
+                monkeypatch.undo()
+            assert r.code == ResponseCode.SUCCESS and r.queue_offset == 0, r
+            offs = [offset_of(m) for m in r.msg_id.split(",")]
+            assert len(offs) == 40
+            records.append([(e.properties, e.flag, bytes(e.body), e.born_timestamp, e.born_host,
+                             e.queue_id, e.queue_offset, e.sys_flag)
+                            for e in (b.store.look_message_by_offset(o) for o in offs)])
+    assert records[0] == records[1]
+    raw = [refreader.iter_commitlog(str(tmp_path / p / "commitlog")) for p in ("map", "wire")]
+    a = [rec["properties_raw"] for _, _, _, rec in raw[0] if rec["kind"] == "msg"]
+    b_ = [rec["properties_raw"] for _, _, _, rec in raw[1] if rec["kind"] == "msg"]
+    assert a == b_ and len(a) == 40
+    # the header's properties (MessageBatch's WAIT) follow each entry's and win
+    assert all(p.endswith(b"\x02CLUSTER\x01DefaultCluster\x02WAIT\x01" + first_wait) for p in a)
+
+
+@pytest.mark.parametrize("body, why", [
+    (b"\x00" * 10, "truncated entry"),
+    (struct.pack(">iiiii", 10, 0, 0, 0, 1) + b"xx\x00\x00", "bad entry size"),
+    (struct.pack(">iiiii", 24, 0, 0, 0, 1) + b"x" + struct.pack(">h", 9) + b"a", "bad properties length"),
+])
+def test_malformed_batch_bodies_are_refused_as_before(store_dir, body, why):
+    with Broker.open(store_dir, BrokerConfig(), StoreConfig(mapped_file_size_commit_log=1 << 20)) as b:
+        with pytest.raises(RemotingProtocolError, match=why):
+            b.send_wire(_wire("Batched", "", body=body, batch=True))

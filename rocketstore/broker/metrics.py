@@ -144,9 +144,9 @@ class BrokerMetrics:
     def _count_send(self, request: SendMessageRequest, response: Any) -> None:
         topic = request.topic
         if getattr(response, "code", None) in _STORED:
-            body = getattr(request, "body", None)
-            if body is not None and not request.batch:
-                n, size = 1, len(body)      # a wire send of one message: the frame's body
+            sizes = getattr(request, "sizes", None)     # a wire send's, when known
+            if sizes is not None:
+                n, size = sizes
             else:
                 msgs = request.messages
                 n = len(msgs)

@@ -25,7 +25,8 @@ class WireSend:
 
     __slots__ = ("producer_group", "topic", "default_topic", "default_topic_queue_nums",
                  "queue_id", "sys_flag", "born_timestamp", "flag", "properties",
-                 "reconsume_times", "max_reconsume_times", "batch", "body", "born_host")
+                 "reconsume_times", "max_reconsume_times", "batch", "body", "born_host",
+                 "request", "sizes")
 
     def __init__(self, producer_group: str, topic: str, default_topic: str,
                  default_topic_queue_nums: int, queue_id: int, sys_flag: int,
@@ -46,11 +47,14 @@ class WireSend:
         self.batch = batch
         self.body = body
         self.born_host = born_host
+        self.request: SendMessageRequest | None = None     # send_request's, once built
+        # (messages, body bytes) when known without decoding: one message, or a batch the
+        # broker's fast path read (metrics count these)
+        self.sizes: tuple[int, int] | None = None if batch else (1, len(body))
 
     @property
     def messages(self) -> list[Message]:
-        """The messages the request carries (decoded on each access: for the map path and
-        for counting a batch)."""
+        """The messages the request carries (``send_request``'s: built once)."""
         return send_request(self).messages
 
     def __repr__(self) -> str:
@@ -91,7 +95,10 @@ def decode_batch_body(body: bytes, topic: str, *, born_timestamp: int, born_host
 
 def send_request(w: WireSend) -> SendMessageRequest:
     """The ``SendMessageRequest`` of a decoded send (its messages built from the body and
-    the properties string): what the broker's map path and the in-process transport take."""
+    the properties string): what the broker's map path and the in-process transport take.
+    Built once per ``WireSend`` (kept in ``w.request``)."""
+    if w.request is not None:
+        return w.request
     if w.batch:
         msgs = decode_batch_body(w.body, w.topic, born_timestamp=w.born_timestamp,
                                  born_host=w.born_host, extra_properties=w.properties)
@@ -100,8 +107,9 @@ def send_request(w: WireSend) -> SendMessageRequest:
             w.topic, w.body, w.properties, flag=w.flag, sys_flag=w.sys_flag,
             reconsume_times=w.reconsume_times, born_timestamp=w.born_timestamp,
             born_host=w.born_host)]
-    return SendMessageRequest(
+    w.request = SendMessageRequest(
         producer_group=w.producer_group, topic=w.topic, queue_id=w.queue_id, messages=msgs,
         batch=w.batch, default_topic=w.default_topic,
         default_topic_queue_nums=w.default_topic_queue_nums, reconsume_times=w.reconsume_times,
         max_reconsume_times=w.max_reconsume_times, born_host=w.born_host)
+    return w.request

@@ -15,7 +15,9 @@ none of ``DELAY``, ``TRAN_MSG``, the broker-only properties or the record CRC pr
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport int32_t, uint32_t
+from libc.stdint cimport int16_t, int32_t, uint32_t
+
+from rocketstore.errors import RemotingProtocolError
 from libc.string cimport memchr, memcmp, memcpy
 
 cdef enum:
@@ -103,31 +105,13 @@ cdef bint _slow_key(const char *k, Py_ssize_t n):
     return False
 
 
-@cython.boundscheck(False)
-def stored_properties(bytes props not None, bytes cluster not None, object uniq_id):
-    """(stored properties bytes, wait) for a client send whose properties string is ``props``
-    on a broker of cluster ``cluster``: the string a 4.9.8 broker stores (client map +
-    ``UNIQ_KEY`` from ``uniq_id()`` when absent + ``CLUSTER``, ``WAIT`` removed, Java HashMap
-    order) and whether a sync flush waits for it (``WAIT`` absent or true). None when the
-    string is not of the common shape (see the module doc): the caller takes the map path."""
-    cdef const char *p = PyBytes_AS_STRING(props)
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(props), i, total, klen, vlen
+cdef int _parse_into(_Map *m, const char *p, Py_ssize_t n) noexcept:
+    """Put the properties of "k\x01v\x02..." into ``m`` in order; -1 when a key sends the
+    message down the map path or the table is full here."""
     cdef const char *end = p + n
     cdef const char *seg
     cdef const char *sep
-    cdef _Map m
-    cdef bytes uniq_b = None, out
-    cdef char *w
-    cdef int order[MAX_KEYS + 2]
-    cdef int cnt = 0, a, b, wait_i, t
-    cdef bint wait = True
-    cdef unsigned char c
-    for i in range(n):
-        c = <unsigned char>p[i]
-        if c == 0 or c >= 0x80:
-            return None
-    m.n = m.size = m.cap = 0
-    m.threshold = 16
+    cdef Py_ssize_t klen
     while p < end:
         # parse_properties' rule: a segment is a property when it has a separator with a
         # non-empty name before it and a non-empty value after it
@@ -138,26 +122,52 @@ def stored_properties(bytes props not None, bytes cluster not None, object uniq_
         if sep != NULL and sep > p and sep + 1 < seg:
             klen = sep - p
             if _slow_key(p, klen):
-                return None
-            if _put(&m, p, klen, sep + 1, seg - sep - 1) < 0:
-                return None
+                return -1
+            if _put(m, p, klen, sep + 1, seg - sep - 1) < 0:
+                return -1
         p = seg + 1
-    if _find(&m, b"UNIQ_KEY", 8) < 0:
-        uniq_b = uniq_id().encode("ascii")
-        if _put(&m, b"UNIQ_KEY", 8, PyBytes_AS_STRING(uniq_b), PyBytes_GET_SIZE(uniq_b)) < 0:
-            return None
-    if _put(&m, b"CLUSTER", 7, PyBytes_AS_STRING(cluster), PyBytes_GET_SIZE(cluster)) < 0:
-        return None
-    wait_i = _find(&m, b"WAIT", 4)
-    if wait_i >= 0:
-        # Boolean.parseBoolean of the value, then removed from the stored string
-        wait = m.e[wait_i].vlen == 4 and (m.e[wait_i].val[0] | 32) == b't' and \
-            (m.e[wait_i].val[1] | 32) == b'r' and (m.e[wait_i].val[2] | 32) == b'u' and \
-            (m.e[wait_i].val[3] | 32) == b'e'
-        m.e[wait_i].removed = True
+    return 0
+
+
+cdef bint _plain(const char *p, Py_ssize_t n) noexcept nogil:
+    """ASCII without NUL: the bytes a str round trip keeps as they are."""
+    cdef Py_ssize_t i
+    cdef unsigned char c
+    for i in range(n):
+        c = <unsigned char>p[i]
+        if c == 0 or c >= 0x80:
+            return False
+    return True
+
+
+cdef bint _take_wait_value(_Map *m) noexcept:
+    """WAIT's Boolean.parseBoolean (absent: true), the map unchanged."""
+    cdef int i = _find(m, b"WAIT", 4)
+    if i < 0:
+        return True
+    return m.e[i].vlen == 4 and (m.e[i].val[0] | 32) == b't' and \
+        (m.e[i].val[1] | 32) == b'r' and (m.e[i].val[2] | 32) == b'u' and \
+        (m.e[i].val[3] | 32) == b'e'
+
+
+cdef bint _take_wait(_Map *m) noexcept:
+    """Remove WAIT from the map; its Boolean.parseBoolean (absent: true)."""
+    cdef int i = _find(m, b"WAIT", 4)
+    cdef bint wait = _take_wait_value(m)
+    if i >= 0:
+        m.e[i].removed = True
         m.size -= 1
-    # iteration order: by bucket at the final capacity, insertion order within a bucket
-    total = 0
+    return wait
+
+
+cdef bytes _serialize(_Map *m, const char *tail, Py_ssize_t tail_len):
+    """The map in iteration order (bucket at the final capacity, insertion order within a
+    bucket), "k\x01v" joined by "\x02"; ``tail`` (when not NULL) after one more "\x02"."""
+    cdef int order[MAX_KEYS + 2]
+    cdef int cnt = 0, a, b, t
+    cdef Py_ssize_t total = 0
+    cdef bytes out
+    cdef char *w
     for a in range(m.n):
         if m.e[a].removed:
             continue
@@ -172,7 +182,10 @@ def stored_properties(bytes props not None, bytes cluster not None, object uniq_
             order[b + 1] = order[b]
             b -= 1
         order[b + 1] = t
-    out = PyBytes_FromStringAndSize(NULL, total - 1 if total else 0)
+    total = total - 1 if total else 0
+    if tail != NULL:
+        total += 1 + tail_len
+    out = PyBytes_FromStringAndSize(NULL, total)
     w = PyBytes_AS_STRING(out)
     for a in range(cnt):
         t = order[a]
@@ -185,7 +198,113 @@ def stored_properties(bytes props not None, bytes cluster not None, object uniq_
         w += 1
         memcpy(w, m.e[t].val, <size_t>m.e[t].vlen)
         w += m.e[t].vlen
-    return out, wait
+    if tail != NULL:
+        w[0] = 2
+        memcpy(w + 1, tail, <size_t>tail_len)
+    return out
+
+
+cdef inline void _init(_Map *m) noexcept:
+    m.n = m.size = m.cap = 0
+    m.threshold = 16
+
+
+def stored_properties(bytes props not None, bytes cluster not None, object uniq_id):
+    """(stored properties bytes, wait) for a client send whose properties string is ``props``
+    on a broker of cluster ``cluster``: the string a 4.9.8 broker stores (client map +
+    ``UNIQ_KEY`` from ``uniq_id()`` when absent + ``CLUSTER``, ``WAIT`` removed, Java HashMap
+    order) and whether a sync flush waits for it (``WAIT`` absent or true). None when the
+    string is not of the common shape (see the module doc): the caller takes the map path."""
+    cdef _Map m
+    cdef bytes uniq_b = None
+    cdef bint wait
+    if not _plain(PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props)):
+        return None
+    _init(&m)
+    if _parse_into(&m, PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props)) < 0:
+        return None
+    if _find(&m, b"UNIQ_KEY", 8) < 0:
+        uniq_b = uniq_id().encode("ascii")
+        if _put(&m, b"UNIQ_KEY", 8, PyBytes_AS_STRING(uniq_b), PyBytes_GET_SIZE(uniq_b)) < 0:
+            return None
+    if _put(&m, b"CLUSTER", 7, PyBytes_AS_STRING(cluster), PyBytes_GET_SIZE(cluster)) < 0:
+        return None
+    wait = _take_wait(&m)
+    return _serialize(&m, NULL, 0), wait
+
+
+cdef inline int32_t _be32(const unsigned char *p) noexcept nogil:
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
+
+
+def wire_batch(bytes body not None, bytes extra not None, bytes cluster not None,
+               object uniq_id):
+    """A SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessages``) as a 4.9.8 broker stores
+    it: ``(meta, props, entries, body bytes)``, the first two for ``CommitLog.put_wire_batch_async`` -- per entry its body's
+    offset and length in ``body``, its flag, and its stored properties in ``props``: the
+    entry's own map (its string, then the batch header's ``extra``; ``UNIQ_KEY`` from
+    ``uniq_id()`` when absent) in Java order, then the batch's map of ``WAIT`` (the first
+    entry's) and ``CLUSTER``. A malformed body raises ``RemotingProtocolError`` (as
+    ``decode_batch_body``); None when an entry is not of the common shape (the map path)."""
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(body)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(body), pos = 0, b0, p0, count = 0, poff = 0
+    cdef Py_ssize_t body_bytes = 0
+    cdef int32_t total, flag, blen, plen
+    cdef _Map m, bm
+    cdef bytes uniq_b, own, tail = None
+    cdef list parts = []
+    cdef bytearray meta = bytearray()
+    cdef int32_t rec[5]
+    cdef const char *ex = PyBytes_AS_STRING(extra)
+    cdef Py_ssize_t exn = PyBytes_GET_SIZE(extra)
+    if not _plain(ex, exn):
+        return None
+    while pos < n:
+        if n - pos < 22:
+            raise RemotingProtocolError(f"batch body: truncated entry at byte {pos}")
+        total = _be32(p + pos)
+        flag = _be32(p + pos + 12)
+        blen = _be32(p + pos + 16)
+        if total < 22 or pos + total > n or blen < 0 or 20 + <Py_ssize_t>blen + 2 > total:
+            raise RemotingProtocolError(f"batch body: bad entry size {total} at byte {pos}")
+        b0 = pos + 20
+        plen = <int16_t>((<uint32_t>p[b0 + blen] << 8) | p[b0 + blen + 1])
+        p0 = b0 + blen + 2
+        if plen < 0 or p0 + plen > pos + total:
+            raise RemotingProtocolError(f"batch body: bad properties length at byte {pos}")
+        if not _plain(<const char *>p + p0, plen):
+            return None
+        _init(&m)
+        if _parse_into(&m, <const char *>p + p0, plen) < 0 or _parse_into(&m, ex, exn) < 0:
+            return None
+        uniq_b = None
+        if _find(&m, b"UNIQ_KEY", 8) < 0:
+            uniq_b = uniq_id().encode("ascii")
+            if _put(&m, b"UNIQ_KEY", 8, PyBytes_AS_STRING(uniq_b), PyBytes_GET_SIZE(uniq_b)) < 0:
+                return None
+        if tail is None:
+            # MessageBatch: the batch carries WAIT of its first message; the broker adds CLUSTER
+            _init(&bm)
+            if _take_wait_value(&m):
+                _put(&bm, b"WAIT", 4, b"true", 4)
+            else:
+                _put(&bm, b"WAIT", 4, b"false", 5)
+            _put(&bm, b"CLUSTER", 7, PyBytes_AS_STRING(cluster), PyBytes_GET_SIZE(cluster))
+            tail = _serialize(&bm, NULL, 0)
+        own = _serialize(&m, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail))
+        if PyBytes_GET_SIZE(own) > 32767:
+            return None                 # the map path refuses it
+        rec[0], rec[1], rec[2] = <int32_t>b0, blen, flag
+        rec[3], rec[4] = <int32_t>poff, <int32_t>PyBytes_GET_SIZE(own)
+        meta += (<char *>rec)[:20]
+        parts.append(own)
+        poff += PyBytes_GET_SIZE(own)
+        body_bytes += blen
+        count += 1
+        pos += total
+    if count == 0:
+        raise RemotingProtocolError("batch body holds no message")
+    return bytes(meta), b"".join(parts), count, body_bytes
 
 
 # -- request headers ---------------------------------------------------------------------------
