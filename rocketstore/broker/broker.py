@@ -271,8 +271,8 @@ class Broker:
 
     def send_wire(self, request: WireSend) -> Future:
         """``send_message`` of a send as decoded from the wire (``headers.WireSend``): the
-        common shape is stored from its bytes without a ``Message`` (docs/protocol.md "The
-        send fast path"), every other the way ``send_message`` does."""
+        common shape is stored from its bytes without a ``Message`` (``SendMessageProcessor
+        .send_wire``), every other the way ``send_message`` does."""
         self._check_open()
         fut = self.send_processor.send_wire(request)
         if self.metrics is not None:

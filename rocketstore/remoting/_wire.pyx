@@ -1,6 +1,7 @@
 # cython: language_level=3
 """The broker's send path over bytes: a client's properties string turned into what a 4.9.8
-broker stores, without a map or a dict per message (docs/protocol.md "The send fast path").
+broker stores, without a map or a dict per message (``SendMessageProcessor.send_wire``), and
+request headers read in place (``json_header``).
 
 4.9.8 parses the client's string into a ``java.util.HashMap`` (``string2messageProperties``),
 puts ``UNIQ_KEY`` when the client sent none and ``CLUSTER``, removes ``WAIT`` and stores the
