@@ -28,21 +28,26 @@ if SANITIZE:
 C_SOURCES = ["csrc/rs_io.c", "csrc/rs_hash.c"]
 MODULES = ["_mapped", "_codec", "_commitlog", "_scan", "_consumequeue", "_dispatch",
            "_reader", "_indexfile", "_verify", "_columns"]
+# the remoting layer's byte work (the send path's properties, frames): rocketstore.remoting
+REMOTING_MODULES = ["_wire"]
 # every source must be there: a build that silently left a module out would install a
 # package that cannot be imported (an sdist without its .pyx files did exactly that)
 _missing = [p for p in C_SOURCES + [f"rocketstore/store/{m}.pyx" for m in MODULES]
+            + [f"rocketstore/remoting/{m}.pyx" for m in REMOTING_MODULES]
             if not os.path.exists(p)]
 if _missing:
     sys.exit(f"building rocketstore: source files missing: {', '.join(_missing)} "
              "(an incomplete sdist? see MANIFEST.in)")
 if os.environ.get("ROCKETSTORE_MODULES"):     # development: rebuild only these
-    MODULES = [m for m in MODULES if m in os.environ["ROCKETSTORE_MODULES"].split(",")]
+    _only = os.environ["ROCKETSTORE_MODULES"].split(",")
+    MODULES = [m for m in MODULES if m in _only]
+    REMOTING_MODULES = [m for m in REMOTING_MODULES if m in _only]
 
 
-def ext(name):
+def ext(name, package="store"):
     return Extension(
-        f"rocketstore.store.{name}",
-        [f"rocketstore/store/{name}.pyx"] + C_SOURCES,
+        f"rocketstore.{package}.{name}",
+        [f"rocketstore/{package}/{name}.pyx"] + C_SOURCES,
         include_dirs=["csrc", numpy.get_include()],
         libraries=["z"],
         extra_compile_args=CFLAGS,
@@ -74,7 +79,7 @@ setup(
     # pip and `python -m build` pass no -j: compile the modules on every core
     options={"build_ext": {"parallel": os.cpu_count() or 1}},
     ext_modules=cythonize(
-        [ext(m) for m in MODULES],
+        [ext(m) for m in MODULES] + [ext(m, "remoting") for m in REMOTING_MODULES],
         compiler_directives=directives,
         annotate=DEBUG,
         include_path=["."],

@@ -14,9 +14,15 @@ measures, with 100 B bodies:
 
 and prints each row's rate, its ratio to the matching Redis row and to Apache RocketMQ 4.9.8's
 own broker with its Java client on this kind of machine (21 k/s sync 1 thread, 31 k/s 8 threads,
-218 k/s batches of 100, 110-160 k/s push consume: the issue's targets).
+218 k/s batches of 100, 110-160 k/s push consume: the issue's targets), and the broker
+process's CPU seconds (user + system, from /proc/<pid>/stat) per 100 k messages of the row: a
+figure that compares across machines and loads better than a rate.
 
   python tools/bench_broker.py [--num 20000] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--no-cpp] [--no-redis]
+                               [--no-push] [--repo OTHER_CHECKOUT]
+
+``--repo`` runs the servers and the client from another checkout (e.g. main's, for a baseline
+measured in the same session: alternate runs with and without it).
 
 ``--metrics-cost`` instead runs the rocketstore client rows against brokers with the metrics
 counters off (``metricsEnable=false``) and on (counters plus a ``metricsPort`` endpoint),
@@ -39,6 +45,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if "--repo" in sys.argv[:-1]:     # before anything of rocketstore is imported
+    REPO = Path(sys.argv[sys.argv.index("--repo") + 1]).resolve()
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
@@ -64,9 +74,31 @@ def timed_threads(n: int, fn: Callable[[], None]) -> float:
     return time.perf_counter() - t0
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds (user + system) a process has used, from /proc/<pid>/stat."""
+
+    def __init__(self, pid: int) -> None:
+        self.path = f"/proc/{pid}/stat"
+
+    def __call__(self) -> float:
+        with open(self.path) as f:
+            # the command name may hold spaces: fields counted after its closing parenthesis
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK     # utime, stime (fields 14, 15)
+
+
+def cpu_per_100k(seconds: float, messages: float) -> str:
+    return f"broker CPU {seconds / messages * 100_000:5.2f} s/100k" if messages else ""
+
+
 def row(name: str, rate: float, base: float | None = None, target: str | None = None,
-        extra: str = "") -> None:
+        extra: str = "", cpu: str = "") -> None:
     parts = [f"{name:<34} {rate:>12,.0f} msgs/s"]
+    if cpu:
+        parts.append(cpu)
     if base:
         parts.append(f"x{rate / base:5.2f} vs Redis")
     if target:
@@ -78,20 +110,26 @@ def row(name: str, rate: float, base: float | None = None, target: str | None = 
 
 # -- rocketstore client ---------------------------------------------------------------------
 
-def ours(namesrv: str, n: int, topic: str) -> dict[str, float]:
+def ours(namesrv: str, n: int, topic: str, cpu: Callable[[], float] | None = None,
+         push: bool = True) -> dict[str, float]:
+    """The rocketstore client's rows; ``cpu`` (the broker's CPU seconds) adds ``<row>_cpu``,
+    the broker's CPU seconds over each row."""
     from rocketstore.client import Message, Producer, PushConsumer
     from rocketstore.common import ConsumeConcurrentlyStatus
     out: dict[str, float] = {}
+    meter = cpu or (lambda: 0.0)
     with Producer("bench-pg", namesrv_addr=namesrv) as p:
         for _ in range(200):
             p.send(Message(topic, BODY))
         lat: list[float] = []
+        c0 = meter()
         t0 = time.perf_counter()
         for _ in range(n):
             a = time.perf_counter()
             p.send(Message(topic, BODY))
             lat.append(time.perf_counter() - a)
         out["sync1"] = n / (time.perf_counter() - t0)
+        out["sync1_cpu"] = meter() - c0
         out["sync1_p50"], out["sync1_p99"] = pct(lat, .5), pct(lat, .99)
 
         per = n // 8
@@ -99,13 +137,20 @@ def ours(namesrv: str, n: int, topic: str) -> dict[str, float]:
         def worker() -> None:
             for _ in range(per):
                 p.send(Message(topic, BODY))
+        c0 = meter()
         out["sync8"] = 8 * per / timed_threads(8, worker)
+        out["sync8_cpu"] = meter() - c0
         batches = max(1, n * 5 // 100)
+        c0 = meter()
         t0 = time.perf_counter()
         for _ in range(batches):
             p.send_batch([Message(topic, BODY) for _ in range(100)])
         out["batch"] = batches * 100 / (time.perf_counter() - t0)
+        out["batch_cpu"] = meter() - c0
+        out["n_sync1"], out["n_sync8"], out["n_batch"] = n, 8 * per, batches * 100
         total = 200 + n + 8 * per + batches * 100
+    if not push:
+        return out
     got = 0
     done = threading.Event()
     lock = threading.Lock()
@@ -125,10 +170,12 @@ def ours(namesrv: str, n: int, topic: str) -> dict[str, float]:
                      consume_message_batch_max_size=32)
     c.subscribe(topic, "*")
     c.register_message_listener(listener)
+    c0 = meter()
     t0 = time.perf_counter()
     c.start()
     done.wait(300)
     elapsed = time.perf_counter() - t0
+    out["push_cpu"] = meter() - c0
     c.shutdown()
     out["push"] = got / elapsed
     out["push_total"] = got
@@ -153,6 +200,8 @@ CPP = textwrap.dedent("""
     for _ in range(n):
         a = time.perf_counter(); p.send_sync(msg()); lat.append(time.perf_counter() - a)
     sync1 = n / (time.perf_counter() - t0)
+    print("sent", flush=True)       # the parent reads the broker's CPU, then lets us go on
+    sys.stdin.readline()
     p.shutdown()
     lat.sort()
     got = [0]; done = threading.Event(); lock = threading.Lock(); total = n + 100
@@ -174,20 +223,38 @@ CPP = textwrap.dedent("""
 """)
 
 
-def cpp(namesrv: str, n: int, topic: str, tmp: Path) -> dict[str, float] | None:
+def cpp(namesrv: str, n: int, topic: str, tmp: Path,
+        cpu: Callable[[], float] | None = None) -> dict[str, float] | None:
+    """The C++ client's rows, run in a child process; ``send_cpu``/``push_cpu``: the broker's
+    CPU seconds over its sends (warm-up included) and over its push consume."""
     try:
         import rocketmq.client  # noqa: F401
     except (ImportError, OSError):
         return None
     script = tmp / "cpp_bench.py"
     script.write_text(CPP)
-    proc = subprocess.run([sys.executable, str(script), namesrv, topic, str(n)],
-                          capture_output=True, text=True, timeout=900, cwd=tmp,
-                          env=dict(os.environ, HOME=str(tmp)))
-    if proc.returncode != 0:
-        print("C++ client run failed:", proc.stderr[-2000:], file=sys.stderr)
+    meter = cpu or (lambda: 0.0)
+    c0 = meter()
+    proc = subprocess.Popen([sys.executable, str(script), namesrv, topic, str(n)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=tmp, env=dict(os.environ, HOME=str(tmp)))
+    assert proc.stdin is not None and proc.stdout is not None
+    first = proc.stdout.readline()
+    c1 = meter()
+    if first.strip() == "sent":
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    try:
+        rest, err = proc.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rest, err = proc.communicate()
+    if proc.returncode != 0 or first.strip() != "sent":
+        print("C++ client run failed:", (first + err)[-2000:], file=sys.stderr)
         return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(rest.strip().splitlines()[-1])
+    out["send_cpu"], out["push_cpu"], out["n_send"] = c1 - c0, meter() - c1, n + 100
+    return out
 
 
 # -- Redis Streams --------------------------------------------------------------------------
@@ -257,6 +324,8 @@ def main() -> int:
     ap.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
     ap.add_argument("--no-cpp", action="store_true")
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--no-push", action="store_true", help="skip the push consume rows")
+    ap.add_argument("--repo", help="run the servers and the client from this checkout instead")
     ap.add_argument("--metrics-cost", action="store_true",
                     help="compare brokers with metrics off and on (rocketstore rows only)")
     args = ap.parse_args()
@@ -264,25 +333,33 @@ def main() -> int:
     if args.metrics_cost:
         return metrics_cost(args.num, args.flush)
     tmp = Path(tempfile.mkdtemp(prefix="bench_broker_"))
-    print(f"load average {os.getloadavg()[0]:.2f}; {args.num:,} messages of 100 B; "
-          f"{args.flush}", flush=True)
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.num:,} "
+          f"messages of 100 B; {args.flush}; code from {REPO}", flush=True)
     ns = start_namesrv(tmp)
     broker = start_broker(tmp / "store", ns.addr, {"flushDiskType": args.flush})
+    meter = CpuMeter(broker.proc.pid)
     try:
         red = None if args.no_redis else redis_rows(args.num, tmp)
-        mine = ours(ns.addr, args.num, "BenchT")
+        mine = ours(ns.addr, args.num, "BenchT", meter, push=not args.no_push)
         rb = red or {}
         row("rocketstore client, sync 1 thread", mine["sync1"], rb.get("sync1"), "sync1",
-            f"p50 {mine['sync1_p50']:.0f} us, p99 {mine['sync1_p99']:.0f} us")
-        row("rocketstore client, sync 8 threads", mine["sync8"], rb.get("sync8"), "sync8")
-        row("rocketstore client, batch of 100", mine["batch"], rb.get("batch"), "batch")
-        row("rocketstore client, push consume", mine["push"], rb.get("push"), "push",
-            f"({mine['push_total']:,.0f} messages)")
-        c = None if args.no_cpp else cpp(ns.addr, args.num // 2, "BenchCpp", tmp)
+            f"p50 {mine['sync1_p50']:.0f} us, p99 {mine['sync1_p99']:.0f} us",
+            cpu_per_100k(mine["sync1_cpu"], mine["n_sync1"]))
+        row("rocketstore client, sync 8 threads", mine["sync8"], rb.get("sync8"), "sync8",
+            cpu=cpu_per_100k(mine["sync8_cpu"], mine["n_sync8"]))
+        row("rocketstore client, batch of 100", mine["batch"], rb.get("batch"), "batch",
+            cpu=cpu_per_100k(mine["batch_cpu"], mine["n_batch"]))
+        if "push" in mine:
+            row("rocketstore client, push consume", mine["push"], rb.get("push"), "push",
+                f"({mine['push_total']:,.0f} messages)",
+                cpu_per_100k(mine["push_cpu"], mine["push_total"]))
+        c = None if args.no_cpp else cpp(ns.addr, args.num // 2, "BenchCpp", tmp, meter)
         if c:
             row("C++ client, sync 1 thread", c["sync1"], rb.get("sync1"), "sync1",
-                f"p50 {c['p50']:.0f} us, p99 {c['p99']:.0f} us")
-            row("C++ client, push consume", c["push"], rb.get("push"), "push")
+                f"p50 {c['p50']:.0f} us, p99 {c['p99']:.0f} us",
+                cpu_per_100k(c["send_cpu"], c["n_send"]))
+            row("C++ client, push consume", c["push"], rb.get("push"), "push",
+                cpu=cpu_per_100k(c["push_cpu"], c["n_send"]))
         else:
             print("C++ client rows skipped (rocketmq 0.4.4 not importable or it failed)")
         if red:

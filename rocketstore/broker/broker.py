@@ -33,6 +33,7 @@ from rocketstore.broker.topic_manager import BrokerTopicManager
 from rocketstore.common import constants as C
 from rocketstore.common import names
 from rocketstore.common.constants import PermName
+from rocketstore.common.sends import WireSend
 from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransactionRequest,
                                          HeartbeatData, MessageQueue, PullMessageRequest,
                                          PullMessageResponse, QueueData, RemotingResult,
@@ -282,6 +283,16 @@ class Broker:
         if self.metrics is not None:
             self.metrics.on_send_one(topic, msg, r)
         return r
+
+    def send_wire(self, request: WireSend) -> Future:
+        """``send_message`` of a send as decoded from the wire (``headers.WireSend``): the
+        common shape is stored from its bytes without a ``Message`` (``SendMessageProcessor
+        .send_wire``), every other the way ``send_message`` does."""
+        self._check_open()
+        fut = self.send_processor.send_wire(request)
+        if self.metrics is not None:
+            self.metrics.on_send(request, fut)
+        return fut
 
     def consumer_send_msg_back(self, request: ConsumerSendMsgBackRequest) -> Future:
         """``CONSUMER_SEND_MSG_BACK``: a Future of a ``RemotingResult``."""

@@ -159,15 +159,23 @@ class BrokerMetrics:
             self._count(topic, (msg,), answer)
 
     def _count_send(self, request: Any, response: Any) -> None:
-        self._count(request.topic, request.messages, response)
+        sizes = getattr(request, "sizes", None)     # a wire send's, when known
+        if sizes is not None:
+            self._count_sized(request.topic, sizes[0], sizes[1], response)
+        else:
+            self._count(request.topic, request.messages, response)
 
     def _count(self, topic: str, msgs: Any, response: Any) -> None:
+        size = 0
         if getattr(response, "code", None) in _STORED:
-            size = 0
             for m in msgs:
                 size += len(m.body)
+        self._count_sized(topic, len(msgs), size, response)
+
+    def _count_sized(self, topic: str, n: int, size: int, response: Any) -> None:
+        if getattr(response, "code", None) in _STORED:
             with self._lock:
-                self.put_msgs[topic] = self.put_msgs.get(topic, 0) + len(msgs)
+                self.put_msgs[topic] = self.put_msgs.get(topic, 0) + n
                 self.put_bytes[topic] = self.put_bytes.get(topic, 0) + size
         else:
             with self._lock:

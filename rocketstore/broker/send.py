@@ -29,7 +29,10 @@ from rocketstore.common import names
 from rocketstore.common.constants import PermName
 from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, RemotingResult,
                                          ResponseCode, SendMessageRequest, SendMessageResponse)
+from rocketstore.common.sends import WireSend, send_request
 from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError
+from rocketstore.remoting._wire import stored_properties, wire_batch
+from rocketstore.store._codec import encode_host
 from rocketstore.store.status import PutMessageStatus, SysFlag
 from rocketstore.store.topics import MULTI_TAG
 from rocketstore.store.types import Message, PutMessageResult
@@ -110,6 +113,9 @@ def _broker_only_problem(topic: str, user: dict[str, str]) -> SendMessageRespons
         f"carry it (topic {topic})")
 
 
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
 def put_response(r: PutMessageResult, queue_id: int) -> SendMessageResponse:
     """``handlePutMessageResult``: the response of a send whose put finished with ``r``."""
     code, stored, remark = _PUT_STATUS.get(r.status, (ResponseCode.SYSTEM_ERROR, False, None))
@@ -131,6 +137,93 @@ class SendMessageProcessor:
         self.groups = broker.subscription_groups
         # PermName is an IntFlag: test the bits once, not per send
         self._broker_writable = bool(self.cfg.broker_permission & int(PermName.PERM_WRITE))
+        self._cluster_b = self.cfg.broker_cluster_name.encode("utf-8")
+        self._hosts: dict[str, bytes] = {}      # peer "ip:port" -> encoded born host
+        self._responses: dict[int, functools.partial[SendMessageResponse]] = {}
+
+    # -- the wire fast path ------------------------------------------------------------------
+
+    def send_wire(self, w: WireSend) -> Future:
+        """A send as decoded from the wire. The common shape (one message to a topic that is
+        not a retry topic, ASCII properties with no DELAY, TRAN_MSG or broker-only property,
+        flag fields within Java's int) is stored from its bytes: the properties string
+        rewritten as 4.9.8 stores it (``_wire.stored_properties``), the record written by
+        ``CommitLog.put_wire_async``, with no ``Message`` or property dict. Every other send
+        takes ``send_message`` with the request built from the same decoded fields."""
+        props = w.properties
+        if w.batch:
+            return self._send_wire_batch(w)
+        if (not props.isascii() or w.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX)
+                or not (_INT32_MIN <= w.flag <= _INT32_MAX and _INT32_MIN <= w.sys_flag <= _INT32_MAX
+                        and _INT32_MIN <= w.reconsume_times <= _INT32_MAX)
+                or w.sys_flag & _TX_MASK):
+            return self.send_message(send_request(w))
+        stored = stored_properties(props.encode("ascii"), self._cluster_b,
+                                   self.broker.next_uniq_id)
+        if stored is None:
+            return self.send_message(send_request(w))
+        err, tc = self._pre_send(w)     # type: ignore[arg-type]  # the fields it reads
+        if err is not None:
+            return _done(err)
+        queue_id = w.queue_id if w.queue_id >= 0 else _random_queue_id(tc.write_queue_nums)
+        sys_flag = w.sys_flag
+        if tc.topic_filter_type == MULTI_TAG:
+            sys_flag |= int(SysFlag.MULTI_TAGS)
+        store = self.broker.store
+        try:
+            return store.commit_log.put_wire_async(
+                w.topic, queue_id, w.body, stored[0], w.flag, sys_flag, w.reconsume_times,
+                w.born_timestamp, self._born_host(w), stored[1], store.flush_ack,
+                self._transform(queue_id))
+        except InvalidMessageError as e:
+            return _done(SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e)))
+
+    def _send_wire_batch(self, w: WireSend) -> Future:
+        """A batch from the wire: its body read and its records appended in one call each
+        (``_wire.wire_batch``, ``CommitLog.put_wire_batch_async``); the same stored bytes and
+        answers as ``_send_batch``, which takes every other shape."""
+        props = w.properties
+        if (not props.isascii() or w.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX)
+                or not _INT32_MIN <= w.reconsume_times <= _INT32_MAX):
+            return self.send_message(send_request(w))
+        # a malformed body raises RemotingProtocolError here, before any broker check
+        built = wire_batch(w.body, props.encode("ascii"), self._cluster_b,
+                           self.broker.next_uniq_id)
+        if built is None:
+            return self.send_message(send_request(w))
+        meta, stored, count, body_bytes = built
+        w.sizes = (count, body_bytes)
+        err, tc = self._pre_send(w)     # type: ignore[arg-type]  # the fields it reads
+        if err is not None:
+            return _done(err)
+        queue_id = w.queue_id if w.queue_id >= 0 else _random_queue_id(tc.write_queue_nums)
+        if len(w.topic) > C.TOPIC_MAX_LENGTH:
+            return _refused(ResponseCode.MESSAGE_ILLEGAL,
+                            f"message topic length too long {len(w.topic)}")
+        sys_flag = int(SysFlag.MULTI_TAGS) if tc.topic_filter_type == MULTI_TAG else 0
+        store = self.broker.store
+        try:
+            return store.commit_log.put_wire_batch_async(
+                w.topic, queue_id, w.body, meta, stored, sys_flag, w.reconsume_times,
+                w.born_timestamp, self._born_host(w), store.flush_ack, self._transform(queue_id))
+        except InvalidMessageError as e:
+            return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
+
+    def _born_host(self, w: WireSend) -> bytes:
+        host = w.born_host or "127.0.0.1:0"
+        born = self._hosts.get(host)
+        if born is None:
+            if len(self._hosts) > 4096:
+                self._hosts.clear()
+            born = self._hosts[host] = encode_host(host)
+        return born
+
+    def _transform(self, queue_id: int) -> functools.partial[SendMessageResponse]:
+        transform = self._responses.get(queue_id)
+        if transform is None:
+            transform = self._responses[queue_id] = functools.partial(put_response,
+                                                                     queue_id=queue_id)
+        return transform
 
     # -- checks shared by single and batch sends -------------------------------------------
 

@@ -200,8 +200,8 @@ class BrokerProcessor:
         return later()
 
     # -- produce ------------------------------------------------------------------------------
-    def send(self, conn: Connection, cmd: RemotingCommand, request: SendMessageRequest) -> Any:
-        return self._answer(cmd, self.broker.send_message(request), headers.encode_send_response)
+    def send(self, conn: Connection, cmd: RemotingCommand, request: headers.WireSend) -> Any:
+        return self._answer(cmd, self.broker.send_wire(request), headers.encode_send_response)
 
     async def end_transaction(self, conn: Connection, cmd: RemotingCommand,
                               request: EndTransactionRequest) -> RemotingCommand | None:

@@ -17,6 +17,7 @@ import struct
 from typing import Any
 
 from rocketstore.errors import RemotingProtocolError
+from rocketstore.remoting._wire import json_header
 from rocketstore.remoting.codes import CURRENT_VERSION, LanguageCode
 
 FLAG_RESPONSE = 1
@@ -191,6 +192,34 @@ class RemotingCommand:
                 f"remark={self.remark!r} ext={self.ext_fields} body={len(self.body)} B)")
 
 
+class EncodedResponse:
+    """A response whose JSON header is already encoded: what a hot path answers with
+    (``headers.encode_send_response``) instead of a ``RemotingCommand`` whose header would
+    be built as a dict and serialized per request. Only ``encode_parts``/``encode`` and the
+    fields a connection reads are there."""
+
+    __slots__ = ("code", "opaque", "header", "body")
+    flag = FLAG_RESPONSE
+    is_response = True
+    is_oneway = False
+
+    def __init__(self, code: int, opaque: int, header: bytes, body: bytes = b"") -> None:
+        self.code = code
+        self.opaque = opaque
+        self.header = header
+        self.body = body
+
+    def encode_parts(self) -> tuple[bytes, bytes, bytes | memoryview]:
+        header = self.header
+        return _PREFIX.pack(4 + len(header) + len(self.body), len(header)), header, self.body
+
+    def encode(self) -> bytes:
+        return b"".join(self.encode_parts())
+
+    def __repr__(self) -> str:
+        return f"EncodedResponse(code={self.code} opaque={self.opaque} {self.header[:80]!r})"
+
+
 # -- decoding -------------------------------------------------------------------------------
 
 def decode_frame(frame: bytes | bytearray | memoryview, *,
@@ -204,6 +233,19 @@ def decode_frame(frame: bytes | bytearray | memoryview, *,
     hlen = word & 0xFFFFFF
     if hlen > n - 4:
         raise RemotingProtocolError(f"header length {hlen} is past the frame's {n - 4} bytes")
+    if stype == SERIALIZE_JSON:
+        # the common shape read in place (rocketstore.remoting._wire); None: the strict reader
+        fast = json_header(frame[4:4 + hlen])
+        if fast is not None:
+            code, opaque, flag, version, lang, remark, ext = fast
+            if len(ext) > max_ext_fields:
+                raise RemotingProtocolError(f"header has {len(ext)} extFields, more than "
+                                            f"{max_ext_fields}")
+            cmd = RemotingCommand(code, opaque=opaque, flag=flag, remark=remark, ext_fields=ext,
+                                  language=LanguageCode.JAVA if lang is None
+                                  else _LANGUAGE_NAMES.get(lang, LanguageCode.OTHER),
+                                  version=version, body=bytes(frame[4 + hlen:]))
+            return cmd
     header = bytes(frame[4:4 + hlen])
     body = bytes(frame[4 + hlen:])
     try:

@@ -18,10 +18,13 @@ from rocketstore.common.protocol import (ConsumeFromWhere, ConsumerData, Consume
                                          SendMessageResponse, SubscriptionData,
                                          TransactionCommitType)
 from rocketstore.common import Message, names
+from rocketstore.common.sends import (BATCH_ENTRY as _BATCH_ENTRY, WireSend, decode_batch_body,
+                                      send_request)
 from rocketstore.errors import RemotingProtocolError
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.codes import RequestCode
-from rocketstore.remoting.command import LONG_MAX, LONG_MIN, RemotingCommand
+from rocketstore.remoting.codes import CURRENT_VERSION
+from rocketstore.remoting.command import LONG_MAX, LONG_MIN, EncodedResponse, RemotingCommand
 from rocketstore.store._codec import java_hash
 from rocketstore.remoting.zerocopy import RecordBody
 
@@ -33,7 +36,6 @@ SEND_V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic",
 SEND_V1_NAMES = {v: k for k, v in SEND_V2_NAMES.items()}
 
 MSG_REGION = "DefaultRegion"
-_BATCH_ENTRY = struct.Struct(">iiiii")     # total size, magic, body crc, flag, body length
 
 # C++ heartbeats send these enums as ordinals (docs/protocol.md §2.7)
 _CONSUME_TYPE = {0: ConsumeType.CONSUME_ACTIVELY, 1: ConsumeType.CONSUME_PASSIVELY}
@@ -116,37 +118,6 @@ def send_fields(cmd: RemotingCommand) -> dict[str, str]:
     return {long: ext[k] for long, k in zip(_V1_KEYS, keys) if ext.get(k) is not None}
 
 
-def decode_batch_body(body: bytes, topic: str, *, born_timestamp: int, born_host: str | None,
-                      extra_properties: str = "") -> list[Message]:
-    """``MessageDecoder.encodeMessages``' body -> one ``Message`` per entry. 4.9.x appends the
-    batch's own properties (e.g. ``WAIT``) to each entry's."""
-    out: list[Message] = []
-    pos, n = 0, len(body)
-    while pos < n:
-        if n - pos < _BATCH_ENTRY.size + 2:
-            raise RemotingProtocolError(f"batch body: truncated entry at byte {pos}")
-        total, _magic, _crc, flag, blen = _BATCH_ENTRY.unpack_from(body, pos)
-        if total < _BATCH_ENTRY.size + 2 or pos + total > n or blen < 0 or \
-                _BATCH_ENTRY.size + blen + 2 > total:
-            raise RemotingProtocolError(f"batch body: bad entry size {total} at byte {pos}")
-        b0 = pos + _BATCH_ENTRY.size
-        msg_body = body[b0:b0 + blen]
-        (plen,) = struct.unpack_from(">h", body, b0 + blen)
-        p0 = b0 + blen + 2
-        if plen < 0 or p0 + plen > pos + total:
-            raise RemotingProtocolError(f"batch body: bad properties length at byte {pos}")
-        props = body[p0:p0 + plen].decode("utf-8")
-        if extra_properties:
-            props = props + ("" if not props or props.endswith("\x02") else "\x02") + extra_properties
-        out.append(Message.from_properties_string(topic, msg_body, props, flag=flag,
-                                                  born_timestamp=born_timestamp,
-                                                  born_host=born_host))
-        pos += total
-    if not out:
-        raise RemotingProtocolError("batch body holds no message")
-    return out
-
-
 def encode_batch_body(msgs: list[tuple[bytes, int, str]]) -> bytes:
     """(body, flag, properties string) per message -> a SEND_BATCH_MESSAGE body."""
     parts = []
@@ -159,41 +130,54 @@ def encode_batch_body(msgs: list[tuple[bytes, int, str]]) -> bytes:
     return b"".join(parts)
 
 
-def decode_send(cmd: RemotingCommand, born_host: str | None) -> SendMessageRequest:
-    """A SEND_MESSAGE(_V2)/SEND_BATCH_MESSAGE request as the broker executes it."""
+def decode_send_wire(cmd: RemotingCommand, born_host: str | None) -> WireSend:
+    """A send request's header fields (V2 and batch from their one-letter names only),
+    checked: a missing required field or a number that does not parse raises
+    ``RemotingProtocolError``. The body and the properties are not looked into here."""
     ext = cmd.ext_fields
     v2 = cmd.code != RequestCode.SEND_MESSAGE
     k = _V2_KEYS if v2 else _V1_KEYS
     for name in (_V2_REQUIRED if v2 else _V1_REQUIRED):
         if ext.get(name) is None:
             raise RemotingProtocolError(f"the custom field <{name}> is null")
-    topic = ext[k.topic]
     born_ts = _int(ext[k.bornTimestamp], "bornTimestamp")
-    props = ext.get(k.properties) or ""
     # Boolean.parseBoolean: the C++ client's "1" is false, so its batches arrive as one message
     batch = (ext.get(k.batch) or "").lower() == "true"
     reconsume = _int(ext.get(k.reconsumeTimes), "reconsumeTimes")
     if batch:
-        msgs = decode_batch_body(bytes(cmd.body), topic, born_timestamp=born_ts,
-                                 born_host=born_host, extra_properties=props)
+        flag = sys_flag = 0         # per entry in the body; the header's are not read
     else:
-        msgs = [Message.from_properties_string(
-            topic, bytes(cmd.body), props, flag=_int(ext[k.flag], "flag"),
-            sys_flag=_int(ext[k.sysFlag], "sysFlag"), reconsume_times=reconsume,
-            born_timestamp=born_ts, born_host=born_host)]
+        flag = _int(ext[k.flag], "flag")
+        sys_flag = _int(ext[k.sysFlag], "sysFlag")
+    queue_id = _int(ext[k.queueId], "queueId")
+    dtqn = _int(ext[k.defaultTopicQueueNums], "defaultTopicQueueNums", 4)
     max_rt = ext.get(k.maxReconsumeTimes)
-    return SendMessageRequest(
-        producer_group=ext[k.producerGroup], topic=topic,
-        queue_id=_int(ext[k.queueId], "queueId"), messages=msgs, batch=batch,
-        default_topic=ext[k.defaultTopic],
-        default_topic_queue_nums=_int(ext[k.defaultTopicQueueNums], "defaultTopicQueueNums", 4),
-        reconsume_times=reconsume,
-        max_reconsume_times=(None if max_rt in (None, "") or cmd.version < 121
-                             else _int(max_rt, "maxReconsumeTimes")),
-        born_host=born_host)
+    body = cmd.body
+    return WireSend(ext[k.producerGroup], ext[k.topic], ext[k.defaultTopic], dtqn, queue_id,
+                    sys_flag, born_ts, flag, ext.get(k.properties) or "", reconsume,
+                    None if max_rt in (None, "") or cmd.version < 121
+                    else _int(max_rt, "maxReconsumeTimes"),
+                    batch, body if type(body) is bytes else bytes(body), born_host)
 
 
-def encode_send_response(cmd: RemotingCommand, r: SendMessageResponse) -> RemotingCommand:
+def decode_send(cmd: RemotingCommand, born_host: str | None) -> SendMessageRequest:
+    """A SEND_MESSAGE(_V2)/SEND_BATCH_MESSAGE request as a ``SendMessageRequest``."""
+    return send_request(decode_send_wire(cmd, born_host))
+
+
+# A stored send's answer, the JSON ``RemotingCommand.response(...).header_json()`` writes
+# (same keys, order and text), formatted directly: msgId is hex (comma-joined for a batch)
+_SEND_OK_HEADER = ('{"code":%d,"extFields":{"MSG_REGION":"' + MSG_REGION + '","TRACE_ON":"true",'
+                   '"msgId":"%s","queueId":"%d","queueOffset":"%d"},"flag":1,"language":"JAVA",'
+                   '"opaque":%d,"serializeTypeCurrentRPC":"JSON","version":' +
+                   str(CURRENT_VERSION) + '}')
+
+
+def encode_send_response(cmd: RemotingCommand, r: SendMessageResponse
+                         ) -> RemotingCommand | EncodedResponse:
+    if r.msg_id is not None and r.remark is None and r.transaction_id is None:
+        return EncodedResponse(int(r.code), cmd.opaque, (_SEND_OK_HEADER % (
+            r.code, r.msg_id, r.queue_id, r.queue_offset, cmd.opaque)).encode())
     # extFields always present: the Java client reads MSG_REGION without a null check and the
     # C++ client dereferences the header (docs/protocol.md §2.1.2)
     ext: dict[str, Any] = {"MSG_REGION": MSG_REGION, "TRACE_ON": "true"}

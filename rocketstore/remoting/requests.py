@@ -210,7 +210,8 @@ def _nothing(cmd: RemotingCommand, peer: str) -> None:
 
 
 def _send(cmd: RemotingCommand, peer: str) -> Any:
-    return headers.decode_send(cmd, born_host=peer)
+    # the header's fields only: the broker's send path reads the properties and the body
+    return headers.decode_send_wire(cmd, born_host=peer)
 
 
 def _pull(cmd: RemotingCommand, peer: str) -> Any:

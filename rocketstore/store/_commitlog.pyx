@@ -22,7 +22,7 @@ from libc.string cimport memset
 
 from rocketstore.store._csrc cimport (
     RS_END_FILE_MIN_BLANK, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED, RS_SYSFLAG_TX_ROLLBACK,
-    RS_SYSFLAG_STOREHOST_V6, RS_HOST_V6_LEN, RS_MAX_RECORD_SLACK, RS_MSGID_V4_BYTES,
+    RS_SYSFLAG_STOREHOST_V6, RS_SYSFLAG_BORNHOST_V6, RS_HOST_V6_LEN, RS_MAX_RECORD_SLACK, RS_MSGID_V4_BYTES,
     RS_MAX_PROPERTIES_LEN, RS_CRC32_RESERVED_LEN,
     pthread_mutex_t, pthread_mutex_init, pthread_mutex_destroy, pthread_mutex_lock,
     pthread_mutex_trylock, pthread_mutex_unlock, rs_store_release, rs_load_acquire, rs_msync,
@@ -1276,6 +1276,182 @@ cdef class CommitLog:
     def put_messages_async(self, object msgs, object queue_id=0, acks=None, transform=None):
         """``put_messages`` with the durability wait handed to ``acks`` (see above)."""
         cdef PutMessageResult r = self._put_batch(msgs, queue_id, False)
+        if r.status is PUT_OK and self.sync_flush and not self.debug_ack_before_sync:
+            return acks.defer(r, r.commitlog_offset + r.wrote_bytes, transform)
+        return acks.completed(r, transform)
+
+    def put_wire_async(self, str topic not None, object queue_id, bytes body not None,
+                       bytes props not None, int32_t flag, int32_t sys_flag,
+                       int32_t reconsume_times, int64_t born_timestamp,
+                       bytes born_host not None, bint wait, acks, transform=None):
+        """``put_message_async`` of a broker's send from its wire fields, without a
+        ``Message``: ``props`` is the exact properties string to store (no UNIQ_KEY is
+        added), ``born_host`` encoded (``encode_host``), ``wait`` the message's
+        ``isWaitStoreMsgOK`` (a sync flush acknowledges it only once durable)."""
+        cdef RecordFields f
+        cdef MappedFile mf
+        cdef _QueueOffsets qs
+        cdef int64_t qoff, ts
+        cdef Py_ssize_t total, pos
+        cdef int tx
+        self._check_open()
+        cdef int32_t qid = _queue_id(queue_id)
+        cdef bytes topic_b = _check_topic(topic)
+        cdef PutMessageResult r
+        if self._topic_rules or self._not_writeable is not None or self._v1_only:
+            r = self._refused(topic, qid)
+            if r is not None:
+                return acks.completed(r, transform)
+        if PyBytes_GET_SIZE(props) > RS_MAX_PROPERTIES_LEN:
+            raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(props)} bytes encoded",
+                                      f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
+                                      limit=RS_MAX_PROPERTIES_LEN,
+                                      status="PROPERTIES_SIZE_EXCEEDED")
+        f.body = PyBytes_AS_STRING(body)
+        f.body_len = PyBytes_GET_SIZE(body)
+        f.body_crc = rs_body_crc(<const unsigned char *>f.body, <size_t>f.body_len) \
+            if f.body_len else 0
+        f.flag = flag
+        f.sys_flag = sys_flag
+        f.reconsume_times = reconsume_times
+        f.prepared_tx_offset = 0
+        f.born_host = PyBytes_AS_STRING(born_host)
+        f.born_host_len = <int>PyBytes_GET_SIZE(born_host)
+        if f.born_host_len == RS_HOST_V6_LEN:
+            f.sys_flag |= RS_SYSFLAG_BORNHOST_V6
+        f.topic = PyBytes_AS_STRING(topic_b)
+        f.topic_len = PyBytes_GET_SIZE(topic_b)
+        f.magic = RS_MAGIC_V2 if f.topic_len > RS_MAX_TOPIC_LEN_V1 else RS_MAGIC_V1
+        f.props = PyBytes_AS_STRING(props)
+        f.props_len = PyBytes_GET_SIZE(props)
+        self._fill_store(&f)
+        f.queue_id = qid
+        f.uniq = NULL
+        total = record_size(&f)
+        self._check_size(f.body_len, total)
+        self._check_props(&f)
+        tx = f.sys_flag & RS_SYSFLAG_TX_MASK
+        self._lock()
+        try:
+            mf = self._file_or_none(total)
+            if mf is None:
+                return acks.completed(_failed(self._roll_status, self._roll_error, qid),
+                                      transform)
+            ts = now_ms()
+            f.store_ts = ts
+            f.born_ts = born_timestamp
+            qs = self._queues(topic)
+            if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
+                qoff = 0        # half/rollback messages take no queue offset
+            else:
+                qoff = qs.get(qid)
+                qs.set(qid, qoff + 1)
+            f.queue_offset = qoff
+            pos = mf.wrote_pos
+            f.phy_offset = mf.file_from_offset + pos
+            write_record(mf.wbase + pos, &f, total)
+            if mf.write_buffer is None:
+                mf.wrote_pos = pos + total
+                rs_store_release(&mf.committed_pos, mf.wrote_pos)
+            else:
+                rs_store_release(&mf.wrote_pos, pos + total)
+            mf.store_timestamp = ts
+        finally:
+            self._unlock()
+        if mf.write_buffer is not None:
+            self._maybe_wake_commit(mf)
+        if self.fault_window and f.phy_offset + total > self.fault_next:
+            self._fault_request(f.phy_offset + total)
+        r = PutMessageResult.__new__(PutMessageResult)
+        r.status = PUT_OK
+        r.queue_id = qid
+        r.queue_offset = qoff
+        r.commitlog_offset = f.phy_offset
+        r.wrote_bytes = total
+        r.store_timestamp = ts
+        r.msg_count = 1
+        r._host_b = self.store_host_b
+        if self._armed:
+            self._armed = False
+            if self.on_append is not None:
+                self.on_append()
+        if self.sync_flush and not wait:
+            # nobody waits for it, but it must not wait for the next tick either
+            self.request_flush(f.phy_offset + total)
+        elif self.sync_flush and not self.debug_ack_before_sync:
+            return acks.defer(r, f.phy_offset + total, transform)
+        return acks.completed(r, transform)
+
+    def put_wire_batch_async(self, str topic not None, object queue_id, bytes body not None,
+                             bytes meta not None, bytes props not None, int32_t sys_flag,
+                             int32_t reconsume_times, int64_t born_timestamp,
+                             bytes born_host not None, acks, transform=None):
+        """``put_messages_async`` of a broker's batch send from its wire body, without a
+        ``Message`` per entry: entry ``i``'s body is ``body[o:o + n]`` and its exact stored
+        properties ``props[po:po + pn]``, where ``(o, n, flag, po, pn)`` are the five native
+        int32 at ``meta[20 * i:]`` (``rocketstore.remoting._wire.wire_batch`` builds them; no
+        UNIQ_KEY is added). Same guarantees as ``put_messages``."""
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(meta) // 20, i, total = 0
+        cdef const int32_t *m = <const int32_t *>PyBytes_AS_STRING(meta)
+        cdef const char *bbase = PyBytes_AS_STRING(body)
+        cdef const char *pbase = PyBytes_AS_STRING(props)
+        cdef Py_ssize_t blen = PyBytes_GET_SIZE(body), plen = PyBytes_GET_SIZE(props)
+        cdef RecordFields *f
+        cdef int tx = sys_flag & RS_SYSFLAG_TX_MASK
+        self._check_open()
+        cdef int32_t qid = _queue_id(queue_id)
+        cdef bytes topic_b = _check_topic(topic)
+        if n == 0 or PyBytes_GET_SIZE(meta) != 20 * n:
+            raise InvalidMessageError("meta", f"{PyBytes_GET_SIZE(meta)} bytes",
+                                      "five int32 per entry, one entry at least")
+        if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
+            raise InvalidMessageError("sys_flag", hex(sys_flag),
+                                      "a batch cannot hold transactional half messages")
+        cdef PutMessageResult r
+        if self._topic_rules or self._not_writeable is not None or self._v1_only:
+            r = self._refused(topic, qid)
+            if r is not None:
+                return acks.completed(r, transform)
+        cdef _Batch b = _Batch(n)
+        for i in range(n):
+            if m[5 * i] < 0 or m[5 * i + 1] < 0 or m[5 * i] + <Py_ssize_t>m[5 * i + 1] > blen \
+                    or m[5 * i + 3] < 0 or m[5 * i + 4] < 0 \
+                    or m[5 * i + 3] + <Py_ssize_t>m[5 * i + 4] > plen:
+                raise InvalidMessageError(f"meta[{i}]", "an entry", "outside body or props")
+            f = &b.fields[i]
+            f.body = bbase + m[5 * i]
+            f.body_len = m[5 * i + 1]
+            f.body_crc = rs_body_crc(<const unsigned char *>f.body, <size_t>f.body_len) \
+                if f.body_len else 0
+            f.flag = m[5 * i + 2]
+            f.props = pbase + m[5 * i + 3]
+            f.props_len = m[5 * i + 4]
+            if f.props_len > RS_MAX_PROPERTIES_LEN:
+                raise InvalidMessageError(f"properties of entry {i}", f"{f.props_len} bytes encoded",
+                                          f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
+                                          limit=RS_MAX_PROPERTIES_LEN,
+                                          status="PROPERTIES_SIZE_EXCEEDED")
+            f.sys_flag = sys_flag
+            f.reconsume_times = reconsume_times
+            f.prepared_tx_offset = 0
+            f.born_host = PyBytes_AS_STRING(born_host)
+            f.born_host_len = <int>PyBytes_GET_SIZE(born_host)
+            if f.born_host_len == RS_HOST_V6_LEN:
+                f.sys_flag |= RS_SYSFLAG_BORNHOST_V6
+            f.born_ts = born_timestamp
+            f.topic = PyBytes_AS_STRING(topic_b)
+            f.topic_len = PyBytes_GET_SIZE(topic_b)
+            f.magic = RS_MAGIC_V2 if f.topic_len > RS_MAX_TOPIC_LEN_V1 else RS_MAGIC_V1
+            self._fill_store(f)
+            f.queue_id = qid
+            b.need_uniq[i] = 0
+            f.uniq = NULL
+            b.born_now[i] = 0
+            b.sizes[i] = record_size(f)
+            self._check_size(f.body_len, b.sizes[i])
+            self._check_props(f)
+            total += b.sizes[i]
+        r = self._append_batch(topic, qid, b, total, False)
         if r.status is PUT_OK and self.sync_flush and not self.debug_ack_before_sync:
             return acks.defer(r, r.commitlog_offset + r.wrote_bytes, transform)
         return acks.completed(r, transform)

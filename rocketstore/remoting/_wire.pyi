@@ -1,0 +1,9 @@
+from typing import Callable
+
+def stored_properties(props: bytes, cluster: bytes,
+                      uniq_id: Callable[[], str]) -> tuple[bytes, bool] | None: ...
+def wire_batch(body: bytes, extra: bytes, cluster: bytes,
+               uniq_id: Callable[[], str]) -> tuple[bytes, bytes, int, int] | None: ...
+def json_header(h: bytes | bytearray | memoryview
+                ) -> tuple[int, int, int, int, str | None, str | None,
+                           dict[str, str | None]] | None: ...
