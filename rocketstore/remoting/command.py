@@ -19,6 +19,7 @@ from typing import Any
 from rocketstore.errors import RemotingProtocolError
 from rocketstore.remoting._wire import json_header
 from rocketstore.remoting.codes import CURRENT_VERSION, LanguageCode
+from rocketstore.remoting.fastjson import strict_json
 
 FLAG_RESPONSE = 1
 FLAG_ONEWAY = 2
@@ -41,34 +42,6 @@ _LANGUAGE_NAMES = {lc.name: lc for lc in LanguageCode}
 _LANGUAGE_BYTES = {int(lc): lc for lc in LanguageCode}
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
-
-
-def _no_constant(name: str) -> Any:
-    # Infinity, -Infinity, NaN: Python's json reads them, Java's fastjson and every peer do not
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    f = float(text)
-    if f - f != 0.0:                 # inf or nan: 1e400 and the like
-        raise ValueError(f"number {text[:32]} is out of range")
-    return f
-
-
-_strict = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
-
-
-def strict_json(data: bytes | bytearray | memoryview | str) -> Any:
-    """Standard JSON without NaN/Infinity and out-of-range numbers; every malformed input
-    (bad UTF-8, nesting deeper than the interpreter's recursion limit) raises
-    ``RemotingProtocolError`` naming what was wrong."""
-    try:
-        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-        return _strict.decode(text)
-    except RecursionError:
-        raise RemotingProtocolError("JSON nested too deeply") from None
-    except ValueError as e:          # JSONDecodeError, UnicodeDecodeError, the hooks above
-        raise RemotingProtocolError(f"not JSON: {str(e)[:200]}") from None
 
 
 def _text(v: Any) -> str:

@@ -35,6 +35,19 @@ def _finite(text: str) -> float:
 _strict = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
+def strict_json(data: bytes | bytearray | memoryview | str) -> Any:
+    """Standard JSON without NaN/Infinity and out-of-range numbers (remoting headers: no
+    fastjson forms); every malformed input (bad UTF-8, nesting deeper than the interpreter's
+    recursion limit) raises ``RemotingProtocolError`` naming what was wrong."""
+    try:
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+        return _strict.decode(text)
+    except RecursionError:
+        raise RemotingProtocolError("JSON nested too deeply") from None
+    except ValueError as e:          # JSONDecodeError, UnicodeDecodeError, the hooks above
+        raise RemotingProtocolError(f"not JSON: {str(e)[:200]}") from None
+
+
 def loads(text: str | bytes | bytearray | memoryview) -> Any:
     """Parse JSON or fastjson's non-standard forms. Anything else (bad UTF-8, NaN, Infinity,
     numbers past a double, nesting deeper than the recursion limit) raises
