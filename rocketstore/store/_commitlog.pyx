@@ -194,6 +194,35 @@ cdef PutMessageResult _failed(object status, object error, int queue_id):
     return r
 
 
+cdef inline PutMessageResult _ok_result(bytes host_b, int32_t queue_id, int64_t queue_offset,
+                                        int64_t phy_offset, Py_ssize_t wrote_bytes, int64_t ts,
+                                        Py_ssize_t msg_count):
+    """A stored put's result: ``msg_count`` records from ``phy_offset`` on, the first at
+    ``queue_offset``."""
+    cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
+    r.status = PUT_OK
+    r.queue_id = queue_id
+    r.queue_offset = queue_offset
+    r.commitlog_offset = phy_offset
+    r.wrote_bytes = wrote_bytes
+    r.store_timestamp = ts
+    r.msg_count = msg_count
+    r._host_b = host_b
+    return r
+
+
+cdef inline void _publish(MappedFile mf, Py_ssize_t end, int64_t ts) noexcept:
+    """Make ``mf``'s bytes up to ``end`` visible (under the put lock, after writing them): a
+    GIL-free dispatcher or the commit service reads the position, so the bytes come first,
+    then the position; with a write buffer the commit service moves ``committed_pos``."""
+    if mf.write_buffer is None:
+        mf.wrote_pos = end
+        rs_store_release(&mf.committed_pos, end)
+    else:
+        rs_store_release(&mf.wrote_pos, end)
+    mf.store_timestamp = ts
+
+
 cdef int32_t _queue_id(object queue_id) except -1:
     if type(queue_id) is not int:
         if not isinstance(queue_id, int) or isinstance(queue_id, bool):
@@ -966,6 +995,25 @@ cdef class CommitLog:
             f.sys_flag |= RS_SYSFLAG_STOREHOST_V6
         f.prop_crc = self.prop_crc
 
+    cdef inline void _fill_raw(self, RecordFields *f, bytes topic_b, int32_t qid,
+                               bytes born_host, int32_t flag, int32_t sys_flag,
+                               int32_t reconsume_times) noexcept:
+        """The header fields of a record put from raw parts, without a ``Message`` (wire
+        sends, columns): ``born_host`` encoded; an IPv6 one sets its sys flag."""
+        f.flag = flag
+        f.sys_flag = sys_flag
+        f.reconsume_times = reconsume_times
+        f.prepared_tx_offset = 0
+        f.born_host = PyBytes_AS_STRING(born_host)
+        f.born_host_len = <int>PyBytes_GET_SIZE(born_host)
+        if f.born_host_len == RS_HOST_V6_LEN:
+            f.sys_flag |= RS_SYSFLAG_BORNHOST_V6
+        f.topic = PyBytes_AS_STRING(topic_b)
+        f.topic_len = PyBytes_GET_SIZE(topic_b)
+        f.magic = RS_MAGIC_V2 if f.topic_len > RS_MAX_TOPIC_LEN_V1 else RS_MAGIC_V1
+        self._fill_store(f)
+        f.queue_id = qid
+
     cpdef PutMessageResult put_message(self, object msg, object queue_id=0):
         """Append one message to ``queue_id`` of its topic; see the module doc."""
         return self._put(msg, queue_id, True)
@@ -973,77 +1021,29 @@ cdef class CommitLog:
     cdef PutMessageResult _put(self, object msg, object queue_id, bint wait):
         cdef RecordFields f
         cdef const char *body = NULL
-        cdef char uniq[UNIQ_HEX_LEN]
-        cdef MappedFile mf
-        cdef _QueueOffsets qs
-        cdef int64_t qoff, ts
-        cdef Py_ssize_t total, pos
-        cdef int tx
         self._check_open()
         if type(msg) is not Message:
             raise InvalidMessageTypeError("msg", "Message", type(msg).__name__)
         cdef Message m = <Message>msg
         cdef int32_t qid = _queue_id(queue_id)
-        cdef PutMessageResult refused
+        cdef PutMessageResult r
         if self._topic_rules or self._not_writeable is not None or self._v1_only:
-            refused = self._refused(m.topic, qid)
-            if refused is not None:
-                return refused
+            r = self._refused(m.topic, qid)
+            if r is not None:
+                return r
         m._fill(&f, &body)
         self._fill_store(&f)
         f.queue_id = qid
-        f.uniq = uniq if not m._has_uniq else NULL
-        total = record_size(&f)
+        f.uniq = _UNIQ_SLOT if not m._has_uniq else NULL    # sized now, generated at write
+        cdef bint born_now = m.born_timestamp is None
+        if not born_now:
+            f.born_ts = <int64_t>m.born_timestamp
+        cdef Py_ssize_t total = record_size(&f)
         self._check_size(m._body_len, total)
         self._check_props(&f)
-        tx = f.sys_flag & RS_SYSFLAG_TX_MASK
-        self._lock()
-        try:
-            mf = self._file_or_none(total)
-            if mf is None:
-                return _failed(self._roll_status, self._roll_error, qid)
-            ts = now_ms()
-            f.store_ts = ts
-            f.born_ts = ts if m.born_timestamp is None else <int64_t>m.born_timestamp
-            qs = self._queues(m.topic)
-            if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
-                qoff = 0        # half/rollback messages take no queue offset
-            else:
-                qoff = qs.get(qid)
-                qs.set(qid, qoff + 1)
-            f.queue_offset = qoff
-            pos = mf.wrote_pos
-            f.phy_offset = mf.file_from_offset + pos
-            if f.uniq != NULL:
-                self.uniq.next_into(uniq, ts)
-            write_record(mf.wbase + pos, &f, total)
-            # a GIL-free dispatcher (or the commit service) reads this position: bytes
-            # first, then the position
-            if mf.write_buffer is None:
-                mf.wrote_pos = pos + total
-                rs_store_release(&mf.committed_pos, mf.wrote_pos)
-            else:
-                rs_store_release(&mf.wrote_pos, pos + total)
-            mf.store_timestamp = ts
-        finally:
-            self._unlock()
-        if mf.write_buffer is not None:
-            self._maybe_wake_commit(mf)
-        if self.fault_window and f.phy_offset + total > self.fault_next:
-            self._fault_request(f.phy_offset + total)
-        cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
-        r.status = PUT_OK
-        r.queue_id = qid
-        r.queue_offset = qoff
-        r.commitlog_offset = f.phy_offset
-        r.wrote_bytes = total
-        r.store_timestamp = ts
-        r.msg_count = 1
-        r._host_b = self.store_host_b
-        if self._armed:
-            self._armed = False
-            if self.on_append is not None:
-                self.on_append()
+        r = self._append_one(m.topic, qid, &f, total, born_now, not m._has_uniq)
+        if r.status is not PUT_OK:
+            return r
         if wait and self.sync_flush and not m._no_wait and not self.debug_ack_before_sync:
             self._sync_result(r, f.phy_offset + total)
         elif self.sync_flush and m._no_wait:
@@ -1051,6 +1051,72 @@ cdef class CommitLog:
             # group commit (RocketMQ's wakeup on !isWaitStoreMsgOK)
             self.request_flush(f.phy_offset + total)
         return r
+
+    cdef inline void _write_at(self, MappedFile mf, Py_ssize_t pos, RecordFields *f,
+                               Py_ssize_t size, int64_t ts, int64_t qoff, bint born_now,
+                               bint need_uniq, char *uniq) noexcept:
+        """Write one filled and sized record at ``pos`` of ``mf`` (under the put lock) with
+        its store timestamp ``ts`` (its born timestamp too when ``born_now``), queue offset
+        ``qoff``, physical offset, and a new UNIQ_KEY when it needs one (generated into
+        ``uniq``)."""
+        f.store_ts = ts
+        if born_now:
+            f.born_ts = ts
+        f.queue_offset = qoff
+        f.phy_offset = mf.file_from_offset + pos
+        if need_uniq:
+            self.uniq.next_into(uniq, ts)
+            f.uniq = uniq
+        else:
+            f.uniq = NULL
+        write_record(mf.wbase + pos, f, size)
+
+    cdef inline int _after_append(self, MappedFile mf, int64_t end) except -1:
+        """After a put's bytes up to commit-log offset ``end`` are published, outside the put
+        lock: wake the commit service past its mark, ask fault-ahead to keep ahead, and call
+        ``on_append`` once if armed."""
+        if mf.write_buffer is not None:
+            self._maybe_wake_commit(mf)
+        if self.fault_window and end > self.fault_next:
+            self._fault_request(end)
+        if self._armed:
+            self._fire_on_append()      # rare: kept out of line so this inlines into the put
+        return 0
+
+    cdef int _fire_on_append(self) except -1:
+        self._armed = False
+        if self.on_append is not None:
+            self.on_append()
+        return 0
+
+    cdef inline PutMessageResult _append_one(self, str topic, int32_t qid, RecordFields *f,
+                                             Py_ssize_t total, bint born_now, bint need_uniq):
+        """Write one filled and sized record under the put lock (the common half of
+        ``put_message`` and ``put_wire_async``); half and rollback messages take no queue
+        offset. The durability wait is the caller's."""
+        cdef char uniq[UNIQ_HEX_LEN]
+        cdef MappedFile mf
+        cdef _QueueOffsets qs
+        cdef int64_t qoff = 0, ts
+        cdef Py_ssize_t pos
+        cdef int tx = f.sys_flag & RS_SYSFLAG_TX_MASK
+        self._lock()
+        try:
+            mf = self._file_or_none(total)
+            if mf is None:
+                return _failed(self._roll_status, self._roll_error, qid)
+            ts = now_ms()
+            qs = self._queues(topic)
+            if tx != RS_SYSFLAG_TX_PREPARED and tx != RS_SYSFLAG_TX_ROLLBACK:
+                qoff = qs.get(qid)      # half/rollback messages take none (stored as 0)
+                qs.set(qid, qoff + 1)
+            pos = mf.wrote_pos
+            self._write_at(mf, pos, f, total, ts, qoff, born_now, need_uniq, uniq)
+            _publish(mf, pos + total, ts)
+        finally:
+            self._unlock()
+        self._after_append(mf, f.phy_offset + total)
+        return _ok_result(self.store_host_b, qid, qoff, f.phy_offset, total, ts, 1)
 
     cpdef PutMessageResult put_messages(self, object msgs, object queue_id=0):
         """Append a batch of one topic to one queue: consecutive queue offsets, one store
@@ -1101,15 +1167,10 @@ cdef class CommitLog:
             m._fill(f, &body)
             self._fill_store(f)
             f.queue_id = qid
-            b.need_uniq[i] = not m._has_uniq
-            f.uniq = _UNIQ_SLOT if b.need_uniq[i] else NULL    # sized now, generated at write
-            b.born_now[i] = m.born_timestamp is None
-            if not b.born_now[i]:
+            if m.born_timestamp is not None:
                 f.born_ts = <int64_t>m.born_timestamp
-            b.sizes[i] = record_size(f)
-            self._check_size(m._body_len, b.sizes[i])
-            self._check_props(f)
-            total += b.sizes[i]
+            total += self._size_entry(b, i, not m._has_uniq, m.born_timestamp is None,
+                                      m._body_len)
         return self._append_batch(topic, qid, b, total, wait)
 
     def put_columns(self, str topic not None, object queue_id, const int64_t[::1] rows not None,
@@ -1170,23 +1231,22 @@ cdef class CommitLog:
                                           f"exceed {RS_MAX_PROPERTIES_LEN} bytes with the UNIQ_KEY",
                                           limit=RS_MAX_PROPERTIES_LEN,
                                           status="PROPERTIES_SIZE_EXCEEDED")
-            f.flag = f.sys_flag = f.reconsume_times = 0
-            f.prepared_tx_offset = 0
-            f.born_host = PyBytes_AS_STRING(LOCAL_HOST)
-            f.born_host_len = <int>PyBytes_GET_SIZE(LOCAL_HOST)
-            f.topic = PyBytes_AS_STRING(topic_b)
-            f.topic_len = PyBytes_GET_SIZE(topic_b)
-            f.magic = RS_MAGIC_V2 if f.topic_len > RS_MAX_TOPIC_LEN_V1 else RS_MAGIC_V1
-            self._fill_store(f)
-            f.queue_id = qid
-            b.need_uniq[i] = 1
-            f.uniq = _UNIQ_SLOT
-            b.born_now[i] = 1
-            b.sizes[i] = record_size(f)
-            self._check_size(f.body_len, b.sizes[i])
-            self._check_props(f)
-            total += b.sizes[i]
+            self._fill_raw(f, topic_b, qid, LOCAL_HOST, 0, 0, 0)
+            total += self._size_entry(b, i, True, True, f.body_len)
         return self._append_batch(topic, qid, b, total, True)
+
+    cdef inline Py_ssize_t _size_entry(self, _Batch b, Py_ssize_t i, bint need_uniq,
+                                       bint born_now, Py_ssize_t body_len) except -1:
+        """Size and check entry ``i`` of a filled batch: whether it gets a UNIQ_KEY (sized now,
+        generated at write) and the put time as born timestamp. Returns its size."""
+        cdef RecordFields *f = &b.fields[i]
+        b.need_uniq[i] = need_uniq
+        f.uniq = _UNIQ_SLOT if need_uniq else NULL
+        b.born_now[i] = born_now
+        b.sizes[i] = record_size(f)
+        self._check_size(body_len, b.sizes[i])
+        self._check_props(f)
+        return b.sizes[i]
 
     cdef PutMessageResult _append_batch(self, str topic, int32_t qid, _Batch b, Py_ssize_t total,
                                         bint wait):
@@ -1216,46 +1276,17 @@ cdef class CommitLog:
             start_phy = mf.file_from_offset + pos
             for i in range(n):
                 f = &b.fields[i]
-                f.store_ts = ts
-                if b.born_now[i]:
-                    f.born_ts = ts
-                f.queue_offset = qoff + i
-                f.phy_offset = mf.file_from_offset + pos
-                if b.need_uniq[i]:
-                    self.uniq.next_into(uniq, ts)
-                    f.uniq = uniq
-                else:
-                    f.uniq = NULL
-                write_record(mf.wbase + pos, f, b.sizes[i])
+                self._write_at(mf, pos, f, b.sizes[i], ts, qoff + i, b.born_now[i],
+                               b.need_uniq[i], uniq)
                 offs[i] = f.phy_offset
                 pos += b.sizes[i]
             qs.set(qid, qoff + n)
-            if mf.write_buffer is None:
-                mf.wrote_pos = pos
-                rs_store_release(&mf.committed_pos, pos)
-            else:
-                rs_store_release(&mf.wrote_pos, pos)
-            mf.store_timestamp = ts
+            _publish(mf, pos, ts)
         finally:
             self._unlock()
-        if mf.write_buffer is not None:
-            self._maybe_wake_commit(mf)
-        if self.fault_window and start_phy + total > self.fault_next:
-            self._fault_request(start_phy + total)
-        cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
-        r.status = PUT_OK
-        r.queue_id = qid
-        r.queue_offset = qoff
-        r.commitlog_offset = start_phy
-        r.wrote_bytes = total
-        r.store_timestamp = ts
-        r.msg_count = n
-        r._host_b = self.store_host_b
+        self._after_append(mf, start_phy + total)
+        cdef PutMessageResult r = _ok_result(self.store_host_b, qid, qoff, start_phy, total, ts, n)
         r._offsets = offsets
-        if self._armed:
-            self._armed = False
-            if self.on_append is not None:
-                self.on_append()
         if wait and self.sync_flush and not self.debug_ack_before_sync:
             self._sync_result(r, start_phy + total)
         return r
@@ -1289,11 +1320,7 @@ cdef class CommitLog:
         added), ``born_host`` encoded (``encode_host``), ``wait`` the message's
         ``isWaitStoreMsgOK`` (a sync flush acknowledges it only once durable)."""
         cdef RecordFields f
-        cdef MappedFile mf
-        cdef _QueueOffsets qs
-        cdef int64_t qoff, ts
-        cdef Py_ssize_t total, pos
-        cdef int tx
+        cdef Py_ssize_t total
         self._check_open()
         cdef int32_t qid = _queue_id(queue_id)
         cdef bytes topic_b = _check_topic(topic)
@@ -1311,70 +1338,17 @@ cdef class CommitLog:
         f.body_len = PyBytes_GET_SIZE(body)
         f.body_crc = rs_body_crc(<const unsigned char *>f.body, <size_t>f.body_len) \
             if f.body_len else 0
-        f.flag = flag
-        f.sys_flag = sys_flag
-        f.reconsume_times = reconsume_times
-        f.prepared_tx_offset = 0
-        f.born_host = PyBytes_AS_STRING(born_host)
-        f.born_host_len = <int>PyBytes_GET_SIZE(born_host)
-        if f.born_host_len == RS_HOST_V6_LEN:
-            f.sys_flag |= RS_SYSFLAG_BORNHOST_V6
-        f.topic = PyBytes_AS_STRING(topic_b)
-        f.topic_len = PyBytes_GET_SIZE(topic_b)
-        f.magic = RS_MAGIC_V2 if f.topic_len > RS_MAX_TOPIC_LEN_V1 else RS_MAGIC_V1
+        self._fill_raw(&f, topic_b, qid, born_host, flag, sys_flag, reconsume_times)
         f.props = PyBytes_AS_STRING(props)
         f.props_len = PyBytes_GET_SIZE(props)
-        self._fill_store(&f)
-        f.queue_id = qid
         f.uniq = NULL
         total = record_size(&f)
         self._check_size(f.body_len, total)
         self._check_props(&f)
-        tx = f.sys_flag & RS_SYSFLAG_TX_MASK
-        self._lock()
-        try:
-            mf = self._file_or_none(total)
-            if mf is None:
-                return acks.completed(_failed(self._roll_status, self._roll_error, qid),
-                                      transform)
-            ts = now_ms()
-            f.store_ts = ts
-            f.born_ts = born_timestamp
-            qs = self._queues(topic)
-            if tx == RS_SYSFLAG_TX_PREPARED or tx == RS_SYSFLAG_TX_ROLLBACK:
-                qoff = 0        # half/rollback messages take no queue offset
-            else:
-                qoff = qs.get(qid)
-                qs.set(qid, qoff + 1)
-            f.queue_offset = qoff
-            pos = mf.wrote_pos
-            f.phy_offset = mf.file_from_offset + pos
-            write_record(mf.wbase + pos, &f, total)
-            if mf.write_buffer is None:
-                mf.wrote_pos = pos + total
-                rs_store_release(&mf.committed_pos, mf.wrote_pos)
-            else:
-                rs_store_release(&mf.wrote_pos, pos + total)
-            mf.store_timestamp = ts
-        finally:
-            self._unlock()
-        if mf.write_buffer is not None:
-            self._maybe_wake_commit(mf)
-        if self.fault_window and f.phy_offset + total > self.fault_next:
-            self._fault_request(f.phy_offset + total)
-        r = PutMessageResult.__new__(PutMessageResult)
-        r.status = PUT_OK
-        r.queue_id = qid
-        r.queue_offset = qoff
-        r.commitlog_offset = f.phy_offset
-        r.wrote_bytes = total
-        r.store_timestamp = ts
-        r.msg_count = 1
-        r._host_b = self.store_host_b
-        if self._armed:
-            self._armed = False
-            if self.on_append is not None:
-                self.on_append()
+        f.born_ts = born_timestamp
+        r = self._append_one(topic, qid, &f, total, False, False)
+        if r.status is not PUT_OK:
+            return acks.completed(r, transform)
         if self.sync_flush and not wait:
             # nobody waits for it, but it must not wait for the next tick either
             self.request_flush(f.phy_offset + total)
@@ -1423,7 +1397,6 @@ cdef class CommitLog:
             f.body_len = m[5 * i + 1]
             f.body_crc = rs_body_crc(<const unsigned char *>f.body, <size_t>f.body_len) \
                 if f.body_len else 0
-            f.flag = m[5 * i + 2]
             f.props = pbase + m[5 * i + 3]
             f.props_len = m[5 * i + 4]
             if f.props_len > RS_MAX_PROPERTIES_LEN:
@@ -1431,26 +1404,9 @@ cdef class CommitLog:
                                           f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
                                           limit=RS_MAX_PROPERTIES_LEN,
                                           status="PROPERTIES_SIZE_EXCEEDED")
-            f.sys_flag = sys_flag
-            f.reconsume_times = reconsume_times
-            f.prepared_tx_offset = 0
-            f.born_host = PyBytes_AS_STRING(born_host)
-            f.born_host_len = <int>PyBytes_GET_SIZE(born_host)
-            if f.born_host_len == RS_HOST_V6_LEN:
-                f.sys_flag |= RS_SYSFLAG_BORNHOST_V6
+            self._fill_raw(f, topic_b, qid, born_host, m[5 * i + 2], sys_flag, reconsume_times)
             f.born_ts = born_timestamp
-            f.topic = PyBytes_AS_STRING(topic_b)
-            f.topic_len = PyBytes_GET_SIZE(topic_b)
-            f.magic = RS_MAGIC_V2 if f.topic_len > RS_MAX_TOPIC_LEN_V1 else RS_MAGIC_V1
-            self._fill_store(f)
-            f.queue_id = qid
-            b.need_uniq[i] = 0
-            f.uniq = NULL
-            b.born_now[i] = 0
-            b.sizes[i] = record_size(f)
-            self._check_size(f.body_len, b.sizes[i])
-            self._check_props(f)
-            total += b.sizes[i]
+            total += self._size_entry(b, i, False, False, f.body_len)
         r = self._append_batch(topic, qid, b, total, False)
         if r.status is PUT_OK and self.sync_flush and not self.debug_ack_before_sync:
             return acks.defer(r, r.commitlog_offset + r.wrote_bytes, transform)
