@@ -73,7 +73,7 @@ RESERVE_BY_CODE: dict[int, int] = {
     R.VIEW_MESSAGE_BY_ID: 1 << 20, R.QUERY_MESSAGE: 2 << 20,
 }
 
-CPU_SLOTS = 2
+CPU_SLOTS = 1
 BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while ({} queue full: {})"
 
 _current_pool: contextvars.ContextVar[concurrent.futures.Executor] = contextvars.ContextVar(
@@ -139,9 +139,11 @@ class RoutingProcessor:
         self._pull = executors.pools[PULL]
         # the handlers' own Python work (a topic's stats over 1,024 queues, a query) runs
         # CPU_SLOTS at a time across every pool: each thread more contending for the GIL
-        # delays the event loop's every acquisition (CPython hands the GIL to any waiter),
-        # so 16 busy admin threads held sends for ~1 s. What a handler hands on
-        # (``_blocking``: fsyncs, the broker's own locks) runs outside the gate.
+        # delays the event loop's every acquisition (CPython hands the GIL to any waiter).
+        # Sends during 1,000 pipelined GET_TOPIC_STATS_INFO: p99 ~700-800 ms ungated, 150-200
+        # ms with 2 slots, ~40 ms with 1 (tests/test_redteam_limits.py). The GIL runs one
+        # thread's Python at a time anyway; what a handler hands on (``_blocking``: fsyncs,
+        # the broker's own locks) runs outside the gate.
         self._cpu_gate = threading.BoundedSemaphore(CPU_SLOTS)
 
     def process(self, conn: Connection, cmd: RemotingCommand
