@@ -10,6 +10,8 @@ import struct
 
 import pytest
 
+from test_broker_send import _client_props  # noqa: E402  (tests/test_broker_send.py)
+
 from rocketstore import StoreConfig
 from rocketstore.broker import Broker, BrokerConfig
 from rocketstore.broker import send as send_module
@@ -111,18 +113,8 @@ def test_plain_send_builds_no_message_and_other_sends_do(store_dir, monkeypatch)
 
 
 def _client_string(rec_props: dict[str, str]) -> str:
-    # the Java client's string for a fixture record (test_broker_send._client_props' order)
-    p = {}
-    if "TAGS" in rec_props:
-        p["TAGS"] = rec_props["TAGS"]
-    p["KEYS"] = rec_props["KEYS"]
-    p["WAIT"] = "true"
-    if "color" in rec_props:
-        p["color"] = rec_props["color"]
-    if "DELAY" in rec_props:
-        p["DELAY"] = rec_props["DELAY"]
-    p["UNIQ_KEY"] = rec_props["UNIQ_KEY"]
-    return "\x02".join(f"{k}\x01{v}" for k, v in p.items())
+    """The Java client's properties string for a fixture record (its map's order)."""
+    return "\x02".join(f"{k}\x01{v}" for k, v in _client_props(rec_props).items())
 
 
 def test_fixture_records_sent_as_raw_frames_are_stored_as_4_9_8_stored_them(tmp_path, fixture_root):

@@ -111,21 +111,25 @@ def bodies(n: int, size: int) -> list[bytes]:
 
 # -- raw store ----------------------------------------------------------------------------------
 
+def put_batches(store: MessageStore, args: argparse.Namespace) -> None:
+    """``args.count`` new Messages (as a user builds them) in ``put_messages`` calls of
+    ``args.batch``, round robin over the queues: the put half of the store baselines."""
+    pool = bodies(1024, args.body)
+    sent = q = 0
+    while sent < args.count:
+        n = min(args.batch, args.count - sent)
+        store.put_messages([Message(TOPIC, pool[(sent + i) & 1023]) for i in range(n)],
+                           queue_id=q % args.queues)
+        q += 1
+        sent += n
+
+
 def bench_store(args: argparse.Namespace, tmp: str) -> Row:
-    pool = [Message(TOPIC, b) for b in bodies(1024, args.body)]
     path = os.path.join(tmp, "raw")
     with MessageStore.open(path, store_config(args)) as store:
         t0 = time.perf_counter()
         c0 = cpu_seconds()
-        sent = 0
-        q = 0
-        while sent < args.count:
-            n = min(args.batch, args.count - sent)
-            start = sent % 1024
-            batch = (pool * 2)[start:start + n] if start + n > 1024 else pool[start:start + n]
-            store.put_messages(batch, queue_id=q % args.queues)
-            q += 1
-            sent += n
+        put_batches(store, args)
         got = 0
         offsets = [0] * args.queues
         while got < args.count:
@@ -147,7 +151,7 @@ def bench_store(args: argparse.Namespace, tmp: str) -> Row:
 
 def bench_store_put_one(args: argparse.Namespace, tmp: str) -> Row:
     """The floor under ``Producer.send``: ``put_message`` of one message at a time."""
-    pool = [Message(TOPIC, b) for b in bodies(1024, args.body)]
+    pool = bodies(1024, args.body)
     path = os.path.join(tmp, "raw_one")
     n = args.sync_count
     with MessageStore.open(path, store_config(args)) as store:
@@ -156,29 +160,20 @@ def bench_store_put_one(args: argparse.Namespace, tmp: str) -> Row:
         t0 = time.perf_counter()
         c0 = cpu_seconds()
         for i in range(n):
-            put(pool[i & 1023], i % queues)
+            put(Message(TOPIC, pool[i & 1023]), i % queues)     # a new Message per put
         dt = time.perf_counter() - t0
         cpu = cpu_seconds() - c0
     shutil.rmtree(path, ignore_errors=True)
-    return Row("store put one", n, dt, note="put_message x1 (baseline of send)", cpu=cpu)
+    return Row("store put one", n, dt, note="put_message(Message(...)) x1 (baseline of send)", cpu=cpu)
 
 
 def bench_store_bodies(args: argparse.Namespace, tmp: str) -> Row:
     """The floor under the e2e rows: batched puts, then reads of bodies in one buffer."""
-    pool = [Message(TOPIC, b) for b in bodies(1024, args.body)]
     path = os.path.join(tmp, "raw_bodies")
     with MessageStore.open(path, store_config(args)) as store:
         t0 = time.perf_counter()
         c0 = cpu_seconds()
-        sent = 0
-        q = 0
-        while sent < args.count:
-            n = min(args.batch, args.count - sent)
-            start = sent & 1023
-            batch = (pool * 2)[start:start + n] if start + n > 1024 else pool[start:start + n]
-            store.put_messages(batch, queue_id=q % args.queues)
-            q += 1
-            sent += n
+        put_batches(store, args)
         got = 0
         offsets = [0] * args.queues
         while got < args.count:
