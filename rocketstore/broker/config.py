@@ -94,6 +94,19 @@ class BrokerConfig:
     # default: 4.9.8's records, byte for byte, which leave those fields unprotected
     # (docs/durability.md). A StoreConfig.enabled_append_prop_crc given explicitly wins.
     enabled_append_prop_crc: bool = False
+    # master/slave replication (docs/replication.md; RocketMQ 4.9.8 keeps these in
+    # MessageStoreConfig, the names are the same): ASYNC_MASTER, SYNC_MASTER or SLAVE. A master's
+    # broker_id is 0; a slave's must be >= 1. The HA port is always listen_port + 1.
+    broker_role: str = "ASYNC_MASTER"
+    broker_ip2: str = "127.0.0.1"               # the address sent as haServerAddr
+    ha_master_address: str = ""                 # slave: master's HA host:port ("": from NameServer)
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20_000
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    slave_timeout: int = 3000                   # SYNC_MASTER: wait for the slave's ack
+    access_message_in_memory_max_ratio: int = 40
+    offset_check_in_slave: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -112,6 +125,14 @@ class BrokerConfig:
         if not 1 <= self.default_topic_queue_nums <= 65535:
             raise InvalidConfigError("default_topic_queue_nums", self.default_topic_queue_nums,
                                      "must be in 1..65535", "BrokerConfig")
+        if self.broker_role not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+            raise InvalidConfigError("broker_role", self.broker_role,
+                                     "must be ASYNC_MASTER, SYNC_MASTER or SLAVE", "BrokerConfig")
+        if self.broker_role == "SLAVE" and self.broker_id <= 0:
+            raise InvalidConfigError("broker_id", self.broker_id, "a SLAVE's brokerId must be > 0",
+                                     "BrokerConfig")
+        if self.broker_role != "SLAVE" and self.broker_id != 0:
+            object.__setattr__(self, "broker_id", 0)   # as BrokerStartup: a master is always 0
         if not 0 <= self.metrics_port < 65536:
             raise InvalidConfigError("metrics_port", self.metrics_port, "must be 0 (off) or a "
                                      "TCP port", "BrokerConfig")
@@ -119,6 +140,8 @@ class BrokerConfig:
                      "transaction_check_interval", "channel_expired_timeout",
                      "scan_not_active_channel_interval", "rebalance_lock_max_live_time",
                      "long_polling_check_interval", "register_name_server_period",
+                     "ha_send_heartbeat_interval", "ha_housekeeping_interval",
+                     "ha_transfer_batch_size", "ha_slave_fallbehind_max", "slave_timeout",
                      *(f.name for f in fields(self) if f.name.endswith(
                          ("_thread_pool_nums", "_queue_capacity")) or f.name.startswith("server_"))):
             if getattr(self, name) <= 0:
@@ -129,3 +152,8 @@ class BrokerConfig:
     def broker_addr(self) -> str:
         """``brokerIP1:listenPort``, the address clients and offset ids use."""
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        """``brokerIP2:haListenPort``: the HA port is always the listen port + 1."""
+        return f"{self.broker_ip2}:{self.listen_port + 1}"
