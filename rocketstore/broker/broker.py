@@ -103,6 +103,9 @@ class Broker:
         self.config = config
         self.store_config = store.config
         self.broker_name = config.broker_name
+        # a SLAVE refuses writes and admin changes and serves reads (HA.md §1.4, §5)
+        self.is_slave = config.broker_role == "SLAVE"
+        self.slave_sync: Any = None             # rocketstore.broker.slave_sync, set by the server
         self.store_host = store.config.store_host
         self._closed = False
         self._uniq_lock = threading.Lock()
@@ -140,6 +143,13 @@ class Broker:
             # the broker is told to write 5.x's record CRC (enabledAppendPropCRC)
             store_config = store_config.replace(
                 enabled_append_prop_crc=config.enabled_append_prop_crc)
+        default_ratio = StoreConfig().access_message_in_memory_max_ratio
+        if config.access_message_in_memory_max_ratio != default_ratio and \
+                store_config.access_message_in_memory_max_ratio == default_ratio:
+            # broker.conf's accessMessageInMemoryMaxRatio lands in BrokerConfig; the store
+            # decides "suggest the slave" (and in-memory limits) from it
+            store_config = store_config.replace(
+                access_message_in_memory_max_ratio=config.access_message_in_memory_max_ratio)
         store = MessageStore.open(path, store_config)
         try:
             # the settings that shape the files (delay levels ...), for tools reading it later
@@ -159,7 +169,9 @@ class Broker:
         self.pull_processor.hold.start()
         self._housekeeping.start()
         for module, name, attr in _SERVICES:
-            if importlib.util.find_spec(module) is None:
+            # a slave neither delivers delayed messages nor checks transactions: its commit
+            # log is its master's copy (RocketMQ shuts both down on a SLAVE)
+            if self.is_slave or importlib.util.find_spec(module) is None:
                 continue
             service = getattr(importlib.import_module(module), name)(self)
             setattr(self, attr, service)
@@ -302,6 +314,9 @@ class Broker:
     def end_transaction(self, request: EndTransactionRequest) -> RemotingResult | None:
         """``END_TRANSACTION``: handled by the transaction service (None: ignored)."""
         self._check_open()
+        if self.is_slave:
+            # EndTransactionProcessor: "end transaction is forbidden" on a slave, no remark
+            return RemotingResult(ResponseCode.SLAVE_NOT_AVAILABLE, None)
         if self.transaction_service is None:
             return RemotingResult(ResponseCode.SYSTEM_ERROR,
                                   "transaction service not available on this broker")

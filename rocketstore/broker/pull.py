@@ -52,6 +52,14 @@ _STATUS = {
 }
 
 
+# the statuses whose next offset 4.9.8 corrects (DefaultMessageStore.nextOffsetCorrection):
+# on a SLAVE without offsetCheckInSlave the requested offset is kept
+_CORRECTED = frozenset({GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+                        GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+                        GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+                        GetMessageStatus.OFFSET_FOUND_NULL})
+
+
 def build_subscription_data(topic: str, sub_string: str | None,
                             sub_version: int = 0) -> SubscriptionData:
     """``FilterAPI.buildSubscriptionData``: "*" (or empty) for every message, else the tags
@@ -267,7 +275,14 @@ class PullMessageProcessor:
                 return PullMessageResponse(ResponseCode.SUBSCRIPTION_NOT_LATEST, remark=(
                     "the consumer's subscription not latest"))
             sub = found
-        resp = self._read(req, sub)
+        resp, suggest_slave = self._read(req, sub)
+        slave = b.is_slave
+        # suggestWhichBrokerId (HA.md §5.2): only a broker with slaveReadEnable steers a
+        # client to a slave, when the consumer lags beyond the in-memory share of RAM (or the
+        # group says so with brokerId); every other answer points back to the master
+        if cfg.slave_read_enable:
+            resp.suggest_which_broker_id = (sgc.which_broker_when_consume_slowly
+                                            if suggest_slave else sgc.broker_id)
         parked = False
         if resp.code == ResponseCode.PULL_NOT_FOUND and allow_suspend and suspend:
             timeout_ms = (req.suspend_timeout_millis if cfg.long_polling_enable
@@ -278,12 +293,19 @@ class PullMessageProcessor:
             parked = True
         elif resp.code == ResponseCode.PULL_OFFSET_MOVED:
             resp.suggest_which_broker_id = sgc.broker_id
-            self._offset_moved_event(req, resp.next_begin_offset)
-        if allow_suspend and commit:
+            if slave and not cfg.offset_check_in_slave:
+                # a slave may only lag: it never moves a consumer, it asks it to come again
+                resp.code = ResponseCode.PULL_RETRY_IMMEDIATELY
+            else:
+                self._offset_moved_event(req, resp.next_begin_offset)
+        # a slave ignores the commit flag (its offsets come from the master's sync)
+        if allow_suspend and commit and not slave:
             b.store.commit_offset(req.consumer_group, req.topic, req.queue_id, req.commit_offset)
         return None if parked else resp
 
-    def _read(self, req: PullMessageRequest, sub: SubscriptionData) -> PullMessageResponse:
+    def _read(self, req: PullMessageRequest, sub: SubscriptionData
+              ) -> tuple[PullMessageResponse, bool]:
+        """The store's answer as a pull response, and whether the store suggests the slave."""
         tags, codes = _filter_of(sub)
         store = self.broker.store
         r = store.get_message(req.consumer_group, req.topic, req.queue_id, req.queue_offset,
@@ -299,9 +321,14 @@ class PullMessageProcessor:
                     else ResponseCode.PULL_NOT_FOUND)
         else:
             code = _STATUS.get(status, ResponseCode.SYSTEM_ERROR)
-        return PullMessageResponse(code, r.next_begin_offset, r.min_offset, r.max_offset,
+        next_begin = r.next_begin_offset
+        if status in _CORRECTED and self.broker.is_slave \
+                and not self.broker.config.offset_check_in_slave:
+            next_begin = req.queue_offset        # nextOffsetCorrection: a slave keeps it
+        return PullMessageResponse(code, next_begin, r.min_offset, r.max_offset,
                                    messages if code == ResponseCode.SUCCESS else [],
-                                   remark=None if code != ResponseCode.SYSTEM_ERROR else status.value)
+                                   remark=None if code != ResponseCode.SYSTEM_ERROR
+                                   else status.value), r.suggest_pulling_from_slave
 
     def _offset_moved_event(self, req: PullMessageRequest, offset_new: int) -> None:
         """``generateOffsetMovedEvent``: TAGS/KEYS = group, DELAY=0, body = the event JSON."""

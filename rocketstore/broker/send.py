@@ -45,6 +45,12 @@ log = logging.getLogger("rocketstore.broker.send")
 _TX_MASK = 0xC
 DLQ_NUMS_PER_GROUP = 1
 
+# what a put the store refuses is answered (a SLAVE refuses every put this way)
+_SERVICE_NOT_AVAILABLE = (
+    "service not available now. It may be caused by one of the following reasons: the "
+    "broker's disk is full, messages are put to the slave, message store has been shut "
+    "down, etc.")
+
 # handlePutMessageResult: store status -> (response code, stored?, remark)
 _PUT_STATUS = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, True, None),
@@ -56,10 +62,7 @@ _PUT_STATUS = {
     PutMessageStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, False, None),
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (ResponseCode.MESSAGE_ILLEGAL, False, None),
     PutMessageStatus.SERVICE_NOT_AVAILABLE: (
-        ResponseCode.SERVICE_NOT_AVAILABLE, False,
-        "service not available now. It may be caused by one of the following reasons: the "
-        "broker's disk is full, messages are put to the slave, message store has been shut "
-        "down, etc."),
+        ResponseCode.SERVICE_NOT_AVAILABLE, False, _SERVICE_NOT_AVAILABLE),
     PutMessageStatus.OS_PAGE_CACHE_BUSY: (
         ResponseCode.SYSTEM_ERROR, False, "[PC_SYNCHRONIZED]broker busy, start flow control "
         "for a while"),
@@ -140,6 +143,13 @@ class SendMessageProcessor:
         self._cluster_b = self.cfg.broker_cluster_name.encode("utf-8")
         self._hosts: dict[str, bytes] = {}      # peer "ip:port" -> encoded born host
         self._responses: dict[int, functools.partial[SendMessageResponse]] = {}
+        # a SLAVE's store takes only its master's bytes: every send is refused up front,
+        # before a topic could be auto-created on it
+        self._slave = broker.is_slave
+
+    @staticmethod
+    def _slave_refusal() -> SendMessageResponse:
+        return SendMessageResponse(ResponseCode.SERVICE_NOT_AVAILABLE, _SERVICE_NOT_AVAILABLE)
 
     # -- the wire fast path ------------------------------------------------------------------
 
@@ -150,6 +160,8 @@ class SendMessageProcessor:
         rewritten as 4.9.8 stores it (``_wire.stored_properties``), the record written by
         ``CommitLog.put_wire_async``, with no ``Message`` or property dict. Every other send
         takes ``send_message`` with the request built from the same decoded fields."""
+        if self._slave:
+            return _done(self._slave_refusal())
         props = w.properties
         if w.batch:
             return self._send_wire_batch(w)
@@ -278,6 +290,8 @@ class SendMessageProcessor:
         """``asyncSendMessage`` / ``asyncSendBatchMessage``: a Future of the response."""
         if not isinstance(req, SendMessageRequest):
             raise InvalidMessageTypeError("request", "SendMessageRequest", type(req).__name__)
+        if self._slave:
+            return _done(self._slave_refusal())
         if not req.messages:
             raise InvalidMessageError("request.messages", req.messages,
                                       "a send needs at least one message")
@@ -301,6 +315,8 @@ class SendMessageProcessor:
         calls this without a request object."""
         if not isinstance(msg, Message):
             raise InvalidMessageTypeError("request.messages[0]", "Message", type(msg).__name__)
+        if self._slave:
+            return self._slave_refusal()
         err, tc = self._check_send(topic, producer_group, queue_id, default_topic,
                                    default_topic_queue_nums, born_host)
         if err is not None:
@@ -483,6 +499,9 @@ class SendMessageProcessor:
         """``asyncConsumerSendMsgBack`` (MESSAGING.md 5.5): a Future of a ``RemotingResult``."""
         # before the group is auto-created and the DELAY rewrite stores the record in
         # SCHEDULE_TOPIC_XXXX: a name the schedule could never deliver is refused here
+        if self._slave:
+            return _done(RemotingResult(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                        _SERVICE_NOT_AVAILABLE))
         why = names.group_problem(req.group) or names.topic_problem(C.retry_topic(req.group))
         if why is not None:
             return _done(RemotingResult(ResponseCode.INVALID_PARAMETER,

@@ -86,10 +86,12 @@ class RouteInfoManager:
             self.broker_live_table[broker_addr] = BrokerLive(now, data_version, ha_server_addr,
                                                              channel)
             if broker_id != 0:
+                # RouteInfoManager: both addresses only of a master that is registered and
+                # alive; otherwise the slave learns them at a later registration
                 master = bd.broker_addrs.get(0)
-                if master is not None:
-                    live = self.broker_live_table.get(master)
-                    return (live.ha_server_addr if live else None), master
+                live = self.broker_live_table.get(master) if master is not None else None
+                if live is not None:
+                    return live.ha_server_addr, master
             return None, None
 
     def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str,

@@ -10,6 +10,13 @@
   QUERY_MESSAGE 12                messages by key (or client id) through the index
   INVOKE_BROKER_TO_RESET_OFFSET 222 move a group's offsets to a time
   GET_BROKER_RUNTIME_INFO 28      RocketMQ's key/value table plus this broker's metrics
+  UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200 / DELETE_SUBSCRIPTIONGROUP 207   group admin
+  GET_ALL_TOPIC_CONFIG 21, GET_ALL_CONSUMER_OFFSET 43, GET_ALL_DELAY_OFFSET 45,
+  GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201   what a slave copies from its master every 10 s
+                                  (``rocketstore.broker.slave_sync``), in fastjson's form
+
+A SLAVE refuses topic and group changes (SYSTEM_ERROR, RocketMQ's remark): its tables are
+its master's copy.
 
 Bodies are what a Java admin reads (``admin_bodies``). Calls that touch the disk or persist
 (topic updates, index lookups, resets) run on the processor's thread pool.
@@ -28,6 +35,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
+from rocketstore.broker.subscription_group import _from_bean as group_from_bean
 from rocketstore.common import names
 from rocketstore.common.protocol import MessageQueue, ResponseCode
 from rocketstore.remoting import admin_bodies as bodies
@@ -46,6 +54,7 @@ log = logging.getLogger("rocketstore.broker.admin")
 
 DEFAULT_QUERY_MAX_NUM = 32              # MessageStoreConfig.defaultQueryMaxNum
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker"
 
 
 def validate_topic(topic: str) -> str | None:
@@ -70,11 +79,26 @@ class AdminProcessor:
                 R.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
                 R.QUERY_MESSAGE: self.query_message,
                 R.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
-                R.GET_BROKER_RUNTIME_INFO: self.runtime_info}
+                R.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+                R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group,
+                R.DELETE_SUBSCRIPTIONGROUP: self.delete_group,
+                R.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
+                R.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offset,
+                R.GET_ALL_DELAY_OFFSET: self.all_delay_offset,
+                R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_subscription_group}
+
+    def _slave_refusal(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """``validateSlave``: a slave's topics and groups change only by its master's sync."""
+        if self.broker.is_slave:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, SLAVE_REFUSAL)
+        return None
 
     # -- topics -------------------------------------------------------------------------------
     async def update_topic(self, conn: Connection, cmd: RemotingCommand,
                            r: requests.TopicUpdate) -> RemotingCommand:
+        refused = self._slave_refusal(cmd)
+        if refused is not None:
+            return refused
         topic = r.topic
         why = validate_topic(topic)
         if why is not None:
@@ -101,6 +125,9 @@ class AdminProcessor:
                            r: requests.TopicRef) -> RemotingCommand:
         # the name was checked before dispatch (request_names): never a path; the store
         # removes only the queues its in-memory table holds (4.9.8's cleanUnusedTopic)
+        refused = self._slave_refusal(cmd)
+        if refused is not None:
+            return refused
         topic = r.topic
         if self.broker.topic_manager.is_system_topic(topic):
             return cmd.response(ResponseCode.INVALID_PARAMETER,
@@ -255,6 +282,59 @@ class AdminProcessor:
                                 ext_fields=ext)
         return cmd.response(ResponseCode.SUCCESS, ext_fields=ext,
                             body=RecordBody.of(msgs))    # views of the mapping, no copy
+
+    # -- subscription groups ------------------------------------------------------------------
+    async def update_group(self, conn: Connection, cmd: RemotingCommand,
+                           r: requests.GroupUpdate) -> RemotingCommand:
+        refused = self._slave_refusal(cmd)
+        if refused is not None:
+            return refused
+        why = names.group_problem(r.group)
+        if why is not None:
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                names.named("groupName", r.group, why))
+        try:
+            config = group_from_bean(r.group, r.bean)
+        except (TypeError, ValueError) as e:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, str(e))
+        log.info("update or create subscription group %s from %s: %s", r.group, conn.peer,
+                 config)
+        await self._blocking(self.broker.subscription_groups.update, config)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def delete_group(self, conn: Connection, cmd: RemotingCommand,
+                           r: requests.GroupRef) -> RemotingCommand:
+        refused = self._slave_refusal(cmd)
+        if refused is not None:
+            return refused
+        log.info("delete subscription group %s from %s", r.group, conn.peer)
+        await self._blocking(self.broker.subscription_groups.delete, r.group)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    # -- what a slave copies ----------------------------------------------------------------
+    async def all_topic_config(self, conn: Connection, cmd: RemotingCommand,
+                               r: None) -> RemotingCommand:
+        body = await self._blocking(self.broker.store.topic_config_manager.encode)
+        return cmd.response(ResponseCode.SUCCESS, body=body.encode())
+
+    async def all_consumer_offset(self, conn: Connection, cmd: RemotingCommand,
+                                  r: None) -> RemotingCommand:
+        table = self.broker.store.consumer_offset_manager.table()
+        body = await self._blocking(fastjson.dumps_int_keys, {"offsetTable": table})
+        return cmd.response(ResponseCode.SUCCESS, body=body.encode())
+
+    def all_delay_offset(self, conn: Connection, cmd: RemotingCommand,
+                         r: None) -> RemotingCommand:
+        service = self.broker.schedule_service
+        if service is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "No delay offset in this broker")
+        body = fastjson.dumps_int_keys({"offsetTable": dict(sorted(service.offsets().items()))})
+        return cmd.response(ResponseCode.SUCCESS, body=body.encode())
+
+    async def all_subscription_group(self, conn: Connection, cmd: RemotingCommand,
+                                     r: None) -> RemotingCommand:
+        body = await self._blocking(self.broker.subscription_groups.encode)
+        return cmd.response(ResponseCode.SUCCESS, body=body.encode())
 
     # -- broker -------------------------------------------------------------------------------
     async def runtime_info(self, conn: Connection, cmd: RemotingCommand,

@@ -19,6 +19,7 @@ import socket
 import zlib
 from typing import Any
 
+from rocketstore.broker.slave_sync import SlaveSynchronize
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.errors import TransportError
 from rocketstore.remoting import fastjson
@@ -106,6 +107,7 @@ class BrokerServer:
         self._ns_client: RemotingClient | None = None
         self._ns_loop: LoopThread | None = None
         self.acl: Any = None
+        self.slave_sync: SlaveSynchronize | None = None
 
     @property
     def addr(self) -> str:
@@ -150,7 +152,12 @@ class BrokerServer:
         if self.namesrv_addrs:
             self._ns_loop = LoopThread("rocketstore-broker-namesrv", use_uvloop=False)
             self._ns_client = RemotingClient(loop=self._ns_loop)
+            if self.broker.is_slave:
+                self.slave_sync = SlaveSynchronize(self.broker, self._invoke_master, self.addr)
+                self.broker.slave_sync = self.slave_sync
             await self._register_all()
+            if self.slave_sync is not None:
+                self.slave_sync.start()
             self._tasks.append(loop.create_task(self._register_periodically()))
             changed = asyncio.Event()
             self.broker.store.topic_config_manager.listeners.append(
@@ -192,7 +199,7 @@ class BrokerServer:
         return RemotingCommand.request(RequestCode.REGISTER_BROKER, {
             "brokerName": bc.broker_name, "brokerAddr": self.addr,
             "clusterName": bc.broker_cluster_name,
-            "haServerAddr": f"{bc.broker_ip1}:{bc.listen_port + 1}", "brokerId": bc.broker_id,
+            "haServerAddr": bc.ha_server_addr, "brokerId": bc.broker_id,
             "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}, body)
 
     async def _register_all(self) -> None:
@@ -200,11 +207,39 @@ class BrokerServer:
         futs = [asyncio.wrap_future(self._ns_client.invoke_async(a, self._register_command(),
                                                                  REGISTER_TIMEOUT_S))
                 for a in self.namesrv_addrs]
+        first: RemotingCommand | None = None
         for addr, res in zip(self.namesrv_addrs, await asyncio.gather(*futs, return_exceptions=True)):
             if isinstance(res, BaseException):
                 log.warning("register with NameServer %s failed: %s", addr, res)
             elif res.code != ResponseCode.SUCCESS:
                 log.warning("NameServer %s refused registration: %s %s", addr, res.code, res.remark)
+            elif first is None:
+                first = res
+        if first is not None:
+            self._registered(first)
+
+    def _registered(self, res: RemotingCommand) -> None:
+        """``doRegisterBrokerAll`` with the first NameServer's answer: a slave takes its
+        master's address (metadata sync) and HA address (replication, unless
+        ``ha_master_address`` is configured) from it."""
+        if not self.broker.is_slave:
+            return
+        master, ha = res.field("masterAddr") or None, res.field("haServerAddr") or None
+        if self.slave_sync is not None:
+            if master != self.slave_sync.master_addr:
+                log.info("slave %s: master is %s (HA %s)", self.addr, master, ha)
+            self.slave_sync.master_addr = master
+        # RocketMQ uses a configured haMasterAddress of 6 characters or more as given
+        if ha and len(self.broker_config.ha_master_address or "") < 6:
+            setter = getattr(self.broker, "set_ha_master_address", None)
+            if setter is not None:
+                setter(ha)
+
+    def _invoke_master(self, addr: str, code: int, timeout: float) -> tuple[int, bytes]:
+        """A slave's metadata request to its master (no header, no body)."""
+        assert self._ns_client is not None
+        r = self._ns_client.invoke(addr, RemotingCommand.request(code), timeout)
+        return r.code, bytes(r.body) if r.body else b""
 
     async def _register_periodically(self) -> None:
         period = min(max(self.register_period_ms, 10_000), 60_000) / 1000   # RocketMQ's clamp
@@ -235,6 +270,9 @@ class BrokerServer:
         """Unregister, stop listening, close every connection, then close the broker."""
         for t in self._tasks:
             t.cancel()
+        if self.slave_sync is not None:
+            await asyncio.get_running_loop().run_in_executor(self._executor,
+                                                             self.slave_sync.shutdown)
         if self._ns_client is not None:
             await self._unregister_all()
             self._ns_client.close()

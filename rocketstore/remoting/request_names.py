@@ -38,6 +38,7 @@ NAME_FIELDS: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {
     R.GET_CONSUME_STATS: (("topic?",), ("consumerGroup",)),
     R.GET_CONSUMER_CONNECTION_LIST: ((), ("consumerGroup",)),
     R.INVOKE_BROKER_TO_RESET_OFFSET: (("topic",), ("group",)),
+    R.DELETE_SUBSCRIPTIONGROUP: ((), ("groupName",)),
 }
 
 

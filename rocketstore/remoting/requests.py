@@ -91,6 +91,12 @@ class TopicRef(NamedTuple):
     topic: str
 
 
+class GroupUpdate(NamedTuple):
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP's body: a ``SubscriptionGroupConfig`` bean."""
+    group: str
+    bean: dict[str, Any]
+
+
 class TopicUpdate(NamedTuple):
     topic: str
     read_queue_nums: int
@@ -205,6 +211,18 @@ def _reset_offset(cmd: RemotingCommand, peer: str) -> ResetOffset:
                        cmd.int_field("timestamp", required=True), cmd.bool_field("isForce", True))
 
 
+def _group_update(cmd: RemotingCommand, peer: str) -> GroupUpdate:
+    doc = fastjson.loads(bytes(cmd.body)) if cmd.body else None
+    if not isinstance(doc, dict) or not isinstance(doc.get("groupName"), str):
+        raise RemotingProtocolError("UPDATE_AND_CREATE_SUBSCRIPTIONGROUP body is not a "
+                                    "SubscriptionGroupConfig with a groupName")
+    return GroupUpdate(doc["groupName"], doc)
+
+
+def _group_name(cmd: RemotingCommand, peer: str) -> GroupRef:
+    return GroupRef(cmd.require("groupName"))
+
+
 def _nothing(cmd: RemotingCommand, peer: str) -> None:
     return None
 
@@ -250,6 +268,11 @@ DECODERS: dict[int, Decoder] = {
     R.GET_TOPIC_STATS_INFO: _topic_ref, R.GET_CONSUME_STATS: _consume_stats,
     R.GET_CONSUMER_CONNECTION_LIST: _consumer_group, R.QUERY_MESSAGE: _query_message,
     R.INVOKE_BROKER_TO_RESET_OFFSET: _reset_offset, R.GET_BROKER_RUNTIME_INFO: _nothing,
+    # what a slave pulls from its master (HA.md §4), and group admin
+    R.GET_ALL_TOPIC_CONFIG: _nothing, R.GET_ALL_CONSUMER_OFFSET: _nothing,
+    R.GET_ALL_DELAY_OFFSET: _nothing, R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _nothing,
+    R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _group_update,
+    R.DELETE_SUBSCRIPTIONGROUP: _group_name,
 }
 
 
@@ -324,6 +347,8 @@ TOUCHES: dict[int, Callable[[Any], list[Touch]]] = {
     # resetting a group's offsets is an offset update: SUB on the topic and the group
     # (4.9.8 asks a valid signature only)
     R.INVOKE_BROKER_TO_RESET_OFFSET: lambda r: [(TOPIC, r.topic, SUB), (GROUP, r.group, SUB)],
+    R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: lambda r: [(GROUP, r.group, 0)],
+    R.DELETE_SUBSCRIPTIONGROUP: lambda r: [(GROUP, r.group, 0)],
 }
 
 

@@ -378,7 +378,12 @@ class ConfigFile:
         OSError
             From the write, unchanged; ``<file>`` then still holds its previous content.
         """
-        data = dumps(obj).encode("utf-8")
+        self.persist_text(dumps(obj))
+
+    def persist_text(self, text: str) -> None:
+        """``persist`` of an already encoded document, written as given (a slave keeps its
+        master's ``delayOffset.json`` string as RocketMQ's ``SlaveSynchronize`` does)."""
+        data = text.encode("utf-8")
         with self._lock:
             directory = os.path.dirname(self.path) or "."
             if not os.path.isdir(directory):

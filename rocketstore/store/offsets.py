@@ -231,6 +231,14 @@ class ConsumerOffsetManager:
             return {split[1] for key in self._table
                     if (split := _split_key(key)) is not None and split[0] == topic}
 
+    def merge_table(self, table: dict[str, dict[int, int]]) -> None:
+        """A slave's sync: each ``topic@group`` entry of the master's table replaces this
+        one's (RocketMQ's ``putAll``); entries the master does not have are kept."""
+        with self._lock:
+            for key, queues in table.items():
+                self._table[key] = {int(q): int(o) for q, o in queues.items()}
+            self._change_count += 1
+
     def table(self) -> dict[str, dict[int, int]]:
         """A deep copy of the offset table: ``{"topic@group": {queue_id: offset}}``."""
         with self._lock:

@@ -26,6 +26,7 @@ loop), and ``flush_pending``/``close_persister`` write what is left.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -291,6 +292,24 @@ class VersionedConfigTable:
 
     def _version_bean(self) -> dict[str, Any]:
         return _version_to_bean(self._data_version)
+
+    def encode(self) -> str:
+        """The table as RocketMQ's ``encode()`` answers it to a slave (GET_ALL_TOPIC_CONFIG,
+        GET_ALL_SUBSCRIPTIONGROUP_CONFIG): compact JSON, no absent 5.x ``stateVersion``."""
+        with self._lock:
+            doc = self._snapshot()
+        dv = doc.get("dataVersion")
+        if isinstance(dv, dict) and dv.get("stateVersion") is None:
+            doc["dataVersion"] = {k: v for k, v in dv.items() if k != "stateVersion"}
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+
+    def replace_all(self, table: dict[str, Any], version: DataVersion) -> None:
+        """A slave's sync: the master's whole table and data version replace this one's,
+        persisted now (``SlaveSynchronize``: clear, putAll, persist)."""
+        with self._lock:
+            self._table = dict(table)
+            self._data_version = version
+        self.persist()
 
 
 class TopicConfigManager(VersionedConfigTable):
