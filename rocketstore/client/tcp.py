@@ -1,9 +1,14 @@
 """The TCP transport: the client's requests as RocketMQ remoting commands.
 
 ``TcpTransport(namesrv_addr)`` finds brokers through the NameServer(s) (``GET_ROUTEINFO_BY_TOPIC``),
-keeps the broker-name -> address table of the routes it has seen, and sends every ``Transport``
-call to the named broker's master. It speaks to ``rocketstore broker`` and to Apache RocketMQ
-brokers alike. Requests a broker pushes on a connection (CHECK_TRANSACTION_STATE,
+keeps the broker-name -> {broker id: address} table of the routes it has seen, and sends each
+``Transport`` call where a RocketMQ 4.9.8 client would (HA.md §5.3, §7.3): sends, send-backs,
+END_TRANSACTION and queue locks only to the master (id 0; none in the route: TransportError,
+so a broker name without a master takes no writes and orderly queues are not locked); pulls to
+the node the broker last suggested for that queue (``suggestWhichBrokerId``), else the master,
+else the lowest slave, with the commit-offset flag cleared for a slave; offsets and everything
+else to the master, or to a slave when the route has no master; consumers' heartbeats to every
+node. It speaks to ``rocketstore broker`` and to Apache RocketMQ brokers alike. Requests a broker pushes on a connection (CHECK_TRANSACTION_STATE,
 NOTIFY_CONSUMER_IDS_CHANGED) go to the ``ClientChannel`` of the last heartbeat, on a worker
 thread (a transaction check runs user code).
 """
@@ -146,22 +151,51 @@ class TcpTransport(Transport):
         self._lock = threading.Lock()
         self._brokers: dict[str, dict[int, str]] = {}
         self._learned_at = float("-inf")
+        # (group, topic, broker name, queue id) -> the broker id the last pull answer named
+        self._pull_from: dict[tuple[str, str, str, int], int] = {}
 
     # -- addresses ----------------------------------------------------------------------------
     def _namesrv(self) -> str:
         return self.namesrv_addrs[self._ns_index % len(self.namesrv_addrs)]
 
     def _addr(self, broker_name: str) -> str:
+        """The master's address, else (the route lists only slaves) the lowest slave's."""
+        # a broker no route named yet: the NameServer's cluster info lists every broker
+        addrs = self._addrs(broker_name)
+        return addrs.get(0) or addrs[min(addrs)]
+
+    def _addrs(self, broker_name: str) -> dict[int, str]:
         with self._lock:
             addrs = self._brokers.get(broker_name)
         if not addrs:
-            # a broker no route named yet: the NameServer's cluster info lists every broker
             self._learn_brokers()
             with self._lock:
                 addrs = self._brokers.get(broker_name)
             if not addrs:
                 raise TransportError(broker_name, "no NameServer knows this broker")
-        return addrs.get(0) or next(iter(addrs.values()))
+        return addrs
+
+    def _master_addr(self, broker_name: str) -> str:
+        """``findBrokerAddressInPublish``: the master's address only (writes, locks)."""
+        addr = self._addrs(broker_name).get(0)
+        if addr is None:
+            raise TransportError(broker_name, "the broker has no master in the route (only "
+                                              "slaves): it takes no writes or locks")
+        return addr
+
+    def subscribe_addr(self, broker_name: str, broker_id: int = 0) -> tuple[str, bool]:
+        """``findBrokerAddressInSubscribe(name, id, onlyThisBroker=false)``: (address, is it
+        a slave): the id asked, else id + 1 for a slave id, else the lowest id present."""
+        addrs = self._addrs(broker_name)
+        addr = addrs.get(broker_id)
+        chosen = broker_id
+        if addr is None and broker_id != 0:
+            chosen = broker_id + 1
+            addr = addrs.get(chosen)
+        if addr is None:
+            chosen = min(addrs)
+            addr = addrs[chosen]
+        return addr, chosen != 0
 
     def _learn_brokers(self) -> None:
         r = self._namesrv_call(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
@@ -259,19 +293,21 @@ class TcpTransport(Transport):
 
     def send_message(self, broker_name: str, request: SendMessageRequest,
                      timeout_ms: int = 3000) -> SendMessageResponse:
-        return self._send_response(self._invoke(broker_name, self._send_command(request),
-                                                timeout_ms / 1000))
+        return self._send_response(self.client.invoke(self._master_addr(broker_name),
+                                                      self._send_command(request),
+                                                      timeout_ms / 1000))
 
     def send_message_async(self, broker_name: str, request: SendMessageRequest
                            ) -> concurrent.futures.Future[SendMessageResponse]:
-        fut = self.client.invoke_async(self._addr(broker_name), self._send_command(request), 3.0)
+        fut = self.client.invoke_async(self._master_addr(broker_name),
+                                       self._send_command(request), 3.0)
         return _chain(fut, self._send_response)
 
     def send_message_oneway(self, broker_name: str, request: SendMessageRequest) -> None:
-        self.client.invoke_oneway(self._addr(broker_name), self._send_command(request))
+        self.client.invoke_oneway(self._master_addr(broker_name), self._send_command(request))
 
     def end_transaction(self, broker_name: str, request: EndTransactionRequest) -> None:
-        self.client.invoke_oneway(self._addr(broker_name), RemotingCommand.request(
+        self.client.invoke_oneway(self._master_addr(broker_name), RemotingCommand.request(
             RequestCode.END_TRANSACTION, {
                 "producerGroup": request.producer_group,
                 "tranStateTableOffset": request.tran_state_table_offset,
@@ -284,18 +320,37 @@ class TcpTransport(Transport):
     def pull_message_raw(self, broker_name: str, request: PullMessageRequest
                          ) -> concurrent.futures.Future[RemotingCommand]:
         """``PULL_MESSAGE`` answered with the broker's command as is: the records stay
-        undecoded in its body (the Spark wire reader decodes them into columns)."""
+        undecoded in its body (the Spark wire reader decodes them into columns).
+
+        Sent to the node the last answer for this queue suggested (``PullAPIWrapper``); a
+        slave gets the request without the commit-offset flag."""
+        key = (request.consumer_group, request.topic, broker_name, request.queue_id)
+        addr, slave = self.subscribe_addr(broker_name, self._pull_from.get(key, 0))
+        sys_flag = request.sys_flag & ~0x1 if slave else request.sys_flag
         cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
             "consumerGroup": request.consumer_group, "topic": request.topic,
             "queueId": request.queue_id, "queueOffset": request.queue_offset,
-            "maxMsgNums": request.max_msg_nums, "sysFlag": request.sys_flag,
+            "maxMsgNums": request.max_msg_nums, "sysFlag": sys_flag,
             "commitOffset": request.commit_offset,
             "suspendTimeoutMillis": request.suspend_timeout_millis,
             "subscription": request.subscription, "subVersion": request.sub_version,
             "expressionType": request.expression_type})
         timeout = (request.suspend_timeout_millis / 1000 + PULL_EXTRA_S
                    if request.sys_flag & 0x2 else API_TIMEOUT_S * 3)
-        return self.client.invoke_async(self._addr(broker_name), cmd, timeout)
+        fut = self.client.invoke_async(addr, cmd, timeout)
+
+        def follow(f: concurrent.futures.Future[RemotingCommand]) -> None:
+            # updatePullFromWhichNode after every answered pull, whatever its status
+            if not f.cancelled() and f.exception() is None:
+                self._pull_from[key] = f.result().int_field("suggestWhichBrokerId", 0)
+        fut.add_done_callback(follow)
+        return fut
+
+    def pull_from_which_node(self, group: str, topic: str, broker_name: str,
+                             queue_id: int) -> int:
+        """The broker id this client's next pull of the queue asks (0 until a broker
+        suggested another)."""
+        return self._pull_from.get((group, topic, broker_name, queue_id), 0)
 
     def pull_message(self, broker_name: str, request: PullMessageRequest
                      ) -> concurrent.futures.Future[PullMessageResponse]:
@@ -344,7 +399,8 @@ class TcpTransport(Transport):
 
     def consumer_send_msg_back(self, broker_name: str,
                                request: ConsumerSendMsgBackRequest) -> RemotingResult:
-        r = self._invoke(broker_name, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        r = self.client.invoke(self._master_addr(broker_name), RemotingCommand.request(
+            RequestCode.CONSUMER_SEND_MSG_BACK, {
             "group": request.group, "offset": request.offset, "delayLevel": request.delay_level,
             "originMsgId": request.origin_msg_id, "originTopic": request.origin_topic,
             "unitMode": request.unit_mode, "maxReconsumeTimes": request.max_reconsume_times}),
@@ -362,11 +418,25 @@ class TcpTransport(Transport):
     # -- group membership ---------------------------------------------------------------------
     def heartbeat(self, broker_name: str, data: HeartbeatData, channel: ClientChannel) -> None:
         self.channel = channel
-        cmd = RemotingCommand.request(RequestCode.HEART_BEAT, None, headers.encode_heartbeat(data))
-        cmd.language = LanguageCode.PYTHON
-        r = self._invoke(broker_name, cmd)
-        if r.code != ResponseCode.SUCCESS:
-            raise TransportError(broker_name, f"heartbeat refused: code {r.code} {r.remark}")
+        body = headers.encode_heartbeat(data)
+        # sendHeartbeatToAllBroker: a client with consumers tells every node (a slave serves
+        # their pulls), a producer-only client the master only
+        addrs = self._addrs(broker_name)
+        targets = sorted(addrs.items()) if data.consumers else \
+            [(i, a) for i, a in addrs.items() if i == 0]
+        failed: list[str] = []
+        for _, addr in targets:
+            cmd = RemotingCommand.request(RequestCode.HEART_BEAT, None, body)
+            cmd.language = LanguageCode.PYTHON
+            try:
+                r = self.client.invoke(addr, cmd, API_TIMEOUT_S)
+            except TransportError as e:
+                failed.append(f"{addr}: {e}")
+                continue
+            if r.code != ResponseCode.SUCCESS:
+                failed.append(f"{addr}: heartbeat refused: code {r.code} {r.remark}")
+        if failed and len(failed) == len(targets):
+            raise TransportError(broker_name, "; ".join(failed))
 
     def unregister_client(self, broker_name: str, client_id: str, producer_group: str | None,
                           consumer_group: str | None) -> None:
@@ -385,8 +455,9 @@ class TcpTransport(Transport):
                       mqs: set[MessageQueue]) -> set[MessageQueue]:
         body = fastjson.dumps({"clientId": client_id, "consumerGroup": group,
                                "mqSet": [headers.mq_json(m) for m in sorted(mqs)]}).encode()
-        r = self._invoke(broker_name, RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, None, body),
-                         1.0)
+        # RebalanceImpl.lock: the master only; never a slave
+        r = self.client.invoke(self._master_addr(broker_name),
+                               RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, None, body), 1.0)
         if r.code != ResponseCode.SUCCESS:
             return set()
         doc = fastjson.loads(r.body)
@@ -397,7 +468,9 @@ class TcpTransport(Transport):
                         mqs: set[MessageQueue]) -> None:
         body = fastjson.dumps({"clientId": client_id, "consumerGroup": group,
                                "mqSet": [headers.mq_json(m) for m in sorted(mqs)]}).encode()
-        self._invoke(broker_name, RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, None, body))
+        self.client.invoke(self._master_addr(broker_name),
+                           RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, None, body),
+                           API_TIMEOUT_S)
 
     def close(self) -> None:
         self.client.close()
