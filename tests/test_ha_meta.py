@@ -401,3 +401,19 @@ def _query_offset_q(c: RawClient, topic: str, group: str, queue_id: int) -> int:
 def _no_master_route(ns_addr: str) -> bool:
     r = _route(ns_addr, "FailT")
     return r is not None and "0" not in {str(k) for k in r["brokerDatas"][0]["brokerAddrs"]}
+
+
+def test_a_slave_gets_no_master_address_once_the_master_is_not_alive():
+    """RouteInfoManager.registerBroker answers a slave with its master's addresses only while
+    the master is in the live table. An UNREGISTER_BROKER naming the master's address with
+    another id drops the address from the live table but not from ``brokerAddrs`` (4.9.8
+    does the same); a slave registering then learned the dead master's address."""
+    from rocketstore.namesrv.routeinfo import RouteInfoManager
+    routes = RouteInfoManager()
+    dv = {"counter": 1, "timestamp": 1}
+    routes.register_broker("c", "127.0.0.1:10911", "b", 0, "127.0.0.1:10912", dv, {})
+    assert routes.register_broker("c", "127.0.0.1:10921", "b", 1, "127.0.0.1:10922", dv, {}) \
+        == ("127.0.0.1:10912", "127.0.0.1:10911")
+    routes.unregister_broker("c", "127.0.0.1:10911", "b", 5)
+    assert routes.register_broker("c", "127.0.0.1:10921", "b", 1, "127.0.0.1:10922", dv, {}) \
+        == (None, None)

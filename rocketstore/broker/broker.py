@@ -103,7 +103,7 @@ class Broker:
         self.config = config
         self.store_config = store.config
         self.broker_name = config.broker_name
-        # a SLAVE refuses writes and admin changes and serves reads (HA.md §1.4, §5)
+        # a SLAVE refuses writes and admin changes and serves reads (docs/replication.md)
         self.is_slave = config.broker_role == "SLAVE"
         self.slave_sync: Any = None             # rocketstore.broker.slave_sync, set by the server
         self.store_host = store.config.store_host

@@ -277,7 +277,7 @@ class PullMessageProcessor:
             sub = found
         resp, suggest_slave = self._read(req, sub)
         slave = b.is_slave
-        # suggestWhichBrokerId (HA.md §5.2): only a broker with slaveReadEnable steers a
+        # suggestWhichBrokerId (docs/replication.md): only a broker with slaveReadEnable steers a
         # client to a slave, when the consumer lags beyond the in-memory share of RAM (or the
         # group says so with brokerId); every other answer points back to the master
         if cfg.slave_read_enable:

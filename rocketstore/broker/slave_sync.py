@@ -1,4 +1,6 @@
-"""``SlaveSynchronize``: a SLAVE broker's copy of its master's metadata (HA.md §4).
+"""``SlaveSynchronize``: a SLAVE broker's copy of its master's metadata.
+
+docs/replication.md, "Reads from slaves and metadata sync".
 
 Every 10 s (the first time 3 s after start) a slave asks its master, one request after the
 other, each with no header, no body and a 3 s timeout:

@@ -2,13 +2,14 @@
 
 ``TcpTransport(namesrv_addr)`` finds brokers through the NameServer(s) (``GET_ROUTEINFO_BY_TOPIC``),
 keeps the broker-name -> {broker id: address} table of the routes it has seen, and sends each
-``Transport`` call where a RocketMQ 4.9.8 client would (HA.md §5.3, §7.3): sends, send-backs,
-END_TRANSACTION and queue locks only to the master (id 0; none in the route: TransportError,
-so a broker name without a master takes no writes and orderly queues are not locked); pulls to
-the node the broker last suggested for that queue (``suggestWhichBrokerId``), else the master,
-else the lowest slave, with the commit-offset flag cleared for a slave; offsets and everything
-else to the master, or to a slave when the route has no master; consumers' heartbeats to every
-node. It speaks to ``rocketstore broker`` and to Apache RocketMQ brokers alike. Requests a broker pushes on a connection (CHECK_TRANSACTION_STATE,
+``Transport`` call where a RocketMQ 4.9.8 client would (docs/replication.md): sends,
+send-backs, END_TRANSACTION and queue locks only to the master (id 0; none in the route:
+TransportError, so a broker name without a master takes no writes and orderly queues are not
+locked); pulls to the node the broker last suggested for that queue (``suggestWhichBrokerId``),
+else the master, else the lowest slave, with the commit-offset flag cleared for a slave;
+offsets and everything else to the master, or to a slave when the route has no master;
+consumers' heartbeats to every node. It speaks to ``rocketstore broker`` and to Apache
+RocketMQ brokers alike. Requests a broker pushes on a connection (CHECK_TRANSACTION_STATE,
 NOTIFY_CONSUMER_IDS_CHANGED) go to the ``ClientChannel`` of the last heartbeat, on a worker
 thread (a transaction check runs user code).
 """

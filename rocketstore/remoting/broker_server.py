@@ -5,7 +5,9 @@ which serves everything but PULL_MESSAGE) before opening the broker, so the stor
 into every record is the advertised ``broker_ip1:listen_port`` that clients send to. It
 registers the broker's topics with every NameServer at start, every
 ``register_name_server_period`` ms (30 s) and as soon as the topic table changes (a topic
-auto-created by a send or a heartbeat), and unregisters at stop. ``stop()`` closes the
+auto-created by a send or a heartbeat), and unregisters at stop. A SLAVE takes its master's
+address and HA address from the NameServer's answer and copies the master's topics, groups and
+offsets every 10 s (``rocketstore.broker.slave_sync``, docs/replication.md). ``stop()`` closes the
 listeners and connections, then the broker (which persists offsets and configs).
 """
 from __future__ import annotations

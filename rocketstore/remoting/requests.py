@@ -268,7 +268,7 @@ DECODERS: dict[int, Decoder] = {
     R.GET_TOPIC_STATS_INFO: _topic_ref, R.GET_CONSUME_STATS: _consume_stats,
     R.GET_CONSUMER_CONNECTION_LIST: _consumer_group, R.QUERY_MESSAGE: _query_message,
     R.INVOKE_BROKER_TO_RESET_OFFSET: _reset_offset, R.GET_BROKER_RUNTIME_INFO: _nothing,
-    # what a slave pulls from its master (HA.md §4), and group admin
+    # what a slave pulls from its master (docs/replication.md), and group admin
     R.GET_ALL_TOPIC_CONFIG: _nothing, R.GET_ALL_CONSUMER_OFFSET: _nothing,
     R.GET_ALL_DELAY_OFFSET: _nothing, R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _nothing,
     R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _group_update,
