@@ -417,3 +417,125 @@ def test_a_slave_gets_no_master_address_once_the_master_is_not_alive():
     routes.unregister_broker("c", "127.0.0.1:10911", "b", 5)
     assert routes.register_broker("c", "127.0.0.1:10921", "b", 1, "127.0.0.1:10922", dv, {}) \
         == (None, None)
+
+
+# -- HA.md §4.2, §7.2: a rocketstore slave of a master that answers as Apache RocketMQ's ----------
+
+# what a 4.9.8 master's encode() answers: fastjson, integer keys unquoted
+JAVA_TOPICS = (b'{"dataVersion":{"counter":5,"timestamp":1700000000000},"topicConfigTable":'
+               b'{"JavaTopic":{"order":false,"perm":6,"readQueueNums":3,"topicFilterType":'
+               b'"SINGLE_TAG","topicName":"JavaTopic","topicSysFlag":0,"writeQueueNums":3}}}')
+JAVA_OFFSETS = b'{"offsetTable":{"JavaTopic@JavaGroup":{0:12,1:7}}}'
+JAVA_DELAY = b'{"offsetTable":{1:340,2:0}}'
+JAVA_GROUPS = (b'{"dataVersion":{"counter":2,"timestamp":1700000000001},"subscriptionGroupTable":'
+               b'{"JavaGroup":{"brokerId":0,"consumeBroadcastEnable":true,"consumeEnable":true,'
+               b'"consumeFromMinEnable":true,"groupName":"JavaGroup",'
+               b'"notifyConsumerIdsChangedEnable":true,"retryMaxTimes":5,"retryQueueNums":1,'
+               b'"whichBrokerWhenConsumeSlowly":1}}}')
+
+
+class _FakeMaster:
+    """Two listening sockets (port and port - 2) that answer the four metadata requests with a
+    Java master's bodies and record (port, code, extFields, body length) of each request."""
+
+    def __init__(self) -> None:
+        import socket
+        from rocketstore.remoting.broker_server import free_port_pair
+        self.port = free_port_pair()
+        self.seen: list[tuple[int, int, dict, int]] = []
+        self.socks = []
+        for port in (self.port, self.port - 2):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            self.socks.append(s)
+            threading.Thread(target=self._accept, args=(s, port), daemon=True).start()
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self, s, port: int) -> None:
+        while True:
+            try:
+                conn, _ = s.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn, port), daemon=True).start()
+
+    def _serve(self, conn, port: int) -> None:
+        import struct
+        bodies = {GET_ALL_TOPICS: JAVA_TOPICS, GET_ALL_OFFSETS: JAVA_OFFSETS,
+                  GET_ALL_DELAY: JAVA_DELAY, GET_ALL_GROUPS: JAVA_GROUPS}
+        buf = b""
+        with conn:
+            while True:
+                while len(buf) < 4 or len(buf) < 4 + struct.unpack(">i", buf[:4])[0]:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                total, hlen = struct.unpack(">ii", buf[:8])
+                hlen &= 0xFFFFFF
+                header = json.loads(buf[8:8 + hlen])
+                body_len = total - 4 - hlen
+                buf = buf[4 + total:]
+                code = header["code"]
+                self.seen.append((port, code, header.get("extFields") or {}, body_len))
+                body = bodies.get(code, b"")
+                rh = json.dumps({"code": 0 if code in bodies else 1, "flag": 1,
+                                 "opaque": header["opaque"], "language": "JAVA",
+                                 "version": 409}).encode()
+                conn.sendall(struct.pack(">ii", 4 + len(rh) + len(body), len(rh)) + rh + body)
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+
+
+def test_slave_syncs_from_a_master_answering_as_rocketmq(tmp_path: Path):
+    """A master that registers with the NameServer and answers as 4.9.8's does (fastjson
+    bodies, unquoted integer keys): the slave asks GET_ALL_TOPIC_CONFIG on port - 2, the
+    other three on the port, with no header fields and no body, and writes what it got."""
+    fake = _FakeMaster()
+    ns = start_namesrv(tmp_path)
+    reg = None
+    slave = None
+    try:
+        reg, h = _register(ns.addr, "broker-j", fake.addr, 0, "127.0.0.1:1")
+        assert h["code"] == SUCCESS
+        (tmp_path / "s").mkdir()
+        store = tmp_path / "s" / "store"
+        slave = start_broker(store, ns.addr, conf=SLAVE_CONF, name="broker-j")
+
+        def synced() -> bool:
+            offsets = _config(store, "consumerOffset.json").get("offsetTable", {})
+            return ("JavaTopic" in _config(store, "topics.json").get("topicConfigTable", {})
+                    and "JavaGroup" in _config(store, "subscriptionGroup.json").get(
+                        "subscriptionGroupTable", {})
+                    and "JavaTopic@JavaGroup" in offsets
+                    and (store / "config" / "delayOffset.json").exists())
+        _wait(synced, "the slave wrote the master's metadata")
+        by_code = {code: (port, ext, n) for port, code, ext, n in fake.seen}
+        assert by_code[GET_ALL_TOPICS][0] == fake.port - 2
+        for code in (GET_ALL_OFFSETS, GET_ALL_DELAY, GET_ALL_GROUPS):
+            assert by_code[code][0] == fake.port
+        assert all(ext == {} and n == 0 for _, ext, n in by_code.values())
+        topics = _config(store, "topics.json")
+        assert topics["dataVersion"]["counter"] == 5
+        assert topics["dataVersion"]["timestamp"] == 1700000000000
+        assert topics["topicConfigTable"]["JavaTopic"]["readQueueNums"] == 3
+        offsets = _config(store, "consumerOffset.json")["offsetTable"]["JavaTopic@JavaGroup"]
+        assert {int(q): o for q, o in offsets.items()} == {0: 12, 1: 7}
+        assert (store / "config" / "delayOffset.json").read_bytes() == JAVA_DELAY
+        groups = _config(store, "subscriptionGroup.json")
+        assert groups["subscriptionGroupTable"]["JavaGroup"]["retryMaxTimes"] == 5
+        assert groups["dataVersion"]["counter"] == 2
+    finally:
+        if slave is not None:
+            slave.stop()
+        if reg is not None:
+            reg.close()
+        ns.stop()
+        fake.close()

@@ -46,6 +46,8 @@ API_TIMEOUT_S = 3.0          # mqClientApiTimeout
 PULL_EXTRA_S = 15.0          # a suspended pull: the broker's hold plus this (Java: 30 s in all)
 SEND_BACK_TIMEOUT_S = 5.0
 CLUSTER_INFO_TTL_S = 30.0    # how often broker_names() re-reads the NameServer's broker list
+_PULL_STATUSES = frozenset({ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
+                            ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_OFFSET_MOVED})
 
 
 def _chain(fut: concurrent.futures.Future[T], fn: Callable[[T], U]) -> concurrent.futures.Future[U]:
@@ -341,9 +343,12 @@ class TcpTransport(Transport):
         fut = self.client.invoke_async(addr, cmd, timeout)
 
         def follow(f: concurrent.futures.Future[RemotingCommand]) -> None:
-            # updatePullFromWhichNode after every answered pull, whatever its status
+            # updatePullFromWhichNode after every pull answered with a pull status (found or
+            # not); an error answer (busy, no permission) leaves the node as it was
             if not f.cancelled() and f.exception() is None:
-                self._pull_from[key] = f.result().int_field("suggestWhichBrokerId", 0)
+                r = f.result()
+                if r.code in _PULL_STATUSES:
+                    self._pull_from[key] = r.int_field("suggestWhichBrokerId", 0)
         fut.add_done_callback(follow)
         return fut
 
