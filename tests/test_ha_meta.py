@@ -539,3 +539,18 @@ def test_slave_syncs_from_a_master_answering_as_rocketmq(tmp_path: Path):
             reg.close()
         ns.stop()
         fake.close()
+
+
+def test_registered_ha_address_uses_broker_ip2_else_broker_ip1():
+    """``haServerAddr`` is brokerIP2:port+1; left unset, brokerIP2 follows brokerIP1 (as both
+    default to the machine's address in RocketMQ), so a slave on another host can reach it."""
+    from rocketstore.broker.config import BrokerConfig
+    from rocketstore.remoting.broker_server import BrokerServer
+    from rocketstore.store.config import StoreConfig
+    got = []
+    for bc in (BrokerConfig(), BrokerConfig(broker_ip1="10.0.0.1"),
+               BrokerConfig(broker_ip1="10.0.0.1", broker_ip2="10.0.0.2", listen_port=20911)):
+        server = BrokerServer("/nonexistent", bc, StoreConfig())
+        got.append(server.ha_server_addr)
+        server._executor.shutdown()
+    assert got == ["127.0.0.1:10912", "10.0.0.1:10912", "10.0.0.2:20912"]

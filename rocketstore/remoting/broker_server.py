@@ -38,6 +38,7 @@ log = logging.getLogger("rocketstore.broker.remoting")
 
 REGISTER_PERIOD_MS = 30_000
 REGISTER_TIMEOUT_S = 6.0
+_DEFAULT_IP = "127.0.0.1"        # BrokerConfig's broker_ip1 / broker_ip2 default
 
 
 def free_port_pair(host: str = "127.0.0.1") -> int:
@@ -114,6 +115,17 @@ class BrokerServer:
     @property
     def addr(self) -> str:
         return f"{self.broker_config.broker_ip1}:{self.broker_config.listen_port}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        """``brokerIP2:listenPort+1``, sent as ``haServerAddr``. RocketMQ defaults both IPs to
+        the machine's address; here an unset ``broker_ip2`` (127.0.0.1) follows
+        ``broker_ip1``, so a broker listening on another address advertises a reachable HA
+        port."""
+        bc = self.broker_config
+        if bc.broker_ip2 == _DEFAULT_IP and bc.broker_ip1 != _DEFAULT_IP:
+            return f"{bc.broker_ip1}:{bc.listen_port + 1}"
+        return bc.ha_server_addr
 
     async def start(self) -> None:
         from rocketstore.broker import Broker
@@ -201,7 +213,7 @@ class BrokerServer:
         return RemotingCommand.request(RequestCode.REGISTER_BROKER, {
             "brokerName": bc.broker_name, "brokerAddr": self.addr,
             "clusterName": bc.broker_cluster_name,
-            "haServerAddr": bc.ha_server_addr, "brokerId": bc.broker_id,
+            "haServerAddr": self.ha_server_addr, "brokerId": bc.broker_id,
             "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}, body)
 
     async def _register_all(self) -> None:
