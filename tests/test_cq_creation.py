@@ -112,3 +112,31 @@ def test_queue_file_being_written_has_read_ahead_off_until_full(store_dir):
         index_dir = os.path.join(store_dir, "index")
         for name in os.listdir(index_dir):
             assert "rr" in _vm_flags(os.path.join(index_dir, name))
+
+
+def _thread_switches(name: str) -> int:
+    """Voluntary context switches of this process's thread called ``name``."""
+    native = {t.name: t.native_id for t in threading.enumerate()}[name]
+    with open(f"/proc/self/task/{native}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches")
+
+
+def test_dispatch_polls_while_busy_and_sleeps_when_idle(store_dir):
+    """While records come, dispatch polls every millisecond (no wake-up per put); once the
+    store is idle it sleeps until a put arms it: an idle store costs no CPU."""
+    with MessageStore.open(store_dir, StoreConfig(mapped_file_size_commit_log=1 << 20)) as store:
+        for i in range(200):
+            store.put_message(Message("Idle", b"x%d" % i))
+        assert store.wait_dispatched(10)
+        time.sleep(0.2)                     # past the idle polls: asleep now
+        before = _thread_switches("DispatchService")
+        time.sleep(1.0)
+        idle_switches = _thread_switches("DispatchService") - before
+        assert idle_switches <= 3, f"{idle_switches} wake-ups in an idle second"
+        # and a put still wakes it at once
+        store.put_message(Message("Idle", b"late"))
+        assert store.wait_dispatched(5)
+        assert store.get_max_offset_in_queue("Idle", 0) == 201
