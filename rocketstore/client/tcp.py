@@ -24,12 +24,12 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerS
                                          RemotingResult, ResponseCode, SendMessageRequest,
                                          SendMessageResponse, TopicRouteData)
 from rocketstore.client.transport import ClientChannel, Transport
-from rocketstore.errors import RemotingProtocolError, TransportError
+from rocketstore.errors import TransportError
 from rocketstore.remoting import fastjson, headers
 from rocketstore.remoting.client import RemotingClient
-from rocketstore.remoting.codes import LanguageCode, RequestCode
+from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
-from rocketstore.store._codec import decode as decode_record
+from rocketstore.remoting.records import decode_records
 from rocketstore.store._codec import encode_properties
 from rocketstore.store._codec import as_client_messages
 
@@ -65,23 +65,6 @@ def _code(code: int) -> ResponseCode:
         return ResponseCode(code)
     except ValueError:
         return cast(ResponseCode, code)
-
-
-def decode_records(body: bytes | memoryview) -> list[MessageExt]:
-    """A pull body: stored records back to back -> messages (body CRC checked)."""
-    out: list[MessageExt] = []
-    buf = bytes(body)
-    pos, n = 0, len(buf)
-    while pos < n:
-        try:
-            m = decode_record(buf, pos, check_crc=True)
-        except ValueError as e:
-            raise RemotingProtocolError(f"pull body: {e}") from None
-        if m is None:
-            break
-        out.append(m)
-        pos += m.store_size
-    return out
 
 
 def properties_string(msg: Message) -> str:

@@ -24,7 +24,7 @@ from rocketstore.errors import InvalidArgumentError, RemotingProtocolError
 from rocketstore.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimits
 from rocketstore.namesrv.routeinfo import BROKER_EXPIRE_S, RouteInfoManager
 from rocketstore.remoting import fastjson
-from rocketstore.remoting.codes import VERSION_V3_0_11, RequestCode
+from rocketstore.common.codes import VERSION_V3_0_11, RequestCode
 from rocketstore.remoting.command import MAX_FRAME, RemotingCommand
 from rocketstore.remoting.connection import Connection
 from rocketstore.remoting.server import RemotingServer

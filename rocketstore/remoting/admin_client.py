@@ -15,8 +15,9 @@ from rocketstore.errors import RocketStoreError, TransportError
 from rocketstore.remoting import admin_bodies as bodies
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.client import RemotingClient, split_addr
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.records import decode_records
 
 RETRY_PREFIX = "%RETRY%"
 
@@ -258,7 +259,6 @@ class AdminClient:
     # -- messages -----------------------------------------------------------------------------
     def view_message(self, msg_id: str) -> Any:
         """The message with offset message id ``msg_id`` (store host + commit-log offset)."""
-        from rocketstore.client.tcp import decode_records
         from rocketstore.store._codec import decode_msg_id
         try:
             host, offset = decode_msg_id(msg_id)
@@ -276,7 +276,6 @@ class AdminClient:
                       end_ms: int | None = None, *, unique_key: bool = False) -> list[Any]:
         """Messages of ``topic`` whose keys hold ``key`` (``unique_key``: whose client message
         id is ``key``) from every broker of the topic, oldest first."""
-        from rocketstore.client.tcp import decode_records
         end = int(time.time() * 1000) if end_ms is None else end_ms
         fields: dict[str, Any] = {"topic": topic, "key": key, "maxNum": max_num,
                                   "beginTimestamp": begin_ms, "endTimestamp": end}

@@ -32,7 +32,7 @@ from rocketstore.common import names
 from rocketstore.common.protocol import MessageQueue, ResponseCode
 from rocketstore.remoting import admin_bodies as bodies
 from rocketstore.remoting import fastjson, requests
-from rocketstore.remoting.codes import LanguageCode, RequestCode
+from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
 from rocketstore.remoting.zerocopy import RecordBody

@@ -24,7 +24,7 @@ from rocketstore.errors import TransportError
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.broker_processor import BrokerProcessor
 from rocketstore.remoting.client import RemotingClient
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import ConnectionLimits
 from rocketstore.remoting.executors import (RESERVE_BY_CODE, RESERVE_DEFAULT, BrokerExecutors,

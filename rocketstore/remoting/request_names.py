@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from rocketstore.common import names
 from rocketstore.common.protocol import ResponseCode
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 
 __all__ = ["NAME_FIELDS", "check"]

@@ -16,7 +16,7 @@ from typing import Any, Callable, NamedTuple
 
 from rocketstore.errors import RemotingProtocolError, RocketStoreError
 from rocketstore.remoting import fastjson, headers
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 
 # ACL permission bits (rocketstore.acl.permission; repeated to keep this module free of acl)
