@@ -77,6 +77,8 @@ class _Housekeeping:
         while not self._stop.wait(interval):
             try:
                 self.broker.scan_not_active_channels()
+                if self.broker.metrics is not None:
+                    self.broker.metrics.windows.sample()     # statsAll's minute/hour/day
             except Exception:  # noqa: BLE001 - keep scanning
                 log.exception("housekeeping scan failed")
 

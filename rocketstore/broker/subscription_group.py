@@ -76,6 +76,12 @@ def _from_bean(name: str, bean: Any) -> SubscriptionGroupConfig:
         raise ValueError(f"subscriptionGroupTable[{name!r}]: {e}") from e
 
 
+def from_bean(name: str, bean: Any) -> SubscriptionGroupConfig:
+    """A ``SubscriptionGroupConfig`` from its fastjson form (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP's
+    body); absent fields take 4.9.8's defaults, a field of the wrong type raises ValueError."""
+    return _from_bean(name, bean)
+
+
 def _decode(doc: Any) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:
     if not isinstance(doc, dict):
         raise ValueError("top level is not an object")
@@ -120,6 +126,11 @@ class SubscriptionGroupManager(VersionedConfigTable):
     def _snapshot(self) -> Any:
         return {"dataVersion": self._version_bean(),
                 "subscriptionGroupTable": {n: _to_bean(c) for n, c in self._table.items()}}
+
+    def snapshot(self) -> dict[str, Any]:
+        """``encode()``: the data version and every group (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
+        with self._lock:
+            return self._snapshot()
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         with self._lock:

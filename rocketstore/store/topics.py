@@ -345,6 +345,14 @@ class TopicConfigManager(VersionedConfigTable):
             self._data_version = self._data_version.next_version()
         self._changed(durable)
 
+    def touch(self) -> None:
+        """A new data version with the table unchanged (RocketMQ's ``nextVersion()`` when the
+        broker's own permission changes): persisted, and the listeners (NameServer
+        re-registration) told."""
+        with self._lock:
+            self._data_version = self._data_version.next_version()
+        self._changed(True)
+
     def register_absent(self, configs: list[TopicConfig]) -> list[TopicConfig]:
         """Add the configs whose topic is absent, without a version bump (RocketMQ's
         constructor-registered system topics), persisting once if any was added."""
