@@ -119,6 +119,18 @@ def test_sub_group_create_read_delete(cluster, capsys):
     assert "G_CLI" in err
 
 
+def test_all_topic_config(cluster):
+    """GET_ALL_TOPIC_CONFIG (21), what mqadmin's exportMetadata reads."""
+    ns, addr, _ = cluster
+    with AdminClient(ns) as admin:
+        admin.update_topic("T_ALLCFG", broker_addr=addr, read_queue_nums=3, write_queue_nums=3,
+                           order=True)
+        doc = admin.topic_configs(addr)
+    tc = doc["topicConfigTable"]["T_ALLCFG"]
+    assert (tc["readQueueNums"], tc["writeQueueNums"], tc["perm"], tc["order"]) == (3, 3, 6, True)
+    assert doc["dataVersion"]["counter"] >= 1
+
+
 # -- producers (204) ------------------------------------------------------------------------------
 
 def test_producer_connection(cluster, capsys):
@@ -385,6 +397,62 @@ def test_clean_unused_topic(tmp_path, capsys):
         admin_cli(capsys, "cleanUnusedTopic", "-n", ns.addr, "-b", broker.addr)
         assert not (store / "consumequeue" / "T_ORPHAN").exists()
         assert (store / "consumequeue" / "T_KEEP").exists()
+    finally:
+        assert broker.stop() == 0, broker.output[-2000:]
+        assert ns.stop() == 0
+
+
+# -- the ACL path: the new codes are checked like every other ------------------------------------
+
+ACL_YML = """
+accounts:
+  - accessKey: plainUser
+    secretKey: plainSecret1
+    admin: false
+    defaultTopicPerm: PUB|SUB
+    defaultGroupPerm: SUB
+  - accessKey: adminUser
+    secretKey: adminSecret1
+    admin: true
+"""
+
+
+def test_new_codes_pass_the_acl(tmp_path):
+    from rocketstore.acl.signature import SessionCredentials
+    store = tmp_path / "store"
+    (store / "conf").mkdir(parents=True)
+    (store / "conf" / "plain_acl.yml").write_text(ACL_YML)
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(store, ns.addr, {"aclEnable": "true"})
+    try:
+        addr = broker.addr
+        plain = AdminClient(ns.addr, credentials=SessionCredentials("plainUser", "plainSecret1"))
+        boss = AdminClient(ns.addr, credentials=SessionCredentials("adminUser", "adminSecret1"))
+        unsigned = AdminClient(ns.addr)
+        with plain, boss, unsigned:
+            # admin-only codes (RocketMQ's Permission.ADMIN_CODE): 25, 200, 207
+            for call in (lambda a: a.update_broker_config({"rejectTransactionMessage": "true"},
+                                                          broker_addr=addr),
+                         lambda a: a.update_sub_group({"groupName": "G_ACL"}, broker_addr=addr),
+                         lambda a: a.delete_sub_group("G_ACL", broker_addr=addr)):
+                with pytest.raises(AdminError) as e:
+                    call(plain)
+                assert e.value.code != SUCCESS and "admin" in (e.value.remark or "").lower()
+                with pytest.raises(AdminError):
+                    call(unsigned)
+            assert boss.broker_config(addr)["rejectTransactionMessage"] == "false"
+            # reads need a valid signature only, as on 4.9.8: the handler answers
+            with pytest.raises(AdminError) as e:
+                plain.invoke(addr, 204, {"producerGroup": "G_NONE"})
+            assert e.value.remark == "the producer group[G_NONE] not exist"
+            with pytest.raises(AdminError) as e:
+                unsigned.invoke(addr, 204, {"producerGroup": "G_NONE"})
+            assert "accessKey" in (e.value.remark or "")
+            # the admin account may
+            boss.update_broker_config({"rejectTransactionMessage": "true"}, broker_addr=addr)
+            boss.update_sub_group({"groupName": "G_ACL"}, broker_addr=addr)
+            assert "G_ACL" in boss.sub_group_configs(addr)["subscriptionGroupTable"]
+            assert plain.broker_config(addr)["rejectTransactionMessage"] == "true"
     finally:
         assert broker.stop() == 0, broker.output[-2000:]
         assert ns.stop() == 0

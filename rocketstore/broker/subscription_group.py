@@ -127,11 +127,6 @@ class SubscriptionGroupManager(VersionedConfigTable):
         return {"dataVersion": self._version_bean(),
                 "subscriptionGroupTable": {n: _to_bean(c) for n, c in self._table.items()}}
 
-    def snapshot(self) -> dict[str, Any]:
-        """``encode()``: the data version and every group (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
-        with self._lock:
-            return self._snapshot()
-
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         with self._lock:
             return self._table.get(group)

@@ -331,6 +331,12 @@ class AdminClient:
                         what=f"updateBrokerConfig at {addr}")
         return addrs
 
+    def topic_configs(self, broker_addr: str) -> dict[str, Any]:
+        """GET_ALL_TOPIC_CONFIG: {"dataVersion", "topicConfigTable"} of one broker."""
+        r = self.invoke(broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG,
+                        what=f"topic configs at {broker_addr}")
+        return fastjson.loads(bytes(r.body))
+
     def broker_consume_stats(self, broker_addr: str, order: bool = False
                              ) -> tuple[str, dict[str, list[tuple[
                                  dict[MessageQueue, bodies.OffsetWrapper], float]]], int]:

@@ -10,6 +10,18 @@
   QUERY_MESSAGE 12                messages by key (or client id) through the index
   INVOKE_BROKER_TO_RESET_OFFSET 222 move a group's offsets to a time
   GET_BROKER_RUNTIME_INFO 28      RocketMQ's key/value table plus this broker's metrics
+  GET_ALL_TOPIC_CONFIG 21         every topic's config (TopicConfigSerializeWrapper)
+  UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200, GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201,
+  DELETE_SUBSCRIPTIONGROUP 207    subscription groups (subscriptionGroup.json)
+  GET_PRODUCER_CONNECTION_LIST 204 a producer group's clients
+  GET_CONSUMER_RUNNING_INFO 307   relayed to the consumer over its own connection, its answer
+                                  (bytes untouched) relayed back, as 4.9.8's callConsumer
+  QUERY_TOPIC_CONSUME_BY_WHO 300  groups subscribed to a topic or with offsets on it
+  GET_BROKER_CONSUME_STATS 317    every group's queues: broker and consumer offsets, total diff
+  CLEAN_UNUSED_TOPIC 316          consume queues of topics without a config dropped
+  VIEW_BROKER_STATS_DATA 315      a stats item's minute/hour/day sum and tps (statsAll)
+  GET_BROKER_CONFIG 26, UPDATE_BROKER_CONFIG 25  settings (rocketstore.broker.runtime_config:
+                                  only a whitelist changes at run time)
 
 Bodies are what a Java admin reads (``admin_bodies``). Calls that touch the disk or persist
 (topic updates, index lookups, resets) run on the processor's thread pool.
@@ -88,6 +100,7 @@ class AdminProcessor:
                 R.CLEAN_UNUSED_TOPIC: self.clean_unused_topic,
                 R.VIEW_BROKER_STATS_DATA: self.stats_data,
                 R.GET_BROKER_CONFIG: self.broker_config,
+                R.GET_ALL_TOPIC_CONFIG: self.all_topic_configs,
                 R.UPDATE_BROKER_CONFIG: self.update_broker_config}
 
     # -- topics -------------------------------------------------------------------------------
@@ -280,6 +293,13 @@ class AdminProcessor:
         table = await self._blocking(m.runtime_info)
         return cmd.response(ResponseCode.SUCCESS, body=bodies.encode_kv_table(table))
 
+
+    def all_topic_configs(self, conn: Connection, cmd: RemotingCommand,
+                          r: None) -> RemotingCommand:
+        # TopicConfigManager.encode(): {"dataVersion":..,"topicConfigTable":..} (mqadmin's
+        # exportMetadata / exportMetrics read it through getUserTopicConfig)
+        doc = self.broker.store.topic_config_manager.snapshot()
+        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(doc).encode())
 
     # -- subscription groups --------------------------------------------------------------------
     async def update_sub_group(self, conn: Connection, cmd: RemotingCommand,

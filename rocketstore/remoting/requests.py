@@ -360,6 +360,7 @@ DECODERS: dict[int, Decoder] = {
     R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _nothing, R.DELETE_SUBSCRIPTIONGROUP: _sub_group_delete,
     R.GET_PRODUCER_CONNECTION_LIST: _producer_group, R.GET_CONSUMER_RUNNING_INFO: _running_info,
     R.GET_BROKER_CONFIG: _nothing, R.UPDATE_BROKER_CONFIG: _broker_config_update,
+    R.GET_ALL_TOPIC_CONFIG: _nothing,
     R.GET_BROKER_CONSUME_STATS: _broker_consume_stats, R.CLEAN_UNUSED_TOPIC: _nothing,
     R.QUERY_TOPIC_CONSUME_BY_WHO: _topic_ref, R.VIEW_BROKER_STATS_DATA: _stats_query,
 }
@@ -436,8 +437,9 @@ TOUCHES: dict[int, Callable[[Any], list[Touch]]] = {
     # resetting a group's offsets is an offset update: SUB on the topic and the group
     # (4.9.8 asks a valid signature only)
     R.INVOKE_BROKER_TO_RESET_OFFSET: lambda r: [(TOPIC, r.topic, SUB), (GROUP, r.group, SUB)],
-    # admin reads and writes of a group or topic: named (a DENY on it applies), no permission
-    # bit (4.9.8 asks a valid signature; 200 and 207 need an admin account, acl.permission)
+    # admin reads and writes of a group or topic: named, no permission bit (4.9.8 asks a
+    # valid signature only, as for GET_CONSUME_STATS above); 200 and 207 need an admin
+    # account (acl.permission.ADMIN_CODES), as does UPDATE_BROKER_CONFIG (25)
     R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: lambda r: [(GROUP, r.group, 0)],
     R.DELETE_SUBSCRIPTIONGROUP: lambda r: [(GROUP, r.group, 0)],
     R.GET_PRODUCER_CONNECTION_LIST: lambda r: [(GROUP, r.group, 0)],

@@ -248,6 +248,12 @@ class VersionedConfigTable:
         """The document to write (called with the lock held)."""
         raise NotImplementedError
 
+    def snapshot(self) -> Any:
+        """The document the file holds, as of now (RocketMQ's ``encode()``: what
+        GET_ALL_TOPIC_CONFIG and GET_ALL_SUBSCRIPTIONGROUP_CONFIG answer)."""
+        with self._lock:
+            return self._snapshot()
+
     def persist(self) -> None:
         """Write the current state now (atomic; see ``ConfigFile.persist``)."""
         with self._lock:
