@@ -208,6 +208,42 @@ def test_consumer_running_info_is_relayed_raw(cluster):
         assert h["code"] == INVALID_PARAMETER and "consumerGroup" in h["remark"]
 
 
+def test_consumer_status_of_our_push_consumer(cluster, capsys):
+    """rocketstore's own consumer answers the relayed 307 with a ConsumerRunningInfo Java's
+    mqadmin parses: properties, subscriptions, a ProcessQueueInfo per queue it holds."""
+    from rocketstore.client import ConsumeConcurrentlyStatus, PushConsumer
+    from rocketstore.remoting import admin_bodies, fastjson
+    ns, addr, _ = cluster
+    with AdminClient(ns) as admin:
+        admin.update_topic("T_STATUS", broker_addr=addr, read_queue_nums=2, write_queue_nums=2)
+        until(lambda: route_perm(admin, "T_STATUS") == 6, "T_STATUS routed")
+        c = PushConsumer("G_STATUS", namesrv_addr=ns)
+        c.subscribe("T_STATUS", "TagA || TagB")
+        c.register_message_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+        c.start()
+        try:
+            until(lambda: len(c.assignment("T_STATUS")) == 2, "both queues held")
+            doc = fastjson.loads(admin.consumer_running_info("G_STATUS", c.client_id))
+            props = doc["properties"]
+            assert props["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
+            assert props["PROP_CONSUME_ORDERLY"] == "false" and props["PROP_NAMESERVER_ADDR"] == ns
+            assert props["messageModel"] == "CLUSTERING"
+            table = admin_bodies.decode_mq_map(doc["mqTable"], "mqTable")
+            assert sorted(mq.queue_id for mq in table if mq.topic == "T_STATUS") == [0, 1]
+            assert all(v["droped"] is False for v in table.values())
+            subs = {s["topic"]: s for s in doc["subscriptionSet"]}
+            assert subs["T_STATUS"]["tagsSet"] == ["TagA", "TagB"]
+            assert "%RETRY%G_STATUS" in subs
+            stacks = fastjson.loads(admin.consumer_running_info("G_STATUS", c.client_id,
+                                                                jstack=True))["jstack"]
+            assert "MainThread" in stacks
+            rows = json.loads(admin_cli(capsys, "consumerStatus", "-n", ns, "-g", "G_STATUS",
+                                        "--json"))
+            assert rows == [{"clientId": c.client_id, "answered": "yes", "bytes": rows[0]["bytes"]}]
+        finally:
+            c.shutdown()
+
+
 # -- broker settings (26, 25) ---------------------------------------------------------------------
 
 def props(body: bytes) -> dict[str, str]:
