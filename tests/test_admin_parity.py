@@ -423,7 +423,22 @@ def test_clean_unused_topic(tmp_path, capsys):
     try:
         send(ns.addr, "T_KEEP", 1)
         send(ns.addr, "T_ORPHAN", 1)
-        until(lambda: (store / "consumequeue" / "T_ORPHAN").exists(), "T_ORPHAN dispatched")
+        # a transaction left open: its half message waits in RMQ_SYS_TRANS_HALF_TOPIC, whose
+        # config the check service creates only when it first runs (60 s)
+        from rocketstore.client.producer import TransactionProducer
+        from rocketstore.common.protocol import LocalTransactionState as S
+
+        class Undecided:
+            def execute_local_transaction(self, msg, arg):
+                return S.UNKNOW
+
+            def check_local_transaction(self, msg):
+                return S.UNKNOW
+        with TransactionProducer("PG_TX_OPEN", Undecided(), namesrv_addr=ns.addr) as tp:
+            tp.send_message_in_transaction(Message("T_KEEP", b"half"))
+        half = store / "consumequeue" / "RMQ_SYS_TRANS_HALF_TOPIC"
+        until(lambda: (store / "consumequeue" / "T_ORPHAN").exists() and half.exists(),
+              "T_ORPHAN and the half message dispatched")
         assert broker.stop() == 0
         topics = store / "config" / "topics.json"
         doc = json.loads(topics.read_text())
@@ -433,6 +448,7 @@ def test_clean_unused_topic(tmp_path, capsys):
         admin_cli(capsys, "cleanUnusedTopic", "-n", ns.addr, "-b", broker.addr)
         assert not (store / "consumequeue" / "T_ORPHAN").exists()
         assert (store / "consumequeue" / "T_KEEP").exists()
+        assert half.exists(), "the open transaction's half message was dropped"
     finally:
         assert broker.stop() == 0, broker.output[-2000:]
         assert ns.stop() == 0

@@ -63,8 +63,6 @@ DEFAULT_QUERY_MAX_NUM = 32              # MessageStoreConfig.defaultQueryMaxNum
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 CALL_CLIENT_TIMEOUT_S = 10.0            # Broker2Client.callClient
 VERSION_V3_1_8 = 62                     # MQVersion V3_1_8_SNAPSHOT: older clients are not asked
-# topics with consume queues and no config by design (cleanUnusedTopic leaves them)
-KEEP_UNCONFIGURED = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
 
 
 def validate_topic(topic: str) -> str | None:
@@ -369,15 +367,15 @@ class AdminProcessor:
                                 "finish, please upgrade it to V3_1_8_SNAPSHOT")
         relay = RemotingCommand.request(cmd.code, None, bytes(cmd.body) if cmd.body else None)
         relay.ext_fields = dict(cmd.ext_fields)
+        client_loop = getattr(channel, "loop", None)
         try:
-            loop = asyncio.get_running_loop()
-            if channel.loop is loop:
+            if client_loop is None or client_loop is asyncio.get_running_loop():
                 answer = await client.request(relay, CALL_CLIENT_TIMEOUT_S)
-            else:
+            else:               # the client came in on another server's loop
                 async def call() -> RemotingCommand:
                     return await client.request(relay, CALL_CLIENT_TIMEOUT_S)
                 answer = await asyncio.wrap_future(
-                    asyncio.run_coroutine_threadsafe(call(), channel.loop))
+                    asyncio.run_coroutine_threadsafe(call(), client_loop))
         except TransportError as e:
             timed_out = "no response" in str(e)
             code = ResponseCode.CONSUME_MSG_TIMEOUT if timed_out else ResponseCode.SYSTEM_ERROR
@@ -441,13 +439,15 @@ class AdminProcessor:
         return cmd.response(ResponseCode.SUCCESS)
 
     def _clean_unused_topics(self) -> list[str]:
-        """``cleanUnusedTopic``: drop the consume queues of topics with no config (but the
-        schedule and transaction-op topics, which have none by design)."""
+        """``cleanUnusedTopic``: drop the consume queues of topics with no config. System
+        topics are kept: 4.9.8 keeps the schedule and transaction-op topics only, and would
+        drop the half-message queue whose config the check service creates later (pending
+        transactions lost)."""
         store = self.broker.store
         configured = set(store.topic_config_manager.all())
         cleaned = []
         for topic in store.list_topics():
-            if topic in configured or topic in KEEP_UNCONFIGURED:
+            if topic in configured or self.broker.topic_manager.is_system_topic(topic):
                 continue
             try:
                 store.delete_topic(topic)
