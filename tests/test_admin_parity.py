@@ -208,6 +208,21 @@ def test_consumer_running_info_is_relayed_raw(cluster):
         assert h["code"] == INVALID_PARAMETER and "consumerGroup" in h["remark"]
 
 
+@pytest.mark.stress
+def test_consumer_running_info_unanswered_raw(cluster):
+    """A consumer that never answers: after Broker2Client's 10 s, CONSUME_MSG_TIMEOUT (207)
+    naming it, and its connection stays (it is still a member of the group)."""
+    _, addr, _ = cluster
+    with RawClient(addr) as consumer, RawClient(addr, timeout=60) as tool:
+        h, _ = consumer.call(HEART_BEAT, {}, heartbeat("mute@1", "G_MUTE", "TBW102"))
+        assert h["code"] == SUCCESS
+        h, _ = tool.call(GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "G_MUTE",
+                                                     "clientId": "mute@1"})
+        assert h["code"] == 207 and h["remark"].startswith("consumer <G_MUTE> <mute@1> Timeout")
+        h, _ = consumer.call(HEART_BEAT, {}, heartbeat("mute@1", "G_MUTE", "TBW102"))
+        assert h["code"] == SUCCESS
+
+
 def test_consumer_status_of_our_push_consumer(cluster, capsys):
     """rocketstore's own consumer answers the relayed 307 with a ConsumerRunningInfo Java's
     mqadmin parses: properties, subscriptions, a ProcessQueueInfo per queue it holds."""
