@@ -286,7 +286,7 @@ def test_broker_config_whitelist_raw(cluster):
             assert name in h["remark"] and "brokerPermission" in h["remark"]
         for text, word in ((b"noSuchSetting=1\n", "noSuchSetting"),
                            (b"brokerPermission=abc\n", "brokerPermission"),
-                           (b"brokerPermission=99\n", "broker_permission"),
+                           (b"brokerPermission=99\n", "brokerPermission=99"),
                            (b"rejectTransactionMessage=maybe\n", "rejectTransactionMessage")):
             h, _ = c.call(UPDATE_BROKER_CONFIG, {}, text)
             assert h["code"] == INVALID_PARAMETER and word in h["remark"], (text, h)
@@ -295,8 +295,11 @@ def test_broker_config_whitelist_raw(cluster):
         assert props(body) == before
 
         # a whitelisted one takes effect at once: sends refused until the given time
+        v0 = json.loads(h["extFields"]["version"])["counter"]
         h, _ = c.call(UPDATE_BROKER_CONFIG, {}, b"startAcceptSendRequestTimeStamp=9999999999999\n")
         assert h["code"] == SUCCESS
+        h, _ = c.call(GET_BROKER_CONFIG)
+        assert json.loads(h["extFields"]["version"])["counter"] == v0 + 1
         assert props(c.call(GET_BROKER_CONFIG)[1])["startAcceptSendRequestTimeStamp"] == "9999999999999"
     with AdminClient(ns) as admin:
         admin.update_topic("T_CFG", broker_addr=addr)

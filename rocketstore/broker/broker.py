@@ -128,6 +128,7 @@ class Broker:
         self._services: list[Any] = []
         self.metrics: BrokerMetrics | None = BrokerMetrics(self) if config.metrics_enable else None
         self.metrics_server: Any = None
+        self.config_version: Any = None     # settings' DataVersion (broker.runtime_config)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], config: BrokerConfig | None = None,

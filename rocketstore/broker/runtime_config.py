@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from rocketstore.common.constants import PermName
 from rocketstore.common.protocol import ResponseCode
-from rocketstore.errors import RocketStoreError
+from rocketstore.errors import InvalidConfigError, RocketStoreError
 from rocketstore.store.brokerprops import camel
+from rocketstore.store.topics import DataVersion
 
 if TYPE_CHECKING:
     from rocketstore.broker.broker import Broker
@@ -53,6 +54,15 @@ def _settings(broker: Broker) -> dict[str, str]:
                 continue
             values[camel(f.name)] = str(v).lower() if isinstance(v, bool) else str(v)
     return values
+
+
+def version(broker: Broker) -> DataVersion:
+    """The settings' data version (GET_BROKER_CONFIG's ``version`` header): bumped by each
+    accepted update."""
+    v = getattr(broker, "config_version", None)
+    if v is None:
+        v = broker.config_version = DataVersion()
+    return v
 
 
 def config_text(broker: Broker) -> str:
@@ -94,9 +104,12 @@ def update(broker: Broker, properties: dict[str, str]) -> tuple[int, str | None]
                 field = RUNTIME_SETTINGS[name]
                 changes[field] = _parse(name, field, text, getattr(broker.config, field))
             new = dataclasses.replace(broker.config, **changes)
+        except InvalidConfigError as e:
+            return ResponseCode.INVALID_PARAMETER, f"{camel(e.setting)}={e.value!r}: {e.reason}"
         except (ValueError, TypeError, RocketStoreError) as e:
             return ResponseCode.INVALID_PARAMETER, str(e)
         apply(broker, new)
+        broker.config_version = version(broker).next_version()
     log.info("broker settings changed: %s", {camel(k): v for k, v in changes.items()})
     return ResponseCode.SUCCESS, None
 

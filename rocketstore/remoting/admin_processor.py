@@ -469,7 +469,7 @@ class AdminProcessor:
 
     # -- settings -------------------------------------------------------------------------------
     def broker_config(self, conn: Connection, cmd: RemotingCommand, r: None) -> RemotingCommand:
-        dv = self.broker.store.topic_config_manager.data_version
+        dv = runtime_config.version(self.broker)
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"version": fastjson.dumps(
             {"counter": dv.counter, "timestamp": dv.timestamp})},
             body=runtime_config.config_text(self.broker).encode("utf-8"))
