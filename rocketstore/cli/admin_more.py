@@ -9,6 +9,7 @@ from typing import Any
 
 from rocketstore.cli._common import CommandError, fmt_ts, table
 from rocketstore.cli.admin import _client, _command, _emit, _need
+from rocketstore.errors import RocketStoreError
 
 _BOOL = ("true", "false")
 
@@ -130,7 +131,7 @@ def _consumer_status(args: argparse.Namespace) -> int:
             try:
                 raw = admin.consumer_running_info(args.group, cid, jstack)
                 rows.append((cid, "yes", len(raw)))
-            except Exception as e:      # noqa: BLE001 - one client's failure is a row
+            except RocketStoreError as e:      # one client's failure is a row
                 rows.append((cid, f"no: {e}", 0))
     _emit(args, [{"clientId": c, "answered": a, "bytes": n} for c, a, n in rows], rows,
           ("client id", "answered", "running info bytes"))
@@ -225,7 +226,7 @@ def _stats_all(args: argparse.Namespace) -> int:
             if topic.startswith(("%RETRY%", "%DLQ%")) or (args.topic and topic != args.topic):
                 continue
             try:
-                masters = admin._route_masters(topic)
+                masters = admin.topic_masters(topic)
                 groups = admin.topic_consumed_by(topic)
             except (AdminError, TransportError):
                 continue

@@ -126,6 +126,10 @@ class AdminClient:
                 out[name] = addr
         return out
 
+    def topic_masters(self, topic: str) -> dict[str, str]:
+        """Broker name -> master address of the brokers ``topic`` is routed to."""
+        return self._route_masters(topic)
+
     def _route_masters(self, topic: str) -> dict[str, str]:
         route = self.topic_route(topic)
         return {bd["brokerName"]: a for bd in route.get("brokerDatas") or ()

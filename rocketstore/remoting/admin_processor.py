@@ -63,6 +63,7 @@ DEFAULT_QUERY_MAX_NUM = 32              # MessageStoreConfig.defaultQueryMaxNum
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 CALL_CLIENT_TIMEOUT_S = 10.0            # Broker2Client.callClient
 VERSION_V3_1_8 = 62                     # MQVersion V3_1_8_SNAPSHOT: older clients are not asked
+CREDENTIAL_FIELDS = frozenset({"AccessKey", "Signature", "SecurityToken"})   # acl.signature
 
 
 def validate_topic(topic: str) -> str | None:
@@ -366,7 +367,9 @@ class AdminProcessor:
                                 f"The Consumer <{r.client_id}> Version <{version}> too low to "
                                 "finish, please upgrade it to V3_1_8_SNAPSHOT")
         relay = RemotingCommand.request(cmd.code, None, bytes(cmd.body) if cmd.body else None)
-        relay.ext_fields = dict(cmd.ext_fields)
+        # the admin's fields, but not its credentials: 4.9.8 forwards the AccessKey and the
+        # request's Signature to the consumer too, which has no use for them
+        relay.ext_fields = {k: v for k, v in cmd.ext_fields.items() if k not in CREDENTIAL_FIELDS}
         client_loop = getattr(channel, "loop", None)
         try:
             if client_loop is None or client_loop is asyncio.get_running_loop():
