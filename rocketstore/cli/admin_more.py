@@ -93,7 +93,9 @@ def _get_consumer_config(args: argparse.Namespace) -> int:
         return 0
     for i, f in enumerate(found):
         print(("\n" if i else "") + f"{f['cluster']}:{f['brokerName']}:{f['brokerAddr']}")
-        table(sorted(f["config"].items()), ("setting", "value"))
+        # Java's words for booleans, as mqadmin prints them
+        table([(k, str(v).lower() if isinstance(v, bool) else v)
+               for k, v in sorted(f["config"].items())], ("setting", "value"))
     return 0
 
 
