@@ -318,17 +318,6 @@ class ClientInstance:
     def notify_consumer_ids_changed(self, group: str) -> None:
         self.rebalance_immediately()
 
-    def consumer_running_info(self, group: str, jstack: bool = False) -> bytes | None:
-        """GET_CONSUMER_RUNNING_INFO (an admin's ``consumerStatus``, relayed by a broker):
-        the group's ``ConsumerRunningInfo`` JSON, None when this client has no such group."""
-        from rocketstore.client.running_info import running_info
-        with self._lock:
-            consumer = self.consumers.get(group)
-        if consumer is None:
-            return None
-        namesrv = ";".join(getattr(self.transport, "namesrv_addrs", ()) or ())
-        return running_info(consumer, namesrv, jstack)
-
     def reset_offset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET (an admin's ``resetOffsetByTime``): for each queue of
         ``group`` held here, drop what was pulled, take the new offset and let the next
@@ -351,6 +340,17 @@ class ClientInstance:
         log.info("%s: offsets of %s on %s reset to %s", self.client_id, group, topic,
                  {mq.queue_id: o for mq, o in sorted(offsets.items())})
         self.rebalance_immediately()
+
+    def consumer_running_info(self, group: str, jstack: bool = False) -> bytes | None:
+        """GET_CONSUMER_RUNNING_INFO (an admin's ``consumerStatus``, relayed by a broker):
+        the group's ``ConsumerRunningInfo`` JSON, None when this client has no such group."""
+        from rocketstore.client.running_info import running_info
+        with self._lock:
+            consumer = self.consumers.get(group)
+        if consumer is None:
+            return None
+        namesrv = ";".join(getattr(self.transport, "namesrv_addrs", ()) or ())
+        return running_info(consumer, namesrv, jstack)
 
 
 def completed(value: Any) -> Future:
