@@ -533,3 +533,22 @@ def test_new_codes_pass_the_acl(tmp_path):
     finally:
         assert broker.stop() == 0, broker.output[-2000:]
         assert ns.stop() == 0
+
+
+def test_consume_stats_list_in_fastjson_form():
+    """ConsumeStatsList (317) as fastjson writes it: per group a list of ConsumeStats whose
+    offset tables are keyed by the queue object; a Java broker's body reads back."""
+    from rocketstore.common.protocol import MessageQueue
+    from rocketstore.remoting import admin_bodies as b
+    mq = MessageQueue("T", "broker-a", 0)
+    body = b.encode_consume_stats_list("127.0.0.1:10911",
+                                       [("G", [({mq: b.OffsetWrapper(9, 4, 0, 77)}, 1.5)]),
+                                        ("TOOLS_CONSUMER", [])], 5)
+    assert body == (b'{"brokerAddr":"127.0.0.1:10911","consumeStatsList":[{"G":[{"consumeTps"'
+                    b':1.5,"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:'
+                    b'{"brokerOffset":9,"consumerOffset":4,"lastTimestamp":77,"pullOffset":0}'
+                    b'}}]},{"TOOLS_CONSUMER":[]}],"totalDiff":5}')
+    addr, groups, total = b.decode_consume_stats_list(body)
+    assert (addr, total, groups["TOOLS_CONSUMER"]) == ("127.0.0.1:10911", 5, [])
+    (table, tps), = groups["G"]
+    assert tps == 1.5 and table[mq].lag == 5
