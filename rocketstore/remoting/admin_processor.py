@@ -46,12 +46,8 @@ from rocketstore.common import names
 from rocketstore.common.protocol import MessageQueue, ResponseCode
 from rocketstore.remoting import admin_bodies as bodies
 from rocketstore.remoting import fastjson, requests
-<<<<<<< HEAD
-from rocketstore.common.codes import LanguageCode, RequestCode
-=======
 from rocketstore.errors import RocketStoreError, TransportError
 from rocketstore.common.codes import LanguageCode, RequestCode
->>>>>>> main
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
 from rocketstore.remoting.zerocopy import RecordBody
