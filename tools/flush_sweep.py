@@ -263,6 +263,7 @@ def run_sweep(spark, units: list[dict], out_dir: str | os.PathLike[str], *, dura
     return rows
 
 
+MAX_LABELS = 40         # more points than this are not labelled (the full grid's hundreds)
 # marker shape per producer thread count, fill per message size: with the colour per policy,
 # every marker's look is explained by the legends (any other thread count gets "D")
 THREAD_MARKERS = {1: "v", 2: "^", 4: "o", 8: "P", 16: "s", 32: "X"}
@@ -273,13 +274,14 @@ def _thread_marker(threads: int) -> str:
 
 
 def _place_labels(ax: Any, points: list[tuple[float, float]], texts: list[str],
-                  markers: list[tuple[float, float]] | None = None) -> None:
+                  markers: list[tuple[float, float]] | None = None) -> int:
     """Annotate each point with its text where it overlaps no other label and no marker.
 
     Points are labelled top to bottom; a label goes right of its point, else the nearest free
     line below (then above) it, with a thin leader line when moved, so a cluster's labels form
     a column in the points' order and their leaders do not cross; left of the point when the
-    right side leaves the axes. ``markers``: every marker drawn (default: ``points``)."""
+    right side leaves the axes. ``markers``: every marker drawn (default: ``points``). A label
+    with no free place is left out rather than drawn over another: returns how many were."""
     fig = ax.figure
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
@@ -291,6 +293,7 @@ def _place_labels(ax: Any, points: list[tuple[float, float]], texts: list[str],
         taken.append(Bbox.from_extents(px - 6, py - 6, px + 6, py + 6))
     line_pt = 9.5                   # one label line, in points
     order = sorted(range(len(points)), key=lambda i: -points[i][1])
+    left_out = 0
     for i in order:
         x, y = points[i]
         placed = None
@@ -311,13 +314,16 @@ def _place_labels(ax: Any, points: list[tuple[float, float]], texts: list[str],
                     break
             if placed:
                 break
-        dx, dy, side, box = placed or (7, 0, 1, None)
+        if placed is None:
+            left_out += 1
+            continue
+        dx, dy, side, box = placed
         ax.annotate(texts[i], (x, y), xytext=(dx, dy * line_pt), textcoords="offset points",
                     fontsize=7, va="center", ha="left" if side > 0 else "right",
                     arrowprops=None if dy == 0 else dict(arrowstyle="-", lw=0.5, color="0.5",
                                                          shrinkA=1, shrinkB=4))
-        if box is not None:
-            taken.append(box)
+        taken.append(box)
+    return left_out
 
 
 def plot(rows: list[dict], out: Path) -> list[Path]:
@@ -392,11 +398,18 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
     fig.subplots_adjust(left=0.08, right=0.78, top=0.88, bottom=0.1)
     if ok:
         legends(ax, 1.02, ok)
+    if 0 < len(ok) <= MAX_LABELS:
         # the whole configuration: markers at one spot (p99 at its 1 µs floor) hide each other
         texts = [f"{r['policy']}, {r['threads']}t, {r['size']} B"
                  + (f", {r['interval_ms']} ms / {r['least_pages']} p"
                     if r["flush"] == "ASYNC_FLUSH" else "") for r in ok]
-        _place_labels(ax, [(r["p99_us"], r["msgs_per_s"]) for r in ok], texts)
+        missing = _place_labels(ax, [(r["p99_us"], r["msgs_per_s"]) for r in ok], texts)
+        if missing:
+            ax.text(0.01, 0.01, f"{missing} unit(s) unlabelled: no free space (see the Parquet "
+                    "rows)", transform=ax.transAxes, fontsize=7, color="0.4")
+    elif ok:
+        ax.text(0.01, 0.01, f"{len(ok)} units: too many to label (see the Parquet rows)",
+                transform=ax.transAxes, fontsize=7, color="0.4")
     fig.savefig(paths[0], dpi=110)
     plt.close(fig)
 
@@ -453,7 +466,11 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
     fig.subplots_adjust(left=0.1, right=0.76, top=0.9, bottom=0.09, hspace=0.08)
     if asyncs:
         legends(top, 1.02, asyncs)
-        if labelled:
+        if len(labelled) > MAX_LABELS:
+            top.text(0.01, 0.97, f"{len(labelled)} units with other least_pages: too many to "
+                     "label (see the Parquet rows)", transform=top.transAxes, fontsize=7,
+                     color="0.4", va="top")
+        elif labelled:
             _place_labels(top, [(x, ms) for x, ms, _, _ in labelled], [t for *_, t in labelled],
                           [(x, ms) for x, ms, _ in drawn])
             _place_labels(bottom, [(x, mb) for x, _, mb, _ in labelled],
