@@ -21,7 +21,8 @@ when someone asks (a Prometheus scrape, ``GET_BROKER_RUNTIME_INFO``), never per 
 * disk use of the store's directories (allocated blocks, so preallocated sparse files count for
   what they really hold) and of the file system, cached for ``DISK_CACHE_S``.
 
-``MetricsHttpServer`` serves these in Prometheus's text format on ``/metrics`` (an opt-in port:
+``MetricsHttpServer`` serves the counters, histograms and present-state gauges (never a rate or
+a percentile: Prometheus derives those) in Prometheus's text format on ``/metrics`` (an opt-in port:
 ``BrokerConfig.metrics_port``, broker.conf ``metricsPort``) through ``prometheus_client``, an
 optional dependency (``pip install rocketstore[metrics]``); the thread stops on ``close()``.
 """
@@ -421,8 +422,18 @@ def _uptime(ms: int) -> str:
 
 # -- Prometheus ----------------------------------------------------------------------------------
 
+# every series carries these first, so brokers scraped into one Prometheus stay apart (a
+# master and its slave share a broker name: broker_id tells them apart)
+BROKER_LABELS = ("cluster", "broker", "broker_id")
+
+
 class _Collector:
-    """A ``prometheus_client`` collector reading ``BrokerMetrics`` at scrape time."""
+    """A ``prometheus_client`` collector reading ``BrokerMetrics`` at scrape time.
+
+    Only raw series: counters, histograms (cumulative buckets, sum, count) and gauges of
+    present state. Rates and percentiles are the query's job (``rate()``,
+    ``histogram_quantile()``) over whatever window the reader picks; a broker-side rate or
+    quantile would fix the window and cannot be aggregated across brokers."""
 
     def __init__(self, metrics: BrokerMetrics) -> None:
         self.m = metrics
@@ -434,64 +445,47 @@ class _Collector:
         from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                             HistogramMetricFamily)
         m = self.m
-        broker = m.broker.broker_name
+        cfg = m.broker.config
+        me = [cfg.broker_cluster_name, m.broker.broker_name, str(cfg.broker_id)]
         puts, put_bytes, failed, gets, get_bytes = m.counters()
-        put_rates, get_rates = m.rates()
 
-        c = CounterMetricFamily("rocketstore_put_messages", "Messages stored by sends, per topic",
-                                labels=["broker", "topic"])
-        for t, n in sorted(puts.items()):
-            c.add_metric([broker, t], n)
-        yield c
-        c = CounterMetricFamily("rocketstore_put_bytes", "Body bytes stored by sends, per topic",
-                                labels=["broker", "topic"])
-        for t, n in sorted(put_bytes.items()):
-            c.add_metric([broker, t], n)
-        yield c
-        c = CounterMetricFamily("rocketstore_send_failed", "Sends refused or not stored, per topic",
-                                labels=["broker", "topic"])
-        for t, n in sorted(failed.items()):
-            c.add_metric([broker, t], n)
-        yield c
-        g = GaugeMetricFamily("rocketstore_put_rate", "Messages stored per second over the last "
-                              "10-20 s, per topic", labels=["broker", "topic"])
-        for t, r in sorted(put_rates.items()):
-            g.add_metric([broker, t], r)
-        yield g
+        def family(kind: Any, name: str, doc: str, *labels: str) -> Any:
+            return kind(name, doc, labels=[*BROKER_LABELS, *labels])
 
-        c = CounterMetricFamily("rocketstore_get_messages", "Messages returned by pulls, per "
-                                "consumer group and topic", labels=["broker", "group", "topic"])
-        for (grp, t), n in sorted(gets.items()):
-            c.add_metric([broker, grp, t], n)
-        yield c
-        c = CounterMetricFamily("rocketstore_get_bytes", "Stored bytes returned by pulls, per "
-                                "consumer group and topic", labels=["broker", "group", "topic"])
-        for (grp, t), n in sorted(get_bytes.items()):
-            c.add_metric([broker, grp, t], n)
-        yield c
-        g = GaugeMetricFamily("rocketstore_get_rate", "Messages pulled per second over the last "
-                              "10-20 s, per consumer group and topic",
-                              labels=["broker", "group", "topic"])
-        for (grp, t), r in sorted(get_rates.items()):
-            g.add_metric([broker, grp, t], r)
-        yield g
+        for name, doc, table in (
+                ("rocketstore_put_messages", "Messages stored by sends, per topic", puts),
+                ("rocketstore_put_bytes", "Body bytes stored by sends, per topic", put_bytes),
+                ("rocketstore_send_failed", "Sends refused or not stored, per topic", failed)):
+            c = family(CounterMetricFamily, name, doc, "topic")
+            for t, n in sorted(table.items()):
+                c.add_metric([*me, t], n)
+            yield c
+        for name, doc, table2 in (
+                ("rocketstore_get_messages", "Messages returned by pulls, per consumer group "
+                 "and topic", gets),
+                ("rocketstore_get_bytes", "Stored bytes returned by pulls, per consumer group "
+                 "and topic", get_bytes)):
+            c = family(CounterMetricFamily, name, doc, "group", "topic")
+            for (grp, t), n in sorted(table2.items()):
+                c.add_metric([*me, grp, t], n)
+            yield c
 
-        lag = GaugeMetricFamily("rocketstore_consumer_lag", "Messages stored but not consumed: "
-                                "queue max offset minus the group's committed offset",
-                                labels=["broker", "group", "topic", "queue"])
-        off = GaugeMetricFamily("rocketstore_consumer_offset", "The group's committed offset",
-                                labels=["broker", "group", "topic", "queue"])
+        lag = family(GaugeMetricFamily, "rocketstore_consumer_lag", "Messages stored but not "
+                     "consumed: queue max offset minus the group's committed offset",
+                     "group", "topic", "queue")
+        off = family(GaugeMetricFamily, "rocketstore_consumer_offset", "The group's committed "
+                     "offset", "group", "topic", "queue")
         for grp, t, qid, committed, n in m.lag():
-            lag.add_metric([broker, grp, t, str(qid)], n)
-            off.add_metric([broker, grp, t, str(qid)], committed)
+            lag.add_metric([*me, grp, t, str(qid)], n)
+            off.add_metric([*me, grp, t, str(qid)], committed)
         yield lag
         yield off
 
         for hist, name, what in (
-                (m.flush_wait, "rocketstore_flush_wait", "SYNC_FLUSH sends: put to flush "
-                 "acknowledgement"),
-                (m.flush_time, "rocketstore_commitlog_flush", "ASYNC_FLUSH: one commit-log "
-                 "flush round (msync)")):
+                (m.flush_wait, "rocketstore_flush_wait_seconds", "SYNC_FLUSH sends: put to "
+                 "flush acknowledgement"),
+                (m.flush_time, "rocketstore_commitlog_flush_seconds", "ASYNC_FLUSH: one "
+                 "commit-log flush round (msync)")):
             counts, total, sum_s = hist.snapshot()
             buckets = []
             acc = 0
@@ -499,33 +493,30 @@ class _Collector:
                 acc += n
                 buckets.append((repr(bound), acc))
             buckets.append(("+Inf", total))
-            h = HistogramMetricFamily(f"{name}_seconds", what, labels=["broker"])
-            h.add_metric([broker], buckets, sum_s)
+            h = family(HistogramMetricFamily, name, what)
+            h.add_metric(me, buckets, sum_s)
             yield h
-            q = GaugeMetricFamily(f"{name}_quantile_seconds", "Percentiles interpolated from "
-                                  f"{name}_seconds", labels=["broker", "quantile"])
-            for p in (0.5, 0.9, 0.99, 0.999):
-                v = hist.quantile(p)
-                if v is not None:
-                    q.add_metric([broker, str(p)], v)
-            yield q
 
-        d = GaugeMetricFamily("rocketstore_disk_used_bytes", "Bytes allocated under each store "
-                              "directory", labels=["broker", "dir"])
+        d = family(GaugeMetricFamily, "rocketstore_disk_used_bytes", "Bytes allocated under "
+                   "each store directory", "dir")
         disk = m.disk_usage()
         for name in STORE_DIRS:
-            d.add_metric([broker, name], disk.get(name, 0))
+            d.add_metric([*me, name], disk.get(name, 0))
         yield d
-        if "fs_total" in disk:
-            yield GaugeMetricFamily("rocketstore_disk_total_bytes", "Size of the store's file "
-                                    "system", value=disk["fs_total"], labels=None)
-            yield GaugeMetricFamily("rocketstore_disk_free_bytes", "Free bytes on the store's "
-                                    "file system", value=disk["fs_free"], labels=None)
         store = m.broker.store
-        yield GaugeMetricFamily("rocketstore_dispatch_behind_bytes", "Commit-log bytes not yet "
-                                "in consume queues", value=store.dispatch_behind_bytes())
-        yield GaugeMetricFamily("rocketstore_commitlog_max_offset", "Commit-log offset past the "
-                                "last record", value=store.get_max_phy_offset())
+        gauges = [("rocketstore_dispatch_behind_bytes", "Commit-log bytes not yet in consume "
+                   "queues", store.dispatch_behind_bytes()),
+                  ("rocketstore_commitlog_max_offset_bytes", "Commit-log offset past the last "
+                   "record", store.get_max_phy_offset())]
+        if "fs_total" in disk:
+            gauges += [("rocketstore_disk_total_bytes", "Size of the store's file system",
+                        disk["fs_total"]),
+                       ("rocketstore_disk_free_bytes", "Free bytes on the store's file system",
+                        disk["fs_free"])]
+        for name, doc, value in gauges:
+            g = family(GaugeMetricFamily, name, doc)
+            g.add_metric(me, value)
+            yield g
 
 
 class MetricsHttpServer:
@@ -563,4 +554,4 @@ class MetricsHttpServer:
         self._thread.join()
 
 
-__all__ = ["BrokerMetrics", "LatencyHistogram", "MetricsHttpServer", "BUCKETS_S"]
+__all__ = ["BrokerMetrics", "LatencyHistogram", "MetricsHttpServer", "BUCKETS_S", "BROKER_LABELS"]

@@ -1,4 +1,4 @@
-"""``rocketstore demo`` (alias ``bench``): the README's main job.
+"""``rocketstore demo``: the README's main job.
 
 A broker on an embedded store directory, used as an application would use RocketMQ: producers
 send orders (one by one, in batches, asynchronously), a consumer group of two push consumers
@@ -231,8 +231,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    """Add ``demo`` (alias ``bench``): the README's main job."""
-    demo = sub.add_parser("demo", aliases=["bench"],
+    """Add ``demo``: the README's main job."""
+    demo = sub.add_parser("demo",
                           help="a broker, producers and a consumer group on an embedded store")
     demo.add_argument("--dir", default=DEFAULT_STORE_DIR,
                       help=f"store directory (default {DEFAULT_STORE_DIR})")
