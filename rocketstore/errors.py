@@ -339,13 +339,21 @@ class AclConfigError(RocketStoreError, ValueError):
 
 
 class AccessDeniedError(RocketStoreError, PermissionError):
-    """The broker's access control refused a request (answered as ``NO_PERMISSION``);
-    ``access_key`` is the requester's (None when it sent none)."""
+    """The broker's access control refused a request (answered as 4.9.8 does: SYSTEM_ERROR);
+    ``access_key`` is the requester's (None when it sent none), ``reason`` our wording and
+    ``rocketmq_text`` the text a 4.9.8 broker answers the same refusal with (its
+    ``AclException`` as the remoting layer prints it), empty when not given."""
 
-    def __init__(self, access_key: str | None, reason: str) -> None:
+    def __init__(self, access_key: str | None, reason: str, rocketmq_text: str = "") -> None:
         super().__init__(access_key, reason)
         self.access_key = access_key
         self.reason = reason
+        self.rocketmq_text = rocketmq_text
+
+    @property
+    def remark(self) -> str:
+        """The response remark: RocketMQ's text first (what users match on), then ours."""
+        return f"{self.rocketmq_text}; {self.reason}" if self.rocketmq_text else self.reason
 
     def __str__(self) -> str:
         return self.reason

@@ -153,7 +153,8 @@ class BrokerProcessor:
         if acl is not None:
             checked = acl.authenticate(cmd, conn.peer)
             if isinstance(checked, str):
-                return cmd.response(ResponseCode.NO_PERMISSION, checked)
+                # as 4.9.8: its AclException answered SYSTEM_ERROR (docs/acl.md)
+                return cmd.response(ResponseCode.SYSTEM_ERROR, checked)
             access = checked        # None: a white address, nothing more to check
         bad_name = request_names.check(cmd)    # no path, no over-long name reaches a handler
         if bad_name is not None:
@@ -168,7 +169,7 @@ class BrokerProcessor:
         if access is not None:
             denied = acl.authorize(access, requests.touches(cmd.code, request))  # type: ignore[union-attr]
             if denied is not None:
-                return cmd.response(ResponseCode.NO_PERMISSION, denied)
+                return cmd.response(ResponseCode.SYSTEM_ERROR, denied)
         return handler(conn, cmd, request)
     def connection_closed(self, conn: Connection) -> None:
         channel = conn.attributes.get("channel")
