@@ -361,10 +361,14 @@ class Broker:
         self._check_open()
         return self.store.get_min_offset_in_queue(topic, queue_id)
 
-    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """``SEARCH_OFFSET_BY_TIMESTAMP``."""
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int,
+                      boundary: str = "LOWER") -> int:
+        """``SEARCH_OFFSET_BY_TIMESTAMP`` by RocketMQ 5's rule (docs/admin.md "Offset by
+        timestamp"): LOWER (the default) the first message stored at or after the time (the
+        max offset when none is), UPPER the last one stored at or before it. 4.9.8 answers
+        the message nearest in time instead."""
         self._check_open()
-        return self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
+        return self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms, boundary)
 
     def get_earliest_msg_store_time(self, topic: str, queue_id: int) -> int:
         """``GET_EARLIEST_MSG_STORETIME``: store time of the queue's first message, or -1."""

@@ -338,9 +338,11 @@ class TcpTransport(Transport):
         return self._offset_call(RequestCode.GET_MIN_OFFSET, broker_name, topic=topic,
                                  queueId=queue_id)
 
-    def search_offset(self, broker_name: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
+    def search_offset(self, broker_name: str, topic: str, queue_id: int, timestamp_ms: int,
+                      boundary: str | None = None) -> int:
+        extra = {} if boundary is None else {"boundaryType": boundary}
         return self._offset_call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, broker_name, topic=topic,
-                                 queueId=queue_id, timestamp=timestamp_ms)
+                                 queueId=queue_id, timestamp=timestamp_ms, **extra)
 
     def consumer_send_msg_back(self, broker_name: str,
                                request: ConsumerSendMsgBackRequest) -> RemotingResult:

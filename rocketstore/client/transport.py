@@ -115,8 +115,10 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def search_offset(self, broker_name: str, topic: str, queue_id: int,
-                      timestamp_ms: int) -> int:
-        """``SEARCH_OFFSET_BY_TIMESTAMP``."""
+                      timestamp_ms: int, boundary: str | None = None) -> int:
+        """``SEARCH_OFFSET_BY_TIMESTAMP``; ``boundary`` "LOWER" or "UPPER" (RocketMQ 5's
+        ``boundaryType``, sent only when given: a 4.9.8 broker ignores it and answers the
+        nearest message)."""
 
     @abc.abstractmethod
     def consumer_send_msg_back(self, broker_name: str,

@@ -246,7 +246,7 @@ class BrokerProcessor:
 
     def search_offset(self, conn: Connection, cmd: RemotingCommand,
                       r: requests.SearchOffset) -> RemotingCommand:
-        off = self.broker.search_offset(r.topic, r.queue_id, r.timestamp)
+        off = self.broker.search_offset(r.topic, r.queue_id, r.timestamp, r.boundary)
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": off})
 
     def get_earliest_msg_storetime(self, conn: Connection, cmd: RemotingCommand,

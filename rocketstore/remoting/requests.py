@@ -41,9 +41,12 @@ class QueueRef(NamedTuple):
 
 
 class SearchOffset(NamedTuple):
+    """SEARCH_OFFSET_BY_TIMESTAMP; ``boundary`` is RocketMQ 5's ``boundaryType`` ("LOWER"
+    when the client sends none, as a 4.9.8 client never does)."""
     topic: str
     queue_id: int
     timestamp: int
+    boundary: str = "LOWER"
 
 
 class OffsetQuery(NamedTuple):
@@ -129,9 +132,22 @@ def _queue_ref(cmd: RemotingCommand, peer: str) -> QueueRef:
     return QueueRef(cmd.require("topic"), cmd.int_field("queueId", required=True))
 
 
+BOUNDARY_TYPES = ("LOWER", "UPPER")
+
+
 def _search_offset(cmd: RemotingCommand, peer: str) -> SearchOffset:
+    # RocketMQ 5's header sends its BoundaryType enum by name; 5.x reads any text but
+    # "upper" as LOWER, we refuse what is neither rather than guess
+    boundary = cmd.field("boundaryType")
+    if boundary is None or boundary == "":
+        boundary = "LOWER"
+    elif boundary.upper() in BOUNDARY_TYPES:
+        boundary = boundary.upper()
+    else:
+        raise RemotingProtocolError(f"the custom field <boundaryType> is {boundary!r}: "
+                                    "expected LOWER or UPPER")
     return SearchOffset(cmd.require("topic"), cmd.int_field("queueId", required=True),
-                        cmd.int_field("timestamp", required=True))
+                        cmd.int_field("timestamp", required=True), boundary)
 
 
 def _offset_query(cmd: RemotingCommand, peer: str) -> OffsetQuery:
