@@ -28,6 +28,7 @@ __all__ = [
     "DiskFullError",
     "InvalidOptionError",
     "TransportError",
+    "RequestTimeoutError",
     "MQClientError",
     "MQBrokerError",
     "RemotingProtocolError",
@@ -294,6 +295,24 @@ class MQClientError(RocketStoreError):
 
     def __str__(self) -> str:
         return self.reason
+
+
+class RequestTimeoutError(RocketStoreError, TimeoutError):
+    """``Producer.request`` got no reply in time (RocketMQ's ``RequestTimeoutException``):
+    ``sent`` says whether the request itself was stored (then the replier was slow, gone, or
+    its reply could not reach this client)."""
+
+    def __init__(self, topic: str, timeout_ms: int, correlation_id: str, sent: bool) -> None:
+        super().__init__(topic, timeout_ms, correlation_id, sent)
+        self.topic = topic
+        self.timeout_ms = timeout_ms
+        self.correlation_id = correlation_id
+        self.sent = sent
+
+    def __str__(self) -> str:
+        what = "OK, but wait reply message timeout" if self.sent else "timeout"
+        return (f"send request message to <{self.topic}> {what}, {self.timeout_ms} ms "
+                f"(no reply with CORRELATION_ID {self.correlation_id})")
 
 
 class MQBrokerError(RocketStoreError):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rawwire import RawClient, props_string  # noqa: E402  (tests/rawwire.py)
+from rawwire import RawClient, frame, props_string  # noqa: E402  (tests/rawwire.py)
 from servers import start_broker, start_namesrv  # noqa: E402  (tests/servers.py)
 
 SEND_V2, SEARCH_OFFSET, VIEW_MESSAGE, UPDATE_TOPIC, HEART_BEAT = 310, 29, 33, 17, 34
@@ -117,3 +117,127 @@ def test_search_offset_keeps_lower_and_honours_a_5x_boundary(cluster):
         h, _ = c.call(SEARCH_OFFSET, {"topic": "Times", "queueId": 0, "timestamp": between,
                                       "boundaryType": "NEAREST"})
         assert h["code"] == SYSTEM_ERROR and "boundaryType" in h["remark"], h
+
+
+# -- item 1: request-reply -------------------------------------------------------------------
+
+def producer_heartbeat(client_id: str, group: str) -> bytes:
+    return json.dumps({"clientID": client_id, "producerDataSet": [{"groupName": group}],
+                       "consumerDataSet": []}).encode()
+
+
+def reply_props(correlation_id: str, reply_to: str) -> dict[str, str]:
+    """What ``MessageUtil.createReplyMessage`` puts on a reply (plus the client's UNIQ_KEY)."""
+    return {"MSG_TYPE": "reply", "CORRELATION_ID": correlation_id, "REPLY_TO_CLIENT": reply_to,
+            "TTL": "3000", "UNIQ_KEY": f"reply-{correlation_id}"}
+
+
+def reply_topic_max(c: RawClient) -> int:
+    h, _ = c.call(30, {"topic": REPLY_TOPIC, "queueId": 0})
+    assert h["code"] == SUCCESS, h
+    return int(h["extFields"]["offset"])
+
+
+@pytest.mark.parametrize("code", [SEND_REPLY_V2, SEND_REPLY])
+def test_a_java_replier_reaches_the_requester_connection_as_326(cluster, code):
+    """A 325 (or 324, long-named header) from a Java-like replier is pushed to the connection
+    the requester's client id heartbeated on, as PUSH_REPLY_MESSAGE_TO_CLIENT with
+    ReplyMessageRequestHeader's fields; the replier is answered once the requester took it,
+    and the reply is stored in the reply topic (storeReplyMessageEnable)."""
+    _, broker = cluster
+    with RawClient(broker.addr) as requester, RawClient(broker.addr) as replier:
+        h, _ = requester.call(HEART_BEAT, {}, producer_heartbeat(f"req@{code}", "PG-req"))
+        assert h["code"] == SUCCESS, h
+        stored_before = reply_topic_max(replier)
+        props = reply_props(f"corr-{code}", f"req@{code}")
+        header = v2_header(REPLY_TOPIC, props, group="PG-replier")
+        if code == SEND_REPLY:      # SendMessageRequestHeader's long names
+            header = {"producerGroup": "PG-replier", "topic": REPLY_TOPIC,
+                      "defaultTopic": "TBW102", "defaultTopicQueueNums": 4, "queueId": 0,
+                      "sysFlag": 0, "bornTimestamp": header["g"], "flag": 0,
+                      "properties": props_string(props), "reconsumeTimes": 0,
+                      "unitMode": "false"}
+        replier.send(frame(code, header, b"the answer", opaque=7001))
+        push, body = requester.read_frame()
+        assert push["code"] == PUSH_REPLY and not push.get("flag", 0) & 1, push
+        ext = push["extFields"]
+        assert body == b"the answer"
+        assert ext["topic"] == REPLY_TOPIC and ext["producerGroup"] == "PG-replier"
+        assert ext["queueId"] == "0" and ext["sysFlag"] == "0" and ext["flag"] == "0"
+        assert ext["bornTimestamp"] == str(header.get("g", header.get("bornTimestamp")))
+        assert ext["storeHost"] == broker.addr
+        assert ext["bornHost"].startswith("127.0.0.1:")
+        assert int(ext["storeTimestamp"]) > 0
+        pushed = dict(p.split("\x01", 1) for p in ext["properties"].split("\x02") if p)
+        assert {k: pushed[k] for k in props} == props
+        assert int(pushed["PUSH_REPLY_TIME"]) >= int(ext["storeTimestamp"])
+        # nothing answered yet: the replier waits for the requester
+        requester.send(frame(0, {}, opaque=push["opaque"], flag=1))
+        h, _ = replier.read_response(7001)
+        assert h["code"] == SUCCESS, h
+        assert h["extFields"]["queueId"] == "0"
+        # stored as sent: the record's offset id, the reply topic's next offset
+        assert h["extFields"]["msgId"] != "0"
+        assert int(h["extFields"]["queueOffset"]) == stored_before
+        assert wait_max_offset(replier, REPLY_TOPIC, stored_before + 1) == stored_before + 1
+
+
+def test_a_reply_nobody_can_take_is_a_system_error(cluster):
+    """No REPLY_TO_CLIENT, an unknown client id, a requester that answers an error: SYSTEM_ERROR
+    with 4.9.8's remarks."""
+    _, broker = cluster
+    with RawClient(broker.addr) as replier:
+        props = reply_props("corr-x", "nobody@1")
+        h, _ = replier.call(SEND_REPLY_V2, v2_header(REPLY_TOPIC, props), b"lost")
+        assert h["code"] == SYSTEM_ERROR, h
+        assert h["remark"] == "push reply message fail, channel of <nobody@1> not found.", h
+        del props["REPLY_TO_CLIENT"]
+        h, _ = replier.call(SEND_REPLY_V2, v2_header(REPLY_TOPIC, props), b"lost")
+        assert h["code"] == SYSTEM_ERROR, h
+        assert h["remark"] == "reply message properties[REPLY_TO_CLIENT] is null", h
+        with RawClient(broker.addr) as requester:
+            h, _ = requester.call(HEART_BEAT, {}, producer_heartbeat("sick@1", "PG-req"))
+            assert h["code"] == SUCCESS, h
+            replier.send(frame(SEND_REPLY_V2, v2_header(REPLY_TOPIC, reply_props("c", "sick@1")),
+                               b"x", opaque=7002))
+            push, _ = requester.read_frame()
+            assert push["code"] == PUSH_REPLY
+            requester.send(frame(1, {}, opaque=push["opaque"], flag=1))
+            h, _ = replier.read_response(7002)
+            assert h["code"] == SYSTEM_ERROR and h["remark"] == "push reply message to sick@1fail."
+
+
+def test_request_reply_between_our_clients_over_tcp(cluster):
+    """``Producer.request`` / ``request_async`` against a PushConsumer that answers with
+    ``create_reply_message`` + ``send``; a request nobody answers raises RequestTimeoutError."""
+    from rocketstore.client import (ConsumeConcurrentlyStatus, Message, Producer, PushConsumer,
+                                    create_reply_message)
+    from rocketstore.errors import RequestTimeoutError
+    ns, _ = cluster
+    with Producer("PG-requester", namesrv_addr=ns.addr) as requester, \
+            Producer("PG-replier", namesrv_addr=ns.addr) as replier:
+        def listener(msgs, ctx):
+            for m in msgs:
+                replier.send(create_reply_message(m, b"re:" + bytes(m.body)))
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        c = PushConsumer("CG-replier", namesrv_addr=ns.addr,
+                         consume_from_where="CONSUME_FROM_LAST_OFFSET")
+        c.subscribe("Requests", "*")
+        c.register_message_listener(listener)
+        c.start()
+        try:
+            r = requester.request(Message("Requests", b"ping"), 30_000)
+            assert bytes(r.body) == b"re:ping" and r.topic == REPLY_TOPIC
+            assert r.properties["MSG_TYPE"] == "reply" and "ARRIVE_TIME" in r.properties
+            assert r.store_host  # where the broker stored it
+            futs = [requester.request_async(Message("Requests", f"n{i}".encode()), 30_000)
+                    for i in range(3)]
+            assert sorted(bytes(f.result(60).body) for f in futs) == [b"re:n0", b"re:n1", b"re:n2"]
+        finally:
+            c.shutdown()
+        with pytest.raises(RequestTimeoutError) as ei:
+            requester.request(Message("Times", b"nobody answers Times"), 500)
+        assert ei.value.sent and "<Times>" in str(ei.value)
+        late = requester.request_async(Message("Times", b"nor this"), 300)
+        with pytest.raises(RequestTimeoutError):
+            late.result(30)

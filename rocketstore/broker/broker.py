@@ -27,6 +27,7 @@ from rocketstore.broker.lock_manager import RebalanceLockManager
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.producer_manager import ProducerManager
 from rocketstore.broker.pull import PullMessageProcessor
+from rocketstore.broker.reply import ReplyMessageProcessor
 from rocketstore.broker.send import SendMessageProcessor
 from rocketstore.broker.subscription_group import SubscriptionGroupManager
 from rocketstore.broker.topic_manager import BrokerTopicManager
@@ -119,6 +120,7 @@ class Broker:
         self.producer_manager = ProducerManager(config.channel_expired_timeout)
         self.lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self.send_processor = SendMessageProcessor(self)
+        self.reply_processor = ReplyMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self._housekeeping = _Housekeeping(self)
         self.schedule_service: Any = None
@@ -293,6 +295,15 @@ class Broker:
         if self.metrics is not None:
             self.metrics.on_send(request, fut)
         return fut
+
+    def send_reply(self, request: SendMessageRequest | WireSend) -> Future:
+        """``SEND_REPLY_MESSAGE(_V2)`` (request-reply, ``rocketstore.broker.reply``): push the
+        reply to the requester's channel and store it; a Future of the
+        ``SendMessageResponse`` (SUCCESS once the requester took it)."""
+        self._check_open()
+        if isinstance(request, SendMessageRequest):
+            return self.reply_processor.reply_request(request)
+        return self.reply_processor.reply_wire(request)
 
     def consumer_send_msg_back(self, request: ConsumerSendMsgBackRequest) -> Future:
         """``CONSUMER_SEND_MSG_BACK``: a Future of a ``RemotingResult``."""

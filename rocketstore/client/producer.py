@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterable, Protocol, Union
 
 from rocketstore.acl.signature import SessionCredentials, credentials_from
-from rocketstore.client import validators
+from rocketstore.client import reply, validators
 from rocketstore.client.compression import compressor
 from rocketstore.client.instance import (HEARTBEAT_BROKER_INTERVAL_MS,
                                          POLL_NAME_SERVER_INTERVAL_MS, ClientInstance,
@@ -309,10 +309,46 @@ class Producer:
         """
         prepared, uniq = self._prepare(msg)
         timeout = self.send_msg_timeout if timeout is None else timeout
+        if prepared.topic.endswith(reply.REPLY_TOPIC_SUFFIX) and reply.is_reply(prepared):
+            return self._send_reply(prepared, uniq, timeout, message_queue, selector, arg)
         if message_queue is not None or selector is not None:
             mq = self._explicit_queue(msg, message_queue, selector, arg)
             return self._send_to_chosen_queue(mq, self._request(prepared, mq), timeout, uniq)
         return self._send_with_retries(prepared, uniq, None, timeout)
+
+    # -- request-reply (rocketstore.client.reply) ---------------------------------------------
+    def request(self, msg: Message, timeout: int = 3000) -> MessageExt:
+        """Send ``msg`` as a request and wait up to ``timeout`` ms for its reply (RocketMQ's
+        ``DefaultMQProducer.request``): the reply message. A consumer answers with
+        ``create_reply_message(request, body)`` and ``send``. Raises ``RequestTimeoutError``
+        when no reply comes in time, ``MQClientError`` when the request could not be sent."""
+        return reply.request(self, msg, timeout)
+
+    def request_async(self, msg: Message, timeout: int = 3000) -> Future[MessageExt]:
+        """``request`` without waiting: a future of the reply, failed with
+        ``RequestTimeoutError`` after ``timeout`` ms (its callbacks run on the thread that
+        completes it: keep them short)."""
+        return reply.request_future(self, msg, timeout)[0]
+
+    def send_reply(self, request: Message | MessageExt, body: bytes,
+                   timeout: int | None = None) -> SendResult:
+        """Answer a request received by a consumer: ``send(create_reply_message(request,
+        body))``. SEND_OK once the broker pushed the reply to the requester."""
+        return self.send(reply.create_reply_message(request, body), timeout=timeout)
+
+    def _send_reply(self, prepared: Message, uniq: str, timeout: int,
+                    mq: MessageQueue | None, selector: Selector | None, arg: Any) -> SendResult:
+        """A reply goes as SEND_REPLY_MESSAGE_V2 (Java's client picks the code by MSG_TYPE),
+        with ``send``'s retry rules."""
+        send = self.transport.send_reply_message
+        if mq is not None or selector is not None:
+            mq = self._explicit_queue(prepared, mq, selector, arg)
+            try:
+                return self._result(send(mq.broker_name, self._request(prepared, mq), timeout),
+                                    mq, uniq)
+            except TransportError as e:
+                raise _chosen_queue_failed(mq, e) from e
+        return self._drive(self._retrying(prepared, uniq, None, timeout), None, send)
 
     def _send_to_chosen_queue(self, mq: MessageQueue, request: SendMessageRequest,
                               timeout: int, uniq: str) -> SendResult:
@@ -430,10 +466,11 @@ class Producer:
                            answer)
 
     def _drive(self, steps: Generator[Attempt, SendMessageResponse, SendResult],
-               first: SendMessageResponse | TransportError | None) -> SendResult:
+               first: SendMessageResponse | TransportError | None,
+               send: Callable[..., SendMessageResponse] | None = None) -> SendResult:
         """Run the retry rules on this thread; ``first``: the answer to the first attempt when
-        it was already made."""
-        send = self.transport.send_message
+        it was already made; ``send``: the transport call (a plain send by default)."""
+        send = send or self.transport.send_message
         try:
             mq, request, left = next(steps)
             if first is not None:

@@ -4,11 +4,12 @@
 keeps the broker-name -> address table of the routes it has seen, and sends every ``Transport``
 call to the named broker's master. It speaks to ``rocketstore broker`` and to Apache RocketMQ
 brokers alike. Requests a broker pushes on a connection (CHECK_TRANSACTION_STATE,
-NOTIFY_CONSUMER_IDS_CHANGED) go to the ``ClientChannel`` of the last heartbeat, on a worker
-thread (a transaction check runs user code).
+NOTIFY_CONSUMER_IDS_CHANGED, PUSH_REPLY_MESSAGE_TO_CLIENT) go to the ``ClientChannel`` of the
+last heartbeat, on a worker thread (a transaction check runs user code).
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import random
 import threading
@@ -113,6 +114,8 @@ class _PushProcessor:
                     broker = self.transport.broker_of_addr(conn.peer) or ""
                     self.pool.submit(ch.check_transaction_state, broker, req, msgs[0])
             return None
+        if cmd.code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT:
+            return self._reply(cmd, ch)
         if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             # an admin reset: the broker already wrote the offsets; drop what we hold
             from rocketstore.remoting.admin_bodies import decode_reset_offsets
@@ -123,6 +126,21 @@ class _PushProcessor:
             return None
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                             f" request type {cmd.code} not supported")
+
+    def _reply(self, cmd: RemotingCommand, ch: ClientChannel | None) -> Any:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT: a reply to one of this client's requests, handed to
+        the client on a worker thread (a request's future may run user callbacks); answered
+        once taken, SYSTEM_ERROR when it could not be (``ClientRemotingProcessor``)."""
+        req = headers.decode_reply_header(cmd)      # malformed: answered SYSTEM_ERROR
+        push = getattr(ch, "push_reply_message", None)
+        if push is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "process reply message fail")
+
+        async def answer() -> RemotingCommand:
+            loop = asyncio.get_running_loop()
+            r = await asyncio.wrap_future(await loop.run_in_executor(self.pool, push, req))
+            return cmd.response(int(r.code), r.remark)
+        return answer()
 
     def connection_closed(self, conn: Any) -> None:
         pass
@@ -229,7 +247,8 @@ class TcpTransport(Transport):
             return sorted(self._brokers)
 
     # -- produce ------------------------------------------------------------------------------
-    def _send_command(self, request: SendMessageRequest) -> RemotingCommand:
+    def _send_command(self, request: SendMessageRequest,
+                      code: int = RequestCode.SEND_MESSAGE_V2) -> RemotingCommand:
         msgs = request.messages
         if request.batch:
             body = headers.encode_batch_body([(bytes(m.body), m.flag, properties_string(m))
@@ -241,7 +260,6 @@ class TcpTransport(Transport):
             first = msgs[0]
             body = bytes(first.body)
             props, sys_flag, flag = properties_string(first), first.sys_flag, first.flag
-            code = RequestCode.SEND_MESSAGE_V2
         born = first.born_timestamp if first.born_timestamp is not None else int(time.time() * 1000)
         ext: dict[str, Any] = {
             "a": request.producer_group, "b": request.topic, "c": request.default_topic,
@@ -261,6 +279,12 @@ class TcpTransport(Transport):
                      timeout_ms: int = 3000) -> SendMessageResponse:
         return self._send_response(self._invoke(broker_name, self._send_command(request),
                                                 timeout_ms / 1000))
+
+    def send_reply_message(self, broker_name: str, request: SendMessageRequest,
+                           timeout_ms: int = 3000) -> SendMessageResponse:
+        return self._send_response(self._invoke(
+            broker_name, self._send_command(request, RequestCode.SEND_REPLY_MESSAGE_V2),
+            timeout_ms / 1000))
 
     def send_message_async(self, broker_name: str, request: SendMessageRequest
                            ) -> concurrent.futures.Future[SendMessageResponse]:

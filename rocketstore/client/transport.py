@@ -18,14 +18,17 @@ from typing import TYPE_CHECKING, Protocol
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
                                          EndTransactionRequest, HeartbeatData, MessageQueue,
                                          PullMessageRequest, PullMessageResponse, RemotingResult,
-                                         SendMessageRequest, SendMessageResponse, TopicRouteData)
+                                         ReplyMessageRequest, SendMessageRequest,
+                                         SendMessageResponse, TopicRouteData)
+from rocketstore.errors import TransportError
 
 if TYPE_CHECKING:
     from rocketstore.store.types import Message, MessageExt
 
 
 class ClientChannel(Protocol):
-    """What a broker can ask of a connected client instance (oneway calls)."""
+    """What a broker can ask of a connected client instance (oneway calls, and the reply push,
+    answered)."""
 
     client_id: str
 
@@ -35,6 +38,9 @@ class ClientChannel(Protocol):
 
     def notify_consumer_ids_changed(self, group: str) -> None:
         """The members of a consumer group changed: rebalance now."""
+
+    def push_reply_message(self, request: ReplyMessageRequest) -> Future[RemotingResult]:
+        """A reply to one of this client's requests (answered: SUCCESS once taken)."""
 
 
 class Transport(abc.ABC):
@@ -73,6 +79,12 @@ class Transport(abc.ABC):
         return self.send_message(broker_name, SendMessageRequest(
             producer_group, topic, queue_id, [msg], default_topic=default_topic,
             default_topic_queue_nums=default_topic_queue_nums), timeout_ms)
+
+    def send_reply_message(self, broker_name: str, request: SendMessageRequest,
+                           timeout_ms: int = 3000) -> SendMessageResponse:
+        """``SEND_REPLY_MESSAGE_V2``: a reply (one message), answered once the broker pushed
+        it to the requester."""
+        raise TransportError(broker_name, f"{type(self).__name__} cannot send replies")
 
     @abc.abstractmethod
     def send_message_async(self, broker_name: str,

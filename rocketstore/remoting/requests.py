@@ -250,6 +250,7 @@ Decoder = Callable[[RemotingCommand, str], Any]
 
 DECODERS: dict[int, Decoder] = {
     R.SEND_MESSAGE: _send, R.SEND_MESSAGE_V2: _send, R.SEND_BATCH_MESSAGE: _send,
+    R.SEND_REPLY_MESSAGE: _send, R.SEND_REPLY_MESSAGE_V2: _send,
     R.PULL_MESSAGE: _pull,
     R.QUERY_CONSUMER_OFFSET: _offset_query, R.UPDATE_CONSUMER_OFFSET: _offset_update,
     R.SEARCH_OFFSET_BY_TIMESTAMP: _search_offset,
@@ -315,6 +316,8 @@ def _opt(kind: str, name: str | None, perm: int = 0) -> list[Touch]:
 TOUCHES: dict[int, Callable[[Any], list[Touch]]] = {
     R.SEND_MESSAGE: _send_touches, R.SEND_MESSAGE_V2: _send_touches,
     R.SEND_BATCH_MESSAGE: _send_touches,
+    # a reply writes into its topic as a send does (4.9.8 asks a valid signature only)
+    R.SEND_REPLY_MESSAGE: _send_touches, R.SEND_REPLY_MESSAGE_V2: _send_touches,
     R.PULL_MESSAGE: lambda r: [(TOPIC, r.topic, SUB), (GROUP, r.consumer_group, SUB)],
     R.QUERY_CONSUMER_OFFSET: lambda r: [(TOPIC, r.topic, 0), (GROUP, r.group, 0)],
     R.UPDATE_CONSUMER_OFFSET: lambda r: [(TOPIC, r.topic, SUB), (GROUP, r.group, SUB)],
