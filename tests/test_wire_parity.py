@@ -4,6 +4,7 @@ sends (tests/rawwire.py): SEARCH_OFFSET_BY_TIMESTAMP's boundary, and request-rep
 _MESSAGE(_V2) 324/325 pushed to the requester as PUSH_REPLY_MESSAGE_TO_CLIENT 326)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import struct
 import time
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from rawwire import RawClient, frame, props_string  # noqa: E402  (tests/rawwire.py)
-from servers import start_broker, start_namesrv  # noqa: E402  (tests/servers.py)
+from servers import ServerProcess, start_broker, start_namesrv  # noqa: E402
 
 SEND_V2, SEARCH_OFFSET, VIEW_MESSAGE, UPDATE_TOPIC, HEART_BEAT = 310, 29, 33, 17, 34
 SEND_REPLY, SEND_REPLY_V2, PUSH_REPLY = 324, 325, 326
@@ -241,3 +242,20 @@ def test_request_reply_between_our_clients_over_tcp(cluster):
         late = requester.request_async(Message("Times", b"nor this"), 300)
         with pytest.raises(RequestTimeoutError):
             late.result(30)
+
+
+# -- item 5: the servers' event loop --------------------------------------------------------
+
+def test_servers_log_which_event_loop_they_run(cluster, tmp_path):
+    """uvloop when installed (pyproject's server and test extras install it), else asyncio;
+    ROCKETSTORE_EVENT_LOOP=asyncio keeps a server on asyncio's loop."""
+    ns, broker = cluster
+    expected = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+    assert f"event loop: {expected}" in broker.output, broker.output
+    assert f"event loop: {expected}" in ns.output, ns.output
+    p = ServerProcess(["namesrv", "--listen", "127.0.0.1:0", "--kv-config",
+                       str(tmp_path / "kv.json")], env={"ROCKETSTORE_EVENT_LOOP": "asyncio"})
+    try:
+        assert "event loop: asyncio" in p.output, p.output
+    finally:
+        assert p.stop() == 0

@@ -73,6 +73,17 @@ class AsyncProducer:
         """``Producer.send_batch``, awaited."""
         return await wait(self._p.send_batch_future(msgs, message_queue, timeout))
 
+    async def request(self, msg: Message, timeout: int = 3000) -> MessageExt:
+        """``Producer.request``, awaited: the reply (no thread waits for it);
+        ``RequestTimeoutError`` after ``timeout`` ms."""
+        return await wait(self._p.request_async(msg, timeout))
+
+    async def send_reply(self, request: Message | MessageExt, body: bytes,
+                         timeout: int | None = None) -> SendResult:
+        """``Producer.send_reply`` on a worker thread (the broker answers once it pushed the
+        reply to the requester)."""
+        return await asyncio.to_thread(self._p.send_reply, request, body, timeout)
+
     def send_oneway(self, msg: Message, message_queue: MessageQueue | None = None,
                     selector: Selector | None = None, arg: Any = None) -> None:
         """``Producer.send_oneway``: queued for the broker, no answer (nothing to await)."""

@@ -28,10 +28,11 @@ def _logging(verbose: bool) -> None:
 
 
 def _run(coro) -> None:
-    """Run the server on uvloop when it is installed (the event loop is the server's hot path),
-    else on asyncio's loop."""
-    from rocketstore.remoting.server import new_event_loop
+    """Run the server on uvloop when it is installed (the event loop is the server's hot path;
+    ``pip install 'rocketstore[server]'``), else on asyncio's loop, and log which."""
+    from rocketstore.remoting.server import loop_name, new_event_loop
     loop = new_event_loop()
+    logging.getLogger("rocketstore.server").info("event loop: %s", loop_name(loop))
     try:
         loop.run_until_complete(coro)
     finally:

@@ -310,7 +310,7 @@ class Producer:
         prepared, uniq = self._prepare(msg)
         timeout = self.send_msg_timeout if timeout is None else timeout
         if prepared.topic.endswith(reply.REPLY_TOPIC_SUFFIX) and reply.is_reply(prepared):
-            return self._send_reply(prepared, uniq, timeout, message_queue, selector, arg)
+            return reply.send_reply(self, prepared, uniq, timeout, message_queue, selector, arg)
         if message_queue is not None or selector is not None:
             mq = self._explicit_queue(msg, message_queue, selector, arg)
             return self._send_to_chosen_queue(mq, self._request(prepared, mq), timeout, uniq)
@@ -333,22 +333,10 @@ class Producer:
     def send_reply(self, request: Message | MessageExt, body: bytes,
                    timeout: int | None = None) -> SendResult:
         """Answer a request received by a consumer: ``send(create_reply_message(request,
-        body))``. SEND_OK once the broker pushed the reply to the requester."""
+        body))``. SEND_OK once the broker pushed the reply to the requester. (A reply goes as
+        SEND_REPLY_MESSAGE_V2 through ``send`` and this only: ``send_async``, ``send_future``
+        and ``send_oneway`` send any message as a plain send.)"""
         return self.send(reply.create_reply_message(request, body), timeout=timeout)
-
-    def _send_reply(self, prepared: Message, uniq: str, timeout: int,
-                    mq: MessageQueue | None, selector: Selector | None, arg: Any) -> SendResult:
-        """A reply goes as SEND_REPLY_MESSAGE_V2 (Java's client picks the code by MSG_TYPE),
-        with ``send``'s retry rules."""
-        send = self.transport.send_reply_message
-        if mq is not None or selector is not None:
-            mq = self._explicit_queue(prepared, mq, selector, arg)
-            try:
-                return self._result(send(mq.broker_name, self._request(prepared, mq), timeout),
-                                    mq, uniq)
-            except TransportError as e:
-                raise _chosen_queue_failed(mq, e) from e
-        return self._drive(self._retrying(prepared, uniq, None, timeout), None, send)
 
     def _send_to_chosen_queue(self, mq: MessageQueue, request: SendMessageRequest,
                               timeout: int, uniq: str) -> SendResult:
