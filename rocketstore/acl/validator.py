@@ -11,6 +11,7 @@ request                         needs
 ==============================  ====================================================
 SEND_MESSAGE(_V2), SEND_BATCH   PUB on the topic; a send to ``%RETRY%g`` needs SUB on
                                 group g instead
+SEND_REPLY_MESSAGE(_V2)         PUB on the reply topic (a send)
 CONSUMER_SEND_MSG_BACK          SUB on the group
 PULL_MESSAGE                    SUB on the topic and on the consumer group
 QUERY_MESSAGE                   SUB on the topic
