@@ -499,3 +499,15 @@ def test_admin_cli_exits_2_on_a_malformed_reply(capsys, command, body):
     err = capsys.readouterr().err
     assert rc == 2, err
     assert len(err.strip().splitlines()) == 1 and "internal error" not in err
+
+
+def test_a_reply_needs_pub_on_the_reply_topic(acl_broker):
+    """SEND_REPLY_MESSAGE_V2 (325) writes into the reply topic: checked as a send (4.9.8 asks
+    a valid signature only), refused as 4.9.8 refuses."""
+    _, broker = acl_broker
+    h, _ = call(broker.addr, 325, v2_header("DefaultCluster_REPLY_TOPIC", i=props_string({
+        "MSG_TYPE": "reply", "CORRELATION_ID": "c", "REPLY_TO_CLIENT": "x@1"})), b"r",
+        ak="limited01")
+    assert h["code"] == ACL_REFUSED, h
+    assert h["remark"].startswith(ACL_EXC + "No default permission for "
+                                  "topic:DefaultCluster_REPLY_TOPIC, "), h
