@@ -43,12 +43,16 @@ def test_request_gets_its_reply_and_the_reply_is_stored(store_dir):
         c = replier(b, server, seen)
         try:
             reply = client.request(Message("Rpc", b"ping"), 30_000)
-            futs = [client.request_async(Message("Rpc", b"%d" % i), 30_000) for i in range(4)]
+            futs = [client.request_async(Message("Rpc", b"%d" % i), 30_000) for i in range(3)]
+            # to a chosen queue, as DefaultMQProducer.request(msg, mq, timeout)
+            mq = client.publish_info("Rpc").message_queues[1]
+            futs.append(client.request_async(Message("Rpc", b"3"), 30_000, message_queue=mq))
             got = sorted(bytes(f.result(30).body) for f in futs)
         finally:
             c.shutdown()
         assert bytes(reply.body) == b"re:ping" and got == [b"re:0", b"re:1", b"re:2", b"re:3"]
         # what the replier saw: the request with the properties the reply needs
+        assert next(m for m in seen if bytes(m.body) == b"3").queue_id == 1
         req = next(m for m in seen if bytes(m.body) == b"ping")
         p = req.properties
         assert p["CLUSTER"] == "DefaultCluster" and p["TTL"] == "30000"

@@ -317,18 +317,25 @@ class Producer:
         return self._send_with_retries(prepared, uniq, None, timeout)
 
     # -- request-reply (rocketstore.client.reply) ---------------------------------------------
-    def request(self, msg: Message, timeout: int = 3000) -> MessageExt:
+    def request(self, msg: Message, timeout: int = 3000, *,
+                message_queue: MessageQueue | None = None, selector: Selector | None = None,
+                arg: Any = None) -> MessageExt:
         """Send ``msg`` as a request and wait up to ``timeout`` ms for its reply (RocketMQ's
-        ``DefaultMQProducer.request``): the reply message. A consumer answers with
-        ``create_reply_message(request, body)`` and ``send``. Raises ``RequestTimeoutError``
-        when no reply comes in time, ``MQClientError`` when the request could not be sent."""
-        return reply.request(self, msg, timeout)
+        ``DefaultMQProducer.request``; ``message_queue`` or ``selector`` + ``arg`` as for
+        ``send``): the reply message. A consumer answers with ``create_reply_message(request,
+        body)`` and ``send``. Raises ``RequestTimeoutError`` when no reply comes in time,
+        ``MQClientError`` when the request could not be sent."""
+        return reply.request(self, msg, timeout, message_queue=message_queue,
+                             selector=selector, arg=arg)
 
-    def request_async(self, msg: Message, timeout: int = 3000) -> Future[MessageExt]:
+    def request_async(self, msg: Message, timeout: int = 3000, *,
+                      message_queue: MessageQueue | None = None,
+                      selector: Selector | None = None, arg: Any = None) -> Future[MessageExt]:
         """``request`` without waiting: a future of the reply, failed with
         ``RequestTimeoutError`` after ``timeout`` ms (its callbacks run on the thread that
         completes it: keep them short)."""
-        return reply.request_future(self, msg, timeout)[0]
+        return reply.request_future(self, msg, timeout, message_queue=message_queue,
+                                    selector=selector, arg=arg)[0]
 
     def send_reply(self, request: Message | MessageExt, body: bytes,
                    timeout: int | None = None) -> SendResult:

@@ -103,10 +103,12 @@ def get_reply_to_client(msg: Message | MessageExt) -> str | None:
 
 
 def request_future(producer: Producer, msg: Message, timeout_ms: int, *,
-                   expire: bool = True) -> tuple[Future, str]:
-    """Send ``msg`` as a request; (the future of its reply, its correlation id). ``expire``:
-    fail the future with ``RequestTimeoutError`` after ``timeout_ms`` (else the caller waits
-    and calls ``forget``)."""
+                   expire: bool = True, message_queue: MessageQueue | None = None,
+                   selector: Any = None, arg: Any = None) -> tuple[Future, str]:
+    """Send ``msg`` as a request (to ``message_queue`` or through ``selector`` when given, as
+    ``Producer.send``); (the future of its reply, its correlation id). ``expire``: fail the
+    future with ``RequestTimeoutError`` after ``timeout_ms`` (else the caller waits and calls
+    ``forget``)."""
     if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
         raise MQClientError(f"request timeout={timeout_ms!r}: expected milliseconds, an int > 0")
     inst = producer._instance
@@ -141,7 +143,8 @@ def request_future(producer: Producer, msg: Message, timeout_ms: int, *,
             err.__cause__ = exc
             _settle(out, error=err)
     try:
-        producer.send_future(request, timeout=timeout_ms).add_done_callback(sent)
+        producer.send_future(request, message_queue, selector, arg,
+                             timeout=timeout_ms).add_done_callback(sent)
     except BaseException:
         forget(correlation_id)
         raise
@@ -151,9 +154,10 @@ def request_future(producer: Producer, msg: Message, timeout_ms: int, *,
     return out, correlation_id
 
 
-def request(producer: Producer, msg: Message, timeout_ms: int) -> MessageExt:
-    """Send ``msg`` and wait up to ``timeout_ms`` for its reply."""
-    fut, correlation_id = request_future(producer, msg, timeout_ms, expire=False)
+def request(producer: Producer, msg: Message, timeout_ms: int, **where: Any) -> MessageExt:
+    """Send ``msg`` and wait up to ``timeout_ms`` for its reply (``where``: the queue or
+    selector, as ``request_future``)."""
+    fut, correlation_id = request_future(producer, msg, timeout_ms, expire=False, **where)
     try:
         return fut.result(timeout_ms / 1000)
     except TimeoutError:
