@@ -23,12 +23,23 @@ def open_broker(store_dir, **cfg):
     return b
 
 
-def replier(broker, producer: Producer, seen: list | None = None) -> PushConsumer:
+def replier(broker, producer: Producer, seen: list | None = None, how: str = "send"
+            ) -> PushConsumer:
+    """A consumer of Rpc answering each request with ``how``: any send of a reply is a reply
+    (SEND_REPLY_MESSAGE_V2), as Java's client picks the code by MSG_TYPE."""
     def answer(msgs, ctx):
         for m in msgs:
             if seen is not None:
                 seen.append(m)
-            producer.send(create_reply_message(m, b"re:" + bytes(m.body)))
+            r = create_reply_message(m, b"re:" + bytes(m.body))
+            if how == "send":
+                producer.send(r)
+            elif how == "send_async":
+                producer.send_async(r).result(30)
+            elif how == "send_future":
+                producer.send_future(r).result(30)
+            else:
+                producer.send_oneway(r)
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
     c = PushConsumer("rpc-cg", broker=broker)
     c.subscribe("Rpc", "*")
@@ -73,10 +84,11 @@ def test_request_gets_its_reply_and_the_reply_is_stored(store_dir):
                    for m in stored)
 
 
-def test_replies_not_stored_when_disabled(store_dir):
+@pytest.mark.parametrize("how", ["send_async", "send_future", "send_oneway"])
+def test_replies_not_stored_when_disabled(store_dir, how):
     with open_broker(store_dir, store_reply_message_enable=False) as b, \
             Producer("rpc-client", broker=b) as client, Producer("rpc-server", broker=b) as s:
-        c = replier(b, s)
+        c = replier(b, s, how=how)
         try:
             assert bytes(client.request(Message("Rpc", b"x"), 30_000).body) == b"re:x"
         finally:
@@ -144,3 +156,30 @@ def test_a_reply_arriving_after_the_timeout_is_dropped(store_dir):
         finally:
             release.set()
             c.shutdown()
+
+
+def test_async_producer_request_and_send_reply(store_dir):
+    import asyncio
+
+    from rocketstore.aio import AsyncProducer
+
+    async def main() -> bytes:
+        with open_broker(store_dir) as b:
+            async with AsyncProducer("rpc-client", broker=b) as client, \
+                    AsyncProducer("rpc-server", broker=b) as server:
+                loop = asyncio.get_running_loop()
+
+                def answer(msgs, ctx):
+                    for m in msgs:
+                        asyncio.run_coroutine_threadsafe(
+                            server.send_reply(m, b"re:" + bytes(m.body)), loop).result(30)
+                    return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+                c = PushConsumer("rpc-cg", broker=b)
+                c.subscribe("Rpc", "*")
+                c.register_message_listener(answer)
+                c.start()
+                try:
+                    return bytes((await client.request(Message("Rpc", b"aio"), 30_000)).body)
+                finally:
+                    c.shutdown()
+    assert asyncio.run(main()) == b"re:aio"

@@ -219,7 +219,11 @@ def test_request_reply_between_our_clients_over_tcp(cluster):
             Producer("PG-replier", namesrv_addr=ns.addr) as replier:
         def listener(msgs, ctx):
             for m in msgs:
-                replier.send(create_reply_message(m, b"re:" + bytes(m.body)))
+                r = create_reply_message(m, b"re:" + bytes(m.body))
+                if bytes(m.body) == b"n1":      # an async send of a reply is a reply too
+                    replier.send_async(r).result(30)
+                else:
+                    replier.send(r)
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
         c = PushConsumer("CG-replier", namesrv_addr=ns.addr,
                          consume_from_where="CONSUME_FROM_LAST_OFFSET")

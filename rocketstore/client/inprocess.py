@@ -86,13 +86,6 @@ class InProcessTransport(Transport):
         except TimeoutError:
             raise TransportError(broker_name, f"send timed out after {timeout_ms} ms") from None
 
-    def send_reply_message(self, broker_name: str, request: SendMessageRequest,
-                           timeout_ms: int = 3000) -> SendMessageResponse:
-        try:
-            return self._call(broker_name, "send_reply", request).result(timeout_ms / 1000.0)
-        except TimeoutError:
-            raise TransportError(broker_name, f"reply timed out after {timeout_ms} ms") from None
-
     def send_message_async(self, broker_name: str,
                            request: SendMessageRequest) -> Future[SendMessageResponse]:
         return self._call(broker_name, "send_message", request)

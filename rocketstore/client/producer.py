@@ -273,6 +273,8 @@ class Producer:
                                  batch if batch is not None else [msg], batch=batch is not None,
                                  default_topic=self.create_topic_key,
                                  default_topic_queue_nums=self.default_topic_queue_nums)
+        if batch is None and mq.topic.endswith(reply.REPLY_TOPIC_SUFFIX):
+            req.reply = reply.is_reply(msg)     # sent as SEND_REPLY_MESSAGE_V2
         if mq.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
             props = msg.properties          # §1.4: moved from the properties into the header
             rt = props.get(C.PROPERTY_RECONSUME_TIME)
@@ -309,11 +311,12 @@ class Producer:
         """
         prepared, uniq = self._prepare(msg)
         timeout = self.send_msg_timeout if timeout is None else timeout
-        if prepared.topic.endswith(reply.REPLY_TOPIC_SUFFIX) and reply.is_reply(prepared):
-            return reply.send_reply(self, prepared, uniq, timeout, message_queue, selector, arg)
         if message_queue is not None or selector is not None:
             mq = self._explicit_queue(msg, message_queue, selector, arg)
             return self._send_to_chosen_queue(mq, self._request(prepared, mq), timeout, uniq)
+        if prepared.topic.endswith(reply.REPLY_TOPIC_SUFFIX) and reply.is_reply(prepared):
+            # not the fast path: a reply goes with its request code (``_request``)
+            return self._drive(self._retrying(prepared, uniq, None, timeout), None)
         return self._send_with_retries(prepared, uniq, None, timeout)
 
     # -- request-reply (rocketstore.client.reply) ---------------------------------------------
@@ -340,9 +343,9 @@ class Producer:
     def send_reply(self, request: Message | MessageExt, body: bytes,
                    timeout: int | None = None) -> SendResult:
         """Answer a request received by a consumer: ``send(create_reply_message(request,
-        body))``. SEND_OK once the broker pushed the reply to the requester. (A reply goes as
-        SEND_REPLY_MESSAGE_V2 through ``send`` and this only: ``send_async``, ``send_future``
-        and ``send_oneway`` send any message as a plain send.)"""
+        body))``. SEND_OK once the broker pushed the reply to the requester (any send of a
+        reply goes as SEND_REPLY_MESSAGE_V2, as Java's client picks the code by
+        ``MSG_TYPE``)."""
         return self.send(reply.create_reply_message(request, body), timeout=timeout)
 
     def _send_to_chosen_queue(self, mq: MessageQueue, request: SendMessageRequest,
@@ -461,11 +464,10 @@ class Producer:
                            answer)
 
     def _drive(self, steps: Generator[Attempt, SendMessageResponse, SendResult],
-               first: SendMessageResponse | TransportError | None,
-               send: Callable[..., SendMessageResponse] | None = None) -> SendResult:
+               first: SendMessageResponse | TransportError | None) -> SendResult:
         """Run the retry rules on this thread; ``first``: the answer to the first attempt when
-        it was already made; ``send``: the transport call (a plain send by default)."""
-        send = send or self.transport.send_message
+        it was already made."""
+        send = self.transport.send_message
         try:
             mq, request, left = next(steps)
             if first is not None:

@@ -4,8 +4,8 @@ The requester (``Producer.request`` / ``request_async``) stamps its message with
 ``CORRELATION_ID``, its client id as ``REPLY_TO_CLIENT`` and the timeout as ``TTL``, registers
 a future under the correlation id and sends the message as any other. The broker adds
 ``CLUSTER``. A consumer of the request topic answers with ``create_reply_message(request,
-body)`` and ``Producer.send`` (which sends a reply as SEND_REPLY_MESSAGE_V2, 325, as Java's
-client does); the broker pushes the reply to the requester's connection
+body)`` and any ``Producer`` send (a reply goes as SEND_REPLY_MESSAGE_V2, 325, as Java's
+client sends it); the broker pushes the reply to the requester's connection
 (PUSH_REPLY_MESSAGE_TO_CLIENT, 326), and ``deliver`` completes the future whose correlation id
 the reply carries. No reply in time: ``RequestTimeoutError``.
 
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 from rocketstore.common import Message, MessageExt
 from rocketstore.common import constants as C
 from rocketstore.common.protocol import ReplyMessageRequest
-from rocketstore.errors import MQClientError, RequestTimeoutError, TransportError
+from rocketstore.errors import MQClientError, RequestTimeoutError
 from rocketstore.store._codec import decode as decode_record
 from rocketstore.store._codec import encode_record, parse_properties
 
 if TYPE_CHECKING:
-    from rocketstore.client.producer import Producer, SendResult
+    from rocketstore.client.producer import Producer
     from rocketstore.common import MessageQueue
 
 log = logging.getLogger("rocketstore.client.reply")
@@ -79,22 +79,6 @@ def is_reply(msg: Message) -> bool:
     test."""
     return (msg.topic.endswith(REPLY_TOPIC_SUFFIX)
             and msg.properties.get(C.PROPERTY_MESSAGE_TYPE) == C.REPLY_MESSAGE_FLAG)
-
-
-def send_reply(producer: Producer, prepared: Message, uniq: str, timeout: int,
-               mq: MessageQueue | None, selector: Any, arg: Any) -> SendResult:
-    """``Producer.send`` of a reply: SEND_REPLY_MESSAGE_V2 (Java's client picks the code by
-    ``MSG_TYPE``), with ``send``'s queue choice and retry rules."""
-    from rocketstore.client.producer import _chosen_queue_failed
-    send = producer.transport.send_reply_message
-    if mq is not None or selector is not None:
-        mq = producer._explicit_queue(prepared, mq, selector, arg)
-        try:
-            return producer._result(send(mq.broker_name, producer._request(prepared, mq),
-                                         timeout), mq, uniq)
-        except TransportError as e:
-            raise _chosen_queue_failed(mq, e) from e
-    return producer._drive(producer._retrying(prepared, uniq, None, timeout), None, send)
 
 
 def get_reply_to_client(msg: Message | MessageExt) -> str | None:

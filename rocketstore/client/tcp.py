@@ -247,8 +247,7 @@ class TcpTransport(Transport):
             return sorted(self._brokers)
 
     # -- produce ------------------------------------------------------------------------------
-    def _send_command(self, request: SendMessageRequest,
-                      code: int = RequestCode.SEND_MESSAGE_V2) -> RemotingCommand:
+    def _send_command(self, request: SendMessageRequest) -> RemotingCommand:
         msgs = request.messages
         if request.batch:
             body = headers.encode_batch_body([(bytes(m.body), m.flag, properties_string(m))
@@ -260,6 +259,8 @@ class TcpTransport(Transport):
             first = msgs[0]
             body = bytes(first.body)
             props, sys_flag, flag = properties_string(first), first.sys_flag, first.flag
+            code = (RequestCode.SEND_REPLY_MESSAGE_V2 if request.reply
+                    else RequestCode.SEND_MESSAGE_V2)
         born = first.born_timestamp if first.born_timestamp is not None else int(time.time() * 1000)
         ext: dict[str, Any] = {
             "a": request.producer_group, "b": request.topic, "c": request.default_topic,
@@ -279,12 +280,6 @@ class TcpTransport(Transport):
                      timeout_ms: int = 3000) -> SendMessageResponse:
         return self._send_response(self._invoke(broker_name, self._send_command(request),
                                                 timeout_ms / 1000))
-
-    def send_reply_message(self, broker_name: str, request: SendMessageRequest,
-                           timeout_ms: int = 3000) -> SendMessageResponse:
-        return self._send_response(self._invoke(
-            broker_name, self._send_command(request, RequestCode.SEND_REPLY_MESSAGE_V2),
-            timeout_ms / 1000))
 
     def send_message_async(self, broker_name: str, request: SendMessageRequest
                            ) -> concurrent.futures.Future[SendMessageResponse]:

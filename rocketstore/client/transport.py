@@ -20,7 +20,6 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerS
                                          PullMessageRequest, PullMessageResponse, RemotingResult,
                                          ReplyMessageRequest, SendMessageRequest,
                                          SendMessageResponse, TopicRouteData)
-from rocketstore.errors import TransportError
 
 if TYPE_CHECKING:
     from rocketstore.store.types import Message, MessageExt
@@ -69,7 +68,9 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def send_message(self, broker_name: str, request: SendMessageRequest,
                      timeout_ms: int = 3000) -> SendMessageResponse:
-        """``SEND_MESSAGE_V2`` / ``SEND_BATCH_MESSAGE``: store and answer."""
+        """``SEND_MESSAGE_V2`` / ``SEND_BATCH_MESSAGE``: store and answer; a ``reply``
+        request is ``SEND_REPLY_MESSAGE_V2``, answered once the broker pushed it to its
+        requester (this and ``send_message_async`` / ``_oneway``)."""
 
     def send_one(self, broker_name: str, producer_group: str, topic: str, queue_id: int,
                  msg: Message, default_topic: str, default_topic_queue_nums: int,
@@ -79,12 +80,6 @@ class Transport(abc.ABC):
         return self.send_message(broker_name, SendMessageRequest(
             producer_group, topic, queue_id, [msg], default_topic=default_topic,
             default_topic_queue_nums=default_topic_queue_nums), timeout_ms)
-
-    def send_reply_message(self, broker_name: str, request: SendMessageRequest,
-                           timeout_ms: int = 3000) -> SendMessageResponse:
-        """``SEND_REPLY_MESSAGE_V2``: a reply (one message), answered once the broker pushed
-        it to the requester."""
-        raise TransportError(broker_name, f"{type(self).__name__} cannot send replies")
 
     @abc.abstractmethod
     def send_message_async(self, broker_name: str,

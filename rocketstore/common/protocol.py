@@ -165,6 +165,9 @@ class SendMessageRequest:
     reconsume_times: int = 0
     max_reconsume_times: int | None = None
     born_host: str | None = None
+    # a reply of request-reply (``MSG_TYPE=reply``): SEND_REPLY_MESSAGE_V2 (325), pushed to
+    # its requester by the broker (``rocketstore.broker.reply``)
+    reply: bool = False
 
 
 @dataclass(slots=True)
