@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, cast
 
 from rocketstore.common.constants import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
@@ -91,7 +91,7 @@ class TcpClientChannel:
 
         async def call() -> RemotingResult:
             r = await self.conn.request(cmd, PUSH_REPLY_TIMEOUT_S)
-            return RemotingResult(r.code, r.remark)
+            return RemotingResult(cast(ResponseCode, r.code), r.remark)
         return asyncio.run_coroutine_threadsafe(call(), self.loop)
 
     def __repr__(self) -> str:
