@@ -4,8 +4,8 @@
 keeps the broker-name -> address table of the routes it has seen, and sends every ``Transport``
 call to the named broker's master. It speaks to ``rocketstore broker`` and to Apache RocketMQ
 brokers alike. Requests a broker pushes on a connection (CHECK_TRANSACTION_STATE,
-NOTIFY_CONSUMER_IDS_CHANGED, PUSH_REPLY_MESSAGE_TO_CLIENT) go to the ``ClientChannel`` of the
-last heartbeat, on a worker thread (a transaction check runs user code).
+NOTIFY_CONSUMER_IDS_CHANGED) go to the ``ClientChannel`` of the last heartbeat, on a worker
+thread (a transaction check runs user code).
 """
 from __future__ import annotations
 
@@ -90,7 +90,8 @@ def properties_string(msg: Message) -> str:
 
 
 class _PushProcessor:
-    """Requests a broker sends to this client."""
+    """Requests a broker sends to this client (PUSH_REPLY_MESSAGE_TO_CLIENT too: a reply to
+    one of its requests, answered once taken)."""
 
     def __init__(self, transport: "TcpTransport") -> None:
         self.transport = transport
