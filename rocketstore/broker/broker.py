@@ -265,7 +265,7 @@ class Broker:
         """``SEND_MESSAGE_V2`` / ``SEND_BATCH_MESSAGE``: a Future of the ``SendMessageResponse``
         (completed after the sync under SYNC_FLUSH; no thread waits for it)."""
         self._check_open()
-        if request.reply:
+        if isinstance(request, SendMessageRequest) and request.reply:
             return self.reply_processor.reply_request(request)
         fut = self.send_processor.send_message(request)
         if self.metrics is not None:
