@@ -263,3 +263,30 @@ def test_servers_log_which_event_loop_they_run(cluster, tmp_path):
         assert "event loop: asyncio" in p.output, p.output
     finally:
         assert p.stop() == 0
+
+
+def test_event_loop_choice(monkeypatch):
+    from rocketstore.remoting.server import loop_name, new_event_loop
+
+    def made(**kw: bool) -> str:
+        loop = new_event_loop(**kw)
+        try:
+            return loop_name(loop)
+        finally:
+            loop.close()
+    installed = importlib.util.find_spec("uvloop") is not None
+    monkeypatch.delenv("ROCKETSTORE_EVENT_LOOP", raising=False)
+    assert made() == ("uvloop" if installed else "asyncio")
+    assert made(use_uvloop=False) == "asyncio"
+    monkeypatch.setenv("ROCKETSTORE_EVENT_LOOP", "asyncio")
+    assert made() == "asyncio"
+    monkeypatch.setenv("ROCKETSTORE_EVENT_LOOP", "uvloop")
+    assert made(use_uvloop=False) == "asyncio"     # a loop that must not be uvloop stays so
+    if installed:
+        assert made() == "uvloop"
+    else:
+        with pytest.raises(ImportError, match="rocketstore\\[server\\]"):
+            made()
+    monkeypatch.setenv("ROCKETSTORE_EVENT_LOOP", "tokio")
+    with pytest.raises(ValueError, match="ROCKETSTORE_EVENT_LOOP='tokio'"):
+        made()

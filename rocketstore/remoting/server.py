@@ -32,13 +32,14 @@ EVENT_LOOP_ENV = "ROCKETSTORE_EVENT_LOOP"
 def new_event_loop(use_uvloop: bool = True) -> asyncio.AbstractEventLoop:
     """An event loop: uvloop's when installed and wanted, else asyncio's.
 
-    The environment variable ``ROCKETSTORE_EVENT_LOOP`` overrides what is wanted: ``asyncio``
-    never takes uvloop, ``uvloop`` insists on it (``ImportError`` when it is not installed).
+    The environment variable ``ROCKETSTORE_EVENT_LOOP`` decides for the loops that want
+    uvloop: ``asyncio`` gives them asyncio's, ``uvloop`` insists on uvloop (``ImportError``
+    when it is not installed). ``use_uvloop=False`` is always asyncio's loop.
     """
     choice = os.environ.get(EVENT_LOOP_ENV, "").strip().lower()
     if choice not in ("", "asyncio", "uvloop"):
         raise ValueError(f"{EVENT_LOOP_ENV}={choice!r}: expected asyncio or uvloop")
-    if choice == "uvloop" or (use_uvloop and choice != "asyncio"):
+    if use_uvloop and choice != "asyncio":
         try:
             import uvloop
         except ImportError:
