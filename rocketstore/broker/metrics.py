@@ -36,6 +36,7 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Iterator
 
+from rocketstore.broker.stats_windows import StatsWindows
 from rocketstore.common.protocol import ResponseCode
 
 if TYPE_CHECKING:
@@ -132,6 +133,8 @@ class BrokerMetrics:
         self._older = _Snapshot(now, {}, {})
         self._newer = self._older
         self._disk: tuple[float, dict[str, int]] | None = None
+        # VIEW_BROKER_STATS_DATA's minute/hour/day windows (sampled by the housekeeping thread)
+        self.windows = StatsWindows(self.stats_counters)
 
     # -- the hot path: one call per request ---------------------------------------------------
     # Every public method of a Future takes its condition lock (0.5-1 µs each on a loaded
@@ -211,6 +214,23 @@ class BrokerMetrics:
         with self._lock:
             return (dict(self.put_msgs), dict(self.put_bytes), dict(self.put_failed),
                     dict(self.get_msgs), dict(self.get_bytes))
+
+    def stats_counters(self) -> dict[tuple[str, str], int]:
+        """The counters under RocketMQ's stats item names and keys (``BrokerStatsManager``):
+        TOPIC_PUT_NUMS/SIZE by topic, GROUP_GET_NUMS/SIZE by ``topic@group``,
+        BROKER_PUT_NUMS/BROKER_GET_NUMS by cluster name."""
+        puts, put_bytes, _, gets, get_bytes = self.counters()
+        out: dict[tuple[str, str], int] = {}
+        for t, n in puts.items():
+            out[("TOPIC_PUT_NUMS", t)] = n
+            out[("TOPIC_PUT_SIZE", t)] = put_bytes.get(t, 0)
+        for (g, t), n in gets.items():
+            out[("GROUP_GET_NUMS", f"{t}@{g}")] = n
+            out[("GROUP_GET_SIZE", f"{t}@{g}")] = get_bytes.get((g, t), 0)
+        cluster = self.broker.config.broker_cluster_name
+        out[("BROKER_PUT_NUMS", cluster)] = sum(puts.values())
+        out[("BROKER_GET_NUMS", cluster)] = sum(gets.values())
+        return out
 
     def rates(self) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
         """(put msgs/s per topic, get msgs/s per (group, topic)) over the last 10-20 s."""
@@ -313,9 +333,13 @@ class BrokerMetrics:
                      "timerOffsetBehind": "0", "timerCongestNum": "0", "timerEnqueueTps": "0.0",
                      "timerDequeueTps": "0.0",
                      "earliestMessageTimeStamp": str(_earliest_store_time(store))})
+        # clusterList's #SPACE: 4.9.8's commitLogDiskRatio of the commit-log directory
+        cl_dir = store.config.commit_log_path(store.root)
+        info["commitLogDiskRatio"] = java_double(disk_used_ratio(cl_dir))
+        info["commitLogDiskRatio_" + cl_dir] = info["commitLogDiskRatio"]
+        info["consumeQueueDiskRatio"] = java_double(
+            disk_used_ratio(os.path.join(store.root, "consumequeue")))
         if "fs_total" in disk:
-            used = disk["fs_total"] - disk["fs_free"]
-            info["commitLogDiskRatio"] = f"{used / disk['fs_total']:.4f}" if disk["fs_total"] else "0"
             info["commitLogDirCapacity"] = (f"Total : {_human(disk['fs_total'])}, "
                                             f"Free : {_human(disk['fs_free'])}.")
         for name in STORE_DIRS:
@@ -333,6 +357,30 @@ class BrokerMetrics:
         lags = list(self.lag())
         info["consumerLagTotal"] = str(sum(lag for *_, lag in lags))
         return info
+
+
+def disk_used_ratio(path: str) -> float:
+    """``UtilAll.getDiskPartitionSpaceUsedPercent``: the file system's used share, as a whole
+    percent rounded up, over used + usable (blocks reserved for root excluded), e.g. 0.43;
+    -1 when ``path`` does not exist."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1.0
+    total = st.f_blocks * st.f_frsize
+    if total <= 0:
+        return -1.0
+    used = total - st.f_bfree * st.f_frsize
+    entire = used + st.f_bavail * st.f_frsize
+    if entire <= 0:
+        return -1.0
+    pct = used * 100 // entire + (1 if used * 100 % entire else 0)
+    return pct / 100.0
+
+
+def java_double(v: float) -> str:
+    """``String.valueOf(double)`` for the plain values used here: 0.43, 1.0, -1.0."""
+    return repr(float(v))
 
 
 def _earliest_store_time(store: Any) -> int:

@@ -97,6 +97,17 @@ class _PushProcessor:
         self.transport = transport
         self.pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="client-callback")
 
+    @staticmethod
+    def _running_info(ch: Any, cmd: RemotingCommand) -> RemotingCommand:
+        # answered at once (a snapshot of the consumer's tables), as MQClientInstance does
+        group = cmd.field("consumerGroup") or ""
+        fn = getattr(ch, "consumer_running_info", None)
+        body = fn(group, cmd.bool_field("jstackEnable")) if fn is not None else None
+        if body is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"The Consumer Group <{group}> not exist in this consumer")
+        return cmd.response(ResponseCode.SUCCESS, body=body)
+
     def process(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
         ch = self.transport.channel
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
@@ -125,6 +136,8 @@ class _PushProcessor:
                 self.pool.submit(reset, cmd.field("group") or "", cmd.field("topic") or "",
                                  decode_reset_offsets(bytes(cmd.body)))
             return None
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            return self._running_info(ch, cmd)
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                             f" request type {cmd.code} not supported")
 

@@ -171,7 +171,7 @@ class BrokerServer:
     # -- NameServer registration --------------------------------------------------------------
     def register_body(self) -> bytes:
         table = self.broker.store.topic_config_manager
-        bc = self.broker_config
+        bc = self.broker.config         # UPDATE_BROKER_CONFIG may change brokerPermission
         topics: dict[str, Any] = {}
         for name, tc in table.all().items():
             perm = tc.perm
