@@ -72,21 +72,21 @@ def test_search_offset_keeps_lower_and_honours_a_5x_boundary(cluster):
     max offset 2), and a 5.x client's ``boundaryType`` is honoured."""
     _, broker = cluster
     with RawClient(broker.addr) as c:
-        times, offsets = [], []
-        for i in range(2):
-            prev = times[-1] if times else None
-            while True:                 # the two store times must differ by 2 ms at least
-                h, _ = c.call(SEND_V2, v2_header("Times", {"UNIQ_KEY": f"t{i}-{time.time()}"}),
-                              b"x")
-                assert h["code"] == SUCCESS, h
-                t = store_time(c, h["extFields"]["msgId"])
-                if prev is None or t >= prev + 2:
-                    break
-                time.sleep(0.005)       # a message too close: stored but not looked at
-            times.append(t)
+        # send until the last two were stored 2 ms apart or more: t0 < between < t1, and
+        # every message before them was stored at t0 or earlier
+        times: list[int] = []
+        offsets: list[int] = []
+        for i in range(10_000):
+            h, _ = c.call(SEND_V2, v2_header("Times", {"UNIQ_KEY": f"t{i}-{time.time()}"}),
+                          b"x")
+            assert h["code"] == SUCCESS, h
+            times.append(store_time(c, h["extFields"]["msgId"]))
             offsets.append(int(h["extFields"]["queueOffset"]))
-        t0, t1 = times
-        first, second = offsets
+            if len(times) >= 2 and times[-1] >= times[-2] + 2:
+                break
+            time.sleep(0.005)
+        t0, t1 = times[-2:]
+        first, second = offsets[-2:]
         n = wait_max_offset(c, "Times", second + 1)
 
         def search(ts: int, **extra: str) -> int:
@@ -105,7 +105,8 @@ def test_search_offset_keeps_lower_and_honours_a_5x_boundary(cluster):
         assert search(between, boundaryType="UPPER") == first
         assert search(t1 + 10_000, boundaryType="UPPER") == second
         assert search(t1, boundaryType="upper") == second
-        assert search(t0, boundaryType="LOWER") == first
+        assert search(t1, boundaryType="LOWER") == second
+        assert search(t0, boundaryType="UPPER") == first
         # our TCP client sends the field when given a boundary, nothing otherwise
         from rocketstore.client.tcp import TcpTransport
         t = TcpTransport(cluster[0].addr)
@@ -177,10 +178,14 @@ def test_a_java_replier_reaches_the_requester_connection_as_326(cluster, code):
         h, _ = replier.read_response(7001)
         assert h["code"] == SUCCESS, h
         assert h["extFields"]["queueId"] == "0"
-        # stored as sent: the record's offset id, the reply topic's next offset
-        assert h["extFields"]["msgId"] != "0"
-        assert int(h["extFields"]["queueOffset"]) == stored_before
-        assert wait_max_offset(replier, REPLY_TOPIC, stored_before + 1) == stored_before + 1
+        # stored as sent (no PUSH_REPLY_TIME, no CLUSTER): the answer names its record
+        msg_id = h["extFields"]["msgId"]
+        assert msg_id != "0" and int(h["extFields"]["queueOffset"]) >= stored_before
+        h, record = replier.call(VIEW_MESSAGE, {"offset": int(msg_id[-16:], 16)})
+        assert h["code"] == SUCCESS, h
+        assert props_string(props).encode().rstrip(b"\x02") in record
+        assert b"the answer" in record and REPLY_TOPIC.encode() in record
+        assert b"PUSH_REPLY_TIME" not in record and b"CLUSTER" not in record
 
 
 def test_a_reply_nobody_can_take_is_a_system_error(cluster):
