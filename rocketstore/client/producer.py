@@ -651,7 +651,8 @@ class Producer:
                             info: TopicPublishInfo | None, retries: int) -> None:
         started = time.monotonic()
         try:
-            if mq.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):     # header fields moved
+            if (mq.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX)     # header fields moved
+                    or mq.topic.endswith(reply.REPLY_TOPIC_SUFFIX)):  # a reply's own code
                 fut = self.transport.send_message_async(mq.broker_name,
                                                         self._request(prepared, mq))
             else:
