@@ -30,26 +30,10 @@ from collections.abc import Callable
 from rocketstore.store._mapped import CREATING_SUFFIX, MappedFile, fsync_dir, metadata_event
 from rocketstore.store.allocate import AllocateMappedFileService, create_mapped_file
 from rocketstore.errors import CorruptionError
-from rocketstore.store.fsutil import makedirs_durable
+from rocketstore.store.fsutil import makedirs, makedirs_durable
 from rocketstore.store.paths import is_segment_name, offset_to_file_name
 
 log = logging.getLogger("rocketstore.store.mapped_file_queue")
-
-
-def _makedirs(path: str) -> list[str]:
-    """``os.makedirs(path, exist_ok=True)``; returns the parents of the directories it
-    created, deepest first (their entries are what an fsync must make durable)."""
-    missing = []
-    p = os.path.abspath(path)
-    while not os.path.isdir(p):
-        missing.append(p)
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    if missing:
-        os.makedirs(path, exist_ok=True)
-    return [os.path.dirname(d) for d in missing]
 
 
 class MappedFileQueue:
@@ -210,7 +194,7 @@ class MappedFileQueue:
         if not self.sync_create:
             # the entries (and their parents') are synced by sync_created, before flush
             # reports anything in the file flushed
-            new_dirs = _makedirs(self.store_path)
+            new_dirs = makedirs(self.store_path)
         elif not self.files:
             makedirs_durable(self.store_path)
         if self.allocator is not None:
