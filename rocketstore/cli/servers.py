@@ -226,3 +226,56 @@ def register_broker(sub) -> None:
                         "storePathRootDir, flushDiskType, ...)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=_broker)
+
+
+# -- rocketstore proxy ---------------------------------------------------------------------
+
+def _proxy(args: argparse.Namespace) -> int:
+    try:
+        from rocketstore.proxy.server import ProxyServer
+        from rocketstore.proxy.service import ProxyConfig
+    except ImportError as e:
+        raise CommandError(f"the proxy needs grpcio and protobuf (pip install "
+                           f"'rocketstore[grpc]'): {e}") from None
+    host, port = parse_listen(args.listen, 8081)
+    _logging(args.verbose)
+    attempts: dict[str, int] = {}
+    for item in args.group_max_attempts or ():
+        group, sep, n = item.rpartition("=")
+        if not sep or not group or not n.isdigit() or int(n) < 1:
+            raise CommandError(f"--group-max-attempts {item!r}: expected GROUP=N with N >= 1")
+        attempts[group] = int(n)
+    data_dir = args.data_dir or os.path.join(os.path.expanduser("~"), "rocketstore-proxy")
+    cfg = ProxyConfig(args.namesrv, data_dir, fifo_groups=frozenset(args.fifo_group or ()),
+                      max_attempts=attempts)
+    server = ProxyServer(host, port, cfg)
+
+    async def main() -> None:
+        await _serve(server, "rocketstore proxy: listening on {addr}")
+    try:
+        asyncio.run(main())             # grpc.aio runs on asyncio's own loop
+    except OSError as e:
+        raise CommandError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return 0
+
+
+def register_proxy(sub) -> None:
+    p = sub.add_parser("proxy", help="serve RocketMQ 5.x (gRPC) clients in front of brokers",
+                       description="RocketMQ 5's proxy in cluster mode: 5.x clients "
+                                   "(rocketmq-python-client, the Java 5 client) speak gRPC to "
+                                   "it; it reaches the brokers of the NameServer over "
+                                   "RocketMQ's remoting protocol. See docs/grpc.md.")
+    p.add_argument("--namesrv", required=True, metavar="ADDR[;ADDR]",
+                   help="NameServer address(es), e.g. 127.0.0.1:9876")
+    p.add_argument("--listen", default="127.0.0.1:8081", metavar="HOST:PORT",
+                   help="gRPC address (default 127.0.0.1:8081; port 0 picks one)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="where the simple-consumption state lives (default ~/rocketstore-proxy)")
+    p.add_argument("--fifo-group", action="append", metavar="GROUP",
+                   help="a consumer group that consumes in order (RocketMQ 5's "
+                        "consumeMessageOrderly); repeatable")
+    p.add_argument("--group-max-attempts", action="append", metavar="GROUP=N",
+                   help="deliveries before a group's message goes to %%DLQ%%GROUP (default 17: "
+                        "retryMaxTimes 16 + 1); repeatable")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=_proxy)

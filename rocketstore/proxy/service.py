@@ -1,0 +1,739 @@
+"""``apache.rocketmq.v2.MessagingService`` served over grpc.aio, in cluster mode: brokers are
+reached through the NameServer and RocketMQ's remoting protocol (``TcpTransport``).
+
+Every unary answer carries its outcome in ``status`` (gRPC itself says OK); RPCs the proxy does
+not serve are not registered, so grpc answers ``UNIMPLEMENTED`` as RocketMQ's proxy does.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from rocketstore.client.tcp import TcpTransport
+from rocketstore.common import MessageExt
+from rocketstore.common.names import topic_problem, group_problem
+from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransactionRequest,
+                                         PullMessageRequest, ResponseCode, SendMessageRequest,
+                                         TopicRouteData, TransactionCommitType)
+from rocketstore.errors import TransportError
+from rocketstore.proxy import convert, protocol as pb
+from rocketstore.proxy.popstate import InFlight, Key, PopState
+from rocketstore.proxy.timer import DelayTimer
+
+log = logging.getLogger("rocketstore.proxy")
+
+C = {name: pb.enum_value("Code", name) for name in (
+    "OK", "MULTIPLE_RESULTS", "BAD_REQUEST", "ILLEGAL_TOPIC", "ILLEGAL_CONSUMER_GROUP",
+    "ILLEGAL_MESSAGE_PROPERTY_KEY", "INVALID_TRANSACTION_ID", "ILLEGAL_MESSAGE_ID",
+    "ILLEGAL_INVISIBLE_TIME", "ILLEGAL_DELIVERY_TIME", "INVALID_RECEIPT_HANDLE",
+    "MESSAGE_CORRUPTED", "CLIENT_ID_REQUIRED", "ILLEGAL_POLLING_TIME", "MESSAGE_NOT_FOUND",
+    "TOPIC_NOT_FOUND", "MESSAGE_BODY_TOO_LARGE", "MESSAGE_BODY_EMPTY", "TOO_MANY_REQUESTS",
+    "INTERNAL_SERVER_ERROR", "FORBIDDEN", "ILLEGAL_MESSAGE_GROUP", "PROXY_TIMEOUT",
+    "MASTER_PERSISTENCE_TIMEOUT", "SLAVE_PERSISTENCE_TIMEOUT", "HA_NOT_AVAILABLE",
+    "UNRECOGNIZED_CLIENT_TYPE", "NOT_IMPLEMENTED", "ILLEGAL_FILTER_EXPRESSION")}
+PERM = {name: pb.enum_value("Permission", name) for name in ("NONE", "READ", "WRITE",
+                                                             "READ_WRITE")}
+MIXED = [convert.NORMAL, convert.FIFO, convert.DELAY, convert.TRANSACTION]
+PRODUCER = pb.enum_value("ClientType", "PRODUCER")
+TAG = pb.enum_value("FilterType", "TAG")
+
+MAX_BODY = 4 * 1024 * 1024
+MAX_DELAY_MS = 24 * 3600 * 1000
+MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 10_000, 12 * 3600 * 1000
+AUTO_RENEW_INVISIBLE_MS = 60_000
+ROUTE_TTL_S = 5.0
+# the consumer back-off the proxy hands out (RocketMQ's CUSTOMIZED default), seconds
+BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600,
+             7200)
+_SEND_CODES = {ResponseCode.FLUSH_DISK_TIMEOUT: "MASTER_PERSISTENCE_TIMEOUT",
+               ResponseCode.FLUSH_SLAVE_TIMEOUT: "SLAVE_PERSISTENCE_TIMEOUT",
+               ResponseCode.SLAVE_NOT_AVAILABLE: "HA_NOT_AVAILABLE",
+               ResponseCode.SYSTEM_BUSY: "TOO_MANY_REQUESTS"}
+
+
+class RpcError(Exception):
+    """An application error answered in ``status``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+def _status(target: Any, code: str, message: str = "") -> Any:
+    target.code = C[code]
+    target.message = message or code
+    return target
+
+
+def _reply(resp: Any, code: str, message: str = "") -> Any:
+    _status(resp.status, code, message)
+    return resp
+
+
+def _offset_msg_commit_offset(offset_msg_id: str | None) -> int:
+    """The commit-log offset in a 4.x offset message id (store host, then 8 bytes offset)."""
+    if not offset_msg_id or len(offset_msg_id) < 16:
+        return -1
+    return int(offset_msg_id.split(",")[0][-16:], 16)
+
+
+def _tag_matches(expression: str, tags: str | None) -> bool:
+    expr = expression.strip()
+    if expr in ("", "*"):
+        return True
+    return tags is not None and tags in {t.strip() for t in expr.split("||")}
+
+
+class ProxyConfig:
+    """What ``rocketstore proxy`` is told on its command line."""
+
+    def __init__(self, namesrv: str, data_dir: str, *, fifo_groups: frozenset[str] = frozenset(),
+                 max_attempts: dict[str, int] | None = None, default_max_attempts: int = 17
+                 ) -> None:
+        self.namesrv = namesrv
+        self.data_dir = data_dir
+        self.fifo_groups = fifo_groups
+        self.max_attempts = dict(max_attempts or {})
+        self.default_max_attempts = default_max_attempts
+
+
+class MessagingService:
+    """The RPC implementations and the client/transaction tables they share."""
+
+    def __init__(self, cfg: ProxyConfig) -> None:
+        self.cfg = cfg
+        os.makedirs(cfg.data_dir, exist_ok=True)
+        self.transport = TcpTransport(cfg.namesrv)
+        self.state = PopState(os.path.join(cfg.data_dir, "pop.journal"))
+        self.settings: dict[str, Any] = {}
+        self.streams: dict[str, asyncio.Queue[Any]] = {}
+        self.transactions: dict[str, tuple[str, int, int, str]] = {}
+        self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
+        self._rr = 0
+        self._wake = asyncio.Event()
+        self.timer = DelayTimer(self)
+
+    async def start(self) -> None:
+        await self.timer.start()
+
+    async def close(self) -> None:
+        await self.timer.stop()
+        self.state.close()
+        self.transport.close()
+
+    def wake(self) -> None:
+        """New messages or visibility changes: long-polling receives look again."""
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    # -- helpers ------------------------------------------------------------------------------
+    @staticmethod
+    def client_id(ctx: grpc.aio.ServicerContext) -> str:
+        for k, v in ctx.invocation_metadata() or ():
+            if k == "x-mq-client-id":
+                return str(v)
+        return ""
+
+    async def route(self, topic: str) -> TopicRouteData | None:
+        hit = self._routes.get(topic)
+        if hit is not None and time.monotonic() - hit[0] < ROUTE_TTL_S:
+            return hit[1]
+        try:
+            r = await asyncio.to_thread(self.transport.get_topic_route, topic)
+        except TransportError as e:
+            raise RpcError("PROXY_TIMEOUT", f"NameServer unreachable: {e}") from None
+        self._routes[topic] = (time.monotonic(), r)
+        return r
+
+    async def _queues(self, topic: str, perm_bit: int) -> list[tuple[str, int]]:
+        r = await self.route(topic)
+        if r is None:
+            raise RpcError("TOPIC_NOT_FOUND", f"topic {topic} not found")
+        out = []
+        for qd in r.queue_datas:
+            if 0 not in r.broker_addrs.get(qd.broker_name, {}) or not qd.perm & perm_bit:
+                continue
+            n = qd.write_queue_nums if perm_bit == 2 else qd.read_queue_nums
+            out += [(qd.broker_name, i) for i in range(n)]
+        if not out:
+            raise RpcError("FORBIDDEN", "no writable queue" if perm_bit == 2 else
+                           "no readable queue")
+        return out
+
+    def max_attempts(self, group: str) -> int:
+        return self.cfg.max_attempts.get(group, self.cfg.default_max_attempts)
+
+    # -- QueryRoute ---------------------------------------------------------------------------
+    async def query_route(self, req: Any, ctx: Any) -> Any:
+        resp = pb.QueryRouteResponse()
+        topic = req.topic.name
+        problem = topic_problem(topic)
+        if problem:
+            _status(resp.status, "ILLEGAL_TOPIC", problem)
+            return resp
+        r = await self.route(topic)
+        if r is None:
+            _status(resp.status, "TOPIC_NOT_FOUND", f"topic {topic} not found")
+            return resp
+        for qd in r.queue_datas:
+            ids = r.broker_addrs.get(qd.broker_name, {})
+            readable, writable = bool(qd.perm & 4), bool(qd.perm & 2)
+            rn = qd.read_queue_nums if readable else 0
+            wn = qd.write_queue_nums if writable else 0
+            for broker_id in sorted(ids):
+                for qid in range(max(rn, wn, 1)):
+                    perm = ("READ_WRITE" if qid < min(rn, wn) else "READ" if qid < rn
+                            else "WRITE" if qid < wn else "NONE")
+                    mq = resp.message_queues.add(id=qid, permission=PERM[perm])
+                    mq.topic.name = topic
+                    mq.topic.resource_namespace = req.topic.resource_namespace
+                    mq.broker.name, mq.broker.id = qd.broker_name, broker_id
+                    mq.broker.endpoints.CopyFrom(req.endpoints)
+                    mq.accept_message_types.extend(MIXED)
+        return _reply(resp, "OK")
+
+    # -- Telemetry ----------------------------------------------------------------------------
+    def merged_settings(self, s: Any) -> Any:
+        out = pb.Settings()
+        out.CopyFrom(s)
+        out.metric.Clear()
+        out.metric.on = False
+        if s.WhichOneof("pub_sub") == "publishing":
+            out.backoff_policy.Clear()
+            out.backoff_policy.max_attempts = 3
+            eb = out.backoff_policy.exponential_backoff
+            eb.initial.nanos, eb.max.seconds, eb.multiplier = 10_000_000, 1, 2.0
+            out.publishing.max_body_size = MAX_BODY
+            out.publishing.validate_message_type = True
+        elif s.WhichOneof("pub_sub") == "subscription":
+            group = s.subscription.group.name
+            out.subscription.receive_batch_size = 32
+            out.subscription.long_polling_timeout.seconds = 20
+            out.subscription.fifo = group in self.cfg.fifo_groups
+            out.backoff_policy.Clear()
+            out.backoff_policy.max_attempts = self.max_attempts(group)
+            for sec in BACKOFF_S:
+                out.backoff_policy.customized_backoff.next.add(seconds=sec)
+        return out
+
+    async def telemetry(self, requests: AsyncIterator[Any], ctx: Any) -> AsyncIterator[Any]:
+        cid = self.client_id(ctx)
+        if not cid:
+            cmd = pb.TelemetryCommand()
+            _status(cmd.status, "CLIENT_ID_REQUIRED", "x-mq-client-id is required")
+            yield cmd
+            return
+        out: asyncio.Queue[Any] = asyncio.Queue()
+        self.streams[cid] = out
+
+        async def read() -> None:
+            try:
+                async for cmd in requests:
+                    if cmd.WhichOneof("command") == "settings":
+                        if cmd.settings.WhichOneof("pub_sub") is None:
+                            await out.put(grpc.StatusCode.INVALID_ARGUMENT)
+                            return
+                        self.settings[cid] = cmd.settings
+                        reply = pb.TelemetryCommand()
+                        _status(reply.status, "OK")
+                        reply.settings.CopyFrom(self.merged_settings(cmd.settings))
+                        await out.put(reply)
+                        if cmd.settings.WhichOneof("pub_sub") == "publishing":
+                            self.timer.producer_online(cid)
+            finally:
+                await out.put(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while True:
+                item = await out.get()
+                if item is None:
+                    return
+                if isinstance(item, grpc.StatusCode):
+                    await ctx.abort(item, "settings carry neither publishing nor subscription")
+                yield item
+        finally:
+            reader.cancel()
+            if self.streams.get(cid) is out:
+                del self.streams[cid]
+
+    # -- Heartbeat / NotifyClientTermination --------------------------------------------------
+    async def heartbeat(self, req: Any, ctx: Any) -> Any:
+        resp = pb.HeartbeatResponse()
+        if req.HasField("group") and group_problem(req.group.name):
+            return _reply(resp, "ILLEGAL_CONSUMER_GROUP", group_problem(req.group.name))
+        return _reply(resp, "OK")
+
+    async def notify_client_termination(self, req: Any, ctx: Any) -> Any:
+        self.settings.pop(self.client_id(ctx), None)
+        resp = pb.NotifyClientTerminationResponse()
+        return _reply(resp, "OK")
+
+    # -- SendMessage --------------------------------------------------------------------------
+    def _validate_message(self, m: Any, topic: str) -> None:
+        if m.topic.name != topic:
+            raise RpcError("MESSAGE_CORRUPTED", "messages of one request must share a topic")
+        if not m.body:
+            raise RpcError("MESSAGE_BODY_EMPTY", "message body is empty")
+        if len(m.body) > MAX_BODY:
+            raise RpcError("MESSAGE_BODY_TOO_LARGE",
+                           f"message body is {len(m.body)} bytes, over {MAX_BODY}")
+        for k in m.user_properties:
+            if k in convert.RESERVED:
+                raise RpcError("ILLEGAL_MESSAGE_PROPERTY_KEY", f"property key {k!r} is reserved")
+        sp = m.system_properties
+        if not sp.message_id.strip():
+            raise RpcError("ILLEGAL_MESSAGE_ID", "message_id is blank")
+        if sp.HasField("delivery_timestamp"):
+            if convert._ms(sp.delivery_timestamp) - _now() > MAX_DELAY_MS:
+                raise RpcError("ILLEGAL_DELIVERY_TIME", "delivery_timestamp is more than a "
+                                                        "day away")
+        if sp.HasField("message_group"):
+            g = sp.message_group
+            if not g.strip() or len(g.encode()) >= 64:
+                raise RpcError("ILLEGAL_MESSAGE_GROUP", f"message_group {g!r} is blank or "
+                                                        "64 bytes or longer")
+
+    async def send_message(self, req: Any, ctx: Any) -> Any:
+        resp = pb.SendMessageResponse()
+        try:
+            if not req.messages:
+                raise RpcError("MESSAGE_CORRUPTED", "no message to send")
+            topic = req.messages[0].topic.name
+            problem = topic_problem(topic)
+            if problem:
+                raise RpcError("ILLEGAL_TOPIC", problem)
+            for m in req.messages:
+                self._validate_message(m, topic)
+            queues = await self._queues(topic, 2)
+            peer = ctx.peer() or ""
+            codes = set()
+            for m in req.messages:
+                entry = resp.entries.add()
+                await self._send_one(m, topic, queues, peer, entry)
+                codes.add(entry.status.code)
+            code = codes.pop() if len(codes) == 1 else C["MULTIPLE_RESULTS"]
+            resp.status.code = code
+            resp.status.message = pb.enum_name("Code", code)
+        except RpcError as e:
+            del resp.entries[:]
+            _status(resp.status, e.code, str(e))
+        return resp
+
+    async def _send_one(self, m: Any, topic: str, queues: list[tuple[str, int]], peer: str,
+                        entry: Any) -> None:
+        msg, deliver_ms = convert.to_stored(m, peer.partition(":")[2] or peer)
+        sp = m.system_properties
+        if sp.HasField("message_group") and sp.message_group:
+            broker, qid = queues[zlib.crc32(sp.message_group.encode()) % len(queues)]
+        else:
+            self._rr += 1
+            broker, qid = queues[self._rr % len(queues)]
+        if deliver_ms > _now() + 500 and sp.message_type != convert.TRANSACTION:
+            await self.timer.schedule(msg, broker, qid, deliver_ms, entry)
+            return
+        request = SendMessageRequest(producer_group=topic, topic=topic, queue_id=qid,
+                                     messages=[msg])
+        try:
+            r = await asyncio.wrap_future(self.transport.send_message_async(broker, request))
+        except TransportError as e:
+            _status(entry.status, "PROXY_TIMEOUT", str(e))
+            return
+        if r.code != ResponseCode.SUCCESS:
+            _status(entry.status, _SEND_CODES.get(r.code, "INTERNAL_SERVER_ERROR"),
+                    f"broker {broker}: code {int(r.code)} {r.remark or ''}")
+            return
+        _status(entry.status, "OK")
+        entry.message_id = sp.message_id
+        entry.transaction_id = sp.message_id
+        entry.offset = r.queue_offset
+        if sp.message_type == convert.TRANSACTION:
+            self.transactions[sp.message_id] = (broker, r.queue_offset,
+                                                _offset_msg_commit_offset(r.msg_id),
+                                                r.msg_id or "")
+        else:
+            self.wake()
+
+    # -- EndTransaction -----------------------------------------------------------------------
+    async def end_transaction(self, req: Any, ctx: Any) -> Any:
+        resp = pb.EndTransactionResponse()
+        if not req.transaction_id.strip():
+            return _reply(resp, "INVALID_TRANSACTION_ID", "transaction_id is blank")
+        tx = self.transactions.pop(req.transaction_id, None)
+        if tx is None:
+            return _reply(resp, "INTERNAL_SERVER_ERROR",
+                           f"cannot find transaction data of {req.transaction_id}")
+        broker, queue_offset, cl_offset, offset_msg_id = tx
+        resolution = pb.enum_name("TransactionResolution", req.resolution)
+        if resolution not in ("COMMIT", "ROLLBACK"):
+            return _reply(resp, "OK")
+        kind = (TransactionCommitType.COMMIT_TYPE if resolution == "COMMIT"
+                else TransactionCommitType.ROLLBACK_TYPE)
+        self.transport.end_transaction(broker, EndTransactionRequest(
+            producer_group=req.topic.name, tran_state_table_offset=queue_offset,
+            commit_log_offset=cl_offset, commit_or_rollback=kind,
+            from_transaction_check=req.source == 2, msg_id=offset_msg_id,
+            transaction_id=req.transaction_id))
+        if resolution == "COMMIT":
+            asyncio.get_running_loop().call_later(0.2, self.wake)
+        return _reply(resp, "OK")
+
+    # -- QueryAssignment ----------------------------------------------------------------------
+    async def query_assignment(self, req: Any, ctx: Any) -> Any:
+        resp = pb.QueryAssignmentResponse()
+        try:
+            queues = await self._queues(req.topic.name, 4)
+        except RpcError as e:
+            return _reply(resp, e.code, str(e))
+        fifo = req.group.name in self.cfg.fifo_groups
+        seen = set()
+        for broker, qid in queues:
+            if not fifo and broker in seen:
+                continue
+            seen.add(broker)
+            a = resp.assignments.add()
+            mq = a.message_queue
+            mq.topic.CopyFrom(req.topic)
+            mq.id = qid if fifo else -1
+            mq.permission = PERM["READ_WRITE"]
+            mq.broker.name = broker
+            mq.broker.endpoints.CopyFrom(req.endpoints)
+        return _reply(resp, "OK")
+
+    # -- ReceiveMessage -----------------------------------------------------------------------
+    async def receive_message(self, req: Any, ctx: Any) -> AsyncIterator[Any]:
+        def status(code: str, message: str = "") -> Any:
+            r = pb.ReceiveMessageResponse()
+            _status(r.status, code, message)
+            return r
+
+        def stamp() -> Any:
+            r = pb.ReceiveMessageResponse()
+            convert._set_ms(r.delivery_timestamp, _now())
+            return r
+
+        group, topic = req.group.name, req.message_queue.topic.name
+        problem = topic_problem(topic)
+        gproblem = group_problem(group)
+        if req.auto_renew:
+            invisible = AUTO_RENEW_INVISIBLE_MS
+        else:
+            invisible = (req.invisible_duration.seconds * 1000 + req.invisible_duration.nanos //
+                         1_000_000)
+        poll_s = (req.long_polling_timeout.seconds + req.long_polling_timeout.nanos / 1e9
+                  if req.HasField("long_polling_timeout") else 20.0)
+        poll_s = min(max(poll_s, 5.0), 20.0)
+        remaining = ctx.time_remaining()
+        error: tuple[str, str] | None = None
+        if remaining is not None and poll_s > remaining - 0.3:
+            if remaining - 0.5 >= 5.0:
+                poll_s = remaining - 0.5
+            else:
+                error = ("ILLEGAL_POLLING_TIME", "long polling time does not fit the deadline")
+        if problem:
+            error = ("ILLEGAL_TOPIC", problem)
+        elif gproblem:
+            error = ("ILLEGAL_CONSUMER_GROUP", gproblem)
+        elif not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
+            error = ("ILLEGAL_INVISIBLE_TIME", f"invisible duration {invisible} ms is outside "
+                                               f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}]")
+        expression = "*"
+        if req.HasField("filter_expression"):
+            if req.filter_expression.type not in (0, TAG):
+                error = ("ILLEGAL_FILTER_EXPRESSION", "only TAG filters are supported")
+            expression = req.filter_expression.expression or "*"
+        if error:
+            yield status(*error)
+            yield stamp()
+            return
+        batch = min(req.batch_size or 32, 32)
+        deadline = time.monotonic() + poll_s
+        while True:
+            wake = self._wake
+            try:
+                found = await self.pop(group, topic, expression, batch, invisible)
+            except RpcError as e:
+                yield status(e.code, str(e))
+                yield stamp()
+                return
+            except TransportError as e:
+                yield status("PROXY_TIMEOUT", str(e))
+                yield stamp()
+                return
+            if found:
+                yield status("OK")
+                for m in found:
+                    r = pb.ReceiveMessageResponse()
+                    r.message.CopyFrom(m)
+                    yield r
+                yield stamp()
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                yield status("MESSAGE_NOT_FOUND", "no new message")
+                yield stamp()
+                return
+            nv = self.state.next_visible()
+            cap = min(left, 0.5)
+            if nv is not None:
+                cap = min(cap, max(0.05, (nv - _now()) / 1000))
+            try:
+                await asyncio.wait_for(wake.wait(), cap)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _pull(self, broker: str, topic: str, qid: int, offset: int, n: int, group: str
+                    ) -> tuple[list[MessageExt], int]:
+        r = await asyncio.wrap_future(self.transport.pull_message(broker, PullMessageRequest(
+            consumer_group=group, topic=topic, queue_id=qid, queue_offset=offset, max_msg_nums=n,
+            sys_flag=0x4, subscription="*")))
+        if r.code == ResponseCode.SUCCESS:
+            return r.messages, r.next_begin_offset
+        if r.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+                      ResponseCode.PULL_OFFSET_MOVED):
+            return [], r.next_begin_offset
+        raise RpcError("INTERNAL_SERVER_ERROR", f"pull {topic}/{qid}@{offset} from {broker}: "
+                                                f"code {int(r.code)} {r.remark or ''}")
+
+    async def _init_cursor(self, broker: str, topic: str, qid: int) -> int:
+        lo = await asyncio.to_thread(self.transport.get_min_offset, broker, topic, qid)
+        if lo == 0:
+            return 0
+        return int(await asyncio.to_thread(self.transport.get_max_offset, broker, topic, qid))
+
+    async def pop(self, group: str, topic: str, expression: str, batch: int, invisible: int
+                  ) -> list[Any]:
+        """Up to ``batch`` messages made invisible for ``invisible`` ms: due redeliveries first,
+        then new ones, queue by queue from a rotating start."""
+        queues = await self._queues(topic, 4)
+        fifo = group in self.cfg.fifo_groups
+        max_attempts = self.max_attempts(group)
+        self._rr += 1
+        start = self._rr % len(queues)
+        now = _now()
+        picked: list[tuple[Key, MessageExt, int]] = []
+        cursors: list[tuple[tuple[str, str, str, int], int]] = []
+        for broker, qid in queues[start:] + queues[:start]:
+            if len(picked) >= batch:
+                break
+            qk = (group, topic, broker, qid)
+            entries = self.state.queue_entries(qk)
+            if fifo and any(e.visible_at > now for _, e in entries):
+                continue                       # a FIFO queue waits for its in-flight head
+            for off, e in entries:
+                if len(picked) >= batch or e.visible_at > now:
+                    continue
+                k = (*qk, off)
+                msgs, _ = await self._pull(broker, topic, qid, off, 1, group)
+                if not msgs or msgs[0].queue_offset != off:
+                    self.state.drop(k)         # gone from the store (expired files)
+                    continue
+                if e.attempt + 1 > max_attempts:
+                    await self._to_dlq(broker, group, msgs[0], e.attempt)
+                    self.state.drop(k)
+                    continue
+                picked.append((k, msgs[0], e.attempt + 1))
+            if len(picked) >= batch:
+                break
+            cursor = self.state.cursors.get(qk)
+            if cursor is None:
+                cursor = await self._init_cursor(broker, topic, qid)
+            msgs, next_begin = await self._pull(broker, topic, qid, cursor,
+                                                batch - len(picked), group)
+            new_cursor = next_begin if not msgs else cursor
+            for ext in msgs:
+                if len(picked) >= batch:
+                    break
+                new_cursor = ext.queue_offset + 1
+                if not _tag_matches(expression, ext.tags):
+                    continue                   # filtered out: counts as consumed
+                attempt = ext.reconsume_times + 1
+                picked.append(((*qk, ext.queue_offset), ext, attempt))
+            if new_cursor != cursor:
+                cursors.append((qk, new_cursor))
+        if not picked and not cursors:
+            return []
+        pops = []
+        out = []
+        for k, ext, attempt in picked:
+            pt = now
+            e = InFlight(pt, now + invisible, attempt, ext.commitlog_offset)
+            pops.append((k, e))
+            m = convert.to_grpc(ext, pb.Message(), topic=topic)
+            sp = m.system_properties
+            sp.delivery_attempt = attempt
+            sp.receipt_handle = self.handle(k, e, invisible, fifo)
+            out.append(m)
+        for i, c in enumerate(cursors):
+            self.state.record_pops(c, pops if i == 0 else [])
+        if not cursors:
+            self.state.record_pops(None, pops)
+        return out
+
+    @staticmethod
+    def handle(k: Key, e: InFlight, invisible: int, fifo: bool) -> str:
+        """RocketMQ's receipt-handle layout: start offset, pop time, invisible ms, revive
+        queue (999 = FIFO), topic type, broker, queue id, queue offset, commit-log offset."""
+        group, topic, broker, qid, off = k
+        return (f"{off} {e.pop_time} {e.visible_at - e.pop_time} {999 if fifo else 0} 0 "
+                f"{broker} {qid} {off} {e.commit_log_offset}")
+
+    @staticmethod
+    def parse_handle(h: str, group: str, topic: str) -> tuple[Key, int] | None:
+        f = h.split(" ")
+        if len(f) < 8:
+            return None
+        try:
+            return (group, topic, f[5], int(f[6]), int(f[7])), int(f[1])
+        except ValueError:
+            return None
+
+    async def _to_dlq(self, broker: str, group: str, ext: MessageExt, attempts: int) -> None:
+        r = await asyncio.to_thread(self.transport.consumer_send_msg_back, broker,
+                                    ConsumerSendMsgBackRequest(
+                                        group=group, offset=ext.commitlog_offset, delay_level=-1,
+                                        origin_msg_id=ext.uniq_key or ext.msg_id,
+                                        origin_topic=ext.topic, max_reconsume_times=0))
+        if r.code != ResponseCode.SUCCESS:
+            raise RpcError("INTERNAL_SERVER_ERROR", f"moving {ext.msg_id} to the DLQ of {group}:"
+                                                    f" code {int(r.code)} {r.remark or ''}")
+        log.info("message %s of %s moved to %%DLQ%%%s after %d deliveries",
+                 ext.uniq_key, ext.topic, group, attempts)
+
+    # -- AckMessage / ChangeInvisibleDuration / ForwardMessageToDeadLetterQueue ---------------
+    async def ack_message(self, req: Any, ctx: Any) -> Any:
+        resp = pb.AckMessageResponse()
+        group, topic = req.group.name, req.topic.name
+        codes = set()
+        for entry in req.entries:
+            out = resp.entries.add(message_id=entry.message_id,
+                                   receipt_handle=entry.receipt_handle)
+            parsed = self.parse_handle(entry.receipt_handle, group, topic)
+            if parsed is None:
+                _status(out.status, "INVALID_RECEIPT_HANDLE", "malformed receipt handle")
+            else:
+                why = self.state.ack(parsed[0], parsed[1], _now())
+                if why:
+                    _status(out.status, "INVALID_RECEIPT_HANDLE", why)
+                else:
+                    _status(out.status, "OK")
+                    if group in self.cfg.fifo_groups:
+                        self.wake()
+            codes.add(out.status.code)
+        if len(codes) == 1:
+            c = codes.pop()
+            resp.status.code, resp.status.message = c, pb.enum_name("Code", c)
+        else:
+            _status(resp.status, "MULTIPLE_RESULTS")
+        return resp
+
+    async def change_invisible_duration(self, req: Any, ctx: Any) -> Any:
+        resp = pb.ChangeInvisibleDurationResponse()
+        d = req.invisible_duration.seconds * 1000 + req.invisible_duration.nanos // 1_000_000
+        if not 0 <= d <= MAX_INVISIBLE_MS:
+            return _reply(resp, "ILLEGAL_INVISIBLE_TIME",
+                           f"invisible duration {d} ms is over {MAX_INVISIBLE_MS}")
+        parsed = self.parse_handle(req.receipt_handle, req.group.name, req.topic.name)
+        if parsed is None:
+            return _reply(resp, "INVALID_RECEIPT_HANDLE", "malformed receipt handle")
+        now = _now()
+        e = self.state.change_invisible(parsed[0], parsed[1], now, now + d)
+        if isinstance(e, str):
+            return _reply(resp, "INVALID_RECEIPT_HANDLE", e)
+        resp.receipt_handle = self.handle(parsed[0], e, d,
+                                          req.group.name in self.cfg.fifo_groups)
+        return _reply(resp, "OK")
+
+    async def forward_to_dlq(self, req: Any, ctx: Any) -> Any:
+        resp = pb.ForwardMessageToDeadLetterQueueResponse()
+        parsed = self.parse_handle(req.receipt_handle, req.group.name, req.topic.name)
+        if parsed is None:
+            return _reply(resp, "INVALID_RECEIPT_HANDLE", "malformed receipt handle")
+        k, pt = parsed
+        e = self.state.inflight.get(k)
+        if e is None or e.pop_time != pt:
+            return _reply(resp, "INVALID_RECEIPT_HANDLE",
+                           "receipt handle is expired or already used")
+        msgs, _ = await self._pull(k[2], k[1], k[3], k[4], 1, k[0])
+        if msgs:
+            try:
+                await self._to_dlq(k[2], k[0], msgs[0], e.attempt)
+            except RpcError as err:
+                return _reply(resp, err.code, str(err))
+        self.state.drop(k)
+        return _reply(resp, "OK")
+
+    async def recall_message(self, req: Any, ctx: Any) -> Any:
+        resp = pb.RecallMessageResponse()
+        return _reply(resp, "NOT_IMPLEMENTED", "recalling a delay message is not "
+                                                       "supported")
+
+
+def generic_handler(svc: MessagingService) -> grpc.GenericRpcHandler:
+    """The service's RPCs as grpc method handlers, each checking ``x-mq-client-id`` first."""
+    impl = {"QueryRoute": svc.query_route, "Heartbeat": svc.heartbeat,
+            "SendMessage": svc.send_message, "QueryAssignment": svc.query_assignment,
+            "ReceiveMessage": svc.receive_message, "AckMessage": svc.ack_message,
+            "ForwardMessageToDeadLetterQueue": svc.forward_to_dlq,
+            "EndTransaction": svc.end_transaction, "Telemetry": svc.telemetry,
+            "NotifyClientTermination": svc.notify_client_termination,
+            "ChangeInvisibleDuration": svc.change_invisible_duration,
+            "RecallMessage": svc.recall_message}
+    handlers = {}
+    for name, fn in impl.items():
+        req_name, resp_name, cs, ss = pb.RPCS[name]
+        req_cls, resp_cls = pb.CLASSES[req_name], pb.CLASSES[resp_name]
+        kw = dict(request_deserializer=req_cls.FromString,
+                  response_serializer=resp_cls.SerializeToString)
+        if cs and ss:
+            handlers[name] = grpc.stream_stream_rpc_method_handler(fn, **kw)
+        elif ss:
+            handlers[name] = grpc.unary_stream_rpc_method_handler(
+                _stream_guard(svc, fn, resp_cls), **kw)
+        else:
+            handlers[name] = grpc.unary_unary_rpc_method_handler(
+                _unary_guard(svc, fn, resp_cls), **kw)
+    return grpc.method_handlers_generic_handler(pb.SERVICE, handlers)
+
+
+def _unary_guard(svc: MessagingService, fn: Any, resp_cls: Any) -> Any:
+    async def call(req: Any, ctx: Any) -> Any:
+        if not svc.client_id(ctx):
+            resp = resp_cls()
+            return _reply(resp, "CLIENT_ID_REQUIRED", "x-mq-client-id is required")
+        try:
+            return await fn(req, ctx)
+        except RpcError as e:
+            resp = resp_cls()
+            return _reply(resp, e.code, str(e))
+        except TransportError as e:
+            resp = resp_cls()
+            return _reply(resp, "PROXY_TIMEOUT", str(e))
+        except Exception as e:             # noqa: BLE001 - answered, and logged
+            log.exception("%s failed", getattr(fn, "__name__", fn))
+            resp = resp_cls()
+            return _reply(resp, "INTERNAL_SERVER_ERROR", f"{type(e).__name__}: {e}")
+    return call
+
+
+def _stream_guard(svc: MessagingService, fn: Any, resp_cls: Any) -> Any:
+    async def call(req: Any, ctx: Any) -> AsyncIterator[Any]:
+        if not svc.client_id(ctx):
+            resp = resp_cls()
+            _status(resp.status, "CLIENT_ID_REQUIRED", "x-mq-client-id is required")
+            yield resp
+            return
+        async for item in fn(req, ctx):
+            yield item
+    return call
