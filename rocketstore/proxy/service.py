@@ -19,12 +19,13 @@ import grpc
 from rocketstore.client.tcp import TcpTransport
 from rocketstore.common import MessageExt
 from rocketstore.common.names import topic_problem, group_problem
-from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransactionRequest,
+from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest, EndTransactionRequest,
                                          PullMessageRequest, ResponseCode, SendMessageRequest,
                                          TopicRouteData, TransactionCommitType)
 from rocketstore.errors import TransportError
 from rocketstore.proxy import convert, protocol as pb
 from rocketstore.proxy.popstate import InFlight, Key, PopState
+from rocketstore.proxy.registry import Registry
 from rocketstore.proxy.timer import DelayTimer
 
 log = logging.getLogger("rocketstore.proxy")
@@ -123,12 +124,16 @@ class MessagingService:
         self._rr = 0
         self._wake = asyncio.Event()
         self.timer = DelayTimer(self)
+        self.registry = Registry(self.transport, self._on_check)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         await self.timer.start()
 
     async def close(self) -> None:
         await self.timer.stop()
+        self.registry.close()
         self.state.close()
         self.transport.close()
 
@@ -245,6 +250,7 @@ class MessagingService:
                             await out.put(grpc.StatusCode.INVALID_ARGUMENT)
                             return
                         self.settings[cid] = cmd.settings
+                        await self._register(cmd.settings)
                         reply = pb.TelemetryCommand()
                         _status(reply.status, "OK")
                         reply.settings.CopyFrom(self.merged_settings(cmd.settings))
@@ -267,6 +273,41 @@ class MessagingService:
             reader.cancel()
             if self.streams.get(cid) is out:
                 del self.streams[cid]
+
+    async def _register(self, s: Any) -> None:
+        """Announce a client's producer topics / consumer group to the brokers."""
+        if s.WhichOneof("pub_sub") == "publishing":
+            new = self.registry.add_producer([t.name for t in s.publishing.topics])
+        else:
+            sub = s.subscription
+            new = self.registry.add_consumer(sub.group.name, {
+                e.topic.name: (e.expression.expression or "*") for e in sub.subscriptions})
+        if new:
+            await asyncio.to_thread(self.registry.heartbeat_now)
+
+    def _on_check(self, broker: str, req: CheckTransactionStateRequest, msg: MessageExt) -> None:
+        """The broker asks about a half message left open (a transport thread)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._recover, broker, req, msg)
+
+    def _recover(self, broker: str, req: CheckTransactionStateRequest, msg: MessageExt) -> None:
+        topic = msg.properties.get("REAL_TOPIC") or msg.topic
+        txid = msg.uniq_key or req.transaction_id or ""
+        self.transactions[txid] = (broker, req.tran_state_table_offset, req.commit_log_offset,
+                                   req.offset_msg_id)
+        for cid, s in list(self.settings.items()):
+            stream = self.streams.get(cid)
+            if stream is None or s.WhichOneof("pub_sub") != "publishing" or \
+                    topic not in {t.name for t in s.publishing.topics}:
+                continue
+            cmd = pb.TelemetryCommand()
+            rc = cmd.recover_orphaned_transaction_command
+            convert.to_grpc(msg, rc.message, topic=topic)
+            rc.transaction_id = txid
+            stream.put_nowait(cmd)
+            log.info("orphan transaction %s of %s sent to producer %s", txid, topic, cid)
+            return
+        log.info("orphan transaction %s of %s: no producer online", txid, topic)
 
     # -- Heartbeat / NotifyClientTermination --------------------------------------------------
     async def heartbeat(self, req: Any, ctx: Any) -> Any:
@@ -318,14 +359,13 @@ class MessagingService:
                 self._validate_message(m, topic)
             queues = await self._queues(topic, 2)
             peer = ctx.peer() or ""
-            codes = set()
             for m in req.messages:
-                entry = resp.entries.add()
-                await self._send_one(m, topic, queues, peer, entry)
-                codes.add(entry.status.code)
-            code = codes.pop() if len(codes) == 1 else C["MULTIPLE_RESULTS"]
-            resp.status.code = code
-            resp.status.message = pb.enum_name("Code", code)
+                await self._send_one(m, topic, queues, peer, resp.entries.add())
+            codes = {e.status.code for e in resp.entries}
+            if len(codes) == 1:
+                resp.status.CopyFrom(resp.entries[0].status)
+            else:
+                _status(resp.status, "MULTIPLE_RESULTS")
         except RpcError as e:
             del resp.entries[:]
             _status(resp.status, e.code, str(e))
@@ -457,6 +497,8 @@ class MessagingService:
             yield status(*error)
             yield stamp()
             return
+        if self.registry.add_consumer(group, {topic: expression}):
+            await asyncio.to_thread(self.registry.heartbeat_now)
         batch = min(req.batch_size or 32, 32)
         deadline = time.monotonic() + poll_s
         while True:

@@ -1,8 +1,10 @@
 """Delay messages at any time (RocketMQ 5's ``TIMER_DELIVER_MS``), kept durable by the broker.
 
 A message due later is stored, as sent, in the broker's topic ``rmq_sys_wheel_timer`` (queue 0)
-with ``REAL_TOPIC`` / ``REAL_QID`` / ``TIMER_OUT_MS`` added, and recorded in the proxy's POP
-journal as an in-flight entry of the internal group ``__timer__`` visible at its deliver time.
+and recorded in the proxy's POP journal as an in-flight entry of the internal group
+``__timer__``, keyed by its real topic and queue and its offset in the timer queue, visible at
+its deliver time. (Its destination is in the journal, not in REAL_TOPIC / REAL_QID: the broker
+lets no client send carry those.)
 When due, the proxy reads it back from the timer topic and appends it to its real queue
 (same ``UNIQ_KEY``, ``TIMER_DELIVER_MS`` kept, so 5.x consumers see a DELAY message), then drops
 the entry. After a restart the journal still holds every undelivered entry. Never early: the
@@ -27,7 +29,6 @@ log = logging.getLogger("rocketstore.proxy.timer")
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMER_GROUP = "__timer__"
 PULL_GROUP = "CID_RMQ_SYS_PROXY_TIMER"
-_DROP = ("REAL_TOPIC", "REAL_QID", "TIMER_OUT_MS")
 
 
 class DelayTimer:
@@ -54,7 +55,6 @@ class DelayTimer:
                        entry: Any) -> None:
         from rocketstore.proxy.service import _status
         props = dict(msg.properties)
-        props.update(REAL_TOPIC=msg.topic, REAL_QID=str(qid), TIMER_OUT_MS=str(deliver_ms))
         stored = Message(TIMER_TOPIC, msg.body, properties=props, sys_flag=msg.sys_flag,
                          born_timestamp=msg.born_timestamp)
         r = await asyncio.wrap_future(self.svc.transport.send_message_async(
@@ -64,7 +64,7 @@ class DelayTimer:
             _status(entry.status, "INTERNAL_SERVER_ERROR",
                     f"storing a delay message: code {int(r.code)} {r.remark or ''}")
             return
-        key = (TIMER_GROUP, TIMER_TOPIC, broker, 0, r.queue_offset)
+        key = (TIMER_GROUP, msg.topic, broker, qid, r.queue_offset)
         self.svc.state.record_pops(None, [(key, InFlight(0, deliver_ms, 0, -1))])
         _status(entry.status, "OK")
         entry.message_id = entry.transaction_id = props["UNIQ_KEY"]
@@ -108,9 +108,8 @@ class DelayTimer:
                 self.svc.state.drop(k)
             return
         ext = r.messages[0]
-        props = {p: v for p, v in ext.properties.items() if p not in _DROP}
-        topic = ext.properties["REAL_TOPIC"]
-        qid = int(ext.properties.get("REAL_QID", "0"))
+        props = ext.properties
+        topic, qid = k[1], k[3]
         msg = Message(topic, bytes(ext.stored_body), properties=props, sys_flag=ext.sys_flag,
                       born_timestamp=ext.born_timestamp)
         s = await asyncio.wrap_future(self.svc.transport.send_message_async(
