@@ -14,7 +14,8 @@ grpc = pytest.importorskip("grpc")     # the `grpc` and `test` extras install it
 from grpc_client import CLIENT_VERSION, ClientVenv  # noqa: E402
 from servers import ServerProcess, start_broker, start_namesrv  # noqa: E402
 
-TOPICS = ("t_normal", "t_fifo", "t_tx", "t_delay", "t_dlq", "t_cross", "t_inval", "t_async")
+TOPICS = ("t_normal", "t_fifo", "t_tx", "t_delay", "t_dlq", "t_cross", "t_inval", "t_async",
+          "t_orphan", "t_restart", "t_raw")
 
 
 @pytest.fixture(scope="session")
@@ -31,22 +32,30 @@ def client_venv(request) -> ClientVenv:
 def cluster(tmp_path_factory):
     from rocketstore.remoting.admin_client import AdminClient
     tmp = tmp_path_factory.mktemp("grpc")
+    state: dict = {}
     ns = start_namesrv(tmp)
-    broker = start_broker(tmp / "store", ns.addr)
+    # the check service looks at half messages 3 s old every second (orphan recovery test)
+    broker = start_broker(tmp / "store", ns.addr, conf={"transactionCheckInterval": "1000",
+                                                        "transactionTimeOut": "3000"})
     proxy = None
     try:
         with AdminClient(ns.addr) as admin:
             for t in TOPICS:
                 admin.update_topic(t, read_queue_nums=4, write_queue_nums=4,
                                    broker_addr=broker.addr)
-        proxy = ServerProcess(["proxy", "--namesrv", ns.addr, "--listen", "127.0.0.1:0",
-                               "--data-dir", str(tmp / "proxy"), "--fifo-group", "g_fifo",
-                               "--group-max-attempts", "g_dlq=2"])
-        yield {"ns": ns, "broker": broker, "proxy": proxy, "tmp": tmp}
+        proxy = start_proxy(ns.addr, tmp / "proxy")
+        state = {"ns": ns, "broker": broker, "proxy": proxy, "tmp": tmp}
+        yield state
     finally:
-        for p in (proxy, broker, ns):
+        for p in (state.get("proxy", proxy), broker, ns):
             if p is not None:
                 assert p.stop() == 0, p.output[-3000:]
+
+
+def start_proxy(ns: str, data_dir: Path) -> ServerProcess:
+    return ServerProcess(["proxy", "--namesrv", ns, "--listen", "127.0.0.1:0", "--data-dir",
+                          str(data_dir), "--fifo-group", "g_fifo", "--group-max-attempts",
+                          "g_dlq=2"])
 
 
 def run(client_venv, cluster, script: str, **kw) -> dict:
@@ -293,3 +302,207 @@ def test_delay_message_never_early(client_venv, cluster):
     assert [m["id"] for m in r["got"]] == [r["sent"]]
     assert r["seen_at"] >= r["deliver_at"]                 # never early
     assert r["got"][0]["type"] in ("DELAY", 3)
+
+
+def test_orphan_transaction_resolved_through_telemetry(client_venv, cluster):
+    r = run(client_venv, cluster, '''
+        import threading
+        asked = []
+        class Checker(TransactionChecker):
+            def check(self, message):
+                asked.append(message.message_id)
+                return TransactionResolution.COMMIT
+        p = Producer(CONFIG, ("t_orphan",), Checker())
+        p.startup()
+        tx = p.begin_transaction()
+        sent = p.send(msg("t_orphan", "decided by the checker"), tx).message_id
+        # no commit: the broker's check reaches the checker through the proxy's Telemetry
+        c = SimpleConsumer(CONFIG, "g_orphan", {"t_orphan": FilterExpression("*")}, 5)
+        c.startup()
+        got = receive_until(c, 1, limit=40)
+        for m in got:
+            c.ack(m)
+        c.shutdown()
+        p.shutdown()
+        out(sent=sent, asked=asked, got=[view(m) for m in got])
+    ''')
+    assert r["sent"] in r["asked"]
+    assert [(m["id"], m["body"]) for m in r["got"]] == [(r["sent"], "decided by the checker")]
+
+
+def test_pop_state_survives_a_proxy_crash(client_venv, cluster):
+    """kill -9 the proxy between receive and redelivery: the acked message never comes back,
+    the one left invisible comes back once its invisibility ends, as attempt 2."""
+    r = run(client_venv, cluster, '''
+        p = Producer(CONFIG, ("t_restart",))
+        p.startup()
+        ids = [p.send(msg("t_restart", b)).message_id for b in ("acked", "pending")]
+        p.shutdown()
+        c = SimpleConsumer(CONFIG, "g_restart", {"t_restart": FilterExpression("*")}, 5)
+        c.startup()
+        got = {m.body.decode(): m for m in receive_until(c, 2, invisible=30)}
+        c.ack(got["acked"])
+        c.change_invisible_duration(got["pending"], 3)
+        out(ids=ids, attempt=got["pending"].delivery_attempt)
+        os._exit(0)                  # no NotifyClientTermination: the proxy is about to die
+    ''')
+    cluster["proxy"].kill()
+    cluster["proxy"] = start_proxy(cluster["ns"].addr, cluster["tmp"] / "proxy")
+    r2 = run(client_venv, cluster, '''
+        c = SimpleConsumer(CONFIG, "g_restart", {"t_restart": FilterExpression("*")}, 5)
+        c.startup()
+        got = receive_until(c, 1, limit=20)
+        for m in got:
+            c.ack(m)
+        rest = c.receive(32, 10)
+        c.shutdown()
+        out(got=[view(m) for m in got], rest=len(rest))
+    ''')
+    assert r["attempt"] == 1
+    assert [(m["body"], m["id"], m["attempt"]) for m in r2["got"]] == [
+        ("pending", r["ids"][1], 2)]
+    assert r2["rest"] == 0
+
+
+def test_descriptors_match_the_official_client(client_venv, cluster, tmp_path):
+    """Our protocol tables (rocketstore/proxy/protocol.py) against the descriptors the 5.x
+    client was generated from: every message/field we declare has the client's number, type,
+    label and presence, every enum value its number."""
+    from rocketstore.proxy import protocol
+    path = tmp_path / "ours.pb"
+    path.write_bytes(protocol.file_descriptor_proto().SerializeToString())
+    r = run(client_venv, cluster, f'''
+        from google.protobuf import descriptor_pb2
+        from rocketmq.grpc_protocol import definition_pb2, service_pb2
+        ours = descriptor_pb2.FileDescriptorProto.FromString(open({str(path)!r}, "rb").read())
+        theirs = {{}}
+        for mod in (definition_pb2, service_pb2):
+            fdp = descriptor_pb2.FileDescriptorProto()
+            mod.DESCRIPTOR.CopyToProto(fdp)
+            theirs.update({{m.name: m for m in fdp.message_type}})
+            theirs.update({{"enum " + e.name: e for e in fdp.enum_type}})
+        diffs, fields = [], 0
+        def cmp(a, b, where):
+            global fields
+            tf = {{f.name: f for f in b.field}}
+            for f in a.field:
+                fields += 1
+                g = tf.get(f.name)
+                if g is None:
+                    diffs.append(where + "." + f.name + " missing")
+                    continue
+                mine = (f.number, f.type, f.label, f.type_name.split(".")[-1], f.proto3_optional)
+                them = (g.number, g.type, g.label, g.type_name.split(".")[-1], g.proto3_optional)
+                if mine != them:
+                    diffs.append(f"{{where}}.{{f.name}}: ours {{mine}} theirs {{them}}")
+            tn = {{n.name: n for n in b.nested_type}}
+            for n in a.nested_type:
+                cmp(n, tn[n.name], where + "." + n.name)
+        for m in ours.message_type:
+            if m.name not in theirs:
+                diffs.append(m.name + " missing")
+            else:
+                cmp(m, theirs[m.name], m.name)
+        for e in ours.enum_type:
+            t = {{v.name: v.number for v in theirs["enum " + e.name].value}}
+            for v in e.value:
+                if t.get(v.name) != v.number:
+                    diffs.append(f"enum {{e.name}}.{{v.name}}")
+        svc = {{m.name: (m.input_type.name, m.output_type.name, m.client_streaming,
+                         m.server_streaming)
+               for m in service_pb2.DESCRIPTOR.services_by_name["MessagingService"].methods}}
+        for m in ours.service[0].method:
+            mine = (m.input_type.split(".")[-1], m.output_type.split(".")[-1],
+                    m.client_streaming, m.server_streaming)
+            if svc.get(m.name) != mine:
+                diffs.append("rpc " + m.name)
+        out(diffs=diffs, fields=fields, messages=len(ours.message_type))
+    ''')
+    assert r["diffs"] == []
+    assert r["messages"] >= 50 and r["fields"] >= 150
+
+
+def _stub(addr: str, rpc: str, req_cls: str, resp_cls: str, stream: bool = False):
+    from rocketstore.proxy import protocol as pb
+    ch = grpc.insecure_channel(addr)
+    kind = ch.unary_stream if stream else ch.unary_unary
+    call = kind(f"/{pb.SERVICE}/{rpc}", request_serializer=pb.CLASSES[req_cls].SerializeToString,
+                response_deserializer=pb.CLASSES[resp_cls].FromString)
+    return ch, call
+
+
+META = (("x-mq-client-id", "raw@1@0@test"), ("x-mq-language", "PYTHON"))
+
+
+def test_raw_calls_status_frames_and_unimplemented(cluster):
+    """What clients depend on, checked with raw gRPC calls (our own message classes): a missing
+    client id, UNIMPLEMENTED for the pull family, ReceiveMessage's frames (status first,
+    delivery timestamp last, also before any Telemetry settings and with queue id -1), the
+    invisible-time bounds, and the Telemetry settings reply."""
+    from rocketstore.proxy import protocol as pb
+    addr = cluster["proxy"].addr
+    code = lambda name: pb.enum_value("Code", name)     # noqa: E731
+    ch, query = _stub(addr, "QueryRoute", "QueryRouteRequest", "QueryRouteResponse")
+    req = pb.QueryRouteRequest()
+    req.topic.name = "t_raw"
+    assert query(req, timeout=10).status.code == code("CLIENT_ID_REQUIRED")
+    resp = query(req, metadata=META, timeout=10)
+    assert resp.status.code == code("OK") and len(resp.message_queues) == 4
+    req.topic.name = "no_such_topic"
+    assert query(req, metadata=META, timeout=10).status.code == code("TOPIC_NOT_FOUND")
+
+    pull = ch.unary_unary(f"/{pb.SERVICE}/PullMessage")
+    with pytest.raises(grpc.RpcError) as e:
+        pull(b"", metadata=META, timeout=10)
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+    _, receive = _stub(addr, "ReceiveMessage", "ReceiveMessageRequest",
+                       "ReceiveMessageResponse", stream=True)
+
+    def frames(invisible_s: int, poll_s: int = 5) -> list:
+        r = pb.ReceiveMessageRequest(batch_size=4)
+        r.group.name = "g_raw"
+        r.message_queue.topic.name = "t_raw"
+        r.message_queue.id = -1
+        r.invisible_duration.seconds = invisible_s
+        r.long_polling_timeout.seconds = poll_s
+        return list(receive(r, metadata=META, timeout=poll_s + 3))
+
+    f = frames(9)                                   # under RocketMQ's 10 s minimum
+    assert [x.WhichOneof("content") for x in f] == ["status", "delivery_timestamp"]
+    assert f[0].status.code == code("ILLEGAL_INVISIBLE_TIME")
+    f = frames(15)                                  # nothing there: MESSAGE_NOT_FOUND
+    assert [x.WhichOneof("content") for x in f] == ["status", "delivery_timestamp"]
+    assert f[0].status.code == code("MESSAGE_NOT_FOUND")
+
+    _, send = _stub(addr, "SendMessage", "SendMessageRequest", "SendMessageResponse")
+    sr = pb.SendMessageRequest()
+    m = sr.messages.add(body=b"raw")
+    m.topic.name = "t_raw"
+    m.system_properties.message_id = "01RAW"
+    assert send(sr, metadata=META, timeout=10).status.code == code("OK")
+    m.user_properties["UNIQ_KEY"] = "x"             # a reserved name
+    assert send(sr, metadata=META, timeout=10).status.code == code(
+        "ILLEGAL_MESSAGE_PROPERTY_KEY")
+    f = frames(15)
+    kinds = [x.WhichOneof("content") for x in f]
+    assert kinds == ["status", "message", "delivery_timestamp"], kinds
+    assert f[0].status.code == code("OK")
+    got = f[1].message
+    assert (got.body, got.system_properties.message_id, got.system_properties.delivery_attempt
+            ) == (b"raw", "01RAW", 1)
+
+    tele = ch.stream_stream(f"/{pb.SERVICE}/Telemetry",
+                            request_serializer=pb.TelemetryCommand.SerializeToString,
+                            response_deserializer=pb.TelemetryCommand.FromString)
+    cmd = pb.TelemetryCommand()
+    cmd.settings.client_type = pb.enum_value("ClientType", "PRODUCER")
+    cmd.settings.publishing.topics.add(name="t_raw")
+    cmd.settings.publishing.max_body_size = 128 << 20
+    stream = tele(iter([cmd]), metadata=META, timeout=10)
+    reply = next(stream)
+    assert reply.status.code == code("OK")
+    assert reply.settings.publishing.max_body_size == 4 << 20
+    assert reply.settings.metric.on is False
+    stream.cancel()
+    ch.close()
