@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, message_factory
-from google.protobuf import timestamp_pb2
+from google.protobuf import (descriptor_pb2, descriptor_pool,  # type: ignore[import-untyped]
+                            duration_pb2, message_factory, timestamp_pb2)
 
 PACKAGE = "apache.rocketmq.v2"
 SERVICE = f"{PACKAGE}.MessagingService"

@@ -2,7 +2,7 @@
 NameServer and broker servers, so ``rocketstore proxy`` runs it the same way)."""
 from __future__ import annotations
 
-import grpc
+import grpc  # type: ignore[import-untyped]
 
 from rocketstore.proxy.service import MessagingService, ProxyConfig, generic_handler
 

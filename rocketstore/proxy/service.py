@@ -14,7 +14,7 @@ import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
+import grpc  # type: ignore[import-untyped]
 
 from rocketstore.client.tcp import TcpTransport
 from rocketstore.common import MessageExt
@@ -312,8 +312,9 @@ class MessagingService:
     # -- Heartbeat / NotifyClientTermination --------------------------------------------------
     async def heartbeat(self, req: Any, ctx: Any) -> Any:
         resp = pb.HeartbeatResponse()
-        if req.HasField("group") and group_problem(req.group.name):
-            return _reply(resp, "ILLEGAL_CONSUMER_GROUP", group_problem(req.group.name))
+        problem = group_problem(req.group.name) if req.HasField("group") else None
+        if problem:
+            return _reply(resp, "ILLEGAL_CONSUMER_GROUP", problem)
         return _reply(resp, "OK")
 
     async def notify_client_termination(self, req: Any, ctx: Any) -> Any:
