@@ -1,7 +1,7 @@
 """The official RocketMQ 5.x Python client (``rocketmq-python-client``), run in its own venv.
 
 It installs a top-level package ``rocketmq`` that clashes with the 4.x ``rocketmq`` 0.4.4 of the
-test extra, and importing it rewires logging (GRPC.md §10), so it never runs in the test
+test extra, and importing it rewires logging (docs/grpc.md), so it never runs in the test
 process: ``ClientVenv.run(script)`` runs a small script in a separate interpreter and returns
 the JSON the script printed last. The venv is made once per version, in pytest's cache
 directory (``ROCKETSTORE_GRPC_CLIENT_VENV`` names another).

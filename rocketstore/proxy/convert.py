@@ -1,4 +1,4 @@
-"""gRPC ``Message`` <-> RocketMQ 4.x stored message (GRPC.md §3.4, §4.3).
+"""gRPC ``Message`` <-> RocketMQ 4.x stored message (docs/grpc.md "Messages").
 
 A 5.x message is stored as a 4.x one with 4.x property names, so a 4.x consumer reads what a
 5.x producer sent and the reverse: ``message_id`` is ``UNIQ_KEY``, ``message_group`` is

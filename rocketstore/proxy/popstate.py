@@ -1,6 +1,6 @@
 """The proxy's durable POP state: pop cursors and in-flight (invisible) messages.
 
-A single-broker equivalent of RocketMQ 5's revive topic (GRPC.md §5.7): instead of checkpoint
+A single-broker equivalent of RocketMQ 5's revive topic (docs/grpc.md): instead of checkpoint
 and ack messages replayed by a revive thread, one table of in-flight entries keyed by
 ``(group, topic, broker, queue id, queue offset)`` with the time each becomes visible again,
 its delivery attempt and the pop time its receipt handle names, plus one pop cursor per
