@@ -15,7 +15,7 @@ from grpc_client import CLIENT_VERSION, ClientVenv  # noqa: E402
 from servers import ServerProcess, start_broker, start_namesrv  # noqa: E402
 
 TOPICS = ("t_normal", "t_fifo", "t_tx", "t_delay", "t_dlq", "t_cross", "t_inval", "t_async",
-          "t_orphan", "t_restart", "t_raw")
+          "t_orphan", "t_restart", "t_raw", "t_push")
 
 
 @pytest.fixture(scope="session")
@@ -501,3 +501,37 @@ def test_raw_calls_status_frames_and_unimplemented(cluster):
     assert reply.settings.metric.on is False
     stream.cancel()
     ch.close()
+
+
+def test_push_consumer_acks_and_retries_a_failure(client_venv, cluster):
+    r = run(client_venv, cluster, '''
+        import threading
+        from rocketmq import ConsumeResult, MessageListener, PushConsumer
+        seen, lock = [], threading.Lock()
+        class Listener(MessageListener):
+            def consume(self, m):
+                with lock:
+                    seen.append((m.body.decode(), m.delivery_attempt, m.message_id))
+                fail = m.body == b"p0" and m.delivery_attempt == 1
+                return ConsumeResult.FAILURE if fail else ConsumeResult.SUCCESS
+        p = Producer(CONFIG, ("t_push",))
+        p.startup()
+        ids = {f"p{i}": p.send(msg("t_push", f"p{i}")).message_id for i in range(5)}
+        p.shutdown()
+        c = PushConsumer(CONFIG, "g_push", Listener(), {"t_push": FilterExpression("*")})
+        c.startup()
+        end = time.time() + 40
+        while time.time() < end:
+            with lock:
+                if ("p0", 2, ids["p0"]) in seen and len(seen) >= 6:
+                    break
+            time.sleep(0.1)
+        time.sleep(1.5)                      # nothing more may come: all acked
+        with lock:
+            out(seen=seen, ids=ids)
+        os._exit(0)
+    ''')
+    seen = sorted(map(tuple, r["seen"]))
+    want = sorted([("p0", 1, r["ids"]["p0"]), ("p0", 2, r["ids"]["p0"])] +
+                  [(f"p{i}", 1, r["ids"][f"p{i}"]) for i in range(1, 5)])
+    assert seen == want
