@@ -246,8 +246,11 @@ def _proxy(args: argparse.Namespace) -> int:
             raise CommandError(f"--group-max-attempts {item!r}: expected GROUP=N with N >= 1")
         attempts[group] = int(n)
     data_dir = args.data_dir or os.path.join(os.path.expanduser("~"), "rocketstore-proxy")
+    if bool(args.access_key) != bool(args.secret_key):
+        raise CommandError("give both --access-key and --secret-key, or neither")
     cfg = ProxyConfig(args.namesrv, data_dir, fifo_groups=frozenset(args.fifo_group or ()),
-                      max_attempts=attempts)
+                      max_attempts=attempts, acl_file=args.acl_file,
+                      access_key=args.access_key, secret_key=args.secret_key)
     server = ProxyServer(host, port, cfg)
 
     async def main() -> None:
@@ -277,5 +280,10 @@ def register_proxy(sub) -> None:
     p.add_argument("--group-max-attempts", action="append", metavar="GROUP=N",
                    help="deliveries before a group's message goes to %%DLQ%%GROUP (default 17: "
                         "retryMaxTimes 16 + 1); repeatable")
+    p.add_argument("--acl-file", metavar="plain_acl.yml",
+                   help="authenticate 5.x clients (MQv2-HMAC-SHA1) and check their topic and "
+                        "group permissions against this plain ACL file (docs/acl.md)")
+    p.add_argument("--access-key", help="sign the proxy's requests to brokers with ACL on")
+    p.add_argument("--secret-key", help="the secret key of --access-key")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=_proxy)

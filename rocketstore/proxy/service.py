@@ -25,7 +25,9 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerS
 from rocketstore.errors import TransportError
 from rocketstore.proxy import convert, protocol as pb
 from rocketstore.proxy.popstate import InFlight, Key, PopState
+from rocketstore.proxy.auth import GrpcAuthenticator
 from rocketstore.proxy.registry import Registry
+from rocketstore.acl.signature import SessionCredentials
 from rocketstore.proxy.timer import DelayTimer
 
 log = logging.getLogger("rocketstore.proxy")
@@ -38,7 +40,7 @@ C = {name: pb.enum_value("Code", name) for name in (
     "TOPIC_NOT_FOUND", "MESSAGE_BODY_TOO_LARGE", "MESSAGE_BODY_EMPTY", "TOO_MANY_REQUESTS",
     "INTERNAL_SERVER_ERROR", "FORBIDDEN", "ILLEGAL_MESSAGE_GROUP", "PROXY_TIMEOUT",
     "MASTER_PERSISTENCE_TIMEOUT", "SLAVE_PERSISTENCE_TIMEOUT", "HA_NOT_AVAILABLE",
-    "UNRECOGNIZED_CLIENT_TYPE", "NOT_IMPLEMENTED", "ILLEGAL_FILTER_EXPRESSION")}
+    "UNRECOGNIZED_CLIENT_TYPE", "NOT_IMPLEMENTED", "ILLEGAL_FILTER_EXPRESSION", "UNAUTHORIZED")}
 PERM = {name: pb.enum_value("Permission", name) for name in ("NONE", "READ", "WRITE",
                                                              "READ_WRITE")}
 MIXED = [convert.NORMAL, convert.FIFO, convert.DELAY, convert.TRANSACTION]
@@ -100,9 +102,16 @@ class ProxyConfig:
     """What ``rocketstore proxy`` is told on its command line."""
 
     def __init__(self, namesrv: str, data_dir: str, *, fifo_groups: frozenset[str] = frozenset(),
-                 max_attempts: dict[str, int] | None = None, default_max_attempts: int = 17
-                 ) -> None:
+                 max_attempts: dict[str, int] | None = None, default_max_attempts: int = 17,
+                 acl_file: str | None = None, access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
+        """``acl_file``: check 5.x clients' signatures and permissions against this
+        ``plain_acl.yml``; ``access_key``/``secret_key``: sign the proxy's own requests to
+        brokers that have ACL on."""
         self.namesrv = namesrv
+        self.acl_file = acl_file
+        self.access_key = access_key
+        self.secret_key = secret_key
         self.data_dir = data_dir
         self.fifo_groups = fifo_groups
         self.max_attempts = dict(max_attempts or {})
@@ -115,7 +124,10 @@ class MessagingService:
     def __init__(self, cfg: ProxyConfig) -> None:
         self.cfg = cfg
         os.makedirs(cfg.data_dir, exist_ok=True)
-        self.transport = TcpTransport(cfg.namesrv)
+        creds = (SessionCredentials(cfg.access_key, cfg.secret_key)
+                 if cfg.access_key and cfg.secret_key else None)
+        self.transport = TcpTransport(cfg.namesrv, credentials=creds)
+        self.auth = GrpcAuthenticator(cfg.acl_file) if cfg.acl_file else None
         self.state = PopState(os.path.join(cfg.data_dir, "pop.journal"))
         self.settings: dict[str, Any] = {}
         self.streams: dict[str, asyncio.Queue[Any]] = {}
@@ -134,6 +146,8 @@ class MessagingService:
     async def close(self) -> None:
         await self.timer.stop()
         self.registry.close()
+        if self.auth is not None:
+            self.auth.close()
         self.state.close()
         self.transport.close()
 
@@ -143,6 +157,13 @@ class MessagingService:
         self._wake = asyncio.Event()
 
     # -- helpers ------------------------------------------------------------------------------
+    def refused(self, rpc: str, req: Any, ctx: Any) -> str | None:
+        """Why the call is not allowed (ACL on), or None."""
+        if self.auth is None:
+            return None
+        md = {str(k): str(v) for k, v in ctx.invocation_metadata() or ()}
+        return self.auth.check(rpc, req, md, ctx.peer() or "")
+
     @staticmethod
     def client_id(ctx: grpc.aio.ServicerContext) -> str:
         for k, v in ctx.invocation_metadata() or ():
@@ -237,6 +258,12 @@ class MessagingService:
         if not cid:
             cmd = pb.TelemetryCommand()
             _status(cmd.status, "CLIENT_ID_REQUIRED", "x-mq-client-id is required")
+            yield cmd
+            return
+        why = self.refused("Telemetry", None, ctx)
+        if why:
+            cmd = pb.TelemetryCommand()
+            _status(cmd.status, "UNAUTHORIZED", why)
             yield cmd
             return
         out: asyncio.Queue[Any] = asyncio.Queue()
@@ -743,18 +770,21 @@ def generic_handler(svc: MessagingService) -> grpc.GenericRpcHandler:
             handlers[name] = grpc.stream_stream_rpc_method_handler(fn, **kw)
         elif ss:
             handlers[name] = grpc.unary_stream_rpc_method_handler(
-                _stream_guard(svc, fn, resp_cls), **kw)
+                _stream_guard(svc, name, fn, resp_cls), **kw)
         else:
             handlers[name] = grpc.unary_unary_rpc_method_handler(
-                _unary_guard(svc, fn, resp_cls), **kw)
+                _unary_guard(svc, name, fn, resp_cls), **kw)
     return grpc.method_handlers_generic_handler(pb.SERVICE, handlers)
 
 
-def _unary_guard(svc: MessagingService, fn: Any, resp_cls: Any) -> Any:
+def _unary_guard(svc: MessagingService, rpc: str, fn: Any, resp_cls: Any) -> Any:
     async def call(req: Any, ctx: Any) -> Any:
         if not svc.client_id(ctx):
             resp = resp_cls()
             return _reply(resp, "CLIENT_ID_REQUIRED", "x-mq-client-id is required")
+        why = svc.refused(rpc, req, ctx)
+        if why:
+            return _reply(resp_cls(), "UNAUTHORIZED", why)
         try:
             return await fn(req, ctx)
         except RpcError as e:
@@ -770,12 +800,19 @@ def _unary_guard(svc: MessagingService, fn: Any, resp_cls: Any) -> Any:
     return call
 
 
-def _stream_guard(svc: MessagingService, fn: Any, resp_cls: Any) -> Any:
+def _stream_guard(svc: MessagingService, rpc: str, fn: Any, resp_cls: Any) -> Any:
     async def call(req: Any, ctx: Any) -> AsyncIterator[Any]:
-        if not svc.client_id(ctx):
+        why = None if svc.client_id(ctx) else "x-mq-client-id is required"
+        code = "CLIENT_ID_REQUIRED"
+        if why is None:
+            why, code = svc.refused(rpc, req, ctx), "UNAUTHORIZED"
+        if why:
             resp = resp_cls()
-            _status(resp.status, "CLIENT_ID_REQUIRED", "x-mq-client-id is required")
+            _status(resp.status, code, why)
             yield resp
+            stamp = resp_cls()
+            convert._set_ms(stamp.delivery_timestamp, _now())
+            yield stamp
             return
         async for item in fn(req, ctx):
             yield item
