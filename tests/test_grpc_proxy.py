@@ -475,7 +475,13 @@ def test_raw_calls_status_frames_and_unimplemented(cluster):
     m = sr.messages.add(body=b"raw")
     m.topic.name = "t_raw"
     m.system_properties.message_id = "01RAW"
-    assert send(sr, metadata=META, timeout=10).status.code == code("OK")
+    first = send(sr, metadata=META, timeout=10)
+    assert first.status.code == code("OK")
+    # a client retrying a send whose answer it lost sends the same message id again: stored
+    # once, the first send's result returned (the Python client retries after its 3 s timeout)
+    again = send(sr, metadata=META, timeout=10)
+    assert again.status.code == code("OK")
+    assert again.entries[0].message_id == "01RAW"
     m.user_properties["UNIQ_KEY"] = "x"             # a reserved name
     assert send(sr, metadata=META, timeout=10).status.code == code(
         "ILLEGAL_MESSAGE_PROPERTY_KEY")
@@ -501,6 +507,8 @@ def test_raw_calls_status_frames_and_unimplemented(cluster):
     assert reply.settings.metric.on is False
     stream.cancel()
     ch.close()
+    stored = [m for q in range(4) for m in _pull_all(cluster["ns"].addr, "t_raw", q)]
+    assert [m.uniq_key for m in stored] == ["01RAW"]          # the retried send: stored once
 
 
 def test_push_consumer_acks_and_retries_a_failure(client_venv, cluster):

@@ -7,6 +7,7 @@ not serve are not registered, so grpc answers ``UNIMPLEMENTED`` as RocketMQ's pr
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import time
@@ -52,6 +53,7 @@ MAX_DELAY_MS = 24 * 3600 * 1000
 MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 10_000, 12 * 3600 * 1000
 AUTO_RENEW_INVISIBLE_MS = 60_000
 ROUTE_TTL_S = 5.0
+DEDUP_WINDOW_S, DEDUP_MAX = 120.0, 100_000
 # the consumer back-off the proxy hands out (RocketMQ's CUSTOMIZED default), seconds
 BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600,
              7200)
@@ -134,6 +136,10 @@ class MessagingService:
         self.transactions: dict[str, tuple[str, int, int, str]] = {}
         self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
         self._rr = 0
+        # message id -> the first send's outcome (status code, message, offset), so a client
+        # retrying a send whose answer it lost does not store the message twice
+        self._recent: collections.OrderedDict[str, tuple[float, asyncio.Future[Any]]] = \
+            collections.OrderedDict()
         self._wake = asyncio.Event()
         self.timer = DelayTimer(self)
         self.registry = Registry(self.transport, self._on_check)
@@ -401,6 +407,31 @@ class MessagingService:
 
     async def _send_one(self, m: Any, topic: str, queues: list[tuple[str, int]], peer: str,
                         entry: Any) -> None:
+        """Store one message, or answer a retry of a message id sent within the last
+        ``DEDUP_WINDOW_S`` with the first send's result (stored once)."""
+        mid = m.system_properties.message_id
+        now = time.monotonic()
+        while self._recent and (len(self._recent) > DEDUP_MAX or
+                                next(iter(self._recent.values()))[0] < now - DEDUP_WINDOW_S):
+            self._recent.popitem(last=False)
+        seen = self._recent.get(mid)
+        if seen is not None:
+            entry.CopyFrom(await asyncio.shield(seen[1]))
+            if entry.status.code == C["OK"]:
+                return
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._recent[mid] = (now, fut)
+        try:
+            await self._store_one(m, topic, queues, peer, entry)
+        finally:
+            done = pb.SendResultEntry()
+            done.CopyFrom(entry)
+            fut.set_result(done)
+            if entry.status.code != C["OK"] and self._recent.get(mid, (0, None))[1] is fut:
+                del self._recent[mid]         # a failed send may be retried for real
+
+    async def _store_one(self, m: Any, topic: str, queues: list[tuple[str, int]], peer: str,
+                         entry: Any) -> None:
         msg, deliver_ms = convert.to_stored(m, peer.partition(":")[2] or peer)
         sp = m.system_properties
         if sp.HasField("message_group") and sp.message_group:
