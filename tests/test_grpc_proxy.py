@@ -617,3 +617,40 @@ def test_acl_signed_clients_and_topic_permissions(client_venv, cluster, tmp_path
     assert r["ok"] == "sent"
     assert "failed to fetch" in r["wrong_sk"] and "failed to fetch" in r["no_creds"], r
     assert "40100" in r["denied"] and "PUB" in r["denied"], r["denied"]
+
+
+def test_local_mode_in_the_broker_process(client_venv, tmp_path):
+    """``grpcServerPort`` in broker.conf: the broker process serves 5.x clients itself."""
+    import socket
+    from rocketstore.remoting.admin_client import AdminClient
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(tmp_path / "store", ns.addr, conf={"grpcServerPort": str(port)})
+    try:
+        deadline = time.monotonic() + 30
+        while "rocketstore proxy: listening on" not in broker.output:
+            assert time.monotonic() < deadline, broker.output[-3000:]
+            time.sleep(0.1)
+        with AdminClient(ns.addr) as admin:
+            admin.update_topic("t_local", read_queue_nums=2, write_queue_nums=2,
+                               broker_addr=broker.addr)
+        r = client_venv.run('''
+            p = Producer(CONFIG, ("t_local",))
+            p.startup()
+            sent = p.send(msg("t_local", "local mode")).message_id
+            p.shutdown()
+            c = SimpleConsumer(CONFIG, "g_local", {"t_local": FilterExpression("*")}, 5)
+            c.startup()
+            got = receive_until(c, 1)
+            for m in got:
+                c.ack(m)
+            c.shutdown()
+            out(sent=sent, got=[view(m) for m in got])
+        ''', f"127.0.0.1:{port}", tmp_path / "home")
+    finally:
+        assert broker.stop() == 0, broker.output[-3000:]
+        assert ns.stop() == 0
+    assert [(m["id"], m["body"]) for m in r["got"]] == [(r["sent"], "local mode")]
+    assert (tmp_path / "store" / "proxy" / "pop.journal").exists()

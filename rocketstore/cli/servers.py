@@ -39,7 +39,9 @@ def _run(coro) -> None:
         loop.close()
 
 
-async def _serve(server, ready_line: str) -> None:
+async def _serve(server, ready_line: str, beside=None) -> None:
+    """Run ``server`` until SIGTERM/SIGINT; ``beside`` (a ``LocalProxy``) starts after it
+    and stops before it."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -47,8 +49,13 @@ async def _serve(server, ready_line: str) -> None:
     await server.start()
     print(ready_line.format(addr=server.addr), file=sys.stderr, flush=True)
     try:
+        if beside is not None:
+            await asyncio.to_thread(beside.start)
+            print(f"rocketstore proxy: listening on {beside.addr}", file=sys.stderr, flush=True)
         await stop.wait()
     finally:
+        if beside is not None:
+            await asyncio.to_thread(beside.stop)
         await server.stop()
 
 
@@ -197,14 +204,30 @@ def _broker(args: argparse.Namespace) -> int:
     store_dir, bc, sc, namesrv = broker_configs(args)
     server = BrokerServer(store_dir, bc, sc, namesrv_addrs=namesrv, host=bc.broker_ip1,
                           register_period_ms=bc.register_name_server_period)
+    local = _local_proxy(bc, store_dir, namesrv) if bc.grpc_server_port else None
     try:
-        _run(_serve(server, "rocketstore broker: listening on {addr}"))
+        _run(_serve(server, "rocketstore broker: listening on {addr}", local))
     except AclConfigError as e:
         raise CommandError(f"aclEnable=true but the ACL file is not usable: {e}") from None
     except OSError as e:
         raise CommandError(f"cannot listen on {bc.broker_ip1}:{bc.listen_port} and "
                            f"{bc.listen_port - 2}: {e.strerror or e}") from None
     return 0
+
+
+def _local_proxy(bc, store_dir: str, namesrv: list[str]):
+    """``grpcServerPort``: RocketMQ 5's proxy in the broker process (local mode)."""
+    try:
+        from rocketstore.proxy.local import LocalProxy
+        from rocketstore.proxy.service import ProxyConfig
+    except ImportError as e:
+        raise CommandError(f"grpcServerPort needs grpcio and protobuf (pip install "
+                           f"'rocketstore[grpc]'): {e}") from None
+    if not namesrv:
+        raise CommandError("grpcServerPort needs namesrvAddr (--namesrv): the proxy finds the "
+                           "broker's topics through the NameServer")
+    cfg = ProxyConfig(";".join(namesrv), os.path.join(store_dir, "proxy"))
+    return LocalProxy(bc.broker_ip1, bc.grpc_server_port, cfg)
 
 
 def register_broker(sub) -> None:
