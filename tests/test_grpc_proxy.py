@@ -55,7 +55,9 @@ def cluster(tmp_path_factory):
 def start_proxy(ns: str, data_dir: Path) -> ServerProcess:
     return ServerProcess(["proxy", "--namesrv", ns, "--listen", "127.0.0.1:0", "--data-dir",
                           str(data_dir), "--fifo-group", "g_fifo", "--group-max-attempts",
-                          "g_dlq=2"])
+                          "g_dlq=2", "--message-type", "t_fifo=FIFO", "--message-type",
+                          "t_tx=TRANSACTION", "--message-type", "t_orphan=TRANSACTION",
+                          "--message-type", "t_delay=DELAY"])
 
 
 def run(client_venv, cluster, script: str, **kw) -> dict:
@@ -443,6 +445,9 @@ def test_raw_calls_status_frames_and_unimplemented(cluster):
     assert query(req, timeout=10).status.code == code("CLIENT_ID_REQUIRED")
     resp = query(req, metadata=META, timeout=10)
     assert resp.status.code == code("OK") and len(resp.message_queues) == 4
+    # a 4.9 topic has no message.type: NORMAL only, as RocketMQ 5 reads it
+    assert {tuple(q.accept_message_types) for q in resp.message_queues} == {
+        (pb.enum_value("MessageType", "NORMAL"),)}
     req.topic.name = "no_such_topic"
     assert query(req, metadata=META, timeout=10).status.code == code("TOPIC_NOT_FOUND")
 
@@ -482,6 +487,12 @@ def test_raw_calls_status_frames_and_unimplemented(cluster):
     again = send(sr, metadata=META, timeout=10)
     assert again.status.code == code("OK")
     assert again.entries[0].message_id == "01RAW"
+    m.system_properties.message_group = "g1"        # a FIFO message to a NORMAL topic
+    m.system_properties.message_id = "01RAW-FIFO"
+    assert send(sr, metadata=META, timeout=10).status.code == code(
+        "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE")
+    m.system_properties.ClearField("message_group")
+    m.system_properties.message_id = "01RAW"
     m.user_properties["UNIQ_KEY"] = "x"             # a reserved name
     assert send(sr, metadata=META, timeout=10).status.code == code(
         "ILLEGAL_MESSAGE_PROPERTY_KEY")

@@ -269,11 +269,20 @@ def _proxy(args: argparse.Namespace) -> int:
             raise CommandError(f"--group-max-attempts {item!r}: expected GROUP=N with N >= 1")
         attempts[group] = int(n)
     data_dir = args.data_dir or os.path.join(os.path.expanduser("~"), "rocketstore-proxy")
+    types: dict[str, str] = {}
+    for item in args.message_type or ():
+        topic, sep, kind = item.rpartition("=")
+        if not sep or not topic or kind not in ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"):
+            raise CommandError(f"--message-type {item!r}: expected TOPIC=TYPE, TYPE one of "
+                               "NORMAL FIFO DELAY TRANSACTION MIXED (TOPIC * for the default)")
+        types[topic] = kind
+    default_type = types.pop("*", "NORMAL")
     if bool(args.access_key) != bool(args.secret_key):
         raise CommandError("give both --access-key and --secret-key, or neither")
     cfg = ProxyConfig(args.namesrv, data_dir, fifo_groups=frozenset(args.fifo_group or ()),
                       max_attempts=attempts, acl_file=args.acl_file,
-                      access_key=args.access_key, secret_key=args.secret_key)
+                      access_key=args.access_key, secret_key=args.secret_key,
+                      message_types=types, default_message_type=default_type)
     server = ProxyServer(host, port, cfg)
 
     async def main() -> None:
@@ -303,6 +312,10 @@ def register_proxy(sub) -> None:
     p.add_argument("--group-max-attempts", action="append", metavar="GROUP=N",
                    help="deliveries before a group's message goes to %%DLQ%%GROUP (default 17: "
                         "retryMaxTimes 16 + 1); repeatable")
+    p.add_argument("--message-type", action="append", metavar="TOPIC=TYPE",
+                   help="a topic's RocketMQ 5 message.type: NORMAL, FIFO, DELAY, TRANSACTION or "
+                        "MIXED (4.9 topics have none; default NORMAL as RocketMQ, '*=MIXED' "
+                        "changes the default); repeatable")
     p.add_argument("--acl-file", metavar="plain_acl.yml",
                    help="authenticate 5.x clients (MQv2-HMAC-SHA1) and check their topic and "
                         "group permissions against this plain ACL file (docs/acl.md)")

@@ -33,18 +33,13 @@ from rocketstore.proxy.timer import DelayTimer
 
 log = logging.getLogger("rocketstore.proxy")
 
-C = {name: pb.enum_value("Code", name) for name in (
-    "OK", "MULTIPLE_RESULTS", "BAD_REQUEST", "ILLEGAL_TOPIC", "ILLEGAL_CONSUMER_GROUP",
-    "ILLEGAL_MESSAGE_PROPERTY_KEY", "INVALID_TRANSACTION_ID", "ILLEGAL_MESSAGE_ID",
-    "ILLEGAL_INVISIBLE_TIME", "ILLEGAL_DELIVERY_TIME", "INVALID_RECEIPT_HANDLE",
-    "MESSAGE_CORRUPTED", "CLIENT_ID_REQUIRED", "ILLEGAL_POLLING_TIME", "MESSAGE_NOT_FOUND",
-    "TOPIC_NOT_FOUND", "MESSAGE_BODY_TOO_LARGE", "MESSAGE_BODY_EMPTY", "TOO_MANY_REQUESTS",
-    "INTERNAL_SERVER_ERROR", "FORBIDDEN", "ILLEGAL_MESSAGE_GROUP", "PROXY_TIMEOUT",
-    "MASTER_PERSISTENCE_TIMEOUT", "SLAVE_PERSISTENCE_TIMEOUT", "HA_NOT_AVAILABLE",
-    "UNRECOGNIZED_CLIENT_TYPE", "NOT_IMPLEMENTED", "ILLEGAL_FILTER_EXPRESSION", "UNAUTHORIZED")}
+C = {v.name: v.number for v in pb.FILE.enum_types_by_name["Code"].values}
 PERM = {name: pb.enum_value("Permission", name) for name in ("NONE", "READ", "WRITE",
                                                              "READ_WRITE")}
 MIXED = [convert.NORMAL, convert.FIFO, convert.DELAY, convert.TRANSACTION]
+# a topic's message.type -> the types its queues accept
+ACCEPTS = {"NORMAL": [convert.NORMAL], "FIFO": [convert.FIFO], "DELAY": [convert.DELAY],
+           "TRANSACTION": [convert.TRANSACTION], "MIXED": MIXED}
 PRODUCER = pb.enum_value("ClientType", "PRODUCER")
 TAG = pb.enum_value("FilterType", "TAG")
 
@@ -106,11 +101,17 @@ class ProxyConfig:
     def __init__(self, namesrv: str, data_dir: str, *, fifo_groups: frozenset[str] = frozenset(),
                  max_attempts: dict[str, int] | None = None, default_max_attempts: int = 17,
                  acl_file: str | None = None, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+                 secret_key: str | None = None, message_types: dict[str, str] | None = None,
+                 default_message_type: str = "NORMAL") -> None:
         """``acl_file``: check 5.x clients' signatures and permissions against this
         ``plain_acl.yml``; ``access_key``/``secret_key``: sign the proxy's own requests to
         brokers that have ACL on."""
         self.namesrv = namesrv
+        self.message_types = dict(message_types or {})
+        self.default_message_type = default_message_type
+        for t in (default_message_type, *self.message_types.values()):
+            if t not in ACCEPTS:
+                raise ValueError(f"message type {t!r}: expected one of {', '.join(ACCEPTS)}")
         self.acl_file = acl_file
         self.access_key = access_key
         self.secret_key = secret_key
@@ -203,6 +204,11 @@ class MessagingService:
                            "no readable queue")
         return out
 
+    def message_type(self, topic: str) -> str:
+        """The topic's ``message.type`` (4.9 topics have none: the proxy's setting, else
+        NORMAL as in RocketMQ 5)."""
+        return self.cfg.message_types.get(topic, self.cfg.default_message_type)
+
     def max_attempts(self, group: str) -> int:
         return self.cfg.max_attempts.get(group, self.cfg.default_max_attempts)
 
@@ -232,7 +238,7 @@ class MessagingService:
                     mq.topic.resource_namespace = req.topic.resource_namespace
                     mq.broker.name, mq.broker.id = qd.broker_name, broker_id
                     mq.broker.endpoints.CopyFrom(req.endpoints)
-                    mq.accept_message_types.extend(MIXED)
+                    mq.accept_message_types.extend(ACCEPTS[self.message_type(topic)])
         return _reply(resp, "OK")
 
     # -- Telemetry ----------------------------------------------------------------------------
@@ -379,6 +385,14 @@ class MessagingService:
             if not g.strip() or len(g.encode()) >= 64:
                 raise RpcError("ILLEGAL_MESSAGE_GROUP", f"message_group {g!r} is blank or "
                                                         "64 bytes or longer")
+        # the type the stored properties will say (never the client's message_type word)
+        kind = ("TRANSACTION" if sp.message_type == convert.TRANSACTION else
+                "DELAY" if sp.HasField("delivery_timestamp") else
+                "FIFO" if sp.HasField("message_group") and sp.message_group else "NORMAL")
+        want = self.message_type(topic)
+        if want != "MIXED" and kind != want and not topic.startswith(("%RETRY%", "%DLQ%")):
+            raise RpcError("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+                           f"a {kind} message cannot be sent to {topic}, a {want} topic")
 
     async def send_message(self, req: Any, ctx: Any) -> Any:
         resp = pb.SendMessageResponse()
