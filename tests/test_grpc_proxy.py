@@ -15,7 +15,7 @@ from grpc_client import CLIENT_VERSION, ClientVenv  # noqa: E402
 from servers import ServerProcess, start_broker, start_namesrv  # noqa: E402
 
 TOPICS = ("t_normal", "t_fifo", "t_tx", "t_delay", "t_dlq", "t_cross", "t_inval", "t_async",
-          "t_orphan", "t_restart", "t_raw", "t_push")
+          "t_orphan", "t_restart", "t_raw", "t_push", "t_cpp")
 
 
 @pytest.fixture(scope="session")
@@ -665,3 +665,78 @@ def test_local_mode_in_the_broker_process(client_venv, tmp_path):
         assert ns.stop() == 0
     assert [(m["id"], m["body"]) for m in r["got"]] == [(r["sent"], "local mode")]
     assert (tmp_path / "store" / "proxy" / "pop.journal").exists()
+
+
+CPP = """
+import json, sys, threading, time
+from rocketmq.client import Message, Producer, PushConsumer
+namesrv = sys.argv[1]
+p = Producer("pg_cpp")
+p.set_namesrv_addr(namesrv)
+p.start()
+m = Message("t_cpp")
+m.set_tags("TC")
+m.set_keys("kc")
+m.set_property("pc", "vc")
+m.set_body(b"from-cpp")
+sent = p.send_sync(m).msg_id
+p.shutdown()
+got, done = [], threading.Event()
+def on_message(msg):
+    got.append({"body": msg.body.decode(), "tags": msg.tags.decode() if isinstance(msg.tags, bytes)
+                else msg.tags, "id": msg.id,
+                "prop": msg.get_property("p5").decode() if msg.get_property("p5") else None})
+    if any(g["body"] == "from-5x" for g in got):
+        done.set()
+c = PushConsumer("g_cpp4")
+c.set_namesrv_addr(namesrv)
+c.subscribe("t_cpp", on_message)
+print("READY " + sent, flush=True)
+c.start()
+done.wait(60)
+c.shutdown()
+print("RESULT " + json.dumps(got), flush=True)
+"""
+
+
+def test_cpp_4x_client_and_5x_client_read_each_other(client_venv, cluster, tmp_path):
+    """The C++ 4.x client (PyPI rocketmq 0.4.4) sends to and consumes from the broker the 5.x
+    client reaches through the proxy: each reads what the other sent."""
+    import subprocess
+    import sys
+    script = tmp_path / "cpp.py"
+    script.write_text(CPP)
+    proc = subprocess.Popen([sys.executable, str(script), cluster["ns"].addr],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, env=dict(os.environ, HOME=str(tmp_path)))
+    try:
+        assert proc.stdout is not None
+        ready = proc.stdout.readline()
+        assert ready.startswith("READY "), ready + proc.stderr.read()[-2000:]
+        cpp_id = ready.split()[1]
+        r = run(client_venv, cluster, '''
+            c = SimpleConsumer(CONFIG, "g_cpp5", {"t_cpp": FilterExpression("TC")}, 5)
+            c.startup()
+            got = receive_until(c, 1)
+            for m in got:
+                c.ack(m)
+            c.shutdown()
+            p = Producer(CONFIG, ("t_cpp",))
+            p.startup()
+            sent = p.send(msg("t_cpp", "from-5x", tag="T5", props={"p5": "v5"})).message_id
+            p.shutdown()
+            out(got=[view(m) for m in got], sent=sent)
+        ''')
+        rest, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert [(m["body"], m["tag"], m["keys"], m["props"], m["id"]) for m in r["got"]] == [
+        ("from-cpp", "TC", ["kc"], {"pc": "vc"}, cpp_id)]
+    lines = [x for x in rest.splitlines() if x.startswith("RESULT ")]
+    assert lines, err[-2000:]
+    import json
+    by_body = {g["body"]: g for g in json.loads(lines[-1][7:])}
+    assert by_body["from-5x"]["id"] == r["sent"] and by_body["from-5x"]["prop"] == "v5"
+    assert by_body["from-5x"]["tags"] == "T5"
