@@ -778,3 +778,52 @@ def test_invisibility_expiry_redelivers_without_a_nack(client_venv, cluster):
     ''')
     assert (r["first"]["attempt"], r["second"]["attempt"]) == (1, 2)
     assert r["waited"] >= 9.5
+
+
+@pytest.mark.stress
+def test_auto_renew_keeps_a_push_receipt_invisible_past_60_s(cluster):
+    """A push consumer's receipt (auto_renew) outlives RocketMQ's 60 s while its client's
+    Telemetry stream is open, and its first handle still acks."""
+    from rocketstore.proxy import protocol as pb
+    addr = cluster["proxy"].addr
+    code = lambda name: pb.enum_value("Code", name)     # noqa: E731
+    ch, send = _stub(addr, "SendMessage", "SendMessageRequest", "SendMessageResponse")
+    _, receive = _stub(addr, "ReceiveMessage", "ReceiveMessageRequest",
+                       "ReceiveMessageResponse", stream=True)
+    _, ack = _stub(addr, "AckMessage", "AckMessageRequest", "AckMessageResponse")
+    sr = pb.SendMessageRequest()
+    m = sr.messages.add(body=b"renew me")
+    m.topic.name = "t_push"
+    m.system_properties.message_id = "01RENEW"
+    assert send(sr, metadata=META, timeout=10).status.code == code("OK")
+    tele = ch.stream_stream(f"/{pb.SERVICE}/Telemetry",
+                            request_serializer=pb.TelemetryCommand.SerializeToString,
+                            response_deserializer=pb.TelemetryCommand.FromString)
+    cmd = pb.TelemetryCommand()
+    cmd.settings.client_type = pb.enum_value("ClientType", "PUSH_CONSUMER")
+    cmd.settings.subscription.group.name = "g_renew"
+    stream = tele(iter([cmd]), metadata=META, timeout=300)
+    assert next(stream).status.code == code("OK")
+
+    def pop(client: str) -> list:
+        r = pb.ReceiveMessageRequest(batch_size=32, auto_renew=True)
+        r.group.name = "g_renew"
+        r.message_queue.topic.name = "t_push"
+        r.long_polling_timeout.seconds = 5
+        md = (("x-mq-client-id", client),)
+        return [f.message for f in receive(r, metadata=md, timeout=10)
+                if f.WhichOneof("content") == "message"
+                and f.message.system_properties.message_id == "01RENEW"]
+    first = []
+    deadline = time.monotonic() + 30
+    while not first and time.monotonic() < deadline:
+        first = pop(META[0][1])
+    time.sleep(65)
+    assert pop("other@2@0@test") == []                 # still invisible: renewed
+    req = pb.AckMessageRequest()
+    req.group.name, req.topic.name = "g_renew", "t_push"
+    req.entries.add(message_id="01RENEW",
+                    receipt_handle=first[0].system_properties.receipt_handle)
+    assert ack(req, metadata=META, timeout=10).status.code == code("OK")
+    stream.cancel()
+    ch.close()

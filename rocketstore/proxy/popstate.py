@@ -128,6 +128,16 @@ class PopState:
             self._write([self._pop_line(k, e)])
             return e
 
+    def extend(self, k: Key, pop_time: int, visible_at: int) -> bool:
+        """Move the entry's visibility (auto-renew); its handle stays valid."""
+        with self._lock:
+            e = self.inflight.get(k)
+            if e is None or e.pop_time != pop_time:
+                return False
+            e.visible_at = visible_at
+            self._write([self._pop_line(k, e)])
+            return True
+
     def drop(self, k: Key) -> None:
         with self._lock:
             if self.inflight.pop(k, None) is not None:

@@ -47,6 +47,9 @@ MAX_BODY = 4 * 1024 * 1024
 MAX_DELAY_MS = 24 * 3600 * 1000
 MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 10_000, 12 * 3600 * 1000
 AUTO_RENEW_INVISIBLE_MS = 60_000
+# push consumers' receipts (auto_renew): checked every 5 s, extended by 60 s when under 10 s
+# remain, for at most 3 h; a client whose Telemetry stream is gone gets them back in 1 s
+RENEW_EVERY_S, RENEW_AHEAD_MS, RENEW_MAX_MS, RENEW_GONE_MS = 5.0, 10_000, 3 * 3600_000, 1000
 ROUTE_TTL_S = 5.0
 DEDUP_WINDOW_S, DEDUP_MAX = 120.0, 100_000
 # the consumer back-off the proxy hands out (RocketMQ's CUSTOMIZED default), seconds
@@ -143,15 +146,20 @@ class MessagingService:
             collections.OrderedDict()
         self._wake = asyncio.Event()
         self.timer = DelayTimer(self)
+        self.renewing: dict[Key, tuple[str, int]] = {}      # key -> (client id, pop time)
+        self._renewer: asyncio.Task[None] | None = None
         self.registry = Registry(self.transport, self._on_check)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.timer.start()
+        self._renewer = asyncio.ensure_future(self._renew_loop())
 
     async def close(self) -> None:
         await self.timer.stop()
+        if self._renewer is not None:
+            self._renewer.cancel()
         self.registry.close()
         if self.auth is not None:
             self.auth.close()
@@ -577,7 +585,8 @@ class MessagingService:
         while True:
             wake = self._wake
             try:
-                found = await self.pop(group, topic, expression, batch, invisible)
+                found = await self.pop(group, topic, expression, batch, invisible,
+                                       self.client_id(ctx) if req.auto_renew else None)
             except RpcError as e:
                 yield status(e.code, str(e))
                 yield stamp()
@@ -627,8 +636,22 @@ class MessagingService:
             return 0
         return int(await asyncio.to_thread(self.transport.get_max_offset, broker, topic, qid))
 
-    async def pop(self, group: str, topic: str, expression: str, batch: int, invisible: int
-                  ) -> list[Any]:
+    async def _renew_loop(self) -> None:
+        while True:
+            await asyncio.sleep(RENEW_EVERY_S)
+            now = _now()
+            for k, (cid, pt) in list(self.renewing.items()):
+                e = self.state.inflight.get(k)
+                if e is None or e.pop_time != pt:
+                    del self.renewing[k]              # acked, nacked or redelivered
+                elif cid not in self.streams:
+                    self.state.extend(k, pt, now + RENEW_GONE_MS)
+                    del self.renewing[k]
+                elif e.visible_at - now < RENEW_AHEAD_MS and now - pt < RENEW_MAX_MS:
+                    self.state.extend(k, pt, now + AUTO_RENEW_INVISIBLE_MS)
+
+    async def pop(self, group: str, topic: str, expression: str, batch: int, invisible: int,
+                  renew_for: str | None = None) -> list[Any]:
         """Up to ``batch`` messages made invisible for ``invisible`` ms: due redeliveries first,
         then new ones, queue by queue from a rotating start."""
         queues = await self._queues(topic, 4)
@@ -685,6 +708,8 @@ class MessagingService:
             pt = now
             e = InFlight(pt, now + invisible, attempt, ext.commitlog_offset)
             pops.append((k, e))
+            if renew_for:
+                self.renewing[k] = (renew_for, pt)
             m = convert.to_grpc(ext, pb.Message(), topic=topic)
             sp = m.system_properties
             sp.delivery_attempt = attempt
