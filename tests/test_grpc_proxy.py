@@ -802,7 +802,13 @@ def test_auto_renew_keeps_a_push_receipt_invisible_past_60_s(cluster):
     cmd = pb.TelemetryCommand()
     cmd.settings.client_type = pb.enum_value("ClientType", "PUSH_CONSUMER")
     cmd.settings.subscription.group.name = "g_renew"
-    stream = tele(iter([cmd]), metadata=META, timeout=300)
+    import threading
+    closing = threading.Event()
+
+    def commands():                 # the stream stays open, as a live client's does
+        yield cmd
+        closing.wait(300)
+    stream = tele(commands(), metadata=META, timeout=300)
     assert next(stream).status.code == code("OK")
 
     def pop(client: str) -> list:
@@ -825,5 +831,6 @@ def test_auto_renew_keeps_a_push_receipt_invisible_past_60_s(cluster):
     req.entries.add(message_id="01RENEW",
                     receipt_handle=first[0].system_properties.receipt_handle)
     assert ack(req, metadata=META, timeout=10).status.code == code("OK")
+    closing.set()
     stream.cancel()
     ch.close()
