@@ -15,7 +15,7 @@ from grpc_client import CLIENT_VERSION, ClientVenv  # noqa: E402
 from servers import ServerProcess, start_broker, start_namesrv  # noqa: E402
 
 TOPICS = ("t_normal", "t_fifo", "t_tx", "t_delay", "t_dlq", "t_cross", "t_inval", "t_async",
-          "t_orphan", "t_restart", "t_raw", "t_push", "t_cpp")
+          "t_orphan", "t_restart", "t_raw", "t_push", "t_cpp", "t_race")
 
 
 @pytest.fixture(scope="session")
@@ -834,3 +834,37 @@ def test_auto_renew_keeps_a_push_receipt_invisible_past_60_s(cluster):
     closing.set()
     stream.cancel()
     ch.close()
+
+
+def test_concurrent_receives_of_one_group_share_the_messages(cluster):
+    """Consumers of one group receiving at the same time: every message goes to one of them."""
+    from concurrent.futures import ThreadPoolExecutor
+    from rocketstore.proxy import protocol as pb
+    addr = cluster["proxy"].addr
+    ch, send = _stub(addr, "SendMessage", "SendMessageRequest", "SendMessageResponse")
+    _, receive = _stub(addr, "ReceiveMessage", "ReceiveMessageRequest",
+                       "ReceiveMessageResponse", stream=True)
+    for i in range(16):
+        sr = pb.SendMessageRequest()
+        m = sr.messages.add(body=b"r%d" % i)
+        m.topic.name = "t_race"
+        m.system_properties.message_id = f"01RACE{i}"
+        assert send(sr, metadata=META, timeout=10).status.code == pb.enum_value("Code", "OK")
+
+    def pop(_: int) -> list[str]:
+        r = pb.ReceiveMessageRequest(batch_size=4)    # 4 x 4: nobody waits out a long poll
+        r.group.name = "g_race"
+        r.message_queue.topic.name = "t_race"
+        r.invisible_duration.seconds = 60
+        r.long_polling_timeout.seconds = 5
+        return [f.message.system_properties.message_id
+                for f in receive(r, metadata=META, timeout=10)
+                if f.WhichOneof("content") == "message"]
+    got: list[str] = []
+    while len(set(got)) < 16:
+        with ThreadPoolExecutor(4) as pool:
+            rounds = list(pool.map(pop, range(4)))
+        assert any(rounds), got
+        got += [mid for r in rounds for mid in r]
+    ch.close()
+    assert sorted(got) == sorted(f"01RACE{i}" for i in range(16))     # each exactly once

@@ -147,6 +147,7 @@ class MessagingService:
         self._wake = asyncio.Event()
         self.timer = DelayTimer(self)
         self.renewing: dict[Key, tuple[str, int]] = {}      # key -> (client id, pop time)
+        self._pop_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._renewer: asyncio.Task[None] | None = None
         self.registry = Registry(self.transport, self._on_check)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -653,7 +654,15 @@ class MessagingService:
     async def pop(self, group: str, topic: str, expression: str, batch: int, invisible: int,
                   renew_for: str | None = None) -> list[Any]:
         """Up to ``batch`` messages made invisible for ``invisible`` ms: due redeliveries first,
-        then new ones, queue by queue from a rotating start."""
+        then new ones, queue by queue from a rotating start. One pop at a time per group and
+        topic: a pop reads cursors and entries across awaits (pulls), and two consumers of a
+        group must not both take what they read."""
+        lock = self._pop_locks.setdefault((group, topic), asyncio.Lock())
+        async with lock:
+            return await self._pop(group, topic, expression, batch, invisible, renew_for)
+
+    async def _pop(self, group: str, topic: str, expression: str, batch: int, invisible: int,
+                   renew_for: str | None) -> list[Any]:
         queues = await self._queues(topic, 4)
         fifo = group in self.cfg.fifo_groups
         max_attempts = self.max_attempts(group)
