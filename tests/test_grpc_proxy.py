@@ -200,6 +200,11 @@ def test_async_send(client_venv, cluster):
         p.startup()
         futs = [p.send_async(msg("t_async", f"a{i}")) for i in range(20)]
         ids = [f.result(timeout=10).message_id for f in futs]
+        try:                         # t_async is NORMAL: the client itself refuses a FIFO send
+            p.send(msg("t_async", "fifo", group="g1"))
+            fifo = "sent"
+        except Exception as e:
+            fifo = type(e).__name__
         p.shutdown()
         c = SimpleConsumer(CONFIG, "g_async", {"t_async": FilterExpression("*")}, 5)
         c.startup()
@@ -207,9 +212,10 @@ def test_async_send(client_venv, cluster):
         for m in got:
             c.ack(m)
         c.shutdown()
-        out(ids=ids, got=sorted(m.message_id for m in got))
+        out(ids=ids, got=sorted(m.message_id for m in got), fifo=fifo)
     ''')
     assert len(set(r["ids"])) == 20 and r["got"] == sorted(r["ids"])
+    assert r["fifo"] == "IllegalArgumentException"
 
 
 def test_5x_and_4x_clients_read_each_other(client_venv, cluster):
@@ -568,6 +574,16 @@ def test_push_consumer_acks_and_retries_a_failure(client_venv, cluster):
     want = sorted([("p0", 1, r["ids"]["p0"]), ("p0", 2, r["ids"]["p0"])] +
                   [(f"p{i}", 1, r["ids"][f"p{i}"]) for i in range(1, 5)])
     assert seen == want
+
+
+def test_the_server_never_imports_a_rocketmq_client():
+    """The 5.x client rewires logging at import and registers the same proto package
+    (docs/grpc.md): nothing the proxy runs may import it (or the 4.x binding)."""
+    import re
+    root = Path(__file__).resolve().parent.parent / "rocketstore"
+    offenders = [str(p) for p in root.rglob("*.py")
+                 if re.search(r"^\s*(from|import)\s+rocketmq\b", p.read_text(), re.M)]
+    assert offenders == []
 
 
 def test_hmac_signature_vector():
