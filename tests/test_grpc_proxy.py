@@ -884,3 +884,16 @@ def test_concurrent_receives_of_one_group_share_the_messages(cluster):
         got += [mid for r in rounds for mid in r]
     ch.close()
     assert sorted(got) == sorted(f"01RACE{i}" for i in range(16))     # each exactly once
+
+
+def test_a_taken_port_is_a_one_line_error(cluster, tmp_path):
+    """Another proxy's port: exit 2 with one line, never a second server on the same port
+    (grpc's SO_REUSEPORT default would let two share it)."""
+    import subprocess
+    import sys
+    port = cluster["proxy"].addr.rsplit(":", 1)[1]
+    p = subprocess.run([sys.executable, "-m", "rocketstore", "proxy", "--namesrv",
+                        cluster["ns"].addr, "--listen", f"127.0.0.1:{port}", "--data-dir",
+                        str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert f"rocketstore proxy: cannot listen on 127.0.0.1:{port}" in p.stderr

@@ -11,7 +11,9 @@ from rocketstore.proxy.service import MessagingService, ProxyConfig, generic_han
 SERVER_OPTIONS = [("grpc.max_receive_message_length", 130 * 1024 * 1024),
                   ("grpc.max_send_message_length", 130 * 1024 * 1024),
                   ("grpc.keepalive_permit_without_calls", 1),
-                  ("grpc.http2.min_ping_interval_without_data_ms", 10_000)]
+                  ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                  # grpc sets SO_REUSEPORT by default: a second proxy would share the port
+                  ("grpc.so_reuseport", 0)]
 
 
 class ProxyServer:
@@ -30,7 +32,10 @@ class ProxyServer:
         self.service = MessagingService(self.cfg)
         self._server = grpc.aio.server(options=SERVER_OPTIONS)
         self._server.add_generic_rpc_handlers((generic_handler(self.service),))
-        bound = self._server.add_insecure_port(f"{self.host}:{self.port}")
+        try:
+            bound = self._server.add_insecure_port(f"{self.host}:{self.port}")
+        except RuntimeError as e:           # grpc's "Failed to bind to address ..."
+            raise OSError(f"{e}".split(";")[0]) from None
         if not bound:
             raise OSError(f"cannot listen on {self.host}:{self.port}")
         self.port = bound
