@@ -50,7 +50,11 @@ async def _serve(server, ready_line: str, beside=None) -> None:
     print(ready_line.format(addr=server.addr), file=sys.stderr, flush=True)
     try:
         if beside is not None:
-            await asyncio.to_thread(beside.start)
+            try:
+                await asyncio.to_thread(beside.start)
+            except OSError as e:
+                raise CommandError(f"grpcServerPort: cannot listen on {beside.addr}: "
+                                   f"{e.strerror or e}") from None
             print(f"rocketstore proxy: listening on {beside.addr}", file=sys.stderr, flush=True)
         await stop.wait()
     finally:
