@@ -6,8 +6,10 @@ and ack messages replayed by a revive thread, one table of in-flight entries key
 its delivery attempt and the pop time its receipt handle names, plus one pop cursor per
 ``(group, topic, broker, queue id)``. Every change is one JSON line appended to a journal
 (``pop.journal`` in the proxy's data directory) and flushed before the RPC answers; the
-journal is replayed and compacted at start. So a proxy or broker restart loses no un-acked
-message (it comes back when its invisibility ends) and redelivers nothing acked.
+journal is replayed and compacted at start, and rewritten (to a temporary file, fsynced, renamed
+over) whenever it holds four times more lines than live state. So a proxy or broker restart
+loses no un-acked message (it comes back when its invisibility ends) and redelivers nothing
+acked.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import json
 import os
 import threading
 from dataclasses import dataclass
+
+COMPACT_MIN_LINES = 10_000
 
 Key = tuple[str, str, str, int, int]         # group, topic, broker, queue id, queue offset
 QueueKey = tuple[str, str, str, int]
@@ -36,6 +40,7 @@ class PopState:
         self.cursors: dict[QueueKey, int] = {}
         self.inflight: dict[Key, InFlight] = {}
         self._lock = threading.Lock()
+        self._lines = 0
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self._replay()
         self._compact()
@@ -61,6 +66,9 @@ class PopState:
                     self.inflight.pop(tuple(k), None)                  # type: ignore[arg-type]
 
     def _compact(self) -> None:
+        if getattr(self, "_out", None) is not None:
+            self._out.close()
+        self._lines = len(self.cursors) + len(self.inflight)
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             for qk, n in self.cursors.items():
@@ -84,6 +92,10 @@ class PopState:
     def _write(self, lines: list[str]) -> None:
         self._out.write("".join(lines))
         self._out.flush()
+        self._lines += len(lines)
+        if self._lines > COMPACT_MIN_LINES and \
+                self._lines > 4 * (len(self.cursors) + len(self.inflight)):
+            self._compact()
 
     # -- changes (each one journaled before it returns) ----------------------------------------
     def record_pops(self, cursor: tuple[QueueKey, int] | None,
