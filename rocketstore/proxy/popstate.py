@@ -17,6 +17,7 @@ import json
 import os
 import threading
 from dataclasses import dataclass
+from typing import TextIO
 
 COMPACT_MIN_LINES = 10_000
 
@@ -41,6 +42,7 @@ class PopState:
         self.inflight: dict[Key, InFlight] = {}
         self._lock = threading.Lock()
         self._lines = 0
+        self._out: TextIO | None = None
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self._replay()
         self._compact()
@@ -66,7 +68,7 @@ class PopState:
                     self.inflight.pop(tuple(k), None)                  # type: ignore[arg-type]
 
     def _compact(self) -> None:
-        if getattr(self, "_out", None) is not None:
+        if self._out is not None:
             self._out.close()
         self._lines = len(self.cursors) + len(self.inflight)
         tmp = self.path + ".tmp"
@@ -90,6 +92,7 @@ class PopState:
                            "a": e.attempt, "cl": e.commit_log_offset}) + "\n"
 
     def _write(self, lines: list[str]) -> None:
+        assert self._out is not None
         self._out.write("".join(lines))
         self._out.flush()
         self._lines += len(lines)
@@ -166,4 +169,5 @@ class PopState:
             return min((e.visible_at for e in self.inflight.values()), default=None)
 
     def close(self) -> None:
-        self._out.close()
+        if self._out is not None:
+            self._out.close()
