@@ -17,86 +17,25 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
+from rocketstore.acl.signature import SessionCredentials
 from rocketstore.client.tcp import TcpTransport
 from rocketstore.common import MessageExt
-from rocketstore.common.names import topic_problem, group_problem
-from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest, EndTransactionRequest,
-                                         PullMessageRequest, ResponseCode, SendMessageRequest,
-                                         TopicRouteData, TransactionCommitType)
+from rocketstore.common.names import group_problem, topic_problem
+from rocketstore.common.protocol import (CheckTransactionStateRequest, EndTransactionRequest,
+                                         ResponseCode, SendMessageRequest, TopicRouteData,
+                                         TransactionCommitType)
 from rocketstore.errors import TransportError
 from rocketstore.proxy import convert, protocol as pb
-from rocketstore.proxy.popstate import InFlight, Key, PopState
 from rocketstore.proxy.auth import GrpcAuthenticator
+from rocketstore.proxy.common import (ACCEPTS, BACKOFF_S, C, DEDUP_MAX, DEDUP_WINDOW_S, MAX_BODY,
+                                      MAX_DELAY_MS, PERM, ROUTE_TTL_S, _SEND_CODES, RpcError,
+                                      _now, _offset_msg_commit_offset, _reply, _status)
+from rocketstore.proxy.consume import ConsumeRpcs
+from rocketstore.proxy.popstate import Key, PopState
 from rocketstore.proxy.registry import Registry
-from rocketstore.acl.signature import SessionCredentials
 from rocketstore.proxy.timer import DelayTimer
 
 log = logging.getLogger("rocketstore.proxy")
-
-C = {v.name: v.number for v in pb.FILE.enum_types_by_name["Code"].values}
-PERM = {name: pb.enum_value("Permission", name) for name in ("NONE", "READ", "WRITE",
-                                                             "READ_WRITE")}
-MIXED = [convert.NORMAL, convert.FIFO, convert.DELAY, convert.TRANSACTION]
-# a topic's message.type -> the types its queues accept
-ACCEPTS = {"NORMAL": [convert.NORMAL], "FIFO": [convert.FIFO], "DELAY": [convert.DELAY],
-           "TRANSACTION": [convert.TRANSACTION], "MIXED": MIXED}
-PRODUCER = pb.enum_value("ClientType", "PRODUCER")
-TAG = pb.enum_value("FilterType", "TAG")
-
-MAX_BODY = 4 * 1024 * 1024
-MAX_DELAY_MS = 24 * 3600 * 1000
-MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 10_000, 12 * 3600 * 1000
-AUTO_RENEW_INVISIBLE_MS = 60_000
-# push consumers' receipts (auto_renew): checked every 5 s, extended by 60 s when under 10 s
-# remain, for at most 3 h; a client whose Telemetry stream is gone gets them back in 1 s
-RENEW_EVERY_S, RENEW_AHEAD_MS, RENEW_MAX_MS, RENEW_GONE_MS = 5.0, 10_000, 3 * 3600_000, 1000
-ROUTE_TTL_S = 5.0
-DEDUP_WINDOW_S, DEDUP_MAX = 120.0, 100_000
-# the consumer back-off the proxy hands out (RocketMQ's CUSTOMIZED default), seconds
-BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600,
-             7200)
-_SEND_CODES = {ResponseCode.FLUSH_DISK_TIMEOUT: "MASTER_PERSISTENCE_TIMEOUT",
-               ResponseCode.FLUSH_SLAVE_TIMEOUT: "SLAVE_PERSISTENCE_TIMEOUT",
-               ResponseCode.SLAVE_NOT_AVAILABLE: "HA_NOT_AVAILABLE",
-               ResponseCode.SYSTEM_BUSY: "TOO_MANY_REQUESTS"}
-
-
-class RpcError(Exception):
-    """An application error answered in ``status``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _now() -> int:
-    return int(time.time() * 1000)
-
-
-def _status(target: Any, code: str, message: str = "") -> Any:
-    target.code = C[code]
-    target.message = message or code
-    return target
-
-
-def _reply(resp: Any, code: str, message: str = "") -> Any:
-    _status(resp.status, code, message)
-    return resp
-
-
-def _offset_msg_commit_offset(offset_msg_id: str | None) -> int:
-    """The commit-log offset in a 4.x offset message id (store host, then 8 bytes offset)."""
-    if not offset_msg_id or len(offset_msg_id) < 16:
-        return -1
-    return int(offset_msg_id.split(",")[0][-16:], 16)
-
-
-def _tag_matches(expression: str, tags: str | None) -> bool:
-    expr = expression.strip()
-    if expr in ("", "*"):
-        return True
-    return tags is not None and tags in {t.strip() for t in expr.split("||")}
-
 
 class ProxyConfig:
     """What ``rocketstore proxy`` is told on its command line."""
@@ -124,7 +63,7 @@ class ProxyConfig:
         self.default_max_attempts = default_max_attempts
 
 
-class MessagingService:
+class MessagingService(ConsumeRpcs):
     """The RPC implementations and the client/transaction tables they share."""
 
     def __init__(self, cfg: ProxyConfig) -> None:
@@ -531,296 +470,6 @@ class MessagingService:
             mq.permission = PERM["READ_WRITE"]
             mq.broker.name = broker
             mq.broker.endpoints.CopyFrom(req.endpoints)
-        return _reply(resp, "OK")
-
-    # -- ReceiveMessage -----------------------------------------------------------------------
-    async def receive_message(self, req: Any, ctx: Any) -> AsyncIterator[Any]:
-        def status(code: str, message: str = "") -> Any:
-            r = pb.ReceiveMessageResponse()
-            _status(r.status, code, message)
-            return r
-
-        def stamp() -> Any:
-            r = pb.ReceiveMessageResponse()
-            convert._set_ms(r.delivery_timestamp, _now())
-            return r
-
-        group, topic = req.group.name, req.message_queue.topic.name
-        problem = topic_problem(topic)
-        gproblem = group_problem(group)
-        if req.auto_renew:
-            invisible = AUTO_RENEW_INVISIBLE_MS
-        else:
-            invisible = (req.invisible_duration.seconds * 1000 + req.invisible_duration.nanos //
-                         1_000_000)
-        poll_s = (req.long_polling_timeout.seconds + req.long_polling_timeout.nanos / 1e9
-                  if req.HasField("long_polling_timeout") else 20.0)
-        poll_s = min(max(poll_s, 5.0), 20.0)
-        remaining = ctx.time_remaining()
-        error: tuple[str, str] | None = None
-        if remaining is not None and poll_s > remaining - 0.3:
-            if remaining - 0.5 >= 5.0:
-                poll_s = remaining - 0.5
-            else:
-                error = ("ILLEGAL_POLLING_TIME", "long polling time does not fit the deadline")
-        if problem:
-            error = ("ILLEGAL_TOPIC", problem)
-        elif gproblem:
-            error = ("ILLEGAL_CONSUMER_GROUP", gproblem)
-        elif not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
-            error = ("ILLEGAL_INVISIBLE_TIME", f"invisible duration {invisible} ms is outside "
-                                               f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}]")
-        expression = "*"
-        if req.HasField("filter_expression"):
-            if req.filter_expression.type not in (0, TAG):
-                error = ("ILLEGAL_FILTER_EXPRESSION", "only TAG filters are supported")
-            expression = req.filter_expression.expression or "*"
-        if error:
-            yield status(*error)
-            yield stamp()
-            return
-        if self.registry.add_consumer(group, {topic: expression}):
-            await asyncio.to_thread(self.registry.heartbeat_now)
-        batch = min(req.batch_size or 32, 32)
-        deadline = time.monotonic() + poll_s
-        while True:
-            wake = self._wake
-            try:
-                found = await self.pop(group, topic, expression, batch, invisible,
-                                       self.client_id(ctx) if req.auto_renew else None)
-            except RpcError as e:
-                yield status(e.code, str(e))
-                yield stamp()
-                return
-            except TransportError as e:
-                yield status("PROXY_TIMEOUT", str(e))
-                yield stamp()
-                return
-            if found:
-                yield status("OK")
-                for m in found:
-                    r = pb.ReceiveMessageResponse()
-                    r.message.CopyFrom(m)
-                    yield r
-                yield stamp()
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                yield status("MESSAGE_NOT_FOUND", "no new message")
-                yield stamp()
-                return
-            nv = self.state.next_visible()
-            cap = min(left, 0.5)
-            if nv is not None:
-                cap = min(cap, max(0.05, (nv - _now()) / 1000))
-            try:
-                await asyncio.wait_for(wake.wait(), cap)
-            except asyncio.TimeoutError:
-                pass
-
-    async def _pull(self, broker: str, topic: str, qid: int, offset: int, n: int, group: str
-                    ) -> tuple[list[MessageExt], int]:
-        r = await asyncio.wrap_future(self.transport.pull_message(broker, PullMessageRequest(
-            consumer_group=group, topic=topic, queue_id=qid, queue_offset=offset, max_msg_nums=n,
-            sys_flag=0x4, subscription="*")))
-        if r.code == ResponseCode.SUCCESS:
-            return r.messages, r.next_begin_offset
-        if r.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
-                      ResponseCode.PULL_OFFSET_MOVED):
-            return [], r.next_begin_offset
-        raise RpcError("INTERNAL_SERVER_ERROR", f"pull {topic}/{qid}@{offset} from {broker}: "
-                                                f"code {int(r.code)} {r.remark or ''}")
-
-    async def _init_cursor(self, broker: str, topic: str, qid: int) -> int:
-        lo = await asyncio.to_thread(self.transport.get_min_offset, broker, topic, qid)
-        if lo == 0:
-            return 0
-        return int(await asyncio.to_thread(self.transport.get_max_offset, broker, topic, qid))
-
-    async def _renew_loop(self) -> None:
-        while True:
-            await asyncio.sleep(RENEW_EVERY_S)
-            now = _now()
-            for k, (cid, pt) in list(self.renewing.items()):
-                e = self.state.inflight.get(k)
-                if e is None or e.pop_time != pt:
-                    del self.renewing[k]              # acked, nacked or redelivered
-                elif cid not in self.streams:
-                    self.state.extend(k, pt, now + RENEW_GONE_MS)
-                    del self.renewing[k]
-                elif e.visible_at - now < RENEW_AHEAD_MS and now - pt < RENEW_MAX_MS:
-                    self.state.extend(k, pt, now + AUTO_RENEW_INVISIBLE_MS)
-
-    async def pop(self, group: str, topic: str, expression: str, batch: int, invisible: int,
-                  renew_for: str | None = None) -> list[Any]:
-        """Up to ``batch`` messages made invisible for ``invisible`` ms: due redeliveries first,
-        then new ones, queue by queue from a rotating start. One pop at a time per group and
-        topic: a pop reads cursors and entries across awaits (pulls), and two consumers of a
-        group must not both take what they read."""
-        lock = self._pop_locks.setdefault((group, topic), asyncio.Lock())
-        async with lock:
-            return await self._pop(group, topic, expression, batch, invisible, renew_for)
-
-    async def _pop(self, group: str, topic: str, expression: str, batch: int, invisible: int,
-                   renew_for: str | None) -> list[Any]:
-        queues = await self._queues(topic, 4)
-        fifo = group in self.cfg.fifo_groups
-        max_attempts = self.max_attempts(group)
-        self._rr += 1
-        start = self._rr % len(queues)
-        now = _now()
-        picked: list[tuple[Key, MessageExt, int]] = []
-        cursors: list[tuple[tuple[str, str, str, int], int]] = []
-        for broker, qid in queues[start:] + queues[:start]:
-            if len(picked) >= batch:
-                break
-            qk = (group, topic, broker, qid)
-            entries = self.state.queue_entries(qk)
-            if fifo and any(e.visible_at > now for _, e in entries):
-                continue                       # a FIFO queue waits for its in-flight head
-            for off, e in entries:
-                if len(picked) >= batch or e.visible_at > now:
-                    continue
-                k = (*qk, off)
-                msgs, _ = await self._pull(broker, topic, qid, off, 1, group)
-                if not msgs or msgs[0].queue_offset != off:
-                    self.state.drop(k)         # gone from the store (expired files)
-                    continue
-                if e.attempt + 1 > max_attempts:
-                    await self._to_dlq(broker, group, msgs[0], e.attempt)
-                    self.state.drop(k)
-                    continue
-                picked.append((k, msgs[0], e.attempt + 1))
-            if len(picked) >= batch:
-                break
-            cursor = self.state.cursors.get(qk)
-            if cursor is None:
-                cursor = await self._init_cursor(broker, topic, qid)
-            msgs, next_begin = await self._pull(broker, topic, qid, cursor,
-                                                batch - len(picked), group)
-            new_cursor = next_begin if not msgs else cursor
-            for ext in msgs:
-                if len(picked) >= batch:
-                    break
-                new_cursor = ext.queue_offset + 1
-                if not _tag_matches(expression, ext.tags):
-                    continue                   # filtered out: counts as consumed
-                attempt = ext.reconsume_times + 1
-                picked.append(((*qk, ext.queue_offset), ext, attempt))
-            if new_cursor != cursor:
-                cursors.append((qk, new_cursor))
-        if not picked and not cursors:
-            return []
-        pops = []
-        out = []
-        for k, ext, attempt in picked:
-            pt = now
-            e = InFlight(pt, now + invisible, attempt, ext.commitlog_offset)
-            pops.append((k, e))
-            if renew_for:
-                self.renewing[k] = (renew_for, pt)
-            m = convert.to_grpc(ext, pb.Message(), topic=topic)
-            sp = m.system_properties
-            sp.delivery_attempt = attempt
-            sp.receipt_handle = self.handle(k, e, invisible, fifo)
-            out.append(m)
-        for i, c in enumerate(cursors):
-            self.state.record_pops(c, pops if i == 0 else [])
-        if not cursors:
-            self.state.record_pops(None, pops)
-        return out
-
-    @staticmethod
-    def handle(k: Key, e: InFlight, invisible: int, fifo: bool) -> str:
-        """RocketMQ's receipt-handle layout: start offset, pop time, invisible ms, revive
-        queue (999 = FIFO), topic type, broker, queue id, queue offset, commit-log offset."""
-        group, topic, broker, qid, off = k
-        return (f"{off} {e.pop_time} {e.visible_at - e.pop_time} {999 if fifo else 0} 0 "
-                f"{broker} {qid} {off} {e.commit_log_offset}")
-
-    @staticmethod
-    def parse_handle(h: str, group: str, topic: str) -> tuple[Key, int] | None:
-        f = h.split(" ")
-        if len(f) < 8:
-            return None
-        try:
-            return (group, topic, f[5], int(f[6]), int(f[7])), int(f[1])
-        except ValueError:
-            return None
-
-    async def _to_dlq(self, broker: str, group: str, ext: MessageExt, attempts: int) -> None:
-        r = await asyncio.to_thread(self.transport.consumer_send_msg_back, broker,
-                                    ConsumerSendMsgBackRequest(
-                                        group=group, offset=ext.commitlog_offset, delay_level=-1,
-                                        origin_msg_id=ext.uniq_key or ext.msg_id,
-                                        origin_topic=ext.topic, max_reconsume_times=0))
-        if r.code != ResponseCode.SUCCESS:
-            raise RpcError("INTERNAL_SERVER_ERROR", f"moving {ext.msg_id} to the DLQ of {group}:"
-                                                    f" code {int(r.code)} {r.remark or ''}")
-        log.info("message %s of %s moved to %%DLQ%%%s after %d deliveries",
-                 ext.uniq_key, ext.topic, group, attempts)
-
-    # -- AckMessage / ChangeInvisibleDuration / ForwardMessageToDeadLetterQueue ---------------
-    async def ack_message(self, req: Any, ctx: Any) -> Any:
-        resp = pb.AckMessageResponse()
-        group, topic = req.group.name, req.topic.name
-        codes = set()
-        for entry in req.entries:
-            out = resp.entries.add(message_id=entry.message_id,
-                                   receipt_handle=entry.receipt_handle)
-            parsed = self.parse_handle(entry.receipt_handle, group, topic)
-            if parsed is None:
-                _status(out.status, "INVALID_RECEIPT_HANDLE", "malformed receipt handle")
-            else:
-                why = self.state.ack(parsed[0], parsed[1], _now())
-                if why:
-                    _status(out.status, "INVALID_RECEIPT_HANDLE", why)
-                else:
-                    _status(out.status, "OK")
-                    if group in self.cfg.fifo_groups:
-                        self.wake()
-            codes.add(out.status.code)
-        if len(codes) == 1:
-            c = codes.pop()
-            resp.status.code, resp.status.message = c, pb.enum_name("Code", c)
-        else:
-            _status(resp.status, "MULTIPLE_RESULTS")
-        return resp
-
-    async def change_invisible_duration(self, req: Any, ctx: Any) -> Any:
-        resp = pb.ChangeInvisibleDurationResponse()
-        d = req.invisible_duration.seconds * 1000 + req.invisible_duration.nanos // 1_000_000
-        if not 0 <= d <= MAX_INVISIBLE_MS:
-            return _reply(resp, "ILLEGAL_INVISIBLE_TIME",
-                           f"invisible duration {d} ms is over {MAX_INVISIBLE_MS}")
-        parsed = self.parse_handle(req.receipt_handle, req.group.name, req.topic.name)
-        if parsed is None:
-            return _reply(resp, "INVALID_RECEIPT_HANDLE", "malformed receipt handle")
-        now = _now()
-        e = self.state.change_invisible(parsed[0], parsed[1], now, now + d)
-        if isinstance(e, str):
-            return _reply(resp, "INVALID_RECEIPT_HANDLE", e)
-        resp.receipt_handle = self.handle(parsed[0], e, d,
-                                          req.group.name in self.cfg.fifo_groups)
-        return _reply(resp, "OK")
-
-    async def forward_to_dlq(self, req: Any, ctx: Any) -> Any:
-        resp = pb.ForwardMessageToDeadLetterQueueResponse()
-        parsed = self.parse_handle(req.receipt_handle, req.group.name, req.topic.name)
-        if parsed is None:
-            return _reply(resp, "INVALID_RECEIPT_HANDLE", "malformed receipt handle")
-        k, pt = parsed
-        e = self.state.inflight.get(k)
-        if e is None or e.pop_time != pt:
-            return _reply(resp, "INVALID_RECEIPT_HANDLE",
-                           "receipt handle is expired or already used")
-        msgs, _ = await self._pull(k[2], k[1], k[3], k[4], 1, k[0])
-        if msgs:
-            try:
-                await self._to_dlq(k[2], k[0], msgs[0], e.attempt)
-            except RpcError as err:
-                return _reply(resp, err.code, str(err))
-        self.state.drop(k)
         return _reply(resp, "OK")
 
     async def recall_message(self, req: Any, ctx: Any) -> Any:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocketstore.common import Message
 from rocketstore.common.protocol import PullMessageRequest, ResponseCode, SendMessageRequest
+from rocketstore.proxy.common import _status
 from rocketstore.proxy.popstate import InFlight
 
 if TYPE_CHECKING:
@@ -53,7 +54,6 @@ class DelayTimer:
 
     async def schedule(self, msg: Message, broker: str, qid: int, deliver_ms: int,
                        entry: Any) -> None:
-        from rocketstore.proxy.service import _status
         props = dict(msg.properties)
         stored = Message(TIMER_TOPIC, msg.body, properties=props, sys_flag=msg.sys_flag,
                          born_timestamp=msg.born_timestamp)
