@@ -330,3 +330,73 @@ def test_a_taken_port_is_a_one_line_error(cluster, tmp_path):
                         str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr
     assert f"rocketstore proxy: cannot listen on 127.0.0.1:{port}" in p.stderr
+
+
+def test_a_broker_kill_loses_no_unacked_message(tmp_path):
+    """kill -9 the broker between receive and redelivery (the proxy stays up): the acked message
+    never comes back, the un-acked one does, as attempt 2, from the restarted broker."""
+    from rocketstore.proxy import protocol as pb
+    from rocketstore.remoting.admin_client import AdminClient
+    code = lambda name: pb.enum_value("Code", name)     # noqa: E731
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(tmp_path / "store", ns.addr)
+    proxy = None
+    try:
+        with AdminClient(ns.addr) as admin:
+            admin.update_topic("t_bk", read_queue_nums=2, write_queue_nums=2,
+                               broker_addr=broker.addr)
+        proxy = ServerProcess(["proxy", "--namesrv", ns.addr, "--listen", "127.0.0.1:0",
+                               "--data-dir", str(tmp_path / "proxy")])
+        ch, send = _stub(proxy.addr, "SendMessage", "SendMessageRequest", "SendMessageResponse")
+        _, receive = _stub(proxy.addr, "ReceiveMessage", "ReceiveMessageRequest",
+                           "ReceiveMessageResponse", stream=True)
+        _, ack = _stub(proxy.addr, "AckMessage", "AckMessageRequest", "AckMessageResponse")
+        _, nack = _stub(proxy.addr, "ChangeInvisibleDuration", "ChangeInvisibleDurationRequest",
+                        "ChangeInvisibleDurationResponse")
+        for body in ("acked", "pending"):
+            sr = pb.SendMessageRequest()
+            m = sr.messages.add(body=body.encode())
+            m.topic.name = "t_bk"
+            m.system_properties.message_id = "01BK-" + body
+            assert send(sr, metadata=META, timeout=10).status.code == code("OK")
+
+        def pop() -> dict:
+            r = pb.ReceiveMessageRequest(batch_size=8)
+            r.group.name = "g_bk"
+            r.message_queue.topic.name = "t_bk"
+            r.invisible_duration.seconds = 60
+            r.long_polling_timeout.seconds = 5
+            return {f.message.body.decode(): f.message for f in
+                    receive(r, metadata=META, timeout=10) if f.WhichOneof("content") == "message"}
+        got: dict = {}
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            got.update(pop())
+        a = pb.AckMessageRequest()
+        a.group.name, a.topic.name = "g_bk", "t_bk"
+        a.entries.add(message_id="01BK-acked",
+                      receipt_handle=got["acked"].system_properties.receipt_handle)
+        assert ack(a, metadata=META, timeout=10).status.code == code("OK")
+        n = pb.ChangeInvisibleDurationRequest(
+            receipt_handle=got["pending"].system_properties.receipt_handle,
+            message_id="01BK-pending")
+        n.group.name, n.topic.name = "g_bk", "t_bk"
+        n.invisible_duration.seconds = 2
+        assert nack(n, metadata=META, timeout=10).status.code == code("OK")
+
+        broker.kill()
+        broker = start_broker(tmp_path / "store", ns.addr)
+        again: dict = {}
+        deadline = time.monotonic() + 60
+        while "pending" not in again and time.monotonic() < deadline:
+            try:
+                again.update(pop())
+            except grpc.RpcError:
+                time.sleep(0.5)
+        assert list(again) == ["pending"]
+        assert again["pending"].system_properties.delivery_attempt == 2
+        ch.close()
+    finally:
+        for p in (proxy, broker, ns):
+            if p is not None:
+                p.stop()

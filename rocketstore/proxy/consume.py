@@ -43,6 +43,7 @@ class ConsumeRpcs:
         _pop_locks: dict[tuple[str, str], asyncio.Lock]
         _wake: asyncio.Event
         _rr: int
+        _routes: dict[str, Any]
 
         async def _queues(self, topic: str, perm_bit: int) -> list[tuple[str, int]]: ...
         @staticmethod
@@ -110,6 +111,7 @@ class ConsumeRpcs:
                 yield stamp()
                 return
             except TransportError as e:
+                self._routes.pop(topic, None)   # a restarted broker may have a new address
                 yield status("PROXY_TIMEOUT", str(e))
                 yield stamp()
                 return

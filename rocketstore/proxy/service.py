@@ -409,6 +409,7 @@ class MessagingService(ConsumeRpcs):
         try:
             r = await asyncio.wrap_future(self.transport.send_message_async(broker, request))
         except TransportError as e:
+            self._routes.pop(topic, None)       # a restarted broker may have a new address
             _status(entry.status, "PROXY_TIMEOUT", str(e))
             return
         if r.code != ResponseCode.SUCCESS:
