@@ -400,3 +400,54 @@ def test_a_broker_kill_loses_no_unacked_message(tmp_path):
         for p in (proxy, broker, ns):
             if p is not None:
                 p.stop()
+
+
+def test_end_transaction_after_a_proxy_crash(tmp_path):
+    """A half message sent through one proxy process is committed through the next one (the
+    transaction's offsets are in the journal, not only in memory)."""
+    from rocketstore.proxy import protocol as pb
+    from rocketstore.remoting.admin_client import AdminClient
+    code = lambda name: pb.enum_value("Code", name)     # noqa: E731
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(tmp_path / "store", ns.addr)
+    proxy = None
+
+    def start() -> ServerProcess:
+        return ServerProcess(["proxy", "--namesrv", ns.addr, "--listen", "127.0.0.1:0",
+                              "--data-dir", str(tmp_path / "proxy"), "--message-type",
+                              "t_txc=TRANSACTION"])
+    try:
+        with AdminClient(ns.addr) as admin:
+            admin.update_topic("t_txc", read_queue_nums=1, write_queue_nums=1,
+                               broker_addr=broker.addr)
+        proxy = start()
+        ch, send = _stub(proxy.addr, "SendMessage", "SendMessageRequest", "SendMessageResponse")
+        sr = pb.SendMessageRequest()
+        m = sr.messages.add(body=b"half")
+        m.topic.name = "t_txc"
+        m.system_properties.message_id = "01TXC"
+        m.system_properties.message_type = pb.enum_value("MessageType", "TRANSACTION")
+        sent = send(sr, metadata=META, timeout=10)
+        assert sent.status.code == code("OK")
+        ch.close()
+        proxy.kill()
+        proxy = start()
+        ch, end = _stub(proxy.addr, "EndTransaction", "EndTransactionRequest",
+                        "EndTransactionResponse")
+        req = pb.EndTransactionRequest(message_id="01TXC",
+                                       transaction_id=sent.entries[0].transaction_id,
+                                       resolution=pb.enum_value("TransactionResolution",
+                                                                "COMMIT"))
+        req.topic.name = "t_txc"
+        assert end(req, metadata=META, timeout=10).status.code == code("OK")
+        ch.close()
+        stored: list = []
+        deadline = time.monotonic() + 20
+        while not stored and time.monotonic() < deadline:
+            stored = _pull_all(ns.addr, "t_txc")
+            time.sleep(0.2)
+        assert [(m.uniq_key, bytes(m.body)) for m in stored] == [("01TXC", b"half")]
+    finally:
+        for p in (proxy, broker, ns):
+            if p is not None:
+                p.stop()

@@ -4,7 +4,8 @@ A single-broker equivalent of RocketMQ 5's revive topic (docs/grpc.md): instead 
 and ack messages replayed by a revive thread, one table of in-flight entries keyed by
 ``(group, topic, broker, queue id, queue offset)`` with the time each becomes visible again,
 its delivery attempt and the pop time its receipt handle names, plus one pop cursor per
-``(group, topic, broker, queue id)``. Every change is one JSON line appended to a journal
+``(group, topic, broker, queue id)`` and the broker offsets of each open transaction's half
+message (so an EndTransaction reaching a restarted proxy still finds it). Every change is one JSON line appended to a journal
 (``pop.journal`` in the proxy's data directory) and flushed before the RPC answers; the
 journal is replayed and compacted at start, and rewritten (to a temporary file, fsynced, renamed
 over) whenever it holds four times more lines than live state. So a proxy or broker restart
@@ -16,10 +17,12 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import TextIO
 
 COMPACT_MIN_LINES = 10_000
+TRANSACTION_KEEP_MS = 24 * 3600 * 1000
 
 Key = tuple[str, str, str, int, int]         # group, topic, broker, queue id, queue offset
 QueueKey = tuple[str, str, str, int]
@@ -40,6 +43,8 @@ class PopState:
         self.path = path
         self.cursors: dict[QueueKey, int] = {}
         self.inflight: dict[Key, InFlight] = {}
+        # open transactions: id -> [broker, queue offset, commit-log offset, offset msg id, ms]
+        self.transactions: dict[str, list] = {}
         self._lock = threading.Lock()
         self._lines = 0
         self._out: TextIO | None = None
@@ -66,17 +71,26 @@ class PopState:
                         int(rec["pt"]), int(rec["v"]), int(rec["a"]), int(rec.get("cl", -1)))
                 elif op == "a":
                     self.inflight.pop(tuple(k), None)                  # type: ignore[arg-type]
+                elif op == "t":
+                    self.transactions[str(k)] = list(rec["v"])
+                elif op == "te":
+                    self.transactions.pop(str(k), None)
 
     def _compact(self) -> None:
         if self._out is not None:
             self._out.close()
-        self._lines = len(self.cursors) + len(self.inflight)
+        # an open transaction no one ended in a day is the broker's check service's by now
+        stale = int(time.time() * 1000) - TRANSACTION_KEEP_MS
+        self.transactions = {t: v for t, v in self.transactions.items() if v[4] > stale}
+        self._lines = self._live()
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             for qk, n in self.cursors.items():
                 f.write(self._cursor_line(qk, n))
             for k, e in self.inflight.items():
                 f.write(self._pop_line(k, e))
+            for t, v in self.transactions.items():
+                f.write(json.dumps({"op": "t", "k": t, "v": v}) + "\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -96,9 +110,11 @@ class PopState:
         self._out.write("".join(lines))
         self._out.flush()
         self._lines += len(lines)
-        if self._lines > COMPACT_MIN_LINES and \
-                self._lines > 4 * (len(self.cursors) + len(self.inflight)):
+        if self._lines > COMPACT_MIN_LINES and self._lines > 4 * self._live():
             self._compact()
+
+    def _live(self) -> int:
+        return len(self.cursors) + len(self.inflight) + len(self.transactions)
 
     # -- changes (each one journaled before it returns) ----------------------------------------
     def record_pops(self, cursor: tuple[QueueKey, int] | None,
@@ -152,6 +168,22 @@ class PopState:
             e.visible_at = visible_at
             self._write([self._pop_line(k, e)])
             return True
+
+    def open_transaction(self, txid: str, broker: str, queue_offset: int, cl_offset: int,
+                         offset_msg_id: str) -> None:
+        """Remember where a half message is, until EndTransaction (any proxy process)."""
+        v = [broker, queue_offset, cl_offset, offset_msg_id, int(time.time() * 1000)]
+        with self._lock:
+            self.transactions[txid] = v
+            self._write([json.dumps({"op": "t", "k": txid, "v": v}) + "\n"])
+
+    def end_transaction(self, txid: str) -> tuple[str, int, int, str] | None:
+        with self._lock:
+            v = self.transactions.pop(txid, None)
+            if v is None:
+                return None
+            self._write([json.dumps({"op": "te", "k": txid}) + "\n"])
+            return v[0], v[1], v[2], v[3]
 
     def drop(self, k: Key) -> None:
         with self._lock:

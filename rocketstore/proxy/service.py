@@ -76,7 +76,6 @@ class MessagingService(ConsumeRpcs):
         self.state = PopState(os.path.join(cfg.data_dir, "pop.journal"))
         self.settings: dict[str, Any] = {}
         self.streams: dict[str, asyncio.Queue[Any]] = {}
-        self.transactions: dict[str, tuple[str, int, int, str]] = {}
         self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
         self._rr = 0
         # message id -> the first send's outcome (status code, message, offset), so a client
@@ -280,8 +279,8 @@ class MessagingService(ConsumeRpcs):
     def _recover(self, broker: str, req: CheckTransactionStateRequest, msg: MessageExt) -> None:
         topic = msg.properties.get("REAL_TOPIC") or msg.topic
         txid = msg.uniq_key or req.transaction_id or ""
-        self.transactions[txid] = (broker, req.tran_state_table_offset, req.commit_log_offset,
-                                   req.offset_msg_id)
+        self.state.open_transaction(txid, broker, req.tran_state_table_offset,
+                                    req.commit_log_offset, req.offset_msg_id)
         for cid, s in list(self.settings.items()):
             stream = self.streams.get(cid)
             if stream is None or s.WhichOneof("pub_sub") != "publishing" or \
@@ -421,9 +420,8 @@ class MessagingService(ConsumeRpcs):
         entry.transaction_id = sp.message_id
         entry.offset = r.queue_offset
         if sp.message_type == convert.TRANSACTION:
-            self.transactions[sp.message_id] = (broker, r.queue_offset,
-                                                _offset_msg_commit_offset(r.msg_id),
-                                                r.msg_id or "")
+            self.state.open_transaction(sp.message_id, broker, r.queue_offset,
+                                        _offset_msg_commit_offset(r.msg_id), r.msg_id or "")
         else:
             self.wake()
 
@@ -432,7 +430,7 @@ class MessagingService(ConsumeRpcs):
         resp = pb.EndTransactionResponse()
         if not req.transaction_id.strip():
             return _reply(resp, "INVALID_TRANSACTION_ID", "transaction_id is blank")
-        tx = self.transactions.pop(req.transaction_id, None)
+        tx = self.state.end_transaction(req.transaction_id)
         if tx is None:
             return _reply(resp, "INTERNAL_SERVER_ERROR",
                            f"cannot find transaction data of {req.transaction_id}")
