@@ -13,7 +13,8 @@ from servers import ServerProcess, start_broker, start_namesrv
 
 
 TOPICS = ("t_normal", "t_fifo", "t_tx", "t_delay", "t_dlq", "t_cross", "t_inval", "t_async",
-          "t_orphan", "t_restart", "t_raw", "t_push", "t_cpp", "t_race")
+          "t_orphan", "t_restart", "t_raw", "t_push", "t_cpp", "t_race",
+          "t_txc", "t_dl")
 
 
 @pytest.fixture(scope="session")

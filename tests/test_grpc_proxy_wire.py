@@ -402,14 +402,12 @@ def test_a_broker_kill_loses_no_unacked_message(tmp_path):
                 p.stop()
 
 
-def test_end_transaction_after_a_proxy_crash(tmp_path):
+def test_end_transaction_after_a_proxy_crash(cluster, tmp_path):
     """A half message sent through one proxy process is committed through the next one (the
     transaction's offsets are in the journal, not only in memory)."""
     from rocketstore.proxy import protocol as pb
-    from rocketstore.remoting.admin_client import AdminClient
     code = lambda name: pb.enum_value("Code", name)     # noqa: E731
-    ns = start_namesrv(tmp_path)
-    broker = start_broker(tmp_path / "store", ns.addr)
+    ns = cluster["ns"]
     proxy = None
 
     def start() -> ServerProcess:
@@ -417,9 +415,6 @@ def test_end_transaction_after_a_proxy_crash(tmp_path):
                               "--data-dir", str(tmp_path / "proxy"), "--message-type",
                               "t_txc=TRANSACTION"])
     try:
-        with AdminClient(ns.addr) as admin:
-            admin.update_topic("t_txc", read_queue_nums=1, write_queue_nums=1,
-                               broker_addr=broker.addr)
         proxy = start()
         ch, send = _stub(proxy.addr, "SendMessage", "SendMessageRequest", "SendMessageResponse")
         sr = pb.SendMessageRequest()
@@ -444,10 +439,56 @@ def test_end_transaction_after_a_proxy_crash(tmp_path):
         stored: list = []
         deadline = time.monotonic() + 20
         while not stored and time.monotonic() < deadline:
-            stored = _pull_all(ns.addr, "t_txc")
+            stored = _pull_topic(ns.addr, "t_txc")
             time.sleep(0.2)
         assert [(m.uniq_key, bytes(m.body)) for m in stored] == [("01TXC", b"half")]
     finally:
-        for p in (proxy, broker, ns):
-            if p is not None:
-                p.stop()
+        if proxy is not None:
+            assert proxy.stop() == 0
+
+
+def test_a_delay_survives_a_proxy_crash(cluster, tmp_path):
+    """A delay message scheduled through one proxy process is delivered by the next one, once,
+    not before its time."""
+    from rocketstore.proxy import protocol as pb
+    code = lambda name: pb.enum_value("Code", name)     # noqa: E731
+    ns = cluster["ns"]
+    proxy = None
+
+    def start() -> ServerProcess:
+        return ServerProcess(["proxy", "--namesrv", ns.addr, "--listen", "127.0.0.1:0",
+                              "--data-dir", str(tmp_path / "proxy"), "--message-type",
+                              "t_dl=DELAY"])
+    try:
+        proxy = start()
+        ch, send = _stub(proxy.addr, "SendMessage", "SendMessageRequest", "SendMessageResponse")
+        sr = pb.SendMessageRequest()
+        m = sr.messages.add(body=b"later")
+        m.topic.name = "t_dl"
+        m.system_properties.message_id = "01DL"
+        due_ms = int(time.time() * 1000) + 4000
+        m.system_properties.delivery_timestamp.seconds = due_ms // 1000
+        m.system_properties.delivery_timestamp.nanos = due_ms % 1000 * 1_000_000
+        assert send(sr, metadata=META, timeout=10).status.code == code("OK")
+        ch.close()
+        proxy.kill()
+        assert _pull_topic(ns.addr, "t_dl") == []            # not there before its time
+        proxy = start()
+        stored: list = []
+        deadline = time.monotonic() + 30
+        while not stored and time.monotonic() < deadline:
+            stored = _pull_topic(ns.addr, "t_dl")
+            time.sleep(0.2)
+        time.sleep(1.5)                                     # and only once
+        stored = _pull_topic(ns.addr, "t_dl")
+        assert [(m.uniq_key, bytes(m.body)) for m in stored] == [("01DL", b"later")]
+        assert stored[0].store_timestamp >= due_ms
+        assert stored[0].properties["TIMER_DELIVER_MS"] == str(due_ms)
+    finally:
+        if proxy is not None:
+            assert proxy.stop() == 0
+
+
+
+def _pull_topic(ns: str, topic: str) -> list:
+    return [m for q in range(4) for m in _pull_all(ns, topic, q)]
