@@ -492,3 +492,29 @@ def test_a_delay_survives_a_proxy_crash(cluster, tmp_path):
 
 def _pull_topic(ns: str, topic: str) -> list:
     return [m for q in range(4) for m in _pull_all(ns, topic, q)]
+
+
+def test_recall_a_delay_message_before_its_time(cluster):
+    from rocketstore.proxy import protocol as pb
+    code = lambda name: pb.enum_value("Code", name)     # noqa: E731
+    ns, addr = cluster["ns"], cluster["proxy"].addr
+    ch, send = _stub(addr, "SendMessage", "SendMessageRequest", "SendMessageResponse")
+    _, recall = _stub(addr, "RecallMessage", "RecallMessageRequest", "RecallMessageResponse")
+    sr = pb.SendMessageRequest()
+    m = sr.messages.add(body=b"never")
+    m.topic.name = "t_delay"
+    m.system_properties.message_id = "01RECALL"
+    due_ms = int(time.time() * 1000) + 3000
+    m.system_properties.delivery_timestamp.seconds = due_ms // 1000 + 1
+    sent = send(sr, metadata=META, timeout=10)
+    assert sent.status.code == code("OK") and sent.entries[0].recall_handle
+    req = pb.RecallMessageRequest(recall_handle=sent.entries[0].recall_handle)
+    req.topic.name = "t_delay"
+    r = recall(req, metadata=META, timeout=10)
+    assert (r.status.code, r.message_id) == (code("OK"), "01RECALL")
+    assert recall(req, metadata=META, timeout=10).status.code == code("NOT_FOUND")
+    req.recall_handle = "bm90IGEgaGFuZGxl"                  # base64 of "not a handle"
+    assert recall(req, metadata=META, timeout=10).status.code == code("BAD_REQUEST")
+    ch.close()
+    time.sleep(max(0.0, (due_ms + 2500) / 1000 - time.time()))
+    assert "01RECALL" not in {m.uniq_key for m in _pull_topic(ns.addr, "t_delay")}

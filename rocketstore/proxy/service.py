@@ -472,9 +472,22 @@ class MessagingService(ConsumeRpcs):
         return _reply(resp, "OK")
 
     async def recall_message(self, req: Any, ctx: Any) -> Any:
+        """Cancel a delay message before its time (the handle its SendMessage returned)."""
         resp = pb.RecallMessageResponse()
-        return _reply(resp, "NOT_IMPLEMENTED", "recalling a delay message is not "
-                                                       "supported")
+        topic = req.topic.name
+        problem = topic_problem(topic)
+        if problem:
+            return _reply(resp, "ILLEGAL_TOPIC", problem)
+        if self.message_type(topic) not in ("DELAY", "MIXED"):
+            return _reply(resp, "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+                          f"{topic} is a {self.message_type(topic)} topic, not DELAY")
+        try:
+            resp.message_id = self.timer.recall(topic, req.recall_handle)
+        except ValueError as e:
+            return _reply(resp, "BAD_REQUEST", str(e))
+        except LookupError as e:
+            return _reply(resp, "NOT_FOUND", str(e))
+        return _reply(resp, "OK")
 
 
 def generic_handler(svc: MessagingService) -> grpc.GenericRpcHandler:

@@ -13,6 +13,8 @@ real queue gets the message only once its deliver time has passed.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,24 @@ log = logging.getLogger("rocketstore.proxy.timer")
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMER_GROUP = "__timer__"
 PULL_GROUP = "CID_RMQ_SYS_PROXY_TIMER"
+
+
+def recall_handle(key: Any, deliver_ms: int, uniq: str) -> str:
+    """RocketMQ 5's ``v1 <topic> <broker> <deliver ms> <uniq key>``, URL-safe Base64, plus the
+    real queue and the timer-queue offset that find the journal entry."""
+    _, topic, broker, qid, offset = key
+    text = f"v1 {topic} {broker} {deliver_ms} {uniq} {qid} {offset}"
+    return base64.urlsafe_b64encode(text.encode()).decode()
+
+
+def parse_recall_handle(handle: str) -> tuple[Any, str]:
+    try:
+        f = base64.urlsafe_b64decode(handle.encode()).decode().split(" ")
+        if len(f) != 7 or f[0] != "v1":
+            raise ValueError
+        return (TIMER_GROUP, f[1], f[2], int(f[5]), int(f[6])), f[4]
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise ValueError("malformed recall handle") from None
 
 
 class DelayTimer:
@@ -69,7 +89,20 @@ class DelayTimer:
         _status(entry.status, "OK")
         entry.message_id = entry.transaction_id = props["UNIQ_KEY"]
         entry.offset = r.queue_offset
+        entry.recall_handle = recall_handle(key, deliver_ms, props["UNIQ_KEY"])
         self._kick.set()
+
+    def recall(self, topic: str, handle: str) -> str:
+        """Cancel a delay message not yet delivered; its message id. Raises ``ValueError``
+        for a handle that is not one of ours, ``LookupError`` when it is gone (delivered or
+        recalled)."""
+        key, uniq = parse_recall_handle(handle)
+        if key[1] != topic:
+            raise ValueError(f"the recall handle is for topic {key[1]}, not {topic}")
+        if key not in self.svc.state.inflight:
+            raise LookupError("the delay message was delivered or recalled already")
+        self.svc.state.drop(key)
+        return uniq
 
     def _due(self, now: int) -> tuple[list[tuple[Any, InFlight]], int | None]:
         with self.svc.state._lock:
