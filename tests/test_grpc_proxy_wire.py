@@ -54,6 +54,13 @@ def test_raw_calls_status_frames_and_unimplemented(cluster):
     f = frames(9)                                   # under RocketMQ's 10 s minimum
     assert [x.WhichOneof("content") for x in f] == ["status", "delivery_timestamp"]
     assert f[0].status.code == code("ILLEGAL_INVISIBLE_TIME")
+    r = pb.ReceiveMessageRequest(batch_size=4)      # SQL92 filters are not served
+    r.group.name, r.message_queue.topic.name = "g_raw", "t_raw"
+    r.invisible_duration.seconds = 15
+    r.filter_expression.type = pb.enum_value("FilterType", "SQL")
+    r.filter_expression.expression = "a > 1"
+    f = list(receive(r, metadata=META, timeout=10))
+    assert f[0].status.code == code("ILLEGAL_FILTER_EXPRESSION") and len(f) == 2
     f = frames(15)                                  # nothing there: MESSAGE_NOT_FOUND
     assert [x.WhichOneof("content") for x in f] == ["status", "delivery_timestamp"]
     assert f[0].status.code == code("MESSAGE_NOT_FOUND")
