@@ -6,7 +6,8 @@ and ack messages replayed by a revive thread, one table of in-flight entries key
 its delivery attempt and the pop time its receipt handle names, plus one pop cursor per
 ``(group, topic, broker, queue id)`` and the broker offsets of each open transaction's half
 message (so an EndTransaction reaching a restarted proxy still finds it). Every change is one JSON line appended to a journal
-(``pop.journal`` in the proxy's data directory) and flushed before the RPC answers; the
+(``pop.journal`` in the proxy's data directory) and written to the OS before the RPC answers
+(not fsynced: a power cut may lose the last changes, which redelivers, never loses); the
 journal is replayed and compacted at start, and rewritten (to a temporary file, fsynced, renamed
 over) whenever it holds four times more lines than live state. So a proxy or broker restart
 loses no un-acked message (it comes back when its invisibility ends) and redelivers nothing
