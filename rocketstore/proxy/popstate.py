@@ -5,9 +5,10 @@ and ack messages replayed by a revive thread, one table of in-flight entries key
 ``(group, topic, broker, queue id, queue offset)`` with the time each becomes visible again,
 its delivery attempt and the pop time its receipt handle names, plus one pop cursor per
 ``(group, topic, broker, queue id)`` and the broker offsets of each open transaction's half
-message (so an EndTransaction reaching a restarted proxy still finds it). Every change is one JSON line appended to a journal
-(``pop.journal`` in the proxy's data directory) and written to the OS before the RPC answers
-(not fsynced: a power cut may lose the last changes, which redelivers, never loses); the
+message (so an EndTransaction reaching a restarted proxy still finds it). Every change is one
+JSON line appended to a journal (``pop.journal`` in the proxy's data directory) and written to
+the OS before the RPC answers (not fsynced: a power cut may lose the last changes, which
+redelivers, never loses; a delay message's entry, the only copy of its schedule, is fsynced); the
 journal is replayed and compacted at start, and rewritten (to a temporary file, fsynced, renamed
 over) whenever it holds four times more lines than live state. So a proxy or broker restart
 loses no un-acked message (it comes back when its invisibility ends) and redelivers nothing
@@ -119,7 +120,8 @@ class PopState:
 
     # -- changes (each one journaled before it returns) ----------------------------------------
     def record_pops(self, cursor: tuple[QueueKey, int] | None,
-                    pops: list[tuple[Key, InFlight]]) -> None:
+                    pops: list[tuple[Key, InFlight]], *, sync: bool = False) -> None:
+        """Journal a pop (cursor move and new in-flight entries); ``sync``: fsync too."""
         with self._lock:
             lines = []
             if cursor is not None:
@@ -129,6 +131,8 @@ class PopState:
                 self.inflight[k] = e
                 lines.append(self._pop_line(k, e))
             self._write(lines)
+            if sync and self._out is not None:
+                os.fsync(self._out.fileno())
 
     def set_cursor(self, qk: QueueKey, n: int) -> None:
         self.record_pops((qk, n), [])

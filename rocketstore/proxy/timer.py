@@ -85,7 +85,8 @@ class DelayTimer:
                     f"storing a delay message: code {int(r.code)} {r.remark or ''}")
             return
         key = (TIMER_GROUP, msg.topic, broker, qid, r.queue_offset)
-        self.svc.state.record_pops(None, [(key, InFlight(0, deliver_ms, 0, -1))])
+        # fsynced: the journal holds the only copy of the schedule
+        self.svc.state.record_pops(None, [(key, InFlight(0, deliver_ms, 0, -1))], sync=True)
         _status(entry.status, "OK")
         entry.message_id = entry.transaction_id = props["UNIQ_KEY"]
         entry.offset = r.queue_offset
