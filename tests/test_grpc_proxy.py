@@ -503,3 +503,45 @@ def test_invisibility_expiry_redelivers_without_a_nack(client_venv, cluster):
     ''')
     assert (r["first"]["attempt"], r["second"]["attempt"]) == (1, 2)
     assert r["waited"] >= 9.5
+
+
+def test_a_group_leaves_the_broker_with_its_last_client(client_venv, cluster):
+    """While a 5.x consumer is up, the proxy is a member of its group at the broker (so the
+    broker takes the group's dead letters from it); after the client shuts down it is not, so
+    4.x consumers of the same group do not share their queues with a member that never pulls."""
+    import subprocess
+    import textwrap
+    from grpc_client import PRELUDE
+    from rocketstore.client.tcp import TcpTransport
+    code = PRELUDE + textwrap.dedent('''
+        c = SimpleConsumer(CONFIG, "g_leave", {"t_normal": FilterExpression("*")}, 5)
+        c.startup()
+        time.sleep(1.5)
+        print("UP", flush=True)
+        sys.stdin.readline()
+        c.shutdown()
+        print("DOWN", flush=True)
+    ''')
+    home = cluster["tmp"] / "home"
+    home.mkdir(exist_ok=True)
+    t = TcpTransport(cluster["ns"].addr)
+    p = subprocess.Popen([str(client_venv.python), "-c", code], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=home,
+                         env=dict(os.environ, HOME=str(home), PYTHONPATH="",
+                                  PROXY_ENDPOINT=cluster["proxy"].addr))
+    try:
+        assert p.stdout is not None and p.stdin is not None
+        assert p.stdout.readline().strip() == "UP"
+        members_during = t.get_consumer_id_list("broker-a", "g_leave")
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "DOWN"
+        p.wait(30)
+        members_after = t.get_consumer_id_list("broker-a", "g_leave")
+    finally:
+        t.close()
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
+    assert len(members_during) == 1 and "proxy" in members_during[0]
+    assert members_after == []

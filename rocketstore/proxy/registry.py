@@ -62,6 +62,17 @@ class Registry:
             self._consumers[group] = {**known, **subscriptions}
         return True
 
+    def remove_consumer(self, group: str) -> None:
+        """Its last client left: stop announcing ``group`` and leave it at every broker."""
+        with self._lock:
+            if self._consumers.pop(group, None) is None:
+                return
+        for broker in self.transport.broker_names():
+            try:
+                self.transport.unregister_client(broker, self.client_id, None, group)
+            except RocketStoreError as e:
+                log.warning("leaving group %s at %s failed: %s", group, broker, e)
+
     def add_producer(self, topics: list[str]) -> bool:
         with self._lock:
             new = set(topics) - self._producers

@@ -259,6 +259,7 @@ class MessagingService(ConsumeRpcs):
             reader.cancel()
             if self.streams.get(cid) is out:
                 del self.streams[cid]
+                await self._forget(cid)
 
     async def _register(self, s: Any) -> None:
         """Announce a client's producer topics / consumer group to the brokers."""
@@ -304,9 +305,21 @@ class MessagingService(ConsumeRpcs):
         return _reply(resp, "OK")
 
     async def notify_client_termination(self, req: Any, ctx: Any) -> Any:
-        self.settings.pop(self.client_id(ctx), None)
+        await self._forget(self.client_id(ctx))
         resp = pb.NotifyClientTerminationResponse()
         return _reply(resp, "OK")
+
+    async def _forget(self, cid: str) -> None:
+        """A client left (NotifyClientTermination or its Telemetry stream ended): a consumer
+        group none of the remaining clients uses leaves the brokers."""
+        s = self.settings.pop(cid, None)
+        if s is None or s.WhichOneof("pub_sub") != "subscription":
+            return
+        group = s.subscription.group.name
+        if any(o.WhichOneof("pub_sub") == "subscription" and o.subscription.group.name == group
+               for o in self.settings.values()):
+            return
+        await asyncio.to_thread(self.registry.remove_consumer, group)
 
     # -- SendMessage --------------------------------------------------------------------------
     def _validate_message(self, m: Any, topic: str) -> None:
