@@ -15,12 +15,14 @@ import os
 import socket
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from rocketstore.client.subscription import build_subscription_data
 from rocketstore.client.tcp import TcpTransport
 from rocketstore.common import MessageExt
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumeFromWhere,
-                                         ConsumerData, ConsumeType, HeartbeatData, MessageModel)
+                                         ConsumerData, ConsumeType, HeartbeatData, MessageModel,
+                                         RemotingResult, ReplyMessageRequest, ResponseCode)
 from rocketstore.errors import RocketStoreError
 
 log = logging.getLogger("rocketstore.proxy")
@@ -51,6 +53,13 @@ class Registry:
 
     def notify_consumer_ids_changed(self, group: str) -> None:
         pass                                  # POP needs no rebalance
+
+    def push_reply_message(self, request: ReplyMessageRequest) -> Future[RemotingResult]:
+        """Request-reply is not a 5.x client feature: nobody here waits for a reply."""
+        fut: Future[RemotingResult] = Future()
+        fut.set_result(RemotingResult(ResponseCode.SYSTEM_ERROR,
+                                      "no requester waits here (a gRPC proxy)"))
+        return fut
 
     # membership ------------------------------------------------------------------------------
     def add_consumer(self, group: str, subscriptions: dict[str, str]) -> bool:
