@@ -28,7 +28,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "tools"))
 
 CLIENT = '''
 import threading
@@ -98,7 +97,7 @@ def main() -> int:
     ap.add_argument("--client-venv", default=str(Path.home() / ".cache" / "rocketstore" /
                                                   "rocketmq-python-client-venv"))
     args = ap.parse_args()
-    from bench_broker import cpp
+    from rocketstore.tools.bench_broker import cpp
     from grpc_client import ClientVenv
     from rocketstore.remoting.admin_client import AdminClient
     from servers import ServerProcess, start_broker, start_namesrv
