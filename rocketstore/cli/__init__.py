@@ -11,6 +11,7 @@ Subcommands, one module per group:
   offsets             show and reset a consumer group's offsets
   dlq                 list a consumer group's dead letters, resend them (``dlq``)
   namesrv / broker    run a NameServer or a broker on RocketMQ's wire protocol (``servers``)
+  proxy               serve RocketMQ 5.x gRPC clients in front of brokers (``servers``)
   admin               mqadmin's commands against running servers (``admin``)
 
 Read-only commands open the store with ``read_only=True``: no lock, nothing written, so they
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     dlq.register(sub)
     servers.register(sub)
     servers.register_broker(sub)
+    servers.register_proxy(sub)
     admin.register(sub)
     return ap
 

@@ -81,7 +81,9 @@ def _run(coro) -> None:
         loop.close()
 
 
-async def _serve(server, ready_line: str) -> None:
+async def _serve(server, ready_line: str, beside=None) -> None:
+    """Run ``server`` until SIGTERM/SIGINT; ``beside`` (a ``LocalProxy``) starts after it
+    and stops before it."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -93,8 +95,17 @@ async def _serve(server, ready_line: str) -> None:
                for h in logging.getLogger().handlers):
         logging.getLogger("rocketstore.cli").info("%s", line)     # the log file has it too
     try:
+        if beside is not None:
+            try:
+                await asyncio.to_thread(beside.start)
+            except OSError as e:
+                raise CommandError(f"grpcServerPort: cannot listen on {beside.addr}: "
+                                   f"{e.strerror or e}") from None
+            print(f"rocketstore proxy: listening on {beside.addr}", file=sys.stderr, flush=True)
         await stop.wait()
     finally:
+        if beside is not None:
+            await asyncio.to_thread(beside.stop)
         await server.stop()
 
 
@@ -243,14 +254,30 @@ def _broker(args: argparse.Namespace) -> int:
     store_dir, bc, sc, namesrv = broker_configs(args)
     server = BrokerServer(store_dir, bc, sc, namesrv_addrs=namesrv, host=bc.broker_ip1,
                           register_period_ms=bc.register_name_server_period)
+    local = _local_proxy(bc, store_dir, namesrv) if bc.grpc_server_port else None
     try:
-        _run(_serve(server, "rocketstore broker: listening on {addr}"))
+        _run(_serve(server, "rocketstore broker: listening on {addr}", local))
     except AclConfigError as e:
         raise CommandError(f"aclEnable=true but the ACL file is not usable: {e}") from None
     except OSError as e:
         raise CommandError(f"cannot listen on {bc.broker_ip1}:{bc.listen_port} and "
                            f"{bc.listen_port - 2}: {e.strerror or e}") from None
     return 0
+
+
+def _local_proxy(bc, store_dir: str, namesrv: list[str]):
+    """``grpcServerPort``: RocketMQ 5's proxy in the broker process (local mode)."""
+    try:
+        from rocketstore.proxy.local import LocalProxy
+        from rocketstore.proxy.service import ProxyConfig
+    except ImportError as e:
+        raise CommandError(f"grpcServerPort needs grpcio and protobuf (pip install "
+                           f"'rocketstore[grpc]'): {e}") from None
+    if not namesrv:
+        raise CommandError("grpcServerPort needs namesrvAddr (--namesrv): the proxy finds the "
+                           "broker's topics through the NameServer")
+    cfg = ProxyConfig(";".join(namesrv), os.path.join(store_dir, "proxy"))
+    return LocalProxy(bc.broker_ip1, bc.grpc_server_port, cfg)
 
 
 def register_broker(sub) -> None:
@@ -272,3 +299,77 @@ def register_broker(sub) -> None:
                         "storePathRootDir, flushDiskType, ...)")
     add_logging_args(p)
     p.set_defaults(func=_broker)
+
+
+# -- rocketstore proxy ---------------------------------------------------------------------
+
+def _proxy(args: argparse.Namespace) -> int:
+    try:
+        from rocketstore.proxy.server import ProxyServer
+        from rocketstore.proxy.service import ProxyConfig
+    except ImportError as e:
+        raise CommandError(f"the proxy needs grpcio and protobuf (pip install "
+                           f"'rocketstore[grpc]'): {e}") from None
+    host, port = parse_listen(args.listen, 8081)
+    setup_logging(args)
+    attempts: dict[str, int] = {}
+    for item in args.group_max_attempts or ():
+        group, sep, n = item.rpartition("=")
+        if not sep or not group or not n.isdigit() or int(n) < 1:
+            raise CommandError(f"--group-max-attempts {item!r}: expected GROUP=N with N >= 1")
+        attempts[group] = int(n)
+    data_dir = args.data_dir or os.path.join(os.path.expanduser("~"), "rocketstore-proxy")
+    types: dict[str, str] = {}
+    for item in args.message_type or ():
+        topic, sep, kind = item.rpartition("=")
+        if not sep or not topic or kind not in ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"):
+            raise CommandError(f"--message-type {item!r}: expected TOPIC=TYPE, TYPE one of "
+                               "NORMAL FIFO DELAY TRANSACTION MIXED (TOPIC * for the default)")
+        types[topic] = kind
+    default_type = types.pop("*", "NORMAL")
+    if bool(args.access_key) != bool(args.secret_key):
+        raise CommandError("give both --access-key and --secret-key, or neither")
+    cfg = ProxyConfig(args.namesrv, data_dir, fifo_groups=frozenset(args.fifo_group or ()),
+                      max_attempts=attempts, acl_file=args.acl_file,
+                      access_key=args.access_key, secret_key=args.secret_key,
+                      message_types=types, default_message_type=default_type)
+    server = ProxyServer(host, port, cfg)
+
+    async def main() -> None:
+        await _serve(server, "rocketstore proxy: listening on {addr}")
+    try:
+        asyncio.run(main())             # grpc.aio runs on asyncio's own loop
+    except OSError as e:
+        raise CommandError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return 0
+
+
+def register_proxy(sub) -> None:
+    p = sub.add_parser("proxy", help="serve RocketMQ 5.x (gRPC) clients in front of brokers",
+                       description="RocketMQ 5's proxy in cluster mode: 5.x clients "
+                                   "(rocketmq-python-client, the Java 5 client) speak gRPC to "
+                                   "it; it reaches the brokers of the NameServer over "
+                                   "RocketMQ's remoting protocol. See docs/grpc.md.")
+    p.add_argument("--namesrv", required=True, metavar="ADDR[;ADDR]",
+                   help="NameServer address(es), e.g. 127.0.0.1:9876")
+    p.add_argument("--listen", default="127.0.0.1:8081", metavar="HOST:PORT",
+                   help="gRPC address (default 127.0.0.1:8081; port 0 picks one)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="where the simple-consumption state lives (default ~/rocketstore-proxy)")
+    p.add_argument("--fifo-group", action="append", metavar="GROUP",
+                   help="a consumer group that consumes in order (RocketMQ 5's "
+                        "consumeMessageOrderly); repeatable")
+    p.add_argument("--group-max-attempts", action="append", metavar="GROUP=N",
+                   help="deliveries before a group's message goes to %%DLQ%%GROUP (default 17: "
+                        "retryMaxTimes 16 + 1); repeatable")
+    p.add_argument("--message-type", action="append", metavar="TOPIC=TYPE",
+                   help="a topic's RocketMQ 5 message.type: NORMAL, FIFO, DELAY, TRANSACTION or "
+                        "MIXED (4.9 topics have none; default NORMAL as RocketMQ, '*=MIXED' "
+                        "changes the default); repeatable")
+    p.add_argument("--acl-file", metavar="plain_acl.yml",
+                   help="authenticate 5.x clients (MQv2-HMAC-SHA1) and check their topic and "
+                        "group permissions against this plain ACL file (docs/acl.md)")
+    p.add_argument("--access-key", help="sign the proxy's requests to brokers with ACL on")
+    p.add_argument("--secret-key", help="the secret key of --access-key")
+    add_logging_args(p)
+    p.set_defaults(func=_proxy)
