@@ -18,10 +18,12 @@ TOPICS = ("t_normal", "t_fifo", "t_tx", "t_delay", "t_dlq", "t_cross", "t_inval"
 
 
 @pytest.fixture(scope="session")
-def client_venv(request) -> ClientVenv:
+def client_venv(request, tmp_path_factory) -> ClientVenv:
     where = os.environ.get("ROCKETSTORE_GRPC_CLIENT_VENV")
-    root = Path(where) if where else request.config.cache.mkdir(
-        f"rocketmq-python-client-{CLIENT_VERSION}")
+    name = f"rocketmq-python-client-{CLIENT_VERSION}"
+    cache = getattr(request.config, "cache", None)     # absent under -p no:cacheprovider
+    root = Path(where) if where else cache.mkdir(name) if cache is not None else \
+        tmp_path_factory.mktemp(name)
     venv = ClientVenv(root)
     venv.ensure()
     return venv
