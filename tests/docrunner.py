@@ -30,6 +30,9 @@ Marker words (``key=value``, values quoted as in a shell):
   ``pip install '.[extra]'`` must name an extra of pyproject.toml.
 * ``skip="reason"``: not run; only for what is not a program (a file layout, sample output, a
   signature list), and the reason says why.
+* ``session=NAME``: ``python`` blocks with the same name run one after another in one
+  interpreter (each with its own globals), as a reader pasting them into one Python would:
+  the Spark blocks share the SparkSession the first one starts (``getOrCreate``).
 * ``expect="text"`` (repeatable): the output must contain the text.
 * ``exit=N``: the exit status the block must end with (default 0); ``timeout=S`` (default 60).
 
@@ -46,6 +49,8 @@ nothing worth checking is not an example.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
 import shlex
@@ -54,7 +59,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,7 +72,8 @@ FENCE = re.compile(r"^(`{3,})([\w+-]*)\s*$")
 MARKER = re.compile(r"^<!--\s*run:(.*?)-->\s*$", re.S)
 ADDR = re.compile(r"\b(127\.0\.0\.1|localhost):(\d{2,5})\b")
 ARROW = re.compile(r"#\s*->\s?(.*)$")
-KEYS = {"file", "needs", "conf", "servers", "synopsis", "skip", "expect", "exit", "timeout"}
+KEYS = {"file", "needs", "conf", "servers", "synopsis", "skip", "expect", "exit", "timeout",
+        "session"}
 LANGS = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh",
          "console": "console"}
 
@@ -237,6 +245,82 @@ class Server:
         self.pump.join(5)
 
 
+KERNEL = r"""
+import contextlib, io, json, os, sys, traceback
+for line in sys.stdin:
+    req = json.loads(line)
+    os.environ.clear()
+    os.environ.update(req["env"])
+    out = io.StringIO()
+    rc, err = 0, ""
+    with contextlib.redirect_stdout(out):
+        try:
+            with open(req["path"]) as f:
+                code = compile(f.read(), req["path"], "exec")
+            exec(code, {"__name__": "__main__", "__file__": req["path"]})
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            rc, err = 1, traceback.format_exc()
+    with open(req["result"], "w") as f:
+        json.dump({"rc": rc, "out": out.getvalue(), "err": err}, f)
+    print("__docrunner_done__", req["result"], flush=True)
+"""
+
+
+class Session:
+    """One interpreter running a page's ``session=NAME`` blocks in turn."""
+
+    def __init__(self, cwd: Path, env: dict[str, str], scripts: Path) -> None:
+        kernel = scripts / "kernel.py"
+        kernel.write_text(KERNEL)
+        self.log = scripts / "kernel.log"        # its stderr (Spark's log and progress bars)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen([sys.executable, str(kernel)], cwd=cwd, env=env,
+                                         text=True, stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=log,
+                                         start_new_session=True)
+        self.lines: list[str] = []
+        self.cond = threading.Condition()
+
+        def pump() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                with self.cond:
+                    self.lines.append(line)
+                    self.cond.notify_all()
+            with self.cond:
+                self.lines.append("")
+                self.cond.notify_all()
+        threading.Thread(target=pump, daemon=True).start()
+
+    def run(self, path: Path, env: dict[str, str], timeout: float) -> tuple[int, str, str] | None:
+        """(exit status, stdout, traceback), or None after ``timeout``."""
+        result = path.with_suffix(".json")
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"path": str(path), "env": env,
+                                          "result": str(result)}) + "\n")
+        self.proc.stdin.flush()
+        done = f"__docrunner_done__ {result}\n"
+        with self.cond:
+            if not self.cond.wait_for(lambda: done in self.lines or "" in self.lines, timeout):
+                return None
+        if done not in self.lines:
+            return (self.proc.wait(), "", "the session's interpreter died:\n"
+                    + self.log.read_text()[-3000:])
+        r = json.loads(result.read_text())
+        return r["rc"], r["out"], r["err"]
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 class PageRun:
     """Runs one page's blocks in order; ``failures`` collects what did not hold."""
 
@@ -253,6 +337,7 @@ class PageRun:
         self.broker: str | None = None
         self.broker_conf: str | None = None
         self.help_cache: dict[tuple[str, ...], str] = {}
+        self.sessions: dict[str, Session] = {}
         self.failures: list[str] = []
         self.ran: list[str] = []
 
@@ -315,6 +400,9 @@ class PageRun:
                                f"with {self.broker_conf}: one broker per page")
 
     def stop_all(self) -> None:
+        for session in self.sessions.values():
+            session.close()
+        self.sessions.clear()
         for s in reversed(self.servers):
             rc = s.stop()
             if rc != 0:
@@ -336,8 +424,9 @@ class PageRun:
 
     def run_block(self, block: Block) -> None:
         kind = block.kind
+        t0 = time.monotonic()
         getattr(self, "do_" + kind)(block)
-        self.ran.append(f"{block.where} {kind}")
+        self.ran.append(f"{block.where} {kind} {time.monotonic() - t0:.1f} s")
 
     def do_skip(self, block: Block) -> None:
         pass
@@ -397,8 +486,22 @@ class PageRun:
         self.ensure(block)
         script = self.scripts / f"{self.page.stem}-{block.line}.py"
         script.write_text(self.substitute(block.text))
-        proc = self.execute(block, [sys.executable, str(script)], merge=False)
+        name = block.one("session")
+        if name:
+            proc = self.in_session(block, name, script)
+        else:
+            proc = self.execute(block, [sys.executable, str(script)], merge=False)
         self.check(block, proc, expected_lines(block.text))
+
+    def in_session(self, block: Block, name: str, script: Path) -> subprocess.CompletedProcess:
+        if name not in self.sessions:
+            self.sessions[name] = Session(self.work, self.env(), self.scripts)
+        timeout = float(block.one("timeout", "60") or 60)
+        r = self.sessions[name].run(script, self.env(), timeout)
+        if r is None:
+            self.sessions.pop(name).proc.kill()
+            raise DocError(f"{block.where}: still running after {timeout:g} s (session {name})")
+        return subprocess.CompletedProcess(script, r[0], r[1], r[2])
 
     def do_sh(self, block: Block) -> None:
         self.ensure(block)
@@ -430,11 +533,26 @@ class PageRun:
                 raise DocError(f"{block.where}: `$ {cmd}` shows no output")
 
     def do_synopsis(self, block: Block) -> None:
-        for cmd in commands(block.text, indented_continues=True):
-            cmd = re.sub(r"\s{2,}#.*$", "", cmd).strip()
-            if not cmd:
-                continue
-            self.check_synopsis_line(block, cmd)
+        lines = [re.sub(r"\s{2,}#.*$", "", c).strip()
+                 for c in commands(block.text, indented_continues=True)]
+        scripts = {ln.split()[1] for ln in lines
+                   if ln.split()[0].endswith("python") and ln.split()[1:2]
+                   and ln.split()[1].endswith(".py")}
+        # the scripts' --help in parallel: each is an interpreter start and its imports
+        with ThreadPoolExecutor(4) as pool:
+            for key, text in zip(scripts, pool.map(lambda s: self.script_help(block, s), scripts)):
+                self.help_cache[(key,)] = text
+        for cmd in lines:
+            if cmd:
+                self.check_synopsis_line(block, cmd)
+
+    def script_help(self, block: Block, script: str) -> str:
+        proc = subprocess.run([sys.executable, str(REPO / script), "--help"], cwd=REPO,
+                              env=self.env(), text=True, capture_output=True, timeout=120)
+        if proc.returncode != 0:
+            raise DocError(f"{block.where}: `{script} --help` exited {proc.returncode}:\n"
+                           f"{proc.stdout}{proc.stderr}")
+        return proc.stdout
 
     def check_synopsis_line(self, block: Block, cmd: str) -> None:
         words = cmd.split()
@@ -456,33 +574,38 @@ class PageRun:
                     alternatives[-1].append(w)
                 else:
                     break
-            subs = [tuple(a) for a in alternatives if a]
-            argvs = {sub: [*self.rocketstore(), *sub] for sub in subs}
+            keys = [tuple(a) for a in alternatives if a]
         elif words[0].endswith("python") and len(words) > 1 and words[1].endswith(".py"):
-            argvs = {(words[1],): [sys.executable, str(REPO / words[1])]}
+            keys = [(words[1],)]
         else:
             raise DocError(f"{block.where}: synopsis line {cmd!r} is neither a rocketstore "
                            f"command, a tools/ script nor a pip install")
         options = set(re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", " ".join(words[1:])))
-        for key, argv in argvs.items():
-            help_text = self.help_of(block, key, argv)
-            # a subcommand word that is really a placeholder-free positional is fine as long as
-            # --help ran; options must be listed
+        for key in keys:
+            help_text = self.help_cache.get(key) or cli_help(block, key)
             missing = sorted(o for o in options
                              if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", help_text))
             if missing:
-                raise DocError(f"{block.where}: `{cmd}`: {shlex.join(argv[-len(key):])} --help "
-                               f"does not list {', '.join(missing)}")
+                raise DocError(f"{block.where}: `{cmd}`: `{' '.join(key)} --help` does not "
+                               f"list {', '.join(missing)}")
 
-    def help_of(self, block: Block, key: tuple[str, ...], argv: list[str]) -> str:
-        if key not in self.help_cache:
-            proc = subprocess.run([*argv, "--help"], cwd=REPO, env=self.env(), text=True,
-                                  capture_output=True, timeout=120)
-            if proc.returncode != 0:
-                raise DocError(f"{block.where}: `{' '.join(key)} --help` exited "
-                               f"{proc.returncode}:\n{proc.stdout}{proc.stderr}")
-            self.help_cache[key] = proc.stdout
-        return self.help_cache[key]
+
+def cli_help(block: Block, words: tuple[str, ...]) -> str:
+    """``rocketstore WORDS --help`` from the CLI's own parser (no interpreter per command)."""
+    from rocketstore.cli import build_parser
+    parser = build_parser()
+    for i, word in enumerate(words):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            if i == 0:
+                raise DocError(f"{block.where}: rocketstore has no subcommands?")
+            break           # a positional argument after the (sub)command
+        if word not in subs[0].choices:
+            raise DocError(f"{block.where}: `rocketstore {' '.join(words[:i + 1])}`: no such "
+                           f"command (rocketstore {' '.join(words[:i])} has "
+                           f"{', '.join(sorted(subs[0].choices))})")
+        parser = subs[0].choices[word]
+    return parser.format_help()
 
 
 def commands(text: str, indented_continues: bool = False) -> list[str]:
