@@ -236,6 +236,7 @@ class Server:
             self.kill()
             return -9
         self.pump.join(5)
+        self.close_pipe()
         return rc
 
     def kill(self) -> None:
@@ -243,6 +244,11 @@ class Server:
             self.proc.kill()
         self.proc.wait()
         self.pump.join(5)
+        self.close_pipe()
+
+    def close_pipe(self) -> None:
+        if self.proc.stderr is not None and not self.pump.is_alive():
+            self.proc.stderr.close()
 
 
 KERNEL = r"""
@@ -282,6 +288,7 @@ class Session:
                                          start_new_session=True)
         self.lines: list[str] = []
         self.cond = threading.Condition()
+        self.pump: threading.Thread
 
         def pump() -> None:
             assert self.proc.stdout is not None
@@ -292,7 +299,8 @@ class Session:
             with self.cond:
                 self.lines.append("")
                 self.cond.notify_all()
-        threading.Thread(target=pump, daemon=True).start()
+        self.pump = threading.Thread(target=pump, daemon=True)
+        self.pump.start()
 
     def run(self, path: Path, env: dict[str, str], timeout: float) -> tuple[int, str, str] | None:
         """(exit status, stdout, traceback), or None after ``timeout``."""
@@ -313,12 +321,18 @@ class Session:
 
     def close(self) -> None:
         if self.proc.stdin is not None:
-            self.proc.stdin.close()
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
         try:
             self.proc.wait(60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self.pump.join(5)
+        if self.proc.stdout is not None and not self.pump.is_alive():
+            self.proc.stdout.close()
 
 
 class PageRun:
@@ -499,7 +513,9 @@ class PageRun:
         timeout = float(block.one("timeout", "60") or 60)
         r = self.sessions[name].run(script, self.env(), timeout)
         if r is None:
-            self.sessions.pop(name).proc.kill()
+            session = self.sessions.pop(name)
+            session.proc.kill()
+            session.close()
             raise DocError(f"{block.where}: still running after {timeout:g} s (session {name})")
         return subprocess.CompletedProcess(script, r[0], r[1], r[2])
 
