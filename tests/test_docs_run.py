@@ -4,6 +4,7 @@ marker convention a block uses to say how it runs (servers, files, expected outp
 from __future__ import annotations
 
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -22,10 +23,26 @@ def test_the_runner_finds_the_pages_and_their_blocks():
     assert len(skipped) <= len(blocks) // 4, [b.where for b in skipped]
 
 
+@pytest.fixture(scope="module")
+def page_runs(request, tmp_path_factory):
+    """The selected pages run side by side (each in its own directory, with its own servers
+    and ports): most of a page's time is waiting on servers, consumers and Spark's JVM."""
+    wanted = [item.callspec.params["page"] for item in request.session.items
+              if getattr(item, "callspec", None) and "page" in item.callspec.params]
+    pool = ThreadPoolExecutor(3)
+
+    def run(page: Path) -> PageRun:
+        r = PageRun(page, tmp_path_factory.mktemp(page.stem))
+        r.run()
+        return r
+    futures = {page: pool.submit(run, page) for page in wanted}
+    yield futures
+    pool.shutdown(wait=True)
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO).as_posix() for p in PAGES])
-def test_every_block_of_the_page_runs_as_written(page: Path, tmp_path):
-    run = PageRun(page, tmp_path)
-    run.run()
+def test_every_block_of_the_page_runs_as_written(page: Path, page_runs):
+    run = page_runs[page].result()
     assert not run.failures, "\n\n".join(run.failures)
     assert run.ran, page
 
