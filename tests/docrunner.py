@@ -468,14 +468,20 @@ class PageRun:
 
     def execute(self, block: Block, argv: list[str], merge: bool) -> subprocess.CompletedProcess:
         timeout = float(block.one("timeout", "60") or 60)
+        # a session of its own: whatever the block starts (a server left in the foreground,
+        # a process sent to the background) is killed with it
+        proc = subprocess.Popen(argv, cwd=self.work, env=self.env(), text=True,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+                                start_new_session=True)
         try:
-            return subprocess.run(argv, cwd=self.work, env=self.env(), text=True,
-                                  stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            out, _ = proc.communicate()
             raise DocError(f"{block.where}: still running after {timeout:g} s; output:\n{out}")
+        kill_group(proc)
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
     def check(self, block: Block, proc: subprocess.CompletedProcess, expected: list[str]) -> None:
         want_rc = int(block.one("exit", "0") or 0)
@@ -604,6 +610,14 @@ class PageRun:
             if missing:
                 raise DocError(f"{block.where}: `{cmd}`: `{' '.join(key)} --help` does not "
                                f"list {', '.join(missing)}")
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL what is left of a block's process group (it leads its own session)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def cli_help(block: Block, words: tuple[str, ...]) -> str:

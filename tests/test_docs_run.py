@@ -4,6 +4,7 @@ marker convention a block uses to say how it runs (servers, files, expected outp
 from __future__ import annotations
 
 import textwrap
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -128,6 +129,27 @@ def test_files_ellipses_exit_status_and_transcripts(tmp_path):
     # the same port maps to the same free port in every block of a page
     assert run.ports["9876"] != 9876
     assert (run.work / "conf/app.properties").read_text() == f"listen=127.0.0.1:{run.ports['9876']}\n"
+
+
+def test_a_block_that_runs_too_long_is_stopped_with_what_it_started(tmp_path):
+    run = run_page(tmp_path, '''\
+        <!-- run: timeout=2 -->
+        ```sh
+        sleep 300 &
+        echo $! > bg.pid
+        echo started   # -> started
+        sleep 300
+        ```
+        ''')
+    assert len(run.failures) == 1 and "page.md:2: still running after 2 s" in run.failures[0]
+    assert "started" in run.failures[0]
+    pid = int((run.work / "bg.pid").read_text())
+    for _ in range(100):     # killed, and reaped by init
+        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the block's background process {pid} still runs")
 
 
 def test_a_synopsis_option_the_command_does_not_have_fails(tmp_path):
