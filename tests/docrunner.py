@@ -32,7 +32,9 @@ Marker words (``key=value``, values quoted as in a shell):
   signature list), and the reason says why.
 * ``session=NAME``: ``python`` blocks with the same name run one after another in one
   interpreter (each with its own globals), as a reader pasting them into one Python would:
-  the Spark blocks share the SparkSession the first one starts (``getOrCreate``).
+  the Spark blocks share the SparkSession the first one starts (``getOrCreate``). The
+  interpreter starts with the page; for ``session=spark`` it also launches Spark's JVM then
+  (no SparkContext: the block's builder makes that), while the page's other blocks run.
 * ``expect="text"`` (repeatable): the output must contain the text.
 * ``exit=N``: the exit status the block must end with (default 0); ``timeout=S`` (default 60).
 
@@ -302,14 +304,19 @@ class Session:
         self.pump = threading.Thread(target=pump, daemon=True)
         self.pump.start()
 
-    def run(self, path: Path, env: dict[str, str], timeout: float) -> tuple[int, str, str] | None:
-        """(exit status, stdout, traceback), or None after ``timeout``."""
+    def submit(self, path: Path, env: dict[str, str]) -> str:
+        """Queue a script; returns the line the interpreter prints when it is done."""
         result = path.with_suffix(".json")
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"path": str(path), "env": env,
                                           "result": str(result)}) + "\n")
         self.proc.stdin.flush()
-        done = f"__docrunner_done__ {result}\n"
+        return f"__docrunner_done__ {result}\n"
+
+    def run(self, path: Path, env: dict[str, str], timeout: float) -> tuple[int, str, str] | None:
+        """(exit status, stdout, traceback), or None after ``timeout``."""
+        result = path.with_suffix(".json")
+        done = self.submit(path, env)
         with self.cond:
             if not self.cond.wait_for(lambda: done in self.lines or "" in self.lines, timeout):
                 return None
@@ -426,8 +433,22 @@ class PageRun:
 
     # -- kinds ---------------------------------------------------------------------------------
 
+    def start_sessions(self) -> None:
+        """Start the page's session interpreters before its first block; Spark's JVM (the
+        slow part of a first SparkSession) launches while the other blocks run."""
+        for block in self.blocks:
+            name = block.marker.get("session", [""])[-1]
+            if name and name not in self.sessions and "skip" not in block.marker:
+                session = self.sessions[name] = Session(self.work, self.env(), self.scripts)
+                if name == "spark":
+                    warm = self.scripts / "spark-warm.py"
+                    warm.write_text("from pyspark import SparkContext\n"
+                                    "SparkContext._ensure_initialized()\n")
+                    session.submit(warm, self.env())
+
     def run(self) -> None:
         try:
+            self.start_sessions()
             for block in self.blocks:
                 try:
                     self.run_block(block)
