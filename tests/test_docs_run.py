@@ -152,6 +152,27 @@ def test_a_block_that_runs_too_long_is_stopped_with_what_it_started(tmp_path):
         raise AssertionError(f"the block's background process {pid} still runs")
 
 
+def test_session_blocks_share_one_interpreter_but_not_globals(tmp_path):
+    run = run_page(tmp_path, '''\
+        <!-- run: session=one -->
+        ```python
+        import os, sys
+        x = 1
+        sys.docrunner_pid = os.getpid()
+        print("first")   # -> first
+        ```
+
+        <!-- run: session=one -->
+        ```python
+        import os, sys
+        print(sys.docrunner_pid == os.getpid(), "x" in globals())   # -> True False
+        raise SystemExit(3)
+        ```
+        ''')
+    assert len(run.failures) == 1 and "page.md:10: exit status 3" in run.failures[0]
+    assert "True False" in run.failures[0]
+
+
 def test_a_synopsis_option_the_command_does_not_have_fails(tmp_path):
     run = run_page(tmp_path, '''\
         <!-- run: synopsis -->
