@@ -402,13 +402,15 @@ class PageRun:
         needs = {n for v in block.marker.get("needs", []) for n in v.split(",") if n}
         unknown = needs - {"namesrv", "broker"}
         if unknown:
-            raise DocError(f"{block.where}: needs={','.join(sorted(unknown))}: only namesrv, broker")
+            raise DocError(f"{block.where}: needs={','.join(sorted(unknown))}: "
+                           f"only namesrv, broker")
         conf = block.one("conf")
         if needs and self.namesrv is None:
             self.namesrv = self.addr(9876)
             self.start([*self.rocketstore(), "namesrv", "--listen", self.namesrv,
                         "--kv-config", str(self.work / ".namesrv-kv.json")], block.where)
         if "broker" in needs:
+            assert self.namesrv is not None
             if self.broker is None:
                 argv = [*self.rocketstore(), "broker", str(self.work / ".broker-store"),
                         "--namesrv", self.namesrv, "--listen", self.addr(10911)]
@@ -467,7 +469,7 @@ class PageRun:
         pass
 
     def do_file(self, block: Block) -> None:
-        dest = self.work / block.one("file", "")
+        dest = self.work / (block.one("file") or "")
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(self.substitute(block.text))
 
@@ -608,7 +610,7 @@ class PageRun:
                         raise DocError(f"{block.where}: `{cmd}`: no extra {e!r} in pyproject.toml")
             return
         if words[0] == "rocketstore":
-            alternatives = [[]]
+            alternatives: list[list[str]] = [[]]
             for w in words[1:]:
                 if w == "|":
                     alternatives.append([])
