@@ -120,6 +120,9 @@ def parse_marker(where: str, body: str) -> dict[str, list[str]]:
         if key not in KEYS:
             raise DocError(f"{where}: unknown marker word {key!r} (known: {sorted(KEYS)})")
         out.setdefault(key, []).append(value if eq else "")
+    for key in ("file", "conf", "needs", "session", "exit", "timeout", "expect"):
+        if key in out and not all(out[key]):
+            raise DocError(f"{where}: {key}= needs a value")
     if "skip" in out and len(out["skip"][-1].strip()) < 10:
         raise DocError(f"{where}: skip needs a reason (skip=\"why it is not a program\")")
     return out
@@ -456,6 +459,8 @@ class PageRun:
                     self.run_block(block)
                 except DocError as e:
                     self.failures.append(str(e))
+                except Exception as e:      # the runner's own trouble, still tied to the block
+                    self.failures.append(f"{block.where}: {type(e).__name__}: {e}")
         finally:
             self.stop_all()
 

@@ -12,7 +12,8 @@ import pytest
 
 from docrunner import REPO, DocError, PageRun, blocks_of, pages
 
-PAGES = [p for p in pages() if blocks_of(p)]
+# a malformed marker fails that page's test (with its line), not the module's collection
+PAGES = [p for p in pages() if "```" in p.read_text()]
 
 
 def test_the_runner_finds_the_pages_and_their_blocks():
@@ -33,7 +34,7 @@ def page_runs(request, tmp_path_factory):
     pool = ThreadPoolExecutor(3)
 
     def run(page: Path) -> PageRun:
-        r = PageRun(page, tmp_path_factory.mktemp(page.stem))
+        r = PageRun(page, tmp_path_factory.mktemp(page.stem))   # DocError: a bad marker
         r.run()
         return r
     futures = {page: pool.submit(run, page) for page in wanted}
