@@ -24,7 +24,7 @@ from rocketstore.acl import permission as P
 from rocketstore.acl.address import compile_pattern, host_of
 from rocketstore.errors import AccessDeniedError, AclConfigError, InvalidArgumentError, MQClientError
 from rocketstore.remoting import fastjson
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand, decode_frame
 from servers import start_broker, start_namesrv  # noqa: E402  (tests/servers.py)
 

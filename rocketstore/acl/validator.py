@@ -45,6 +45,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from rocketstore.acl import permission
 from rocketstore.acl.address import host_of
@@ -53,8 +54,10 @@ from rocketstore.acl.signature import (ACCESS_KEY, SECURITY_TOKEN, SIGNATURE,
                                        UNIQUE_MSG_QUERY_FLAG, calc_signature,
                                        combine_request_content)
 from rocketstore.errors import AccessDeniedError, AclConfigError
-from rocketstore.remoting.codes import RequestCode
-from rocketstore.remoting.command import RemotingCommand
+from rocketstore.common.codes import RequestCode
+
+if TYPE_CHECKING:     # acl reads commands; it never imports the remoting package
+    from rocketstore.remoting.command import RemotingCommand
 
 log = logging.getLogger("rocketstore.acl")
 

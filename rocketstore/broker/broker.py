@@ -77,6 +77,8 @@ class _Housekeeping:
         while not self._stop.wait(interval):
             try:
                 self.broker.scan_not_active_channels()
+                if self.broker.metrics is not None:
+                    self.broker.metrics.windows.sample()     # statsAll's minute/hour/day
             except Exception:  # noqa: BLE001 - keep scanning
                 log.exception("housekeeping scan failed")
 
@@ -126,6 +128,7 @@ class Broker:
         self._services: list[Any] = []
         self.metrics: BrokerMetrics | None = BrokerMetrics(self) if config.metrics_enable else None
         self.metrics_server: Any = None
+        self.config_version: Any = None     # settings' DataVersion (broker.runtime_config)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], config: BrokerConfig | None = None,

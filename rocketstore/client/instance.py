@@ -341,6 +341,17 @@ class ClientInstance:
                  {mq.queue_id: o for mq, o in sorted(offsets.items())})
         self.rebalance_immediately()
 
+    def consumer_running_info(self, group: str, jstack: bool = False) -> bytes | None:
+        """GET_CONSUMER_RUNNING_INFO (an admin's ``consumerStatus``, relayed by a broker):
+        the group's ``ConsumerRunningInfo`` JSON, None when this client has no such group."""
+        from rocketstore.client.running_info import running_info
+        with self._lock:
+            consumer = self.consumers.get(group)
+        if consumer is None:
+            return None
+        namesrv = ";".join(getattr(self.transport, "namesrv_addrs", ()) or ())
+        return running_info(consumer, namesrv, jstack)
+
 
 def completed(value: Any) -> Future:
     f: Future = Future()

@@ -617,9 +617,27 @@ class Producer:
                             info: TopicPublishInfo | None, retries: int) -> None:
         started = time.monotonic()
         try:
-            fut = self.transport.send_message_async(mq.broker_name, self._request(prepared, mq))
+            if mq.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):     # header fields moved
+                fut = self.transport.send_message_async(mq.broker_name,
+                                                        self._request(prepared, mq))
+            else:
+                fut = self.transport.send_one_async(
+                    mq.broker_name, self.group, mq.topic, mq.queue_id, prepared,
+                    self.create_topic_key, self.default_topic_queue_nums)
         except Exception as e:
+            if isinstance(e, TransportError) and retries > 0 and info is not None:
+                self.fault_strategy.update_fault_item(mq.broker_name, _ms_since(started), True)
+                nxt = self.fault_strategy.select_one_message_queue(info, mq.broker_name)
+                self._send_async_attempt(out, prepared, uniq, nxt, info, retries - 1)
+                return
             self._settle(out, exc=e)
+            return
+        if type(fut) is SendMessageResponse:    # answered at once: no future at all
+            self.fault_strategy.update_fault_item(mq.broker_name, _ms_since(started), False)
+            try:
+                self._settle(out, self._result(fut, mq, uniq))
+            except Exception as e:
+                self._settle(out, exc=e)
             return
         if fut.done():          # an in-process broker answers at once: no callback to keep
             self._async_answered(out, prepared, uniq, mq, info, retries, started, fut)

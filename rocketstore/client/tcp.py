@@ -24,12 +24,12 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerS
                                          RemotingResult, ResponseCode, SendMessageRequest,
                                          SendMessageResponse, TopicRouteData)
 from rocketstore.client.transport import ClientChannel, Transport
-from rocketstore.errors import RemotingProtocolError, TransportError
+from rocketstore.errors import TransportError
 from rocketstore.remoting import fastjson, headers
 from rocketstore.remoting.client import RemotingClient
-from rocketstore.remoting.codes import LanguageCode, RequestCode
+from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
-from rocketstore.store._codec import decode as decode_record
+from rocketstore.remoting.records import decode_records
 from rocketstore.store._codec import encode_properties
 from rocketstore.store._codec import as_client_messages
 
@@ -67,23 +67,6 @@ def _code(code: int) -> ResponseCode:
         return cast(ResponseCode, code)
 
 
-def decode_records(body: bytes | memoryview) -> list[MessageExt]:
-    """A pull body: stored records back to back -> messages (body CRC checked)."""
-    out: list[MessageExt] = []
-    buf = bytes(body)
-    pos, n = 0, len(buf)
-    while pos < n:
-        try:
-            m = decode_record(buf, pos, check_crc=True)
-        except ValueError as e:
-            raise RemotingProtocolError(f"pull body: {e}") from None
-        if m is None:
-            break
-        out.append(m)
-        pos += m.store_size
-    return out
-
-
 def properties_string(msg: Message) -> str:
     return encode_properties(msg.properties).decode("utf-8")
 
@@ -94,6 +77,17 @@ class _PushProcessor:
     def __init__(self, transport: "TcpTransport") -> None:
         self.transport = transport
         self.pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="client-callback")
+
+    @staticmethod
+    def _running_info(ch: Any, cmd: RemotingCommand) -> RemotingCommand:
+        # answered at once (a snapshot of the consumer's tables), as MQClientInstance does
+        group = cmd.field("consumerGroup") or ""
+        fn = getattr(ch, "consumer_running_info", None)
+        body = fn(group, cmd.bool_field("jstackEnable")) if fn is not None else None
+        if body is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"The Consumer Group <{group}> not exist in this consumer")
+        return cmd.response(ResponseCode.SUCCESS, body=body)
 
     def process(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
         ch = self.transport.channel
@@ -121,6 +115,8 @@ class _PushProcessor:
                 self.pool.submit(reset, cmd.field("group") or "", cmd.field("topic") or "",
                                  decode_reset_offsets(bytes(cmd.body)))
             return None
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            return self._running_info(ch, cmd)
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                             f" request type {cmd.code} not supported")
 

@@ -74,6 +74,15 @@ class Transport(abc.ABC):
             producer_group, topic, queue_id, [msg], default_topic=default_topic,
             default_topic_queue_nums=default_topic_queue_nums), timeout_ms)
 
+    def send_one_async(self, broker_name: str, producer_group: str, topic: str, queue_id: int,
+                       msg: Message, default_topic: str, default_topic_queue_nums: int
+                       ) -> SendMessageResponse | Future[SendMessageResponse]:
+        """``send_message_async`` of one message given by its header fields: the answer when
+        the broker gave it at once (in process, ASYNC_FLUSH: no future), else its future."""
+        return self.send_message_async(broker_name, SendMessageRequest(
+            producer_group, topic, queue_id, [msg], default_topic=default_topic,
+            default_topic_queue_nums=default_topic_queue_nums))
+
     @abc.abstractmethod
     def send_message_async(self, broker_name: str,
                            request: SendMessageRequest) -> Future[SendMessageResponse]:

@@ -23,7 +23,7 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerS
                                          PullMessageRequest, ResponseCode, SendMessageRequest,
                                          TransactionCommitType)
 from rocketstore.remoting import admin_processor, fastjson, headers, request_names, requests
-from rocketstore.remoting.codes import LanguageCode, RequestCode
+from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
 from rocketstore.remoting.zerocopy import RecordBody

@@ -25,7 +25,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from rocketstore.common.protocol import ResponseCode
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 
 if TYPE_CHECKING:

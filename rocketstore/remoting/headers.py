@@ -22,8 +22,8 @@ from rocketstore.common.sends import (BATCH_ENTRY as _BATCH_ENTRY, WireSend, dec
                                       send_request)
 from rocketstore.errors import RemotingProtocolError
 from rocketstore.remoting import fastjson
-from rocketstore.remoting.codes import RequestCode
-from rocketstore.remoting.codes import CURRENT_VERSION
+from rocketstore.common.codes import RequestCode
+from rocketstore.common.codes import CURRENT_VERSION
 from rocketstore.remoting.command import LONG_MAX, LONG_MIN, EncodedResponse, RemotingCommand
 from rocketstore.store._codec import java_hash
 from rocketstore.remoting.zerocopy import RecordBody
