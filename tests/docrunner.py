@@ -614,7 +614,7 @@ class PageRun:
                     if e not in extras:
                         raise DocError(f"{block.where}: `{cmd}`: no extra {e!r} in pyproject.toml")
             return
-        if words[0] == "rocketstore":
+        if words[0] == "rocketstore" or words[0].endswith("/bin/rocketstore"):
             alternatives: list[list[str]] = [[]]
             for w in words[1:]:
                 if w == "|":
