@@ -32,9 +32,11 @@ Marker words (``key=value``, values quoted as in a shell):
   signature list), and the reason says why.
 * ``session=NAME``: ``python`` blocks with the same name run one after another in one
   interpreter (each with its own globals), as a reader pasting them into one Python would:
-  the Spark blocks share the SparkSession the first one starts (``getOrCreate``). The
-  interpreter starts with the page; for ``session=spark`` it also launches Spark's JVM then
-  (no SparkContext: the block's builder makes that), while the page's other blocks run.
+  the Spark blocks share the SparkSession the first one starts (``getOrCreate``). A session
+  runs beside the page's other blocks (its blocks in page order, each once the ``servers``
+  and ``file`` blocks above it have run), so its blocks must not use what other blocks
+  make. For ``session=spark`` the interpreter launches Spark's JVM when the page starts (no
+  SparkContext: the block's builder makes that).
 * ``expect="text"`` (repeatable): the output must contain the text.
 * ``exit=N``: the exit status the block must end with (default 0); ``timeout=S`` (default 60).
 
@@ -362,6 +364,11 @@ class PageRun:
         self.broker_conf: str | None = None
         self.help_cache: dict[tuple[str, ...], str] = {}
         self.sessions: dict[str, Session] = {}
+        # session blocks run on threads of their own: the page's servers, ports and results
+        # are shared under this lock; `done` counts the main sequence's finished blocks
+        self.lock = threading.RLock()
+        self.progress = threading.Condition()
+        self.done = 0
         self.failures: list[str] = []
         self.ran: list[str] = []
 
@@ -385,9 +392,10 @@ class PageRun:
 
     def addr(self, port: int | str) -> str:
         key = str(port)
-        if key not in self.ports:
-            self.ports[key] = free_port()
-        return f"127.0.0.1:{self.ports[key]}"
+        with self.lock:
+            if key not in self.ports:
+                self.ports[key] = free_port()
+            return f"127.0.0.1:{self.ports[key]}"
 
     def substitute(self, text: str) -> str:
         return ADDR.sub(lambda m: self.addr(m.group(2)), text)
@@ -402,6 +410,10 @@ class PageRun:
         self.servers.append(Server(argv, self.work, self.env(), where))
 
     def ensure(self, block: Block) -> None:
+        with self.lock:
+            self._ensure(block)
+
+    def _ensure(self, block: Block) -> None:
         needs = {n for v in block.marker.get("needs", []) for n in v.split(",") if n}
         unknown = needs - {"namesrv", "broker"}
         if unknown:
@@ -442,8 +454,8 @@ class PageRun:
         """Start the page's session interpreters before its first block; Spark's JVM (the
         slow part of a first SparkSession) launches while the other blocks run."""
         for block in self.blocks:
-            name = block.marker.get("session", [""])[-1]
-            if name and name not in self.sessions and "skip" not in block.marker:
+            name = self.session_of(block)
+            if name and name not in self.sessions:
                 session = self.sessions[name] = Session(self.work, self.env(), self.scripts)
                 if name == "spark":
                     warm = self.scripts / "spark-warm.py"
@@ -452,23 +464,52 @@ class PageRun:
                     session.submit(warm, self.env())
 
     def run(self) -> None:
+        threads: list[threading.Thread] = []
         try:
             self.start_sessions()
-            for block in self.blocks:
-                try:
+            for name in self.sessions:
+                mine = [(i, b) for i, b in enumerate(self.blocks) if self.session_of(b) == name]
+                t = threading.Thread(target=self.run_session, args=(mine,), daemon=True)
+                t.start()
+                threads.append(t)
+            for i, block in enumerate(self.blocks):
+                if not self.session_of(block):
                     self.run_block(block)
-                except DocError as e:
-                    self.failures.append(str(e))
-                except Exception as e:      # the runner's own trouble, still tied to the block
-                    self.failures.append(f"{block.where}: {type(e).__name__}: {e}")
+                with self.progress:
+                    self.done = i + 1
+                    self.progress.notify_all()
+            for t in threads:
+                t.join()
         finally:
             self.stop_all()
 
+    @staticmethod
+    def session_of(block: Block) -> str:
+        return "" if "skip" in block.marker else block.marker.get("session", [""])[-1]
+
+    def run_session(self, blocks: list[tuple[int, Block]]) -> None:
+        for i, block in blocks:
+            before = [j for j, b in enumerate(self.blocks[:i])
+                      if not self.session_of(b) and ("servers" in b.marker or "file" in b.marker)]
+            with self.progress:
+                self.progress.wait_for(lambda: not before or self.done > before[-1])
+            self.run_block(block)
+
     def run_block(self, block: Block) -> None:
-        kind = block.kind
         t0 = time.monotonic()
-        getattr(self, "do_" + kind)(block)
-        self.ran.append(f"{block.where} {kind} {time.monotonic() - t0:.1f} s")
+        try:
+            kind = block.kind
+            getattr(self, "do_" + kind)(block)
+        except DocError as e:
+            with self.lock:
+                self.failures.append(str(e))
+            return
+        except Exception as e:      # the runner's own trouble, still tied to the block
+            with self.lock:
+                self.failures.append(f"{block.where}: {type(e).__name__}: {e}")
+            return
+        with self.lock:
+            self.ran.append(f"{block.where} {kind} {time.monotonic() - t0:.1f} s")
 
     def do_skip(self, block: Block) -> None:
         pass
@@ -479,6 +520,10 @@ class PageRun:
         dest.write_text(self.substitute(block.text))
 
     def do_servers(self, block: Block) -> None:
+        with self.lock:
+            self._servers(block)
+
+    def _servers(self, block: Block) -> None:
         for cmd in commands(self.substitute(block.text)):
             argv = shlex.split(cmd, comments=True)
             if not argv or argv[0] != "rocketstore" or argv[1] not in ("namesrv", "broker"):

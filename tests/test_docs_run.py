@@ -179,6 +179,26 @@ def test_session_blocks_share_one_interpreter_but_not_globals(tmp_path):
     assert "True False" in run.failures[0]
 
 
+def test_a_session_block_waits_for_the_files_and_servers_above_it(tmp_path):
+    run = run_page(tmp_path, '''\
+        ```sh
+        sleep 1; echo slow   # -> slow
+        ```
+
+        <!-- run: file=data.txt -->
+        ```text
+        from the file block
+        ```
+
+        <!-- run: session=one -->
+        ```python
+        print(open("data.txt").read())   # -> from the file block
+        ```
+        ''')
+    assert not run.failures, run.failures
+    assert len(run.ran) == 3
+
+
 def test_a_synopsis_option_the_command_does_not_have_fails(tmp_path):
     run = run_page(tmp_path, '''\
         <!-- run: synopsis -->
