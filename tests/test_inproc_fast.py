@@ -184,3 +184,15 @@ def test_async_send_to_a_closed_broker_fails_its_future(broker):
             f.result(5)
     finally:
         p.shutdown()
+
+
+def test_unstamped_local_send_is_born_when_stored(broker):
+    """A message handed to ``Broker.send_one`` without a born timestamp (a local send that
+    was never stamped) is born at its store time, on the byte path as on the map path."""
+    msg = Message(TOPIC, b"unstamped", tags="T", properties={"UNIQ_KEY": "AC11000100002A9F0000000000000001"})
+    assert msg.born_timestamp is None
+    r = broker.send_one("pg_unstamped", TOPIC, 0, msg)
+    assert r.code == ResponseCode.SUCCESS
+    ext = broker.store.look_message_by_offset(int(r.msg_id[-16:], 16))
+    assert ext.born_timestamp == ext.store_timestamp > 0
+    assert ext.properties["UNIQ_KEY"] == "AC11000100002A9F0000000000000001"

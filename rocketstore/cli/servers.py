@@ -69,10 +69,11 @@ def setup_logging(args: argparse.Namespace) -> logging.Handler:
 
 
 def _run(coro) -> None:
-    """Run the server on uvloop when it is installed (the event loop is the server's hot path),
-    else on asyncio's loop."""
-    from rocketstore.remoting.server import new_event_loop
+    """Run the server on uvloop when it is installed (the event loop is the server's hot path;
+    ``pip install 'rocketstore[server]'``), else on asyncio's loop, and log which."""
+    from rocketstore.remoting.server import loop_name, new_event_loop
     loop = new_event_loop()
+    logging.getLogger("rocketstore.server").info("event loop: %s", loop_name(loop))
     try:
         loop.run_until_complete(coro)
     finally:

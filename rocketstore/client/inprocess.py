@@ -143,8 +143,9 @@ class InProcessTransport(Transport):
         return self._call(broker_name, "get_min_offset", topic, queue_id)
 
     def search_offset(self, broker_name: str, topic: str, queue_id: int,
-                      timestamp_ms: int) -> int:
-        return self._call(broker_name, "search_offset", topic, queue_id, timestamp_ms)
+                      timestamp_ms: int, boundary: str | None = None) -> int:
+        return self._call(broker_name, "search_offset", topic, queue_id, timestamp_ms,
+                          boundary or "LOWER")
 
     def consumer_send_msg_back(self, broker_name: str,
                                request: ConsumerSendMsgBackRequest) -> RemotingResult:

@@ -64,6 +64,9 @@ class RequestCode(enum.IntEnum):
     GET_NAMESRV_CONFIG = 319
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
+    SEND_REPLY_MESSAGE = 324
+    SEND_REPLY_MESSAGE_V2 = 325
+    PUSH_REPLY_MESSAGE_TO_CLIENT = 326
 
 
 class LanguageCode(enum.IntEnum):

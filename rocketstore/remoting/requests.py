@@ -41,9 +41,12 @@ class QueueRef(NamedTuple):
 
 
 class SearchOffset(NamedTuple):
+    """SEARCH_OFFSET_BY_TIMESTAMP; ``boundary`` is RocketMQ 5's ``boundaryType`` ("LOWER"
+    when the client sends none, as a 4.9.8 client never does)."""
     topic: str
     queue_id: int
     timestamp: int
+    boundary: str = "LOWER"
 
 
 class OffsetQuery(NamedTuple):
@@ -196,9 +199,22 @@ def _queue_ref(cmd: RemotingCommand, peer: str) -> QueueRef:
     return QueueRef(cmd.require("topic"), cmd.int_field("queueId", required=True))
 
 
+BOUNDARY_TYPES = ("LOWER", "UPPER")
+
+
 def _search_offset(cmd: RemotingCommand, peer: str) -> SearchOffset:
+    # RocketMQ 5's header sends its BoundaryType enum by name; 5.x reads any text but
+    # "upper" as LOWER, we refuse what is neither rather than guess
+    boundary = cmd.field("boundaryType")
+    if boundary is None or boundary == "":
+        boundary = "LOWER"
+    elif boundary.upper() in BOUNDARY_TYPES:
+        boundary = boundary.upper()
+    else:
+        raise RemotingProtocolError(f"the custom field <boundaryType> is {boundary!r}: "
+                                    "expected LOWER or UPPER")
     return SearchOffset(cmd.require("topic"), cmd.int_field("queueId", required=True),
-                        cmd.int_field("timestamp", required=True))
+                        cmd.int_field("timestamp", required=True), boundary)
 
 
 def _offset_query(cmd: RemotingCommand, peer: str) -> OffsetQuery:
@@ -340,6 +356,7 @@ Decoder = Callable[[RemotingCommand, str], Any]
 
 DECODERS: dict[int, Decoder] = {
     R.SEND_MESSAGE: _send, R.SEND_MESSAGE_V2: _send, R.SEND_BATCH_MESSAGE: _send,
+    R.SEND_REPLY_MESSAGE: _send, R.SEND_REPLY_MESSAGE_V2: _send,
     R.PULL_MESSAGE: _pull,
     R.QUERY_CONSUMER_OFFSET: _offset_query, R.UPDATE_CONSUMER_OFFSET: _offset_update,
     R.SEARCH_OFFSET_BY_TIMESTAMP: _search_offset,
@@ -412,6 +429,8 @@ def _opt(kind: str, name: str | None, perm: int = 0) -> list[Touch]:
 TOUCHES: dict[int, Callable[[Any], list[Touch]]] = {
     R.SEND_MESSAGE: _send_touches, R.SEND_MESSAGE_V2: _send_touches,
     R.SEND_BATCH_MESSAGE: _send_touches,
+    # a reply writes into its topic as a send does (4.9.8 asks a valid signature only)
+    R.SEND_REPLY_MESSAGE: _send_touches, R.SEND_REPLY_MESSAGE_V2: _send_touches,
     R.PULL_MESSAGE: lambda r: [(TOPIC, r.topic, SUB), (GROUP, r.consumer_group, SUB)],
     R.QUERY_CONSUMER_OFFSET: lambda r: [(TOPIC, r.topic, 0), (GROUP, r.group, 0)],
     R.UPDATE_CONSUMER_OFFSET: lambda r: [(TOPIC, r.topic, SUB), (GROUP, r.group, SUB)],
