@@ -50,6 +50,10 @@ that a line of the output is ``TEXT`` (``...`` matches anything, surrounding bla
 such lines must appear in the order of the comments. A ``python``, ``sh`` or ``console`` block
 must say what it prints (``# ->``, ``expect=`` or transcript lines); a block that prints
 nothing worth checking is not an example.
+
+A block runs in a process group of its own, killed when the block ends or times out, so a
+server it leaves behind does not outlive it. A failure names the page, the block's line and
+its output (tests/test_docs_run.py collects every failure of a page before reporting).
 """
 from __future__ import annotations
 
@@ -64,7 +68,6 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -652,8 +655,7 @@ class PageRun:
     def check_synopsis_line(self, block: Block, cmd: str) -> None:
         words = cmd.split()
         if words[0].endswith("pip"):
-            extras = set(tomllib.loads((REPO / "pyproject.toml").read_text())
-                         ["project"]["optional-dependencies"])
+            extras = pyproject_extras()
             for extra in re.findall(r"\.\[([\w,-]+)\]", cmd):
                 for e in extra.split(","):
                     if e not in extras:
@@ -683,6 +685,13 @@ class PageRun:
             if missing:
                 raise DocError(f"{block.where}: `{cmd}`: `{' '.join(key)} --help` does not "
                                f"list {', '.join(missing)}")
+
+
+def pyproject_extras() -> set[str]:
+    """The extras pyproject.toml declares (a line scan: tomllib is 3.11+, we run on 3.10)."""
+    section = (REPO / "pyproject.toml").read_text().split("[project.optional-dependencies]")[1]
+    section = section.split("\n[", 1)[0]
+    return set(re.findall(r"^([A-Za-z][\w-]*)\s*=", section, re.M))
 
 
 def kill_group(proc: subprocess.Popen) -> None:

@@ -50,6 +50,7 @@ def test_every_block_of_the_page_runs_as_written(page: Path, page_runs):
 
 
 def write_page(tmp_path: Path, text: str) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     page = tmp_path / "page.md"
     page.write_text(textwrap.dedent(text))
     return page
@@ -210,3 +211,11 @@ def test_a_synopsis_option_the_command_does_not_have_fails(tmp_path):
         ```
         ''')
     assert len(run.failures) == 1 and "--no-such-flag" in run.failures[0]
+    run = run_page(tmp_path / "pip", '''\
+        <!-- run: synopsis -->
+        ```sh
+        .venv/bin/pip install -q -e '.[spark]'
+        .venv/bin/pip install -q -e '.[nonesuch]'
+        ```
+        ''')
+    assert len(run.failures) == 1 and "no extra 'nonesuch'" in run.failures[0]
