@@ -25,7 +25,7 @@ from rocketstore.store.config import StoreConfig
 from rocketstore.store.consumequeue import unit_runs
 from rocketstore.errors import CorruptionError, InvalidOptionError
 from rocketstore.store.paths import commitlog_dir
-from rocketstore.spark.arrow import to_record_batch
+from rocketstore.spark.arrow import fields_mask, to_record_batch
 from rocketstore.store import MessageStore
 
 #: The delay service's topic: its units carry the delivery time as tags code, not a tags hash.
@@ -46,10 +46,12 @@ class Split:
 
 @dataclass
 class ScanStats:
-    """Work a read did: consume-queue units scanned, commit-log records parsed, rows out."""
+    """Work a read did: consume-queue units scanned, commit-log records parsed, rows out,
+    body bytes copied into columns (0 when the projection has no body)."""
     units: int = 0
     records: int = 0
     rows: int = 0
+    body_bytes: int = 0
 
 
 @dataclass
@@ -66,6 +68,7 @@ class ScanOptions:
     batch_rows: int = 1 << 15
     commit_log_file_size: int | None = None
     consume_queue_file_size: int | None = None
+    columns: tuple[str, ...] | None = None  # the projection (None: every column), in order
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -230,6 +233,8 @@ def read_split(store: MessageStore, split: Split, opts: ScanOptions,
     The tags filter scans the consume-queue units' tags codes in one vectorized pass (hash
     codes of the wanted tags) and decodes only the matching records, where the real TAGS is
     compared (a hash collision is dropped). Units not yet published end the split early.
+    Only the columns of ``opts.columns`` are decoded (a count: none); every record is parsed
+    and checked all the same, so a projection yields the same rows as the whole read.
     """
     topic, qid = split.topic, split.queue_id
     store.get_max_offset_in_queue(topic, qid)           # read-only: follow the writer
@@ -246,6 +251,7 @@ def read_split(store: MessageStore, split: Split, opts: ScanOptions,
     min_ts = INT64_MIN if opts.min_ts is None else opts.min_ts
     max_ts = INT64_MAX if opts.max_ts is None else opts.max_ts
     first = max(split.start, cq.get_min_offset_in_queue())
+    fields = fields_mask(opts.columns)
 
     def decompress(commitlog_offset: int) -> bytes:
         m = store.look_message_by_offset(commitlog_offset)
@@ -257,10 +263,12 @@ def read_split(store: MessageStore, split: Split, opts: ScanOptions,
         n = len(view) // 20
         positions = _scan.match_indices(view, codes) if codes is not None else None
         cols, records = _columns.decode_units(view, positions, clq, topic_b, qid, off,
-                                              tagset, min_ts, max_ts)
+                                              tagset, min_ts, max_ts, fields)
         if stats is not None:
             stats.units += n
             stats.records += records
             stats.rows += cols["rows"]
+            if "body" in cols:
+                stats.body_bytes += int(cols["body"][0][-1])
         if cols["rows"]:
-            yield to_record_batch(cols, topic, qid, decompress)
+            yield to_record_batch(cols, topic, qid, decompress, opts.columns)
