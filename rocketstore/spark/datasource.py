@@ -6,7 +6,8 @@ registers the name; ``register(spark)`` does it explicitly). Options (case-insen
 reads     ``topics`` (comma list), ``queueIds``, ``startOffset`` / ``endOffset`` (an int for
           every queue or JSON ``{"topic/queue": offset}``), ``startTimestamp`` /
           ``endTimestamp`` (store time, ms, inclusive), ``tags`` (``"A||B"`` or ``"A,B"``, up
-          to 8), ``maxRowsPerPartition``, ``batchRows``, ``commitLogFileSize`` /
+          to 8), ``maxRowsPerPartition``, ``numPartitions`` (the tasks a batch read aims at,
+          default the driver's cores: ``scan.plan_partitions``), ``batchRows``, ``commitLogFileSize`` /
           ``consumeQueueFileSize`` (default: the store's own file sizes)
 streaming ``startingOffsets`` (``earliest``, ``latest`` or JSON), ``maxRowsPerBatch``
 writes    see ``rocketstore.spark.writer``
@@ -48,16 +49,18 @@ from rocketstore.spark.wire import WIRE_SCHEMA_DDL
 from rocketstore.spark.stream import BoundedStreamProgress
 from rocketstore.store.storedir import list_queues
 from rocketstore.spark.scan import (MAX_TAGS, ScanOptions, Split, open_reader,
-                                    parse_queue_key, plan, queue_key, read_split)
+                                    parse_queue_key, plan_partitions, queue_key, read_split)
 
 
 class StorePartition(InputPartition):
-    """One split (topic, queue, [start, end)) with the read's options, pickled to a task."""
+    """The splits (topic, queue, [start, end)) of one task with the read's options, pickled
+    to the task."""
 
-    def __init__(self, path: str, split: Split, opts: ScanOptions) -> None:
-        super().__init__(split)
+    def __init__(self, path: str, splits: Split | Sequence[Split], opts: ScanOptions) -> None:
+        splits = (splits,) if isinstance(splits, Split) else tuple(splits)
+        super().__init__(splits)
         self.path = path
-        self.split = split
+        self.splits = splits
         self.opts = opts
 
 
@@ -73,7 +76,8 @@ def _read_partition(partition: InputPartition) -> Iterator[Any]:
         return          # Spark's stand-in when planning found nothing to read
     store = open_reader(partition.path, partition.opts)
     try:
-        yield from read_split(store, partition.split, partition.opts)
+        for split in partition.splits:
+            yield from read_split(store, split, partition.opts)
     finally:
         store.close()
 
@@ -271,7 +275,8 @@ class RocketStoreReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[StorePartition]:
-        return [StorePartition(self.path, s, self.opts) for s in plan(self.path, self.opts)]
+        return [StorePartition(self.path, splits, self.opts)
+                for splits in plan_partitions(self.path, self.opts)]
 
     def read(self, partition: StorePartition) -> Iterator[Any]:  # type: ignore[override]
         return _read_partition(partition)

@@ -65,6 +65,7 @@ class ScanOptions:
     max_ts: int | None = None
     tags: frozenset[str] | None = None
     max_rows_per_split: int = 1 << 20
+    num_partitions: int | None = None       # a batch read's target (None: this machine's cores)
     batch_rows: int = 1 << 15
     commit_log_file_size: int | None = None
     consume_queue_file_size: int | None = None
@@ -85,6 +86,7 @@ class ScanOptions:
             start_offsets=_offsets(o, "startoffset"), end_offsets=_offsets(o, "endoffset"),
             min_ts=_int(o, "starttimestamp"), max_ts=_int(o, "endtimestamp"), tags=tags,
             max_rows_per_split=_int(o, "maxrowsperpartition", 1 << 20, minimum=1) or 1 << 20,
+            num_partitions=_int(o, "numpartitions", minimum=1),
             batch_rows=_int(o, "batchrows", 1 << 15, minimum=1) or 1 << 15,
             commit_log_file_size=_int(o, "commitlogfilesize", minimum=1024),
             consume_queue_file_size=_int(o, "consumequeuefilesize", minimum=20))
@@ -224,6 +226,36 @@ def plan(root: str, opts: ScanOptions, store: MessageStore | None = None) -> lis
     finally:
         if own:
             store.close()
+
+
+def plan_partitions(root: str, opts: ScanOptions,
+                    store: MessageStore | None = None) -> list[tuple[Split, ...]]:
+    """A batch read's partitions: its queues' ranges laid end to end and cut into partitions
+    of ``cap = min(ceil(rows / num_partitions), max_rows_per_split)`` rows (the last one
+    less), a queue's range split where a partition fills. Many small queues then make a few
+    tasks, not one task each (a task of a Spark Python source costs a worker round trip),
+    and one big queue still feeds every core. ``num_partitions`` defaults to the cores of
+    the machine planning the read (Spark's driver: its local[N] tasks share them)."""
+    ranges = [(s.topic, s.queue_id, s.start, s.end)
+              for s in plan(root, replace(opts, max_rows_per_split=INT64_MAX), store)]
+    total = sum(e - b for _, _, b, e in ranges)
+    target = opts.num_partitions or os.cpu_count() or 1
+    cap = max(1, min(opts.max_rows_per_split, -(-total // target)))
+    parts: list[tuple[Split, ...]] = []
+    cur: list[Split] = []
+    room = cap
+    for topic, qid, lo, hi in ranges:
+        while lo < hi:
+            take = min(hi - lo, room)
+            cur.append(Split(topic, qid, lo, lo + take))
+            lo += take
+            room -= take
+            if room == 0:
+                parts.append(tuple(cur))
+                cur, room = [], cap
+    if cur:
+        parts.append(tuple(cur))
+    return parts
 
 
 def read_split(store: MessageStore, split: Split, opts: ScanOptions,
