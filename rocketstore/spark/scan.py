@@ -31,6 +31,7 @@ from rocketstore.store import MessageStore
 #: The delay service's topic: its units carry the delivery time as tags code, not a tags hash.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 MAX_TAGS = 8
+COUNT_BATCH_ROWS = 1 << 18
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 
@@ -291,7 +292,9 @@ def read_split(store: MessageStore, split: Split, opts: ScanOptions,
             raise CorruptionError("commitlog", commitlog_offset, "record vanished while decoding")
         return bytes(m.body)
 
-    for off, view in unit_runs(cq, first, split.end, opts.batch_rows):
+    # a count's batches carry no column: larger runs, fewer round trips per split
+    runs = opts.batch_rows if opts.columns != () else max(opts.batch_rows, COUNT_BATCH_ROWS)
+    for off, view in unit_runs(cq, first, split.end, runs):
         n = len(view) // 20
         positions = _scan.match_indices(view, codes) if codes is not None else None
         cols, records = _columns.decode_units(view, positions, clq, topic_b, qid, off,
