@@ -23,6 +23,9 @@ SCHEMA_DDL = (
     "reconsume_times int, sys_flag int"
 )
 
+#: The schema of a read over the wire (``rocketstore.spark.wire``): the broker's name added.
+WIRE_SCHEMA_DDL = SCHEMA_DDL + ", broker_name string"
+
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 ARROW_SCHEMA = pa.schema([

@@ -44,8 +44,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from rocketstore.errors import InvalidOptionError
-from rocketstore.spark.arrow import ARROW_SCHEMA, SCHEMA_DDL
-from rocketstore.spark.wire import WIRE_SCHEMA_DDL
+from rocketstore.spark.arrow import ARROW_SCHEMA, SCHEMA_DDL, WIRE_SCHEMA_DDL
 from rocketstore.spark.stream import BoundedStreamProgress
 from rocketstore.store.storedir import list_queues
 from rocketstore.spark.scan import (MAX_TAGS, ScanOptions, Split, open_reader,
