@@ -132,3 +132,15 @@ def test_splits_are_packed_into_partitions_and_cut_to_fill_them(spark, store_dir
     assert df.rdd.getNumPartitions() == 3
     assert _sorted(df.collect()) == _sorted(
         spark.read.format("rocketstore").option("numPartitions", "64").load(store_dir).collect())
+
+
+def test_a_stream_reads_the_columns_asked_for(spark, store_dir, rand):
+    _store(store_dir, rand, n=30)
+    q = (spark.readStream.format("rocketstore").option("columns", "tags,queue_offset")
+         .load(store_dir).writeStream.format("memory").queryName("pruned_stream")
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    got = spark.sql("select * from pruned_stream")
+    whole = spark.read.format("rocketstore").load(store_dir).select("tags", "queue_offset")
+    assert got.columns == ["tags", "queue_offset"]
+    assert _sorted(got.collect()) == _sorted(whole.collect()) and got.count() == 30
