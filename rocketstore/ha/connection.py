@@ -111,14 +111,18 @@ class HAConnection:
 
     def _on_report(self, offset: int) -> bool:
         self.slave_ack_offset = offset
+        top = self.service.commit_log.get_max_offset()
         if self.slave_request_offset < 0:
             self.slave_request_offset = offset      # no check, as 4.9.8
-        elif offset > self.service.commit_log.get_max_offset():
+        elif offset > top:
             log.warning("HA connection %s: slave reports offset %d beyond this commit log's end "
                         "%d, closing (a slave ahead of its master: wipe the slave's store)",
-                        self.peer, offset, self.service.commit_log.get_max_offset())
+                        self.peer, offset, top)
             return False
-        self.service.notify_transfer_some(offset)
+        if offset <= top:
+            # unlike 4.9.8, a report past this log's end acknowledges nothing: bytes this
+            # master writes there later were never sent, so no SYNC_MASTER put may count them
+            self.service.notify_transfer_some(offset)
         return True
 
     # -- master -> slave ---------------------------------------------------------------------
