@@ -27,6 +27,9 @@ log = logging.getLogger("rocketstore.ha")
 # bytes gathered into one sendmsg (many 32 KiB frames): fewer system calls at full speed
 _SEND_GATHER = 1 << 20
 _SEND_MAX_PARTS = 512
+# caught up: look for new bytes this often (4.9.8 waits 100 ms; SYNC_MASTER puts wake the
+# writer at once either way). 10 ms bounds an ASYNC_MASTER slave's lag for ~100 wake-ups/s
+POLL_S = 0.01
 
 
 def send_parts(sock: socket.socket, parts: list, stopped: threading.Event) -> None:
@@ -182,7 +185,7 @@ class HAConnection:
                     send_parts(self.sock, [HEADER.pack(self.next_transfer_from, 0)], self._stopped)
                     last_write = time.monotonic()
                     continue
-                svc.wait_for_data(0.1)
+                svc.wait_for_data(POLL_S)
         except OSError as e:
             if not self._stopped.is_set():
                 log.info("HA connection %s: write failed: %s", self.peer, e)
