@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -228,20 +229,29 @@ def test_master_kill9_sync_master_every_send_ok_on_slave(tmp_path, ns):
     slave = start_slave(tmp_path, master)
     p = producer(ns, timeout_ms=3000)
     ok: dict[int, bytes] = {}
+    window: deque = deque()
+
+    def settle() -> None:
+        body, f = window.popleft()
+        try:
+            r = f.result(30)
+        except Exception:  # noqa: BLE001 - sends to a dead master fail: fine
+            return
+        if r.status == SendStatus.SEND_OK:
+            ok[int(r.offset_msg_id[-16:], 16)] = body
     try:
-        futs = []
-        for i in range(3000):
+        i = killed_at = 0
+        while not killed_at or i < killed_at + 200:
             body = b"kill-%06d" % i
-            futs.append((body, p.send_future(Message("HaTopic", body, keys=f"k{i}"))))
-            if i == 1500:
-                master.kill()           # SIGKILL mid-stream
-        for body, f in futs:
-            try:
-                r = f.result(30)
-            except Exception:  # noqa: BLE001 - sends to a dead master fail: fine
-                continue
-            if r.status == SendStatus.SEND_OK:
-                ok[int(r.offset_msg_id[-16:], 16)] = body
+            window.append((body, p.send_future(Message("HaTopic", body, keys=f"k{i}"))))
+            i += 1
+            if len(window) >= 32:           # 32 sends in flight
+                settle()
+            if not killed_at and len(ok) >= 1000:
+                master.kill()               # SIGKILL with sends in flight
+                killed_at = i
+        while window:
+            settle()
     finally:
         p.shutdown()
     assert len(ok) >= 1000
