@@ -1,4 +1,4 @@
-"""The HA wire protocol byte for byte (HA.md §2), against an in-process master's HA port with
+"""The HA wire protocol byte for byte (docs/replication.md §3), against an in-process master's HA port with
 a raw socket as the slave, and the slave's append path (``CommitLog.append_replicated``)."""
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ class Broker:
                                                     self.config.broker_ip1)
         self.pull_processor.hold.start()
         self._housekeeping.start()
-        # a slave runs neither the schedule nor the transaction check (HA.md 1.3): both put
+        # a slave runs neither the schedule nor the transaction check (docs/replication.md §1): both put
         for module, name, attr in () if self.is_slave else _SERVICES:
             if importlib.util.find_spec(module) is None:
                 continue

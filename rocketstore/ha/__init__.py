@@ -1,4 +1,4 @@
-"""Master/slave replication on RocketMQ 4.9.8's HA protocol (docs/replication.md, HA.md §2-3).
+"""Master/slave replication on RocketMQ 4.9.8's HA protocol (docs/replication.md).
 
 * ``wire``: the two byte layouts (the slave's 8-byte offset report, the master's 12-byte
   frame header).

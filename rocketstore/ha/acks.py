@@ -1,5 +1,5 @@
 """SYNC_MASTER's wait for the slave (RocketMQ 4.9.8 ``GroupTransferService`` and
-``CommitLog.submitReplicaRequest``, HA.md §3).
+``CommitLog.submitReplicaRequest``, docs/replication.md §4).
 
 A waiting put (``WAIT`` not false) hands its result here with the offset its record ends at
 (``defer``, called by the commit log's ``put_*_async`` while ``wait_replica`` is set):

@@ -1,4 +1,4 @@
-"""The slave's side (RocketMQ 4.9.8 ``HAService.HAClient``, HA.md §2.5, §7.2).
+"""The slave's side (RocketMQ 4.9.8 ``HAService.HAClient``, docs/replication.md §3.4).
 
 Connects to the master's HA address, reports its commit log's end (at once after connecting,
 which a real master accepts; then at least every ``haSendHeartbeatInterval``, and after every

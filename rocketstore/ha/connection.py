@@ -1,4 +1,4 @@
-"""The master's side of one slave connection (RocketMQ 4.9.8 ``HAConnection``, HA.md §2.4).
+"""The master's side of one slave connection (RocketMQ 4.9.8 ``HAConnection``, docs/replication.md §3.3).
 
 Two threads per connection. The reader takes the slave's 8-byte reports (only the latest
 complete, stream-aligned one of a read counts): the first is where to start sending, every one

@@ -1,4 +1,4 @@
-"""``HAService``: replication for one broker (RocketMQ 4.9.8 ``HAService``, HA.md §1.3, §2).
+"""``HAService``: replication for one broker (RocketMQ 4.9.8 ``HAService``, docs/replication.md §1, §3).
 
 Every role binds the HA port (``listen_port + 1``) and accepts slaves there; a SLAVE also runs
 the ``HAClient`` towards its master; a SYNC_MASTER's waiting puts go through

@@ -1,4 +1,4 @@
-"""The HA socket's two byte layouts (HA.md §2.2, §2.3); big-endian, as Java's ByteBuffer."""
+"""The HA socket's two byte layouts (docs/replication.md §3.1, §3.2); big-endian, as Java's ByteBuffer."""
 from __future__ import annotations
 
 import struct

@@ -1673,7 +1673,7 @@ cdef class CommitLog:
         try:
             mf = self.cur
             if mf is None or (mf.file_from_offset + mf.wrote_pos == 0 and len(mfq.files) == 1):
-                # an empty log follows the master from wherever it starts (HA.md 2.7)
+                # an empty log follows the master from wherever it starts (docs/replication.md §3.4)
                 if offset % self.file_size:
                     return -1
                 if mf is not None and offset != 0:
