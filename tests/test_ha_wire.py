@@ -105,3 +105,51 @@ def test_append_replicated_offsets_and_rolls(tmp_path):
         files = st.commit_log_queue.files
         assert [f.file_from_offset for f in files] == [3 * FILE, 4 * FILE]
         assert files[0].read_bytes(0, FILE) == b"\1" * 100 + b"\2" * (FILE - 100)
+
+
+def test_slave_broker_refuses_puts_and_runs_no_schedule_or_transaction_check(tmp_path):
+    from rocketstore.errors import SlaveStoreError
+    from rocketstore.store.status import PutMessageStatus
+    with Broker.open(tmp_path / "s", BrokerConfig(broker_role="SLAVE", broker_id=1)) as slave:
+        assert slave.schedule_service is None and slave.transaction_service is None
+        r = slave.store.put_message(Message("W", b"z"))
+        assert r.status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert isinstance(r.error, SlaveStoreError)
+        assert slave.store.get_max_phy_offset() == 0
+    with Broker.open(tmp_path / "m", BrokerConfig(broker_role="SYNC_MASTER")) as master:
+        assert master.schedule_service is not None and master.transaction_service is not None
+        assert master.store.put_message(Message("W", b"z")).ok
+
+
+def test_sync_master_with_sync_flush_statuses(tmp_path):
+    """SYNC_MASTER + SYNC_FLUSH: PUT_OK once flushed and acknowledged; with the slave gone
+    SLAVE_NOT_AVAILABLE (the replica's verdict wins); WAIT=false never waits."""
+    from rocketstore.store.status import PutMessageStatus as S
+    sc = StoreConfig(mapped_file_size_commit_log=FILE, flush_disk_type="SYNC_FLUSH")
+    master = Broker.open(tmp_path / "m", BrokerConfig(broker_role="SYNC_MASTER",
+                                                      slave_timeout=1000), sc)
+    try:
+        addr = master.start_ha("127.0.0.1", 0)
+        slave = Broker.open(tmp_path / "s", BrokerConfig(broker_role="SLAVE", broker_id=1,
+                                                         ha_master_address=addr), sc)
+        try:
+            slave.start_ha("127.0.0.1", 0)
+            deadline = time.monotonic() + 10
+            while master.ha_service.connection_count == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            futs = [master.store.put_message_async(Message("W", b"v%d" % i)) for i in range(200)]
+            assert {f.result(10).status for f in futs} == {S.PUT_OK}
+            end = master.store.get_max_phy_offset()
+            assert master.store.commit_log.flushed_where >= end
+            assert slave.store.get_max_phy_offset() == end
+        finally:
+            slave.close()
+        deadline = time.monotonic() + 10
+        while master.ha_service.connection_count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        r = master.store.put_message_async(Message("W", b"gone")).result(10)
+        assert r.status == S.SLAVE_NOT_AVAILABLE
+        nowait = Message("W", b"nowait", properties={"WAIT": "false"})
+        assert master.store.put_message_async(nowait).result(10).status == S.PUT_OK
+    finally:
+        master.close()
