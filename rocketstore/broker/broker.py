@@ -145,6 +145,10 @@ class Broker:
             # the broker is told to write 5.x's record CRC (enabledAppendPropCRC)
             store_config = store_config.replace(
                 enabled_append_prop_crc=config.enabled_append_prop_crc)
+        if config.broker_role == "SLAVE" and store_config.transient_store_pool_enable:
+            # as 4.9.8 (MessageStoreConfig.isTransientStorePoolEnable): a slave's replicated
+            # bytes go straight into its files, where its end and its reports are read
+            store_config = store_config.replace(transient_store_pool_enable=False)
         store = MessageStore.open(path, store_config)
         try:
             # the settings that shape the files (delay levels ...), for tools reading it later
