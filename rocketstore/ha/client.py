@@ -85,9 +85,13 @@ class HAClient:
             self.reconnects += 1
             try:
                 self._serve(sock, buf)
-            except OSError as e:
+            except (ConnectionError, TimeoutError) as e:
                 if not self._stopped.is_set():
                     log.info("HA client: connection to %s failed: %s", addr, e)
+            except Exception as e:  # noqa: BLE001 - e.g. a full disk: retry later, as 4.9.8
+                if not self._stopped.is_set():
+                    log.error("HA client: replication from %s failed: %s", addr, e)
+                    self._stopped.wait(RETRY_S)
             finally:
                 self._sock = None
                 try:
