@@ -10,7 +10,7 @@ Real processes on 127.0.0.1 (``rocketstore namesrv`` + ``rocketstore broker`` ma
                   first 10 % on, so without the slave's start-up): MB/s, vs a raw
                   loopback TCP copy of the same bytes in the same run (sender: a process doing
                   socket.sendfile of the file; receiver: recv_into a buffer, one copy into an
-                  mmap, as the slave's append does). Catch-up time per GiB follows from it.
+                  mmap, as the slave's append does; best of 3). Catch-up time per GiB follows.
   slave lag       under the ASYNC_MASTER send load: time from SEND_OK on the master to the
                   record's bytes being in the slave's file (every 20th send), p50 / p99 / max.
 
@@ -223,7 +223,9 @@ def main() -> None:
         print(f"send p99 ms              SYNC_MASTER {sync_p99:8.2f}  ASYNC_MASTER "
               f"{async_p99:8.2f}  ratio {sync_p99 / async_p99:.2f}")
         mbps, n = replication(tmp, args.mb)
-        raw = raw_copy(log_file(tmp / "catchup" / "m" / "store", 0), n, tmp)
+        # the baseline's best of 3 (the machine is shared): the ratio errs against us
+        raw = max(raw_copy(log_file(tmp / "catchup" / "m" / "store", 0), n, tmp)
+                  for _ in range(3))
         print(f"replication MB/s         new slave  {mbps:8.0f}  raw loopback copy "
               f"{raw:8.0f}  ratio {mbps / raw:.2f}  ({n / 1e6:.0f} MB; catch-up "
               f"{(1 << 30) / 1e6 / mbps:.1f} s per GiB)")
