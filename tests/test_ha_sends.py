@@ -67,3 +67,81 @@ def test_batches_and_transactions_wait_for_the_slave(tmp_path):
             if c is not None:
                 c.shutdown()
         master.close()
+
+
+class DelayingProxy:
+    """Forwards a slave's HA connection to the master, holding the slave's reports (its
+    acknowledgements) back for ``delay`` seconds."""
+
+    def __init__(self, master_addr: str, delay: float) -> None:
+        import socket
+        import threading
+        host, port = master_addr.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.delay = delay
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(1)
+        self.addr = f"127.0.0.1:{self.ls.getsockname()[1]}"
+        self.socks: list = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+        try:
+            c, _ = self.ls.accept()
+        except OSError:
+            return
+        m = socket.create_connection(self.target)
+        self.socks += [c, m]
+        threading.Thread(target=self._pump, args=(c, m, self.delay), daemon=True).start()
+        threading.Thread(target=self._pump, args=(m, c, 0.0), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst, delay: float) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if delay:
+                    time.sleep(delay)
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.ls.close()
+        for s in self.socks:
+            s.close()
+
+
+def test_send_ok_comes_only_after_the_slaves_ack(tmp_path):
+    """With the slave's acknowledgements delayed by 0.4 s on the way to the master, every
+    SYNC_MASTER send takes at least that long, and is SEND_OK (slaveTimeout 3 s)."""
+    sc = StoreConfig(mapped_file_size_commit_log=FILE)
+    master = Broker.open(tmp_path / "m", BrokerConfig(broker_role="SYNC_MASTER"), sc)
+    proxy = p = None
+    try:
+        proxy = DelayingProxy(master.start_ha("127.0.0.1", 0), 0.4)
+        slave = Broker.open(tmp_path / "s", BrokerConfig(broker_role="SLAVE", broker_id=1,
+                                                         ha_master_address=proxy.addr), sc)
+        try:
+            slave.start_ha("127.0.0.1", 0)
+            _wait(lambda: master.ha_service.push2slave_max_offset
+                  >= master.store.get_max_phy_offset() and master.ha_service.connection_count)
+            p = Producer("g", broker=master).start()
+            for i in range(3):
+                t0 = time.monotonic()
+                r = p.send(Message("HaSends", b"acked %d" % i))
+                assert r.status == SendStatus.SEND_OK
+                assert time.monotonic() - t0 >= 0.4
+        finally:
+            slave.close()
+    finally:
+        if p is not None:
+            p.shutdown()
+        if proxy is not None:
+            proxy.close()
+        master.close()
