@@ -27,6 +27,7 @@ from rocketstore.broker.lock_manager import RebalanceLockManager
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.producer_manager import ProducerManager
 from rocketstore.broker.pull import PullMessageProcessor
+from rocketstore.broker.reply import ReplyMessageProcessor
 from rocketstore.broker.send import SendMessageProcessor
 from rocketstore.broker.subscription_group import SubscriptionGroupManager
 from rocketstore.broker.topic_manager import BrokerTopicManager
@@ -77,6 +78,8 @@ class _Housekeeping:
         while not self._stop.wait(interval):
             try:
                 self.broker.scan_not_active_channels()
+                if self.broker.metrics is not None:
+                    self.broker.metrics.windows.sample()     # statsAll's minute/hour/day
             except Exception:  # noqa: BLE001 - keep scanning
                 log.exception("housekeeping scan failed")
 
@@ -119,6 +122,7 @@ class Broker:
         self.producer_manager = ProducerManager(config.channel_expired_timeout)
         self.lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self.send_processor = SendMessageProcessor(self)
+        self.reply_processor = ReplyMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self._housekeeping = _Housekeeping(self)
         self.schedule_service: Any = None
@@ -126,6 +130,7 @@ class Broker:
         self._services: list[Any] = []
         self.metrics: BrokerMetrics | None = BrokerMetrics(self) if config.metrics_enable else None
         self.metrics_server: Any = None
+        self.config_version: Any = None     # settings' DataVersion (broker.runtime_config)
         self.ha_service: Any = None         # start_ha(): rocketstore.ha.HAService
 
     @property
@@ -307,6 +312,8 @@ class Broker:
         """``SEND_MESSAGE_V2`` / ``SEND_BATCH_MESSAGE``: a Future of the ``SendMessageResponse``
         (completed after the sync under SYNC_FLUSH; no thread waits for it)."""
         self._check_open()
+        if isinstance(request, SendMessageRequest) and request.reply:
+            return self.reply_processor.reply_request(request)
         fut = self.send_processor.send_message(request)
         if self.metrics is not None:
             self.metrics.on_send(request, fut)
@@ -337,6 +344,15 @@ class Broker:
         if self.metrics is not None:
             self.metrics.on_send(request, fut)
         return fut
+
+    def send_reply(self, request: SendMessageRequest | WireSend) -> Future:
+        """``SEND_REPLY_MESSAGE(_V2)`` (request-reply, ``rocketstore.broker.reply``): push the
+        reply to the requester's channel and store it; a Future of the
+        ``SendMessageResponse`` (SUCCESS once the requester took it)."""
+        self._check_open()
+        if isinstance(request, SendMessageRequest):
+            return self.reply_processor.reply_request(request)
+        return self.reply_processor.reply_wire(request)
 
     def consumer_send_msg_back(self, request: ConsumerSendMsgBackRequest) -> Future:
         """``CONSUMER_SEND_MSG_BACK``: a Future of a ``RemotingResult``."""
@@ -405,10 +421,14 @@ class Broker:
         self._check_open()
         return self.store.get_min_offset_in_queue(topic, queue_id)
 
-    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """``SEARCH_OFFSET_BY_TIMESTAMP``."""
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int,
+                      boundary: str = "LOWER") -> int:
+        """``SEARCH_OFFSET_BY_TIMESTAMP`` by RocketMQ 5's rule (docs/admin.md "Offset by
+        timestamp"): LOWER (the default) the first message stored at or after the time (the
+        max offset when none is), UPPER the last one stored at or before it. 4.9.8 answers
+        the message nearest in time instead."""
         self._check_open()
-        return self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
+        return self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms, boundary)
 
     def get_earliest_msg_store_time(self, topic: str, queue_id: int) -> int:
         """``GET_EARLIEST_MSG_STORETIME``: store time of the queue's first message, or -1."""

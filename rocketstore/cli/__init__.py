@@ -2,7 +2,8 @@
 
 Subcommands, one module per group:
 
-  demo / bench        write a realistic workload, read it back, print figures (``demo``)
+  demo                write a realistic workload, read it back, print figures (``demo``)
+  bench               the benchmarks against same-run baselines (``rocketstore.tools.bench``)
   stat                files, sizes, offsets per queue, dispatch lag, flush state, checkpoint
   get / query         messages by queue offset, by key (time range, limit), by message id
   dump / export       messages to JSONL or Parquet; ``import`` puts them back (``transfer``)
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"rocketstore {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo.register(sub)
+    _register_bench(sub)
     lookup.register(sub)
     transfer.register(sub)
     check.register(sub)
@@ -53,6 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     servers.register_broker(sub)
     admin.register(sub)
     return ap
+
+
+def _register_bench(sub) -> None:
+    from rocketstore.tools import bench
+    p = sub.add_parser("bench", help="the benchmarks (store, broker, messaging) against "
+                                     "baselines measured in the same run",
+                       description=bench.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_arguments(p)
+    p.set_defaults(func=lambda args: bench.run(args.which, args.quick))
 
 
 def _one_line(e: BaseException) -> str:

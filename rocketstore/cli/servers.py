@@ -1,10 +1,11 @@
 """``rocketstore namesrv`` and ``rocketstore broker``: servers in the foreground until SIGTERM
-or SIGINT, logging to stderr."""
+or SIGINT, logging to stderr or to ``--log-file`` at ``--log-level``."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import logging.handlers
 import os
 import signal
 import sys
@@ -22,16 +23,57 @@ def parse_listen(text: str, default_port: int) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _level(text: str) -> str:
+    """``--log-level``'s type: a level name in any case; ``WARN`` as RocketMQ's logback spells it."""
+    name = text.upper()
+    name = "WARNING" if name == "WARN" else name
+    if name not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one of {', '.join(LOG_LEVELS)}")
+    return name
+
+
+def add_logging_args(p: argparse.ArgumentParser) -> None:
+    """``--log-level``, ``--log-file`` and ``-v`` on a server subcommand (set up by
+    ``setup_logging``)."""
+    p.add_argument("--log-level", type=_level, default=None, metavar="LEVEL",
+                   help="lowest level logged: DEBUG, INFO (default), WARNING, ERROR, CRITICAL")
+    p.add_argument("--log-file", metavar="PATH",
+                   help="append log lines to PATH instead of stderr (reopened when a log "
+                        "rotator moves it); the 'listening on' line still goes to stderr")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging (--log-level DEBUG)")
+
+
+def setup_logging(args: argparse.Namespace) -> logging.Handler:
+    """The root logger's one handler, from ``add_logging_args``' options; returns it."""
+    level = args.log_level or ("DEBUG" if args.verbose else "INFO")
+    handler: logging.Handler
+    if args.log_file:
+        try:
+            # WatchedFileHandler: logrotate's move-and-create needs no signal to the server
+            handler = logging.handlers.WatchedFileHandler(args.log_file, encoding="utf-8")
+        except OSError as e:
+            raise CommandError(f"--log-file {args.log_file}: {e.strerror or e}") from None
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler
 
 
 def _run(coro) -> None:
-    """Run the server on uvloop when it is installed (the event loop is the server's hot path),
-    else on asyncio's loop."""
-    from rocketstore.remoting.server import new_event_loop
+    """Run the server on uvloop when it is installed (the event loop is the server's hot path;
+    ``pip install 'rocketstore[server]'``), else on asyncio's loop, and log which."""
+    from rocketstore.remoting.server import loop_name, new_event_loop
     loop = new_event_loop()
+    logging.getLogger("rocketstore.server").info("event loop: %s", loop_name(loop))
     try:
         loop.run_until_complete(coro)
     finally:
@@ -45,7 +87,11 @@ async def _serve(server, ready_line: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await server.start()
-    print(ready_line.format(addr=server.addr), file=sys.stderr, flush=True)
+    line = ready_line.format(addr=server.addr)
+    print(line, file=sys.stderr, flush=True)
+    if not any(isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) is sys.stderr
+               for h in logging.getLogger().handlers):
+        logging.getLogger("rocketstore.cli").info("%s", line)     # the log file has it too
     try:
         await stop.wait()
     finally:
@@ -55,7 +101,7 @@ async def _serve(server, ready_line: str) -> None:
 def _namesrv(args: argparse.Namespace) -> int:
     from rocketstore.namesrv import NameServer
     host, port = parse_listen(args.listen, 9876)
-    _logging(args.verbose)
+    setup_logging(args)
     kv = args.kv_config or os.path.join(os.path.expanduser("~"), "namesrv", "kvConfig.json")
     if args.broker_expire <= 0 or args.scan_interval <= 0:
         raise CommandError(f"--broker-expire {args.broker_expire} / --scan-interval "
@@ -86,7 +132,7 @@ def register(sub) -> None:
                         "a broker whose connection closes is dropped at once)")
     p.add_argument("--scan-interval", type=float, default=10.0, metavar="SECONDS",
                    help="how often to look for expired brokers (default 10)")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_logging_args(p)
     p.set_defaults(func=_namesrv)
 
 
@@ -193,7 +239,7 @@ def broker_configs(args: argparse.Namespace):
 def _broker(args: argparse.Namespace) -> int:
     from rocketstore.errors import AclConfigError
     from rocketstore.remoting.broker_server import BrokerServer
-    _logging(args.verbose)
+    setup_logging(args)
     store_dir, bc, sc, namesrv = broker_configs(args)
     server = BrokerServer(store_dir, bc, sc, namesrv_addrs=namesrv, host=bc.broker_ip1,
                           register_period_ms=bc.register_name_server_period)
@@ -224,5 +270,5 @@ def register_broker(sub) -> None:
     p.add_argument("-c", "--config", metavar="broker.conf",
                    help="RocketMQ broker properties file (brokerName, listenPort, namesrvAddr, "
                         "storePathRootDir, flushDiskType, ...)")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_logging_args(p)
     p.set_defaults(func=_broker)

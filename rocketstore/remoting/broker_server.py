@@ -24,7 +24,7 @@ from rocketstore.errors import TransportError
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.broker_processor import BrokerProcessor
 from rocketstore.remoting.client import RemotingClient
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import ConnectionLimits
 from rocketstore.remoting.executors import (RESERVE_BY_CODE, RESERVE_DEFAULT, BrokerExecutors,
@@ -179,7 +179,7 @@ class BrokerServer:
     # -- NameServer registration --------------------------------------------------------------
     def register_body(self) -> bytes:
         table = self.broker.store.topic_config_manager
-        bc = self.broker_config
+        bc = self.broker.config         # UPDATE_BROKER_CONFIG may change brokerPermission
         topics: dict[str, Any] = {}
         for name, tc in table.all().items():
             perm = tc.perm

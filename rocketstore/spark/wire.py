@@ -24,7 +24,8 @@ from typing import Any
 import pyarrow as pa
 
 from rocketstore.acl.signature import SessionCredentials
-from rocketstore.client.tcp import TcpTransport, decode_records
+from rocketstore.client.tcp import TcpTransport
+from rocketstore.remoting.records import decode_records
 from rocketstore.common.protocol import PullMessageRequest, ResponseCode
 from rocketstore.errors import (InvalidOptionError, MQBrokerError, RemotingProtocolError,
                                 TransportError)

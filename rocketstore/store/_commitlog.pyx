@@ -1320,7 +1320,8 @@ cdef class CommitLog:
         """``put_message_async`` of a broker's send from its wire fields, without a
         ``Message``: ``props`` is the exact properties string to store (no UNIQ_KEY is
         added), ``born_host`` encoded (``encode_host``), ``wait`` the message's
-        ``isWaitStoreMsgOK`` (a sync flush acknowledges it only once durable)."""
+        ``isWaitStoreMsgOK`` (a sync flush acknowledges it only once durable); a negative
+        ``born_timestamp`` is the store timestamp (a local send that was never stamped)."""
         cdef RecordFields f
         cdef Py_ssize_t total
         self._check_open()
@@ -1348,7 +1349,7 @@ cdef class CommitLog:
         self._check_size(f.body_len, total)
         self._check_props(&f)
         f.born_ts = born_timestamp
-        r = self._append_one(topic, qid, &f, total, False, False)
+        r = self._append_one(topic, qid, &f, total, born_timestamp < 0, False)
         if r.status is not PUT_OK:
             return acks.completed(r, transform)
         if self.sync_flush and not wait:

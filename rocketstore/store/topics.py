@@ -248,6 +248,12 @@ class VersionedConfigTable:
         """The document to write (called with the lock held)."""
         raise NotImplementedError
 
+    def snapshot(self) -> Any:
+        """The document the file holds, as of now (RocketMQ's ``encode()``: what
+        GET_ALL_TOPIC_CONFIG and GET_ALL_SUBSCRIPTIONGROUP_CONFIG answer)."""
+        with self._lock:
+            return self._snapshot()
+
     def persist(self) -> None:
         """Write the current state now (atomic; see ``ConfigFile.persist``)."""
         with self._lock:
@@ -344,6 +350,14 @@ class TopicConfigManager(VersionedConfigTable):
             self._table[config.topic_name] = config
             self._data_version = self._data_version.next_version()
         self._changed(durable)
+
+    def touch(self) -> None:
+        """A new data version with the table unchanged (RocketMQ's ``nextVersion()`` when the
+        broker's own permission changes): persisted, and the listeners (NameServer
+        re-registration) told."""
+        with self._lock:
+            self._data_version = self._data_version.next_version()
+        self._changed(True)
 
     def register_absent(self, configs: list[TopicConfig]) -> list[TopicConfig]:
         """Add the configs whose topic is absent, without a version bump (RocketMQ's
