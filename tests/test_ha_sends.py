@@ -145,3 +145,33 @@ def test_send_ok_comes_only_after_the_slaves_ack(tmp_path):
         if proxy is not None:
             proxy.close()
         master.close()
+
+
+def test_two_slaves_either_ack_completes_a_send(tmp_path):
+    from rocketstore.store.status import PutMessageStatus as S
+    sc = StoreConfig(mapped_file_size_commit_log=FILE)
+    master = Broker.open(tmp_path / "m", BrokerConfig(broker_role="SYNC_MASTER"), sc)
+    try:
+        addr = master.start_ha("127.0.0.1", 0)
+        slaves = [Broker.open(tmp_path / f"s{i}", BrokerConfig(broker_role="SLAVE", broker_id=i,
+                                                               ha_master_address=addr), sc)
+                  for i in (1, 2)]
+        try:
+            for s in slaves:
+                s.start_ha("127.0.0.1", 0)
+            _wait(lambda: master.ha_service.connection_count == 2)
+            futs = [master.store.put_message_async(Message("W", b"a%d" % i)) for i in range(50)]
+            assert {f.result(10).status for f in futs} == {S.PUT_OK}
+            first_end = slaves[0].store.get_max_phy_offset()
+            slaves[0].close()
+            _wait(lambda: master.ha_service.connection_count == 1)
+            r = master.store.put_message_async(Message("W", b"one left")).result(10)
+            assert r.status == S.PUT_OK
+            end = master.store.get_max_phy_offset()
+            assert slaves[1].store.get_max_phy_offset() == end
+            assert first_end < end          # only the remaining slave acknowledged it
+        finally:
+            for s in slaves:
+                s.close()
+    finally:
+        master.close()
