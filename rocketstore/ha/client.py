@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rocketstore.ha")
 
 RETRY_S = 5.0           # no address / connect failed: as 4.9.8
+_COMPACT_BELOW = 1 << 20    # room left in the receive buffer below which it is compacted
 
 
 class HAClient:
@@ -131,10 +132,11 @@ class HAClient:
                     return
                 if start == end:
                     start = end = 0
-                elif len(buf) - end < HEADER_SIZE + cfg.ha_transfer_batch_size:
-                    # room for less than a whole frame: move the unfinished one to the front
-                    # (at most one frame's bytes, once per ~4 MiB received)
-                    buf[:end - start] = mv[start:end]
+                elif len(buf) - end < _COMPACT_BELOW:
+                    # little room left: move the unfinished frame to the front (at most one
+                    # frame's bytes, about once per 3 MiB received; through a copy, as the
+                    # two ranges may overlap)
+                    buf[:end - start] = bytes(mv[start:end])
                     start, end = 0, end - start
                 top = self.commit_log.get_max_offset()
                 if top > self.reported:
