@@ -37,10 +37,30 @@ def ha_addr(master: ServerProcess) -> str:
     return f"{host}:{int(port) + 1}"
 
 
+_started: list[ServerProcess] = []
+
+
+def _broker(*args, **kw) -> ServerProcess:
+    sp = start_broker(*args, **kw)
+    _started.append(sp)
+    return sp
+
+
+@pytest.fixture(autouse=True)
+def _reap_brokers():
+    """A failing test leaves no broker running (a paused one is resumed first)."""
+    yield
+    while _started:
+        sp = _started.pop()
+        if sp.proc.poll() is None:
+            os.kill(sp.proc.pid, signal.SIGCONT)
+            sp.kill()
+
+
 def start_slave(tmp: Path, master: ServerProcess, **kw: str) -> ServerProcess:
     d = tmp / "slave"
     d.mkdir(exist_ok=True)
-    return start_broker(d / "store", "", conf(brokerRole="SLAVE", brokerId="1",
+    return _broker(d / "store", "", conf(brokerRole="SLAVE", brokerId="1",
                                               haMasterAddress=ha_addr(master), **kw))
 
 
@@ -48,7 +68,7 @@ def start_master(tmp: Path, ns: ServerProcess, role: str, store: str = "master",
                  listen: str = "127.0.0.1:0") -> ServerProcess:
     d = tmp / store
     d.mkdir(exist_ok=True)
-    return start_broker(d / "store", ns.addr, conf(brokerRole=role), listen=listen)
+    return _broker(d / "store", ns.addr, conf(brokerRole=role), listen=listen)
 
 
 def wait_until(pred, timeout: float = 30.0, what: str = "condition") -> None:
