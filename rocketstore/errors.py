@@ -12,6 +12,7 @@ from __future__ import annotations
 
 __all__ = [
     "RocketStoreError",
+    "SlaveStoreError",
     "InvalidMessageError",
     "InvalidMessageTypeError",
     "InvalidConfigError",
@@ -376,3 +377,16 @@ class AccessDeniedError(RocketStoreError, PermissionError):
 
     def __str__(self) -> str:
         return self.reason
+
+
+class SlaveStoreError(RocketStoreError):
+    """A put on a SLAVE broker's store: its commit log takes only its master's bytes
+    (replication, docs/replication.md); a put there is SERVICE_NOT_AVAILABLE."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+    def __str__(self) -> str:
+        return (f"{self.path}: this is a SLAVE's store (brokerRole=SLAVE): it takes only its "
+                "master's replicated bytes, send to the master")

@@ -131,6 +131,11 @@ class Broker:
         self.metrics: BrokerMetrics | None = BrokerMetrics(self) if config.metrics_enable else None
         self.metrics_server: Any = None
         self.config_version: Any = None     # settings' DataVersion (broker.runtime_config)
+        self.ha_service: Any = None         # start_ha(): rocketstore.ha.HAService
+
+    @property
+    def is_slave(self) -> bool:
+        return self.config.broker_role == "SLAVE"
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], config: BrokerConfig | None = None,
@@ -145,10 +150,16 @@ class Broker:
             # the broker is told to write 5.x's record CRC (enabledAppendPropCRC)
             store_config = store_config.replace(
                 enabled_append_prop_crc=config.enabled_append_prop_crc)
+        if config.broker_role == "SLAVE" and store_config.transient_store_pool_enable:
+            # as 4.9.8 (MessageStoreConfig.isTransientStorePoolEnable): a slave's replicated
+            # bytes go straight into its files, where its end and its reports are read
+            store_config = store_config.replace(transient_store_pool_enable=False)
         store = MessageStore.open(path, store_config)
         try:
             # the settings that shape the files (delay levels ...), for tools reading it later
             brokerprops.write(store.root, config, store.config)
+            # a slave's log takes only its master's bytes: every put path is refused
+            store.set_slave(config.broker_role == "SLAVE")
             broker = cls(store, config)
             broker._start()
         except BaseException:
@@ -163,7 +174,8 @@ class Broker:
                                                     self.config.broker_ip1)
         self.pull_processor.hold.start()
         self._housekeeping.start()
-        for module, name, attr in _SERVICES:
+        # a slave runs neither the schedule nor the transaction check (docs/replication.md §1): both put
+        for module, name, attr in () if self.is_slave else _SERVICES:
             if importlib.util.find_spec(module) is None:
                 continue
             service = getattr(importlib.import_module(module), name)(self)
@@ -200,6 +212,9 @@ class Broker:
             return
         self._closed = True
         try:
+            if self.ha_service is not None:
+                # first: its threads read and write the store's files; waiting puts complete
+                self.ha_service.shutdown()
             if self.metrics_server is not None:
                 self.metrics_server.close()
             for service in reversed(self._services):
@@ -215,6 +230,35 @@ class Broker:
             self.store.topic_config_manager.close_persister()
         finally:
             self.store.close()
+
+    # -- replication (rocketstore.ha, docs/replication.md) -------------------------------------
+
+    def start_ha(self, host: str | None = None, port: int | None = None) -> str:
+        """Start replication: bind the HA port (every role; ``listen_port + 1`` unless
+        ``port`` is given, 0 picks one), connect a SLAVE to ``ha_master_address``, and have
+        a SYNC_MASTER's sends wait for a slave's acknowledgement. ``BrokerServer`` calls it;
+        an in-process broker replicates only when asked. Returns the bound ``host:port``."""
+        self._check_open()
+        if self.ha_service is not None:
+            return self.ha_service.address
+        from rocketstore.ha import HAService
+        svc = HAService(self.store, self.config)
+        svc.start(host or self.config.broker_ip1,
+                  self.config.listen_port + 1 if port is None else port)
+        self.ha_service = svc
+        if svc.acks is not None:
+            self.store.set_put_acks(svc.acks)
+            self.store.commit_log.wait_replica = True
+        return svc.address
+
+    def set_ha_master_address(self, addr: str) -> None:
+        """A SLAVE's master HA address (``host:port``), e.g. learned from the NameServer's
+        registration answer; used from the next connection on (a live one is kept)."""
+        if self.ha_service is not None:
+            self.ha_service.set_master_address(addr)
+        else:
+            import dataclasses
+            self.config = dataclasses.replace(self.config, ha_master_address=addr)
 
     def _check_open(self) -> None:
         if self._closed:

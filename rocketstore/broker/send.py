@@ -173,7 +173,7 @@ class SendMessageProcessor:
         try:
             return store.commit_log.put_wire_async(
                 w.topic, queue_id, w.body, stored[0], w.flag, sys_flag, w.reconsume_times,
-                w.born_timestamp, self._born_host(w), stored[1], store.flush_ack,
+                w.born_timestamp, self._born_host(w), stored[1], store.put_acks,
                 self._transform(queue_id))
         except InvalidMessageError as e:
             return _done(SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e)))
@@ -205,7 +205,7 @@ class SendMessageProcessor:
         try:
             return store.commit_log.put_wire_batch_async(
                 w.topic, queue_id, w.body, meta, stored, sys_flag, w.reconsume_times,
-                w.born_timestamp, self._born_host(w), store.flush_ack, self._transform(queue_id))
+                w.born_timestamp, self._born_host(w), store.put_acks, self._transform(queue_id))
         except InvalidMessageError as e:
             return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
 
@@ -370,7 +370,7 @@ class SendMessageProcessor:
                         inner.topic, inner.queue_id, body, stored[0], inner.flag,
                         inner.sys_flag, inner.reconsume_times,
                         -1 if inner.born_timestamp is None else inner.born_timestamp,
-                        self._born_host_of(inner.born_host), stored[1], store.flush_ack,
+                        self._born_host_of(inner.born_host), stored[1], store.put_acks,
                         self._transform(queue_id))
                 except InvalidMessageError as e:
                     return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
@@ -389,9 +389,10 @@ class SendMessageProcessor:
                 born_timestamp=inner.born_timestamp, born_host=inner.born_host,
                 properties=entries)
             store = self.broker.store
-            if not store.commit_log.sync_flush:
+            if not (store.commit_log.sync_flush or store.commit_log.wait_replica):
                 return put_response(store.put_message(m, inner.queue_id), queue_id)
-            # the flush acknowledgement completes the response future itself
+            # the flush (or SYNC_MASTER's replica) acknowledgement completes the response
+            # future itself
             return store.put_message_async(
                 m, inner.queue_id, transform=functools.partial(put_response, queue_id=queue_id))
         except InvalidMessageError as e:

@@ -38,7 +38,8 @@ REGISTER_TIMEOUT_S = 6.0
 
 
 def free_port_pair(host: str = "127.0.0.1") -> int:
-    """A port ``p`` with ``p`` and ``p - 2`` both free (tests run brokers on random ports)."""
+    """A port ``p`` with ``p``, ``p - 2`` (VIP) and ``p + 1`` (HA) free (tests run brokers
+    on random ports)."""
     for _ in range(200):
         with socket.socket() as s:
             s.bind((host, 0))
@@ -46,9 +47,10 @@ def free_port_pair(host: str = "127.0.0.1") -> int:
         if p < 1026:
             continue
         try:
-            with socket.socket() as a, socket.socket() as b:
+            with socket.socket() as a, socket.socket() as b, socket.socket() as c:
                 a.bind((host, p))
                 b.bind((host, p - 2))
+                c.bind((host, p + 1))
             return p
         except OSError:
             continue
@@ -135,6 +137,12 @@ class BrokerServer:
             if self._own_broker:
                 self.broker = await loop.run_in_executor(self._executor, Broker.open,
                                                          self.store_dir, bc, sc)
+                try:
+                    # the HA port, listen port + 1, on every role (docs/replication.md)
+                    self.broker.start_ha(self.host)
+                except BaseException:
+                    await loop.run_in_executor(self._executor, self.broker.close)
+                    raise
         except BaseException:
             if self.acl is not None:
                 self.acl.close()
