@@ -1,13 +1,14 @@
 """Import-test of an installed rocketstore, run from outside the source tree by .ci/run.
 
-Checks that the package imported is the installed one (not the checkout), that every
-compiled module loads, and that a store round-trips a message. With ``--editable`` it also
+Checks that the package imported is the installed one (not the checkout), that it has every
+subpackage of the checkout, that every compiled module loads, and that a store round-trips a message. With ``--editable`` it also
 checks what only the README's editable install promises: mypy finds the package, and Spark
 finds the ``rocketstore`` format with no register call.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -24,6 +25,18 @@ if editable:
     assert where == os.path.join(REPO, "rocketstore"), where
 else:
     assert not where.startswith(REPO + os.sep), f"imported the checkout, not the install: {where}"
+# every subpackage of the source tree is in the install (a name missing from pyproject's
+# packages list installs without it: rocketstore.aio did)
+for dirpath, dirnames, filenames in os.walk(os.path.join(REPO, "rocketstore")):
+    dirnames[:] = [d for d in dirnames if not d.startswith((".", "_"))]
+    if "__init__.py" in filenames:
+        sub = os.path.relpath(dirpath, REPO).replace(os.sep, ".")
+        spec = importlib.util.find_spec(sub)
+        assert spec is not None and spec.origin.startswith(where), (sub, spec)
+        try:
+            importlib.import_module(sub)
+        except ModuleNotFoundError as e:        # an optional extra (pyspark) is not installed
+            assert e.name and not e.name.startswith("rocketstore"), (sub, e)
 for name in ("_mapped", "_codec", "_commitlog", "_scan", "_consumequeue", "_dispatch",
              "_reader", "_indexfile", "_verify", "_columns"):
     mod = importlib.import_module(f"rocketstore.store.{name}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 __all__ = [
     "RocketStoreError",
+    "SlaveStoreError",
     "InvalidMessageError",
     "InvalidMessageTypeError",
     "InvalidConfigError",
@@ -28,6 +29,7 @@ __all__ = [
     "DiskFullError",
     "InvalidOptionError",
     "TransportError",
+    "RequestTimeoutError",
     "MQClientError",
     "MQBrokerError",
     "RemotingProtocolError",
@@ -296,6 +298,24 @@ class MQClientError(RocketStoreError):
         return self.reason
 
 
+class RequestTimeoutError(RocketStoreError, TimeoutError):
+    """``Producer.request`` got no reply in time (RocketMQ's ``RequestTimeoutException``):
+    ``sent`` says whether the request itself was stored (then the replier was slow, gone, or
+    its reply could not reach this client)."""
+
+    def __init__(self, topic: str, timeout_ms: int, correlation_id: str, sent: bool) -> None:
+        super().__init__(topic, timeout_ms, correlation_id, sent)
+        self.topic = topic
+        self.timeout_ms = timeout_ms
+        self.correlation_id = correlation_id
+        self.sent = sent
+
+    def __str__(self) -> str:
+        what = "OK, but wait reply message timeout" if self.sent else "timeout"
+        return (f"send request message to <{self.topic}> {what}, {self.timeout_ms} ms "
+                f"(no reply with CORRELATION_ID {self.correlation_id})")
+
+
 class MQBrokerError(RocketStoreError):
     """A broker answered a request with an error code (RocketMQ's ``MQBrokerException``);
     ``code`` is the ``ResponseCode`` and ``remark`` the broker's reason."""
@@ -339,13 +359,34 @@ class AclConfigError(RocketStoreError, ValueError):
 
 
 class AccessDeniedError(RocketStoreError, PermissionError):
-    """The broker's access control refused a request (answered as ``NO_PERMISSION``);
-    ``access_key`` is the requester's (None when it sent none)."""
+    """The broker's access control refused a request (answered as 4.9.8 does: SYSTEM_ERROR);
+    ``access_key`` is the requester's (None when it sent none), ``reason`` our wording and
+    ``rocketmq_text`` the text a 4.9.8 broker answers the same refusal with (its
+    ``AclException`` as the remoting layer prints it), empty when not given."""
 
-    def __init__(self, access_key: str | None, reason: str) -> None:
+    def __init__(self, access_key: str | None, reason: str, rocketmq_text: str = "") -> None:
         super().__init__(access_key, reason)
         self.access_key = access_key
         self.reason = reason
+        self.rocketmq_text = rocketmq_text
+
+    @property
+    def remark(self) -> str:
+        """The response remark: RocketMQ's text first (what users match on), then ours."""
+        return f"{self.rocketmq_text}; {self.reason}" if self.rocketmq_text else self.reason
 
     def __str__(self) -> str:
         return self.reason
+
+
+class SlaveStoreError(RocketStoreError):
+    """A put on a SLAVE broker's store: its commit log takes only its master's bytes
+    (replication, docs/replication.md); a put there is SERVICE_NOT_AVAILABLE."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+    def __str__(self) -> str:
+        return (f"{self.path}: this is a SLAVE's store (brokerRole=SLAVE): it takes only its "
+                "master's replicated bytes, send to the master")

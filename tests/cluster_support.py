@@ -23,7 +23,7 @@ from pathlib import Path
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.client import RemotingClient
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.store.paths import config_dir
 from rocketstore.store.topics import TopicConfig, TopicConfigManager

@@ -24,7 +24,7 @@ from rocketstore.acl import permission as P
 from rocketstore.acl.address import compile_pattern, host_of
 from rocketstore.errors import AccessDeniedError, AclConfigError, InvalidArgumentError, MQClientError
 from rocketstore.remoting import fastjson
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand, decode_frame
 from servers import start_broker, start_namesrv  # noqa: E402  (tests/servers.py)
 
@@ -374,7 +374,10 @@ def test_missing_file_refuses_everything_until_written(tmp_path):
     path = tmp_path / "conf" / "plain_acl.yml"
     cmd = signed(RequestCode.SEND_MESSAGE_V2, {"a": "PG", "b": "T1"})
     with PlainAccessValidator(str(path), watch_interval=0.05) as v:
-        assert v.check(cmd, "127.0.0.1:1") == "No acl config for accessKey=RocketMQ"
+        assert v.check(cmd, "127.0.0.1:1") == (
+            "org.apache.rocketmq.acl.common.AclException: No acl config for RocketMQ, "
+            "org.apache.rocketmq.acl.plain.PlainPermissionManager.validate"
+            "(PlainPermissionManager.java:668); No acl config for accessKey=RocketMQ")
         path.parent.mkdir()
         path.write_text("globalWhiteRemoteAddresses: ['127.0.0.1']\n")
         wait_for(lambda: v.reloads == 1, "the reload")
@@ -498,13 +501,18 @@ def test_our_client_signs_and_a_reload_changes_decisions(acl_cluster, tmp_path):
         assert p.send(Message("AclTopic", b"ours")).status.name == "SEND_OK"
         with pytest.raises(MQBrokerError) as ei:
             p.send(Message("AclDenied", b"no"))
-        assert ei.value.code == 16 and "topic:AclDenied" in str(ei.value)
+        # 4.9.8's answer (SYSTEM_ERROR, its AclException text), then ours; retried at most
+        # retry_times_when_send_failed times like any SYSTEM_ERROR, here not at all
+        assert ei.value.code == 1 and "topic:AclDenied" in str(ei.value)
+        assert ("AclException: No default permission for topic:AclDenied" in str(ei.value)
+                and "accessKey=RocketMQ has" in str(ei.value))
     with Producer("PG-acl", namesrv_addr=ns.addr,
                   credentials=SessionCredentials("RocketMQ", "wrong-secret"),
                   retry_times_when_send_failed=0) as p:
         with pytest.raises(MQBrokerError) as ei:
             p.send(Message("AclTopic", b"no"))
-        assert ei.value.code == 16 and "Check signature failed" in str(ei.value)
+        assert ei.value.code == 1 and ("AclException: Check signature failed for "
+                                       "accessKey=RocketMQ, ") in str(ei.value)
 
     got: list[bytes] = []
     done = __import__("threading").Event()

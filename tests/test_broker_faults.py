@@ -20,7 +20,7 @@ from rocketstore.client import ConsumeConcurrentlyStatus, Message, Producer, Pus
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.errors import MQBrokerError, MQClientError, TransportError
 from rocketstore.remoting.client import RemotingClient
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from pulling import pull_all  # noqa: E402  (tests/pulling.py)
 from servers import start_broker, start_namesrv  # noqa: E402  (tests/servers.py)

@@ -586,8 +586,8 @@ def test_demo_runs_the_readme_job(tmp_path):
     assert "each in send order" in out
     assert "NOT FOUND" not in out and "OUT OF ORDER" not in out
     assert not (tmp_path / "demo").exists()          # removed unless --keep
-    # bench is the same job; --keep keeps the store
-    proc = run("bench", "--messages", "1000", "--dir", str(tmp_path / "bench"),
+    # --keep keeps the store
+    proc = run("demo", "--messages", "1000", "--dir", str(tmp_path / "bench"),
                "--file-size", str(1 << 20), "--keep")
     assert "1,000 of 1,000 orders consumed" in proc.stdout
     assert (tmp_path / "bench" / "commitlog").is_dir()

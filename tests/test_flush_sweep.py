@@ -7,6 +7,7 @@ error instead of failing the sweep.
 from __future__ import annotations
 
 import importlib.util
+import re
 import struct
 import sys
 from pathlib import Path
@@ -113,3 +114,67 @@ def test_a_unit_past_its_timeout_is_a_failed_row(tmp_path):
     bench.write_text("import time\ntime.sleep(30)\n")
     row = fs.run_unit(_task(tmp_path, bench, timeout=0.5))
     assert row["ok"] is False and row["error"] == "timed out after 0.5 s"
+
+
+def test_plot_labels_do_not_overlap_and_every_marker_is_in_a_legend(tmp_path):
+    """Readable by a person: a cluster of units at one spot (async p99 at its 1 µs floor) gets
+    labels that overlap neither each other nor a marker, inside the axes; every policy, thread
+    count and body size drawn has a legend entry; every axis names its unit."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.transforms import Bbox
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    pts = [(1, 1e5 + 3e3 * i) for i in range(10)] + [(2e4, 2e3), (2.1e4, 2e3)]
+    for x, y in pts:
+        ax.plot([x], [y], "o")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(0.5, 1e6)
+    ax.set_ylim(1e2, 1e6)
+    fs._place_labels(ax, pts, [f"unit {i}, some configuration" for i in range(len(pts))])
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(r)
+    # the text alone (an Annotation's own extent includes its leader line)
+    boxes = [matplotlib.text.Text.get_window_extent(t, r) for t in ax.texts]
+    assert len(boxes) == len(pts)
+    for i, b in enumerate(boxes):
+        assert frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1
+        assert not any(b.overlaps(o) for o in boxes[i + 1:]), ax.texts[i].get_text()
+        for x, y in pts:
+            px, py = ax.transData.transform((x, y))
+            assert not b.overlaps(Bbox.from_extents(px - 4, py - 4, px + 4, py + 4))
+    plt.close(fig)
+
+    rows = []
+    for i, u in enumerate([fs.unit(interval_ms=10), fs.unit(interval_ms=500, least_pages=0),
+                           fs.unit(transient_pool=True, threads=16), fs.unit(size=1024),
+                           fs.unit(flush="SYNC_FLUSH", threads=1), fs.unit(warm=True)]):
+        rows.append({**u, "unit_id": i, "ok": True, "policy": fs.policy(u), "p99_us": 1 + i % 2,
+                     "msgs_per_s": 1e5 + i, "unflushed_max_ms": 500.0 + i,
+                     "unflushed_max_bytes": 10_000_000 + i})
+    seen: list = []
+    real_savefig = plt.Figure.savefig
+
+    def keep(self, *a, **kw):
+        seen.append(self)
+        return real_savefig(self, *a, **kw)
+    plt.Figure.savefig = keep
+    try:
+        fs.plot(rows, tmp_path)
+    finally:
+        plt.Figure.savefig = real_savefig
+    assert len(seen) == 2
+    for fig in seen:
+        entries = {t.get_text() for a in fig.axes for leg in
+                   [c for c in a.get_children() if isinstance(c, matplotlib.legend.Legend)]
+                   for t in leg.get_texts()}
+        drawn = rows if fig is seen[0] else [r for r in rows if r["flush"] == "ASYNC_FLUSH"]
+        for r in drawn:
+            assert r["policy"] in entries and f"{r['size']} B messages" in entries, entries
+            assert f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}" in entries
+        for a in fig.axes:
+            for label in (a.get_ylabel(), a.get_xlabel() if a.get_xlabel() else "(ms"):
+                assert re.search(r"\((µs|ms|MB|messages/s|msgs/s)\b", label), label

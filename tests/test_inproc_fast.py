@@ -140,3 +140,59 @@ def test_fast_send_under_sync_flush_answers_after_the_sync(tmp_path):
             assert b.store.commit_log.flushed_where > end
     finally:
         b.close()
+
+
+def test_async_send_in_process_is_answered_at_once_and_stores_what_send_stores(broker):
+    """``send_async`` takes the same one-message path as ``send`` (no request object): under
+    ASYNC_FLUSH its future is already done when it returns, and the record is the one ``send``
+    stores (Java order, CLUSTER added, WAIT dropped)."""
+    with Producer("pg_async_fast", broker=broker) as p:
+        f = p.send_async(Message(TOPIC, b"a", tags="T", keys=["ka"], properties={"x": "1"}))
+        assert f.done()                         # no callback round, no thread
+        r = f.result()
+        s = p.send(Message(TOPIC, b"a", tags="T", keys=["ka"], properties={"x": "1"}))
+    assert r.status is SendStatus.SEND_OK and r.msg_id
+    a, b = stored(broker, r), stored(broker, s)
+    assert a.properties["UNIQ_KEY"] == r.msg_id
+    pa, pb = a.properties, b.properties
+    pa.pop("UNIQ_KEY"), pb.pop("UNIQ_KEY")
+    assert pa == pb and "WAIT" not in pa
+
+
+def test_async_send_under_sync_flush_completes_after_the_sync(tmp_path):
+    b = Broker.open(tmp_path / "s", BrokerConfig(),
+                    StoreConfig(mapped_file_size_commit_log=4 << 20, flush_disk_type="SYNC_FLUSH"))
+    try:
+        with Producer("pg_async_sync", broker=b) as p:
+            futs = [p.send_async(Message(TOPIC, b"d%d" % i)) for i in range(50)]
+            results = [f.result(10) for f in futs]
+        assert all(r.status is SendStatus.SEND_OK for r in results)
+        # each answered only once its record was synced, and none twice
+        assert b.store.commit_log.flushed_where > max(
+            int(r.offset_msg_id[-16:], 16) for r in results)
+        assert len({(r.message_queue.queue_id, r.queue_offset) for r in results}) == 50
+    finally:
+        b.close()
+
+
+def test_async_send_to_a_closed_broker_fails_its_future(broker):
+    p = Producer("pg_async_closed", broker=broker, retry_times_when_send_async_failed=1).start()
+    try:
+        broker.close()
+        f = p.send_async(Message(TOPIC, b"late"))
+        with pytest.raises((TransportError, MQClientError)):
+            f.result(5)
+    finally:
+        p.shutdown()
+
+
+def test_unstamped_local_send_is_born_when_stored(broker):
+    """A message handed to ``Broker.send_one`` without a born timestamp (a local send that
+    was never stamped) is born at its store time, on the byte path as on the map path."""
+    msg = Message(TOPIC, b"unstamped", tags="T", properties={"UNIQ_KEY": "AC11000100002A9F0000000000000001"})
+    assert msg.born_timestamp is None
+    r = broker.send_one("pg_unstamped", TOPIC, 0, msg)
+    assert r.code == ResponseCode.SUCCESS
+    ext = broker.store.look_message_by_offset(int(r.msg_id[-16:], 16))
+    assert ext.born_timestamp == ext.store_timestamp > 0
+    assert ext.properties["UNIQ_KEY"] == "AC11000100002A9F0000000000000001"

@@ -19,7 +19,7 @@ import pytest
 
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.remoting.client import RemotingClient
-from rocketstore.remoting.codes import LanguageCode, RequestCode
+from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.server import LoopThread, RemotingServer
 

@@ -39,6 +39,39 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
+def families(port: int) -> list:
+    """/metrics parsed by prometheus_client's parser into metric families."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return list(parser.text_string_to_metric_families(r.read().decode()))
+
+
+def check_exposition(fams: list, cluster: str, broker: str, broker_id: str = "0") -> None:
+    """What a Prometheus user relies on: counters and histograms, not broker-side rates or
+    percentiles; every sample labelled with its broker; cumulative histogram buckets."""
+    assert fams
+    for f in fams:
+        assert f.type in ("counter", "histogram", "gauge"), (f.name, f.type)
+        assert not f.name.endswith("_rate") and "quantile" not in f.name, f.name
+        for s in f.samples:
+            assert (s.labels.get("cluster"), s.labels.get("broker"),
+                    s.labels.get("broker_id")) == (cluster, broker, broker_id), s
+            assert "quantile" not in s.labels, s
+    types = {f.name: f.type for f in fams}
+    assert types["rocketstore_put_messages"] == "counter"
+    assert types["rocketstore_get_messages"] == "counter"
+    assert types["rocketstore_send_failed"] == "counter"
+    assert types["rocketstore_flush_wait_seconds"] == "histogram"
+    assert types["rocketstore_commitlog_flush_seconds"] == "histogram"
+    for f in fams:
+        if f.type != "histogram":
+            continue
+        buckets = [(s.labels["le"], s.value) for s in f.samples if s.name.endswith("_bucket")]
+        counts = [v for _, v in buckets]
+        assert counts == sorted(counts) and buckets[-1][0] == "+Inf"
+        count = [s.value for s in f.samples if s.name == f.name + "_count"]
+        assert count == [buckets[-1][1]]
+
+
 def select(samples, name: str, **labels: str) -> list[float]:
     return [v for (n, ls), v in samples.items()
             if n == name and all(dict(ls).get(k) == x for k, x in labels.items())]
@@ -93,9 +126,8 @@ def test_in_process_broker_counts_and_serves(tmp_path):
         # every SYNC_FLUSH send waited for its flush acknowledgement, and was timed
         assert select(s, "rocketstore_flush_wait_seconds_count") == [5.0]
         assert select(s, "rocketstore_flush_wait_seconds_bucket", le="+Inf") == [5.0]
-        p50 = select(s, "rocketstore_flush_wait_quantile_seconds", quantile="0.5")
-        assert len(p50) == 1 and p50[0] > 0
-        assert select(s, "rocketstore_put_rate", topic="MetricsT")[0] > 0
+        assert select(s, "rocketstore_flush_wait_seconds_sum")[0] > 0
+        check_exposition(families(port), "DefaultCluster", "broker-a")
         assert select(s, "rocketstore_disk_used_bytes", dir="commitlog")[0] > 0
         assert select(s, "rocketstore_disk_free_bytes")[0] > 0
         lag = select(s, "rocketstore_consumer_lag", group="cg-metrics", topic="MetricsT")
@@ -163,7 +195,8 @@ def test_broker_process_metrics_port(tmp_path):
     """broker.conf's metricsPort turns the endpoint on for ``rocketstore broker``."""
     port = free_port()
     ns = start_namesrv(tmp_path)
-    broker = start_broker(tmp_path / "store", ns.addr, conf={"metricsPort": str(port)})
+    broker = start_broker(tmp_path / "store", ns.addr, name="broker-m",
+                          conf={"metricsPort": str(port), "brokerClusterName": "ClusterM"})
     try:
         with Producer("pg-proc", namesrv_addr=ns.addr) as p:
             for i in range(3):
@@ -177,8 +210,12 @@ def test_broker_process_metrics_port(tmp_path):
         assert select(s, "rocketstore_flush_wait_seconds_count") == [0.0]
         s = until(lambda: (lambda s: s if select(s, "rocketstore_commitlog_flush_seconds_count")
                            [0] >= 1 else None)(scrape(port)), "a timed flush round")
-        p99 = select(s, "rocketstore_commitlog_flush_quantile_seconds", quantile="0.99")
-        assert len(p99) == 1 and 0 < p99[0] < 10
+        assert 0 < select(s, "rocketstore_commitlog_flush_seconds_sum")[0] < 60
+        check_exposition(families(port), "ClusterM", "broker-m")
+        # the same series from every broker stay apart: one sample per topic, this broker's
+        assert [dict(ls) for (n, ls), _ in s.items() if n == "rocketstore_put_messages_total"
+                and dict(ls)["topic"] == "ProcT"] == [
+            {"cluster": "ClusterM", "broker": "broker-m", "broker_id": "0", "topic": "ProcT"}]
     finally:
         assert broker.stop() == 0, broker.output[-2000:]
         assert ns.stop() == 0

@@ -18,7 +18,7 @@ from rocketstore.errors import TransportError
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.client import RemotingClient
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.server import LoopThread
 

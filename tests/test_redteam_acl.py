@@ -26,6 +26,10 @@ HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST = 34, 35, 38
 UPDATE_TOPIC, RESET_OFFSET, LOCK_BATCH_MQ = 17, 222, 41
 QUERY_DATA_VERSION, REGISTER_BROKER = 322, 103
 SUCCESS, SYSTEM_ERROR, NO_PERMISSION, CONSUMER_NOT_ONLINE = 0, 1, 16, 206
+# an ACL refusal is answered as 4.9.8 answers it: SYSTEM_ERROR with its AclException text
+ACL_REFUSED = SYSTEM_ERROR
+ACL_EXC = "org.apache.rocketmq.acl.common.AclException: "
+
 
 ACL_YML = """
 accounts:
@@ -124,7 +128,12 @@ def batch_body(*bodies: bytes) -> bytes:
 def test_limited_account_is_refused_on_secret(acl_broker):
     _, broker = acl_broker
     h, _ = call(broker.addr, SEND_V2, v2_header("Secret"), b"direct", ak="limited01")
-    assert h["code"] == NO_PERMISSION and "topic:Secret" in h["remark"]
+    # 4.9.8's remark first (exceptionSimpleDesc of the AclException), then our wording
+    assert h["code"] == ACL_REFUSED, h
+    assert h["remark"] == (
+        ACL_EXC + "No default permission for topic:Secret, org.apache.rocketmq.acl.plain."
+        "PlainPermissionManager.checkPerm(PlainPermissionManager.java:611); No permission for "
+        "topic:Secret: accessKey=limited01 has DENY, the request needs PUB"), h
     h, _ = call(broker.addr, SEND_V2, v2_header("Allowed"), b"fine", ak="limited01")
     assert h["code"] == SUCCESS, h
     assert stored(broker.addr, "Secret") == 0
@@ -159,13 +168,13 @@ def test_trace_topic_exemption_covers_only_a_send_to_the_trace_topic(acl_broker)
     # producer group says (VictimG is DENY for limited01)
     h, _ = call(broker.addr, SEND_V2, v2_header("%RETRY%VictimG", a="RMQ_SYS_TRACE_TOPIC"),
                 b"x", ak="limited01")
-    assert h["code"] == NO_PERMISSION and "group:VictimG" in h["remark"], h
+    assert h["code"] == ACL_REFUSED and "group:VictimG" in h["remark"], h
     # a pull of Secret naming the trace topic anywhere else is still refused
     h, _ = call(broker.addr, PULL, {
         "consumerGroup": "RMQ_SYS_TRACE_TOPIC", "topic": "Secret", "queueId": 0,
         "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0,
         "suspendTimeoutMillis": 0, "b": "RMQ_SYS_TRACE_TOPIC"}, ak="limited01")
-    assert h["code"] == NO_PERMISSION and "topic:Secret" in h["remark"], h
+    assert h["code"] == ACL_REFUSED and "topic:Secret" in h["remark"], h
 
 
 # -- item 5: a client is its connection --------------------------------------------------------
@@ -291,10 +300,10 @@ def test_reset_offset_needs_the_offset_update_permission_and_an_online_group(acl
     assert h["code"] == SUCCESS
     assert committed(addr, "VictimG") == 2
     h, _ = call(addr, UPDATE_OFFSET, dict(upd, commitOffset=0), ak="limited01")
-    assert h["code"] == NO_PERMISSION and "group:VictimG" in h["remark"]
+    assert h["code"] == ACL_REFUSED and "group:VictimG" in h["remark"]
     # the reset is an offset update: refused too, and nothing moved
     h, _ = call(addr, RESET_OFFSET, reset("VictimG"), ak="limited01")
-    assert h["code"] == NO_PERMISSION and "group:VictimG" in h["remark"], h
+    assert h["code"] == ACL_REFUSED and "group:VictimG" in h["remark"], h
     assert committed(addr, "VictimG") == 2
     # nobody of the group online: CONSUMER_NOT_ONLINE, as 4.9.8, and nothing written
     h, _ = call(addr, RESET_OFFSET, reset("VictimG"))
@@ -490,3 +499,15 @@ def test_admin_cli_exits_2_on_a_malformed_reply(capsys, command, body):
     err = capsys.readouterr().err
     assert rc == 2, err
     assert len(err.strip().splitlines()) == 1 and "internal error" not in err
+
+
+def test_a_reply_needs_pub_on_the_reply_topic(acl_broker):
+    """SEND_REPLY_MESSAGE_V2 (325) writes into the reply topic: checked as a send (4.9.8 asks
+    a valid signature only), refused as 4.9.8 refuses."""
+    _, broker = acl_broker
+    h, _ = call(broker.addr, 325, v2_header("DefaultCluster_REPLY_TOPIC", i=props_string({
+        "MSG_TYPE": "reply", "CORRELATION_ID": "c", "REPLY_TO_CLIENT": "x@1"})), b"r",
+        ak="limited01")
+    assert h["code"] == ACL_REFUSED, h
+    assert h["remark"].startswith(ACL_EXC + "No default permission for "
+                                  "topic:DefaultCluster_REPLY_TOPIC, "), h

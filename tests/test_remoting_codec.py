@@ -8,7 +8,7 @@ import pytest
 
 from rocketstore.errors import RemotingProtocolError
 from rocketstore.remoting import fastjson
-from rocketstore.remoting.codes import LanguageCode, RequestCode
+from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import (FLAG_ONEWAY, FLAG_RESPONSE, SERIALIZE_ROCKETMQ,
                                           FrameDecoder, RemotingCommand, decode_frame,
                                           encode_binary_header)

@@ -18,7 +18,8 @@ import pytest
 import refreader
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.errors import InvalidOptionError
-from rocketstore.spark.scan import (ScanOptions, ScanStats, open_reader, plan, read_split)
+from rocketstore.spark.scan import (ScanOptions, ScanStats, open_reader, plan, plan_partitions,
+                                    read_split)
 from rocketstore.spark.writer import shard_queue
 
 pytestmark = pytest.mark.spark
@@ -197,13 +198,14 @@ def test_pushdown_cuts_the_work_not_the_result(spark, store_dir, rand):
             assert on == off, q
             assert on, f"{q} selects nothing: a useless check"
         # Spark plans a read with filters to push in its pushdown worker: the queues are
-        # pruned there (a partition per selected queue)
+        # pruned there (the partitions cover the selected queues only)
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-        pruned_df = spark.read.format("rocketstore").load(store_dir).where(
-            "topic = 'Orders' AND queue_id IN (0, 1)")
-        narrowed = ScanOptions(topics=frozenset({"Orders"}), queue_ids=frozenset({0, 1}))
-        assert pruned_df.rdd.getNumPartitions() == len(plan(store_dir, narrowed)) < \
-            len(plan(store_dir, ScanOptions()))
+        pruned_df = spark.read.format("rocketstore").option("numPartitions", "64").load(
+            store_dir).where("topic = 'Orders' AND queue_id IN (0, 1)")
+        narrowed = ScanOptions(topics=frozenset({"Orders"}), queue_ids=frozenset({0, 1}),
+                               num_partitions=64)
+        assert pruned_df.rdd.getNumPartitions() == len(plan_partitions(store_dir, narrowed)) < \
+            len(plan_partitions(store_dir, ScanOptions(num_partitions=64)))
     finally:
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
 

@@ -21,7 +21,7 @@ from rocketstore.common.sends import WireSend
 from rocketstore.errors import InvalidMessageError, RemotingProtocolError
 from rocketstore.remoting import headers
 from rocketstore.remoting._wire import json_header, stored_properties
-from rocketstore.remoting.codes import LanguageCode
+from rocketstore.common.codes import LanguageCode
 from rocketstore.remoting.command import (_LANGUAGE_NAMES, RemotingCommand, _decode_json_header,
                                           decode_frame)
 from rocketstore.store._codec import parse_properties

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib.util
 import json
 import os
 import socket
@@ -253,13 +254,22 @@ def test_closing_the_store_under_an_answer_in_flight_keeps_its_bytes(tmp_path):
 
 # -- over the wire: a broker process and a raw client -------------------------------------------
 
-@pytest.fixture
-def cluster(tmp_path: Path):
+# the broker process on each event loop: under uvloop the answers' views go through uvloop's
+# transport (``writelines``), under asyncio (before 3.12) through the connection's own writer
+LOOPS = ["asyncio", pytest.param("uvloop", marks=pytest.mark.skipif(
+    importlib.util.find_spec("uvloop") is None,
+    reason="uvloop is not installed (pyproject's test extra installs it)"))]
+
+
+@pytest.fixture(params=LOOPS)
+def cluster(tmp_path: Path, request, monkeypatch):
+    monkeypatch.setenv("ROCKETSTORE_EVENT_LOOP", request.param)
     ns = start_namesrv(tmp_path)
     conf = {"mappedFileSizeCommitLog": str(FILE),
             "maxTransferBytesOnMessageInMemory": str(16 << 20),
             "maxTransferCountOnMessageInMemory": "64"}
     b = start_broker(tmp_path / "store", ns.addr, conf)
+    assert f"event loop: {request.param}" in b.output, b.output
     try:
         yield tmp_path / "store", b
     finally:

@@ -58,7 +58,7 @@ def send_rate(namesrv: str, topic: str, n: int, threads: int, **creds: str) -> f
 def micro(n: int) -> tuple[float, float]:
     """(µs per check, µs per frame decode) for a signed 100 B SEND_MESSAGE_V2."""
     from rocketstore.acl import PlainAccessValidator, SessionCredentials
-    from rocketstore.remoting.codes import RequestCode
+    from rocketstore.common.codes import RequestCode
     from rocketstore.remoting.command import RemotingCommand, decode_frame
     tmp = Path(tempfile.mkdtemp(prefix="bench-acl-"))
     try:

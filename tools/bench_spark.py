@@ -13,13 +13,20 @@
    same DataFrame written to Parquet; the store's write is also split into its tasks (up to
    the last task's end) and the driver's commit (the append, its flush and close), from
    timestamps the benchmark's own writer records;
-2. read: ``count()`` and ``groupBy("tags").count()`` over the store, against
+2. read: ``count()`` and ``groupBy("tags").agg(sum(length("body")))`` over the store, read
+   whole (what a query gets with no ``columns`` option: Spark does not tell a Python data
+   source the columns a query uses) and pruned (``option("columns", ...)``: none for the
+   count, ``tags,body`` for the aggregate), against
    - a trivial Arrow data source that yields prebuilt batches of the same shape (the same
-     splits, rows per batch and columns: one real batch decoded once per task, then yielded
-     again and again), i.e. the cost of Spark's Python data source path with no decode;
-   - Spark reading the same rows from Parquet (written from the store once, untimed).
-Each write and query runs ``--repeat`` times, the sources interleaved (best kept); the load
-average is printed. Ratios are store / baseline. ``--arrow-batch`` (Spark's
+     partitions, rows per batch and columns: one real batch decoded once per task, then
+     yielded again and again), i.e. the cost of Spark's Python data source path with no
+     decode;
+   - Spark reading the same rows from Parquet (written from the store once, untimed; it
+     prunes columns by itself).
+Each write and query runs ``--repeat`` times, the sources interleaved (best kept, the range
+printed); the load average is printed. Write ratios are store / baseline rows/s; read ratios
+are Parquet's time / the source's (>= 1: as fast as Parquet). ``--read-only`` writes the
+store and the Parquet copy once, untimed, and times the reads only. ``--arrow-batch`` (Spark's
 ``spark.sql.execution.arrow.maxRecordsPerBatch``) and ``--partitions`` apply to every sink
 alike.
 """
@@ -53,33 +60,33 @@ def _session(cores: int, memory: str, arrow_batch: int):
 
 
 def _baseline_source():
-    """The trivial Arrow source: the store's splits, each yielding one prebuilt batch (decoded
-    from the store once per task) until the split's rows are out."""
+    """The trivial Arrow source: the store's partitions (packed as the real source packs
+    them) and projection (option ``columns``), each task yielding one prebuilt batch
+    (decoded from the store once per task) until its rows are out."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     class Part(InputPartition):
-        def __init__(self, path, split, opts):
-            super().__init__(split)
-            self.path, self.split, self.opts = path, split, opts
+        def __init__(self, path, splits, opts):
+            super().__init__(None)
+            self.path, self.splits, self.opts = path, splits, opts
 
     class Reader(DataSourceReader):
-        def __init__(self, path):
-            from rocketstore.spark.scan import ScanOptions
+        def __init__(self, path, opts):
             self.path = path
-            self.opts = ScanOptions()
+            self.opts = opts
 
         def partitions(self):
-            from rocketstore.spark.scan import plan
-            return [Part(self.path, s, self.opts) for s in plan(self.path, self.opts)]
+            from rocketstore.spark.scan import plan_partitions
+            return [Part(self.path, p, self.opts) for p in plan_partitions(self.path, self.opts)]
 
         def read(self, part):
             from rocketstore.spark.scan import Split, open_reader, read_split
-            s = part.split
+            s = part.splits[0]
             with open_reader(part.path) as store:
                 first = next(read_split(store, Split(s.topic, s.queue_id, s.start,
                                                      min(s.end, s.start + part.opts.batch_rows)),
                                         part.opts))
-            left = s.end - s.start
+            left = sum(sp.end - sp.start for sp in part.splits)
             while left > 0:
                 batch = first if left >= first.num_rows else first.slice(0, left)
                 left -= batch.num_rows
@@ -91,11 +98,13 @@ def _baseline_source():
             return "arrow_baseline"
 
         def schema(self):
-            from rocketstore.spark.arrow import SCHEMA_DDL
-            return SCHEMA_DDL
+            from rocketstore.spark.datasource import projection_ddl
+            return projection_ddl(self.options.get("columns"))
 
         def reader(self, schema):
-            return Reader(self.options["path"])
+            from rocketstore.spark.datasource import projection
+            from rocketstore.spark.scan import ScanOptions
+            return Reader(self.options["path"], ScanOptions(columns=projection(schema)))
 
     return ArrowBaseline
 
@@ -189,6 +198,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--partitions", type=int, default=0,
                     help="partitions of the generated DataFrame (default max(4 x cores, 8))")
     ap.add_argument("--write-only", action="store_true", help="skip the reads")
+    ap.add_argument("--read-only", action="store_true",
+                    help="write the store once (untimed) and time the reads only")
     ap.add_argument("--code", default=None,
                     help="the checkout whose rocketstore is measured (default: this one)")
     args = ap.parse_args(argv)
@@ -201,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     spark.dataSource.register(_baseline_source())
     spark.dataSource.register(_null_writer_source())
     stamps_dir = os.path.join(work, "stamps")
-    os.makedirs(stamps_dir)
+    os.makedirs(stamps_dir, exist_ok=True)
     spark.dataSource.register(_timed_store_source(stamps_dir))
     parts = args.partitions or max(args.cores * 4, 8)
     n = args.num
@@ -223,7 +234,9 @@ def main(argv: list[str] | None = None) -> None:
         # directory, the last store stays for the reads
         t_write_null = t_write = t_write_pq = t_noop = float("inf")
         t_tasks = t_commit = float("inf")
-        for r in range(args.repeat):
+        if args.read_only and not os.path.isdir(store):     # (a --dir's store is reused)
+            gen.write.format("rocketstore").mode("append").save(store)
+        for r in range(0 if args.read_only else args.repeat):
             t = time.perf_counter()
             gen.write.format("noop").mode("overwrite").save()
             t_noop = min(t_noop, time.perf_counter() - t)
@@ -250,47 +263,74 @@ def main(argv: list[str] | None = None) -> None:
               f"{args.tags} tags, local[{args.cores}], {parts} partitions, arrow batches of "
               f"{args.arrow_batch:,} rows, best of {args.repeat}, "
               f"load average {os.getloadavg()[0]:.1f}, code {ROOT}")
-        print(f"  write rocketstore            {n / t_write:>12,.0f} rows/s  ({t_write:.2f} s: "
-              f"tasks {t_tasks:.2f} s, then the commit {t_commit:.2f} s)")
-        print(f"  write arrow null sink        {n / t_write_null:>12,.0f} rows/s  ({t_write_null:.2f} s)"
-              f"   store/baseline {t_write_null / t_write:.2f}")
-        print(f"  write noop (JVM only)        {n / t_noop:>12,.0f} rows/s  ({t_noop:.2f} s)"
-              f"   store/baseline {t_noop / t_write:.2f}")
-        print(f"  write parquet (same rows)    {n / t_write_pq:>12,.0f} rows/s  ({t_write_pq:.2f} s)"
-              f"   store/baseline {t_write_pq / t_write:.2f}")
+        if not args.read_only:
+            print(f"  write rocketstore            {n / t_write:>12,.0f} rows/s  ({t_write:.2f} s: "
+                  f"tasks {t_tasks:.2f} s, then the commit {t_commit:.2f} s)")
+            print(f"  write arrow null sink        {n / t_write_null:>12,.0f} rows/s  ({t_write_null:.2f} s)"
+                  f"   store/baseline {t_write_null / t_write:.2f}")
+            print(f"  write noop (JVM only)        {n / t_noop:>12,.0f} rows/s  ({t_noop:.2f} s)"
+                  f"   store/baseline {t_noop / t_write:.2f}")
+            print(f"  write parquet (same rows)    {n / t_write_pq:>12,.0f} rows/s  ({t_write_pq:.2f} s)"
+                  f"   store/baseline {t_write_pq / t_write:.2f}")
         if args.write_only:
             return
 
         # ---- read ---------------------------------------------------------------------------
-        src = spark.read.format("rocketstore").load(store)
-        src.write.parquet(pq_store)                         # the same rows, for the baseline
-        sources = {
-            "rocketstore": lambda: spark.read.format("rocketstore").load(store),
-            "arrow_baseline": lambda: spark.read.format("arrow_baseline").load(store),
-            "parquet": lambda: spark.read.parquet(pq_store),
-        }
-        # repeats interleave the sources, so a noisy moment does not fall on one of them only
-        res: dict[tuple[str, str], float] = {}
-        for _ in range(args.repeat):
-            for name, df in sources.items():
-                t = time.perf_counter()
-                got = df().count()
-                secs = time.perf_counter() - t
-                assert got == n, f"{name}: count {got}, expected {n}"
-                res[(name, "count")] = max(res.get((name, "count"), 0.0), n / secs)
-                t = time.perf_counter()
-                groups = df().groupBy("tags").count().collect()
-                secs = time.perf_counter() - t
-                assert sum(r["count"] for r in groups) == n and len(groups) == args.tags, groups
-                res[(name, "groupby")] = max(res.get((name, "groupby"), 0.0), n / secs)
+        if not args.read_only:                              # a new store: a new copy
+            shutil.rmtree(pq_store, ignore_errors=True)
+        if not os.path.isdir(pq_store):                     # the same rows, for the baseline
+            spark.read.format("rocketstore").load(store).write.parquet(pq_store)
 
-        print(f"  reads: best of {args.repeat}, load average {os.getloadavg()[0]:.1f}")
-        for q in ("count", "groupby"):
-            r = res[("rocketstore", q)]
-            print(f"  read {q:<8} rocketstore      {r:>12,.0f} rows/s")
-            for base in ("arrow_baseline", "parquet"):
-                b = res[(base, q)]
-                print(f"  read {q:<8} {base:<16} {b:>12,.0f} rows/s   store/baseline {r / b:.2f}")
+        def rs(fmt: str, columns: str | None):
+            r = spark.read.format(fmt)
+            return (r if columns is None else r.option("columns", columns)).load(store)
+
+        # (source, query) -> the DataFrame's query: a count, and the sum of the body lengths
+        # per tag; "pruned" tells the store the columns the query uses (Spark does not tell a
+        # Python data source), Parquet prunes by itself
+        def count(df):
+            return df.count()
+
+        def body_per_tag(df):
+            return df.groupBy("tags").agg(F.sum(F.length("body")).alias("bytes")).collect()
+
+        queries = {"count": ("", count), "body/tag": ("tags,body", body_per_tag)}
+        sources = {
+            "rocketstore": lambda cols: rs("rocketstore", None),
+            "rocketstore pruned": lambda cols: rs("rocketstore", cols),
+            "arrow_baseline pruned": lambda cols: rs("arrow_baseline", cols),
+            "parquet": lambda cols: spark.read.parquet(pq_store),
+        }
+        for q, (cols, run) in queries.items():             # warm-up: every source, untimed
+            for df in sources.values():
+                run(df(cols))
+        # repeats interleave the sources, so a noisy moment does not fall on one of them only
+        times: dict[tuple[str, str], list[float]] = {}
+        for _ in range(args.repeat):
+            for q, (cols, run) in queries.items():
+                for name, df in sources.items():
+                    t = time.perf_counter()
+                    got = run(df(cols))
+                    times.setdefault((name, q), []).append(time.perf_counter() - t)
+                    if q == "count":
+                        assert got == n, f"{name}: count {got}, expected {n}"
+                    else:
+                        total = sum(r["bytes"] for r in got)
+                        # the baseline repeats one batch: its tags are not the data's
+                        assert total == n * args.body, (name, got)
+                        assert len(got) == args.tags or name.startswith("arrow"), (name, got)
+
+        print(f"  reads: best of {args.repeat} (range), load average {os.getloadavg()[0]:.1f}; "
+              f"vs parquet = parquet's time / this one's (>= 1: as fast as Parquet)")
+        for q in queries:
+            pq_best = min(times[("parquet", q)])
+            for name in sources:
+                ts = times[(name, q)]
+                line = (f"  read {q:<9}{name:<22}{n / min(ts):>12,.0f} rows/s  "
+                        f"({min(ts):.2f} s, {min(ts):.2f}-{max(ts):.2f})")
+                if name != "parquet":
+                    line += f"   vs parquet {pq_best / min(ts):.2f}"
+                print(line)
     finally:
         spark.stop()
         if args.dir is None:

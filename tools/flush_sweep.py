@@ -263,56 +263,218 @@ def run_sweep(spark, units: list[dict], out_dir: str | os.PathLike[str], *, dura
     return rows
 
 
+MAX_LABELS = 40         # more points than this are not labelled (the full grid's hundreds)
+# marker shape per producer thread count, fill per message size: with the colour per policy,
+# every marker's look is explained by the legends (any other thread count gets "D")
+THREAD_MARKERS = {1: "v", 2: "^", 4: "o", 8: "P", 16: "s", 32: "X"}
+
+
+def _thread_marker(threads: int) -> str:
+    return THREAD_MARKERS.get(threads, "D")
+
+
+def _place_labels(ax: Any, points: list[tuple[float, float]], texts: list[str],
+                  markers: list[tuple[float, float]] | None = None) -> int:
+    """Annotate each point with its text where it overlaps no other label and no marker.
+
+    Points are labelled top to bottom; a label goes right of its point, else the nearest free
+    line below (then above) it, with a thin leader line when moved, so a cluster's labels form
+    a column in the points' order and their leaders do not cross; left of the point when the
+    right side leaves the axes. ``markers``: every marker drawn (default: ``points``). A label
+    with no free place is left out rather than drawn over another: returns how many were."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    from matplotlib.transforms import Bbox
+    taken = []
+    for x, y in markers or points:      # every marker, about 10 px across
+        px, py = ax.transData.transform((x, y))
+        taken.append(Bbox.from_extents(px - 6, py - 6, px + 6, py + 6))
+    line_pt = 9.5                   # one label line, in points
+    order = sorted(range(len(points)), key=lambda i: -points[i][1])
+    left_out = 0
+    for i in order:
+        x, y = points[i]
+        placed = None
+        steps = [0] + [-k for k in range(1, 30)] + list(range(1, 30))
+        for side in (1, -1):
+            for dy in steps:
+                dx = (7 if dy == 0 else 28) * side
+                t = ax.annotate(texts[i], (x, y), xytext=(dx, dy * line_pt),
+                                textcoords="offset points", fontsize=7, va="center",
+                                ha="left" if side > 0 else "right")
+                box = t.get_window_extent(renderer)
+                box = Bbox.from_extents(box.x0 - 2, box.y0 - 1, box.x1 + 2, box.y1 + 1)
+                inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and \
+                    frame.y0 <= box.y0 and box.y1 <= frame.y1
+                t.remove()
+                if inside and not any(box.overlaps(o) for o in taken):
+                    placed = (dx, dy, side, box)
+                    break
+            if placed:
+                break
+        if placed is None:
+            left_out += 1
+            continue
+        dx, dy, side, box = placed
+        ax.annotate(texts[i], (x, y), xytext=(dx, dy * line_pt), textcoords="offset points",
+                    fontsize=7, va="center", ha="left" if side > 0 else "right",
+                    arrowprops=None if dy == 0 else dict(arrowstyle="-", lw=0.5, color="0.5",
+                                                         shrinkA=1, shrinkB=4))
+        taken.append(box)
+    return left_out
+
+
 def plot(rows: list[dict], out: Path) -> list[Path]:
-    """The two figures from the successful rows; returns their paths."""
+    """The two figures from the successful rows; returns their paths.
+
+    Colour is the policy, marker shape the producer threads, a hollow marker 1 KiB messages
+    (filled: 100 B or what the row says), each explained in a legend outside the axes; the
+    async units are labelled with their flush interval and least pages, placed so no two
+    labels overlap."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
     ok = [r for r in rows if r["ok"]]
     paths = [out / "throughput_vs_p99.png", out / "unflushed_vs_interval.png"]
+    policies = sorted({r["policy"] for r in rows})
+    colors = {name: f"C{i % 10}" for i, name in enumerate(policies)}
+    sizes = sorted({r["size"] for r in ok})
+    small = sizes[0] if sizes else 0
 
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    for name in sorted({r["policy"] for r in ok}):
-        pts = sorted((r for r in ok if r["policy"] == name), key=lambda r: r["p99_us"])
-        ax.plot([r["p99_us"] for r in pts], [r["msgs_per_s"] for r in pts], "o", label=name)
-        for r in pts:
-            tag = f"{r['threads']}t {r['size']}B"
-            if r["flush"] == "ASYNC_FLUSH":
-                tag += f" {r['interval_ms']}ms/{r['least_pages']}p"
-            ax.annotate(tag, (r["p99_us"], r["msgs_per_s"]),
-                        fontsize=7, xytext=(3, 3), textcoords="offset points")
+    def style(r: dict) -> dict:
+        c = colors[r["policy"]]
+        return dict(marker=_thread_marker(r["threads"]), color=c, markeredgecolor=c,
+                    markerfacecolor=c if r["size"] == small else "none", markersize=7,
+                    markeredgewidth=1.3, linestyle="none", alpha=0.8)
+
+    def legends(ax: Any, where: float, shown: list[dict]) -> list[Any]:
+        """Policy colours, thread shapes and size fills of the ``shown`` rows, stacked right
+        of the axes."""
+        made = []
+        handles = [Patch(color=colors[p], label=p) for p in policies
+                   if any(r["policy"] == p for r in shown)]
+        made.append(ax.legend(handles=handles, title="policy (colour)", fontsize=8,
+                              title_fontsize=8, loc="upper left", bbox_to_anchor=(where, 1.0),
+                              borderaxespad=0))
+        ax.add_artist(made[-1])
+        threads = sorted({r["threads"] for r in shown})
+        handles = [Line2D([], [], marker=_thread_marker(t), color="0.3", linestyle="none",
+                          markersize=7, label=f"{t} thread{'s' if t != 1 else ''}")
+                   for t in threads]
+        made.append(ax.legend(handles=handles, title="producers (shape)", fontsize=8,
+                              title_fontsize=8, loc="upper left", bbox_to_anchor=(where, 0.62),
+                              borderaxespad=0))
+        ax.add_artist(made[-1])
+        handles = [Line2D([], [], marker="o", color="0.3", linestyle="none", markersize=7,
+                          markerfacecolor="0.3" if sz == small else "none",
+                          label=f"{sz} B messages") for sz in sizes
+                   if any(r["size"] == sz for r in shown)]
+        made.append(ax.legend(handles=handles, title="body size (fill)", fontsize=8,
+                              title_fontsize=8, loc="upper left", bbox_to_anchor=(where, 0.27),
+                              borderaxespad=0))
+        return made
+
+    # -- throughput against p99 latency ----------------------------------------------------
+    fig, ax = plt.subplots(figsize=(11, 6.5))
+    for r in ok:
+        ax.plot([r["p99_us"]], [r["msgs_per_s"]], **style(r))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("p99 put latency (µs; recorded in whole µs, 1 is the floor)")
-    ax.set_ylabel("throughput (msgs/s)")
-    ax.set_title("Flush policies: throughput against p99 latency")
-    ax.grid(True, which="both", alpha=0.3)
     if ok:
-        ax.legend(title="policy")
-    fig.tight_layout()
+        xs = [r["p99_us"] for r in ok]
+        ys = [r["msgs_per_s"] for r in ok]
+        # room right of the points for their labels, and above/below for stacking them
+        ax.set_xlim(min(xs) / 1.6, max(xs) * 8)
+        ax.set_ylim(min(ys) / 3, max(ys) * 3)
+    ax.set_xlabel("p99 put latency (µs, log scale; recorded in whole µs, so 1 µs is the floor)")
+    ax.set_ylabel("throughput (messages/s, log scale)")
+    ax.set_title("Flush policies: throughput against p99 put latency\nlabels: policy, producer "
+                 "threads, body size; async: flush interval (ms) / least pages (p)")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.subplots_adjust(left=0.08, right=0.78, top=0.88, bottom=0.1)
+    if ok:
+        legends(ax, 1.02, ok)
+    if 0 < len(ok) <= MAX_LABELS:
+        # the whole configuration: markers at one spot (p99 at its 1 µs floor) hide each other
+        texts = [f"{r['policy']}, {r['threads']}t, {r['size']} B"
+                 + (f", {r['interval_ms']} ms / {r['least_pages']} p"
+                    if r["flush"] == "ASYNC_FLUSH" else "") for r in ok]
+        missing = _place_labels(ax, [(r["p99_us"], r["msgs_per_s"]) for r in ok], texts)
+        if missing:
+            ax.text(0.01, 0.01, f"{missing} unit(s) unlabelled: no free space (see the Parquet "
+                    "rows)", transform=ax.transAxes, fontsize=7, color="0.4")
+    elif ok:
+        ax.text(0.01, 0.01, f"{len(ok)} units: too many to label (see the Parquet rows)",
+                transform=ax.transAxes, fontsize=7, color="0.4")
     fig.savefig(paths[0], dpi=110)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    ax2 = ax.twinx()
+    # -- unflushed window against flush interval: ms above, MB below, one x axis ------------
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(11, 7.5))
     asyncs = [r for r in ok if r["flush"] == "ASYNC_FLUSH"]
-    groups = sorted({(r["policy"], r["size"], r["least_pages"], r["threads"]) for r in asyncs})
+    key = lambda r: (r["policy"], r["size"], r["least_pages"], r["threads"])    # noqa: E731
+    groups = sorted({key(r) for r in asyncs})
+    labelled: list[tuple[float, float, float, str]] = []
+    drawn: list[tuple[float, float, float]] = []
+    # groups side by side at one interval: a small sideways shift (log x) by the group's rank
+    # there keeps each marker visible; an interval with one group stays on its tick
+    at: dict[int, list[tuple]] = {}
     for g in groups:
-        pts = sorted((r for r in asyncs if (r["policy"], r["size"], r["least_pages"], r["threads"]) == g),
-                     key=lambda r: r["interval_ms"])
-        label = f"{g[0]} {g[1]}B least_pages={g[2]} {g[3]}t"
-        line, = ax.plot([r["interval_ms"] for r in pts], [r["unflushed_max_ms"] for r in pts],
-                        "o-", label=label)
-        ax2.plot([r["interval_ms"] for r in pts], [r["unflushed_max_bytes"] / 1e6 for r in pts],
-                 "x--", color=line.get_color(), alpha=0.6)
-    ax.set_xlabel("flush_interval_commit_log (ms)")
-    ax.set_ylabel("largest unflushed window (ms, o-)")
-    ax2.set_ylabel("largest unflushed window (MB, x--)")
-    ax.set_title("Async flush: data at risk on power loss against flush interval")
-    ax.grid(True, alpha=0.3)
-    if groups:
-        ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+        for r in asyncs:
+            if key(r) == g and g not in at.setdefault(r["interval_ms"], []):
+                at[r["interval_ms"]].append(g)
+    step = min(0.03, 0.2 / max(1, max((len(v) for v in at.values()), default=1)))   # decades
+
+    def dodge(r: dict) -> float:
+        there = at[r["interval_ms"]]
+        return r["interval_ms"] * 10 ** (step * (there.index(key(r)) - (len(there) - 1) / 2))
+
+    for g in groups:
+        pts = sorted((r for r in asyncs if key(r) == g), key=lambda r: r["interval_ms"])
+        xs = [dodge(r) for r in pts]
+        drawn += [(x, r["unflushed_max_ms"], r["unflushed_max_bytes"] / 1e6)
+                  for x, r in zip(xs, pts)]
+        st = style(pts[0])
+        st["linestyle"] = "-"
+        top.plot(xs, [r["unflushed_max_ms"] for r in pts], **st)
+        bottom.plot(xs, [r["unflushed_max_bytes"] / 1e6 for r in pts], **st)
+        if g[2] != DEFAULTS["least_pages"]:
+            labelled += [(x, r["unflushed_max_ms"], r["unflushed_max_bytes"] / 1e6,
+                          f"least_pages {g[2]}") for x, r in zip(xs, pts)]
+    intervals = sorted({r["interval_ms"] for r in asyncs})
+    for a in (top, bottom):
+        a.set_xscale("log")
+        a.grid(True, which="major", alpha=0.3)
+        a.set_ylim(bottom=0)
+    if intervals:
+        from matplotlib.ticker import FixedLocator, NullLocator
+        bottom.xaxis.set_major_locator(FixedLocator(intervals))
+        bottom.xaxis.set_minor_locator(NullLocator())
+        bottom.set_xticklabels([str(i) for i in intervals])
+        bottom.set_xlim(intervals[0] / 1.5, intervals[-1] * 2.5)
+        top.set_ylim(0, max(r["unflushed_max_ms"] for r in asyncs) * 1.12)
+        bottom.set_ylim(0, max(r["unflushed_max_bytes"] for r in asyncs) / 1e6 * 1.12)
+    top.set_ylabel("largest unflushed\nwindow (ms)")
+    bottom.set_ylabel("largest unflushed\nwindow (MB)")
+    bottom.set_xlabel("flush_interval_commit_log (ms, log scale)")
+    top.set_title("Async flush: data at risk on power loss against the flush interval\n"
+                  f"(least_pages {DEFAULTS['least_pages']}, RocketMQ's default, unless labelled)")
+    fig.subplots_adjust(left=0.1, right=0.76, top=0.9, bottom=0.09, hspace=0.08)
+    if asyncs:
+        legends(top, 1.02, asyncs)
+        if len(labelled) > MAX_LABELS:
+            top.text(0.01, 0.97, f"{len(labelled)} units with other least_pages: too many to "
+                     "label (see the Parquet rows)", transform=top.transAxes, fontsize=7,
+                     color="0.4", va="top")
+        elif labelled:
+            _place_labels(top, [(x, ms) for x, ms, _, _ in labelled], [t for *_, t in labelled],
+                          [(x, ms) for x, ms, _ in drawn])
+            _place_labels(bottom, [(x, mb) for x, _, mb, _ in labelled],
+                          [t for *_, t in labelled], [(x, mb) for x, _, mb in drawn])
     fig.savefig(paths[1], dpi=110)
     plt.close(fig)
     return paths

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 
 log = logging.getLogger("rocketstore.acl")
 

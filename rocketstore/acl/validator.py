@@ -11,6 +11,7 @@ request                         needs
 ==============================  ====================================================
 SEND_MESSAGE(_V2), SEND_BATCH   PUB on the topic; a send to ``%RETRY%g`` needs SUB on
                                 group g instead
+SEND_REPLY_MESSAGE(_V2)         PUB on the reply topic (a send)
 CONSUMER_SEND_MSG_BACK          SUB on the group
 PULL_MESSAGE                    SUB on the topic and on the consumer group
 QUERY_MESSAGE                   SUB on the topic
@@ -45,6 +46,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from rocketstore.acl import permission
 from rocketstore.acl.address import host_of
@@ -53,14 +55,30 @@ from rocketstore.acl.signature import (ACCESS_KEY, SECURITY_TOKEN, SIGNATURE,
                                        UNIQUE_MSG_QUERY_FLAG, calc_signature,
                                        combine_request_content)
 from rocketstore.errors import AccessDeniedError, AclConfigError
-from rocketstore.remoting.codes import RequestCode
-from rocketstore.remoting.command import RemotingCommand
+from rocketstore.common.codes import RequestCode
+
+if TYPE_CHECKING:     # acl reads commands; it never imports the remoting package
+    from rocketstore.remoting.command import RemotingCommand
 
 log = logging.getLogger("rocketstore.acl")
 
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 WATCH_INTERVAL_S = 0.5
 _UNSIGNED = frozenset({SIGNATURE, UNIQUE_MSG_QUERY_FLAG})
+
+# 4.9.8 refuses by throwing an AclException from its RPC hook; the remoting layer answers
+# SYSTEM_ERROR with the exception's toString and its top stack frame
+# (RemotingHelper.exceptionSimpleDesc). Where each of its refusals is thrown:
+_JAVA_FRAMES = {"validate": 664, "unknown_key": 668, "signature": 684, "admin": 581,
+                "default_perm": 606, "perm": 611}
+
+
+def rocketmq_text(message: str, where: str) -> str:
+    """The remark a 4.9.8 broker answers an ACL refusal with (``message`` thrown ``where``)."""
+    method = "validate" if where in ("validate", "unknown_key", "signature") else "checkPerm"
+    return (f"org.apache.rocketmq.acl.common.AclException: {message}, "
+            f"org.apache.rocketmq.acl.plain.PlainPermissionManager.{method}"
+            f"(PlainPermissionManager.java:{_JAVA_FRAMES[where]})")
 
 R = RequestCode
 _SEND_CODES = frozenset({int(R.SEND_MESSAGE), int(R.SEND_MESSAGE_V2), int(R.SEND_BATCH_MESSAGE)})
@@ -128,18 +146,22 @@ def authenticate_request(config: PlainAclConfig, req: AccessRequest) -> PlainAcc
     ak = req.access_key
     if ak is None:
         raise AccessDeniedError(None, f"No accessKey is configured (request code {req.code} "
-                                      f"from {host} is not signed)")
+                                      f"from {host} is not signed)",
+                                rocketmq_text("No accessKey is configured", "validate"))
     acct = config.accounts.get(ak)
     if acct is None:
-        raise AccessDeniedError(ak, f"No acl config for accessKey={ak}")
+        raise AccessDeniedError(ak, f"No acl config for accessKey={ak}",
+                                rocketmq_text(f"No acl config for {ak}", "unknown_key"))
     if acct.white(host):
         return None
     expected = calc_signature(req.content, acct.secret_key)
     if req.signature is None or not hmac.compare_digest(expected, req.signature):
-        raise AccessDeniedError(ak, f"Check signature failed for accessKey={ak}")
+        raise AccessDeniedError(ak, f"Check signature failed for accessKey={ak}",
+                                rocketmq_text(f"Check signature failed for accessKey={ak}",
+                                              "signature"))
     if permission.needs_admin(req.code) and not acct.admin:
-        raise AccessDeniedError(ak, f"Need admin permission for request code={req.code}, "
-                                    f"but accessKey={ak} is not")
+        text = f"Need admin permission for request code={req.code}, but accessKey={ak} is not"
+        raise AccessDeniedError(ak, text, rocketmq_text(text, "admin"))
     return acct
 
 
@@ -167,22 +189,24 @@ def _check_perms(acct: PlainAccount, req: AccessRequest) -> None:
     for resource, needed in req.resources.items():
         is_group = permission.is_group_resource(resource)
         owned = owned_map.get(resource)
-        kind = "permission"
+        kind, where = "permission", "perm"
         if owned is None:
             owned = acct.default_group_perm if is_group else acct.default_topic_perm
-            kind = "default permission"
+            kind, where = "default permission", "default_perm"
         if not permission.check_permission(needed, owned):
+            name = permission.describe_resource(resource)
             raise AccessDeniedError(
-                ak, f"No {kind} for {permission.describe_resource(resource)}: accessKey={ak} "
-                    f"has {permission.perm_name(owned)}, the request needs "
-                    f"{permission.perm_name(needed)}")
+                ak, f"No {kind} for {name}: accessKey={ak} has {permission.perm_name(owned)}, "
+                    f"the request needs {permission.perm_name(needed)}",
+                # 4.9.8 says "default" in both cases
+                rocketmq_text(f"No default permission for {name}", where))
 
 
 class PlainAccessValidator:
     """Plain ACL over one ``plain_acl.yml``, re-read when the file changes.
 
-    ``check(cmd, remote_addr)`` returns None to let a request through, else the reason to
-    answer NO_PERMISSION with. ``close()`` stops the watcher thread.
+    ``check(cmd, remote_addr)`` returns None to let a request through, else the remark to
+    answer SYSTEM_ERROR with (4.9.8's text, then ours). ``close()`` stops the watcher thread.
     """
 
     def __init__(self, path: str, *, watch: bool = True,
@@ -260,7 +284,7 @@ class PlainAccessValidator:
             authorize_request(acct, parse_request(cmd, remote_addr))
 
     def check(self, cmd: RemotingCommand, remote_addr: str) -> str | None:
-        """None when the request may go through, else why not (logged)."""
+        """None when the request may go through, else the refusal's remark (logged)."""
         try:
             self.validate(cmd, remote_addr)
         except AccessDeniedError as e:
@@ -269,7 +293,7 @@ class PlainAccessValidator:
 
     def authenticate(self, cmd: RemotingCommand, remote_addr: str) -> AccessRequest | None | str:
         """The first half of the check, before ``cmd`` is decoded: None when a white address
-        lets it through unchecked, a string (the reason, logged) when it is refused, else the
+        lets it through unchecked, a string (the remark, logged) when it is refused, else the
         ``AccessRequest`` to pass to ``authorize`` with the decoded request's touches."""
         req = access_request(cmd, remote_addr)
         try:
@@ -293,7 +317,7 @@ class PlainAccessValidator:
     @staticmethod
     def _refused(req_code: int, remote: str, e: AccessDeniedError) -> str:
         log.info("ACL refused request code %s from %s: %s", req_code, remote, e)
-        return str(e)
+        return e.remark
 
     def close(self) -> None:
         """Stop watching the file."""

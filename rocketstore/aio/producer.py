@@ -13,6 +13,7 @@ from typing import Any, Iterable
 from rocketstore.aio._bridge import on_loop, wait
 from rocketstore.client.producer import (Producer, Selector, SendResult, TransactionProducer,
                                          TransactionSendResult)
+from rocketstore.client.reply import create_reply_message
 from rocketstore.common import Message, MessageExt, MessageQueue, SendStatus
 from rocketstore.errors import MQClientError
 
@@ -72,6 +73,17 @@ class AsyncProducer:
                          timeout: int | None = None) -> SendResult:
         """``Producer.send_batch``, awaited."""
         return await wait(self._p.send_batch_future(msgs, message_queue, timeout))
+
+    async def request(self, msg: Message, timeout: int = 3000) -> MessageExt:
+        """``Producer.request``, awaited: the reply (no thread waits for it);
+        ``RequestTimeoutError`` after ``timeout`` ms."""
+        return await wait(self._p.request_async(msg, timeout))
+
+    async def send_reply(self, request: Message | MessageExt, body: bytes,
+                         timeout: int | None = None) -> SendResult:
+        """``Producer.send_reply``, awaited (the broker answers once it pushed the reply to
+        the requester)."""
+        return await self.send(create_reply_message(request, body), timeout=timeout)
 
     def send_oneway(self, msg: Message, message_queue: MessageQueue | None = None,
                     selector: Selector | None = None, arg: Any = None) -> None:

@@ -27,6 +27,7 @@ from rocketstore.broker.lock_manager import RebalanceLockManager
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.producer_manager import ProducerManager
 from rocketstore.broker.pull import PullMessageProcessor
+from rocketstore.broker.reply import ReplyMessageProcessor
 from rocketstore.broker.send import SendMessageProcessor
 from rocketstore.broker.subscription_group import SubscriptionGroupManager
 from rocketstore.broker.topic_manager import BrokerTopicManager
@@ -77,6 +78,8 @@ class _Housekeeping:
         while not self._stop.wait(interval):
             try:
                 self.broker.scan_not_active_channels()
+                if self.broker.metrics is not None:
+                    self.broker.metrics.windows.sample()     # statsAll's minute/hour/day
             except Exception:  # noqa: BLE001 - keep scanning
                 log.exception("housekeeping scan failed")
 
@@ -103,8 +106,6 @@ class Broker:
         self.config = config
         self.store_config = store.config
         self.broker_name = config.broker_name
-        # a SLAVE refuses writes and admin changes and serves reads (docs/replication.md)
-        self.is_slave = config.broker_role == "SLAVE"
         self.slave_sync: Any = None             # rocketstore.broker.slave_sync, set by the server
         self.store_host = store.config.store_host
         self._closed = False
@@ -122,6 +123,7 @@ class Broker:
         self.producer_manager = ProducerManager(config.channel_expired_timeout)
         self.lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self.send_processor = SendMessageProcessor(self)
+        self.reply_processor = ReplyMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self._housekeeping = _Housekeeping(self)
         self.schedule_service: Any = None
@@ -129,6 +131,12 @@ class Broker:
         self._services: list[Any] = []
         self.metrics: BrokerMetrics | None = BrokerMetrics(self) if config.metrics_enable else None
         self.metrics_server: Any = None
+        self.config_version: Any = None     # settings' DataVersion (broker.runtime_config)
+        self.ha_service: Any = None         # start_ha(): rocketstore.ha.HAService
+
+    @property
+    def is_slave(self) -> bool:
+        return self.config.broker_role == "SLAVE"
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], config: BrokerConfig | None = None,
@@ -150,10 +158,16 @@ class Broker:
             # decides "suggest the slave" (and in-memory limits) from it
             store_config = store_config.replace(
                 access_message_in_memory_max_ratio=config.access_message_in_memory_max_ratio)
+        if config.broker_role == "SLAVE" and store_config.transient_store_pool_enable:
+            # as 4.9.8 (MessageStoreConfig.isTransientStorePoolEnable): a slave's replicated
+            # bytes go straight into its files, where its end and its reports are read
+            store_config = store_config.replace(transient_store_pool_enable=False)
         store = MessageStore.open(path, store_config)
         try:
             # the settings that shape the files (delay levels ...), for tools reading it later
             brokerprops.write(store.root, config, store.config)
+            # a slave's log takes only its master's bytes: every put path is refused
+            store.set_slave(config.broker_role == "SLAVE")
             broker = cls(store, config)
             broker._start()
         except BaseException:
@@ -168,10 +182,9 @@ class Broker:
                                                     self.config.broker_ip1)
         self.pull_processor.hold.start()
         self._housekeeping.start()
-        for module, name, attr in _SERVICES:
-            # a slave neither delivers delayed messages nor checks transactions: its commit
-            # log is its master's copy (RocketMQ shuts both down on a SLAVE)
-            if self.is_slave or importlib.util.find_spec(module) is None:
+        # a slave runs neither the schedule nor the transaction check (docs/replication.md §1): both put
+        for module, name, attr in () if self.is_slave else _SERVICES:
+            if importlib.util.find_spec(module) is None:
                 continue
             service = getattr(importlib.import_module(module), name)(self)
             setattr(self, attr, service)
@@ -207,6 +220,9 @@ class Broker:
             return
         self._closed = True
         try:
+            if self.ha_service is not None:
+                # first: its threads read and write the store's files; waiting puts complete
+                self.ha_service.shutdown()
             if self.metrics_server is not None:
                 self.metrics_server.close()
             for service in reversed(self._services):
@@ -222,6 +238,35 @@ class Broker:
             self.store.topic_config_manager.close_persister()
         finally:
             self.store.close()
+
+    # -- replication (rocketstore.ha, docs/replication.md) -------------------------------------
+
+    def start_ha(self, host: str | None = None, port: int | None = None) -> str:
+        """Start replication: bind the HA port (every role; ``listen_port + 1`` unless
+        ``port`` is given, 0 picks one), connect a SLAVE to ``ha_master_address``, and have
+        a SYNC_MASTER's sends wait for a slave's acknowledgement. ``BrokerServer`` calls it;
+        an in-process broker replicates only when asked. Returns the bound ``host:port``."""
+        self._check_open()
+        if self.ha_service is not None:
+            return self.ha_service.address
+        from rocketstore.ha import HAService
+        svc = HAService(self.store, self.config)
+        svc.start(host or self.config.broker_ip1,
+                  self.config.listen_port + 1 if port is None else port)
+        self.ha_service = svc
+        if svc.acks is not None:
+            self.store.set_put_acks(svc.acks)
+            self.store.commit_log.wait_replica = True
+        return svc.address
+
+    def set_ha_master_address(self, addr: str) -> None:
+        """A SLAVE's master HA address (``host:port``), e.g. learned from the NameServer's
+        registration answer; used from the next connection on (a live one is kept)."""
+        if self.ha_service is not None:
+            self.ha_service.set_master_address(addr)
+        else:
+            import dataclasses
+            self.config = dataclasses.replace(self.config, ha_master_address=addr)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -275,6 +320,8 @@ class Broker:
         """``SEND_MESSAGE_V2`` / ``SEND_BATCH_MESSAGE``: a Future of the ``SendMessageResponse``
         (completed after the sync under SYNC_FLUSH; no thread waits for it)."""
         self._check_open()
+        if isinstance(request, SendMessageRequest) and request.reply:
+            return self.reply_processor.reply_request(request)
         fut = self.send_processor.send_message(request)
         if self.metrics is not None:
             self.metrics.on_send(request, fut)
@@ -305,6 +352,15 @@ class Broker:
         if self.metrics is not None:
             self.metrics.on_send(request, fut)
         return fut
+
+    def send_reply(self, request: SendMessageRequest | WireSend) -> Future:
+        """``SEND_REPLY_MESSAGE(_V2)`` (request-reply, ``rocketstore.broker.reply``): push the
+        reply to the requester's channel and store it; a Future of the
+        ``SendMessageResponse`` (SUCCESS once the requester took it)."""
+        self._check_open()
+        if isinstance(request, SendMessageRequest):
+            return self.reply_processor.reply_request(request)
+        return self.reply_processor.reply_wire(request)
 
     def consumer_send_msg_back(self, request: ConsumerSendMsgBackRequest) -> Future:
         """``CONSUMER_SEND_MSG_BACK``: a Future of a ``RemotingResult``."""
@@ -376,10 +432,14 @@ class Broker:
         self._check_open()
         return self.store.get_min_offset_in_queue(topic, queue_id)
 
-    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """``SEARCH_OFFSET_BY_TIMESTAMP``."""
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int,
+                      boundary: str = "LOWER") -> int:
+        """``SEARCH_OFFSET_BY_TIMESTAMP`` by RocketMQ 5's rule (docs/admin.md "Offset by
+        timestamp"): LOWER (the default) the first message stored at or after the time (the
+        max offset when none is), UPPER the last one stored at or before it. 4.9.8 answers
+        the message nearest in time instead."""
         self._check_open()
-        return self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
+        return self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms, boundary)
 
     def get_earliest_msg_store_time(self, topic: str, queue_id: int) -> int:
         """``GET_EARLIEST_MSG_STORETIME``: store time of the queue's first message, or -1."""

@@ -63,6 +63,8 @@ class BrokerConfig:
     # rocketstore's own (rocketstore.broker.metrics): counters on by default, /metrics opt-in
     metrics_enable: bool = True                  # per-topic/group counters, runtime info
     metrics_port: int = 0                        # Prometheus /metrics on broker_ip1 (0: off)
+    # RocketMQ 5's local-mode proxy in the broker process (rocketstore.proxy; 0: off)
+    grpc_server_port: int = 0
     # request executors by kind (rocketstore.remoting.executors, docs/protocol.md "Limits"):
     # 4.9.8's thread counts and queue capacities; a full queue answers SYSTEM_BUSY. Send and
     # pull are answered on the event loop, their capacity bounds the requests in flight.
@@ -136,6 +138,9 @@ class BrokerConfig:
         if not 0 <= self.metrics_port < 65536:
             raise InvalidConfigError("metrics_port", self.metrics_port, "must be 0 (off) or a "
                                      "TCP port", "BrokerConfig")
+        if not 0 <= self.grpc_server_port < 65536:
+            raise InvalidConfigError("grpc_server_port", self.grpc_server_port, "must be 0 (off) "
+                                     "or a TCP port", "BrokerConfig")
         for name in ("short_polling_time_mills", "transaction_time_out",
                      "transaction_check_interval", "channel_expired_timeout",
                      "scan_not_active_channel_interval", "rebalance_lock_max_live_time",

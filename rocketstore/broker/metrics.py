@@ -21,7 +21,8 @@ when someone asks (a Prometheus scrape, ``GET_BROKER_RUNTIME_INFO``), never per 
 * disk use of the store's directories (allocated blocks, so preallocated sparse files count for
   what they really hold) and of the file system, cached for ``DISK_CACHE_S``.
 
-``MetricsHttpServer`` serves these in Prometheus's text format on ``/metrics`` (an opt-in port:
+``MetricsHttpServer`` serves the counters, histograms and present-state gauges (never a rate or
+a percentile: Prometheus derives those) in Prometheus's text format on ``/metrics`` (an opt-in port:
 ``BrokerConfig.metrics_port``, broker.conf ``metricsPort``) through ``prometheus_client``, an
 optional dependency (``pip install rocketstore[metrics]``); the thread stops on ``close()``.
 """
@@ -36,6 +37,7 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Iterator
 
+from rocketstore.broker.stats_windows import StatsWindows
 from rocketstore.common.protocol import ResponseCode
 
 if TYPE_CHECKING:
@@ -132,6 +134,8 @@ class BrokerMetrics:
         self._older = _Snapshot(now, {}, {})
         self._newer = self._older
         self._disk: tuple[float, dict[str, int]] | None = None
+        # VIEW_BROKER_STATS_DATA's minute/hour/day windows (sampled by the housekeeping thread)
+        self.windows = StatsWindows(self.stats_counters)
 
     # -- the hot path: one call per request ---------------------------------------------------
     # Every public method of a Future takes its condition lock (0.5-1 µs each on a loaded
@@ -211,6 +215,23 @@ class BrokerMetrics:
         with self._lock:
             return (dict(self.put_msgs), dict(self.put_bytes), dict(self.put_failed),
                     dict(self.get_msgs), dict(self.get_bytes))
+
+    def stats_counters(self) -> dict[tuple[str, str], int]:
+        """The counters under RocketMQ's stats item names and keys (``BrokerStatsManager``):
+        TOPIC_PUT_NUMS/SIZE by topic, GROUP_GET_NUMS/SIZE by ``topic@group``,
+        BROKER_PUT_NUMS/BROKER_GET_NUMS by cluster name."""
+        puts, put_bytes, _, gets, get_bytes = self.counters()
+        out: dict[tuple[str, str], int] = {}
+        for t, n in puts.items():
+            out[("TOPIC_PUT_NUMS", t)] = n
+            out[("TOPIC_PUT_SIZE", t)] = put_bytes.get(t, 0)
+        for (g, t), n in gets.items():
+            out[("GROUP_GET_NUMS", f"{t}@{g}")] = n
+            out[("GROUP_GET_SIZE", f"{t}@{g}")] = get_bytes.get((g, t), 0)
+        cluster = self.broker.config.broker_cluster_name
+        out[("BROKER_PUT_NUMS", cluster)] = sum(puts.values())
+        out[("BROKER_GET_NUMS", cluster)] = sum(gets.values())
+        return out
 
     def rates(self) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
         """(put msgs/s per topic, get msgs/s per (group, topic)) over the last 10-20 s."""
@@ -313,9 +334,13 @@ class BrokerMetrics:
                      "timerOffsetBehind": "0", "timerCongestNum": "0", "timerEnqueueTps": "0.0",
                      "timerDequeueTps": "0.0",
                      "earliestMessageTimeStamp": str(_earliest_store_time(store))})
+        # clusterList's #SPACE: 4.9.8's commitLogDiskRatio of the commit-log directory
+        cl_dir = store.config.commit_log_path(store.root)
+        info["commitLogDiskRatio"] = java_double(disk_used_ratio(cl_dir))
+        info["commitLogDiskRatio_" + cl_dir] = info["commitLogDiskRatio"]
+        info["consumeQueueDiskRatio"] = java_double(
+            disk_used_ratio(os.path.join(store.root, "consumequeue")))
         if "fs_total" in disk:
-            used = disk["fs_total"] - disk["fs_free"]
-            info["commitLogDiskRatio"] = f"{used / disk['fs_total']:.4f}" if disk["fs_total"] else "0"
             info["commitLogDirCapacity"] = (f"Total : {_human(disk['fs_total'])}, "
                                             f"Free : {_human(disk['fs_free'])}.")
         for name in STORE_DIRS:
@@ -333,6 +358,30 @@ class BrokerMetrics:
         lags = list(self.lag())
         info["consumerLagTotal"] = str(sum(lag for *_, lag in lags))
         return info
+
+
+def disk_used_ratio(path: str) -> float:
+    """``UtilAll.getDiskPartitionSpaceUsedPercent``: the file system's used share, as a whole
+    percent rounded up, over used + usable (blocks reserved for root excluded), e.g. 0.43;
+    -1 when ``path`` does not exist."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1.0
+    total = st.f_blocks * st.f_frsize
+    if total <= 0:
+        return -1.0
+    used = total - st.f_bfree * st.f_frsize
+    entire = used + st.f_bavail * st.f_frsize
+    if entire <= 0:
+        return -1.0
+    pct = used * 100 // entire + (1 if used * 100 % entire else 0)
+    return pct / 100.0
+
+
+def java_double(v: float) -> str:
+    """``String.valueOf(double)`` for the plain values used here: 0.43, 1.0, -1.0."""
+    return repr(float(v))
 
 
 def _earliest_store_time(store: Any) -> int:
@@ -373,8 +422,18 @@ def _uptime(ms: int) -> str:
 
 # -- Prometheus ----------------------------------------------------------------------------------
 
+# every series carries these first, so brokers scraped into one Prometheus stay apart (a
+# master and its slave share a broker name: broker_id tells them apart)
+BROKER_LABELS = ("cluster", "broker", "broker_id")
+
+
 class _Collector:
-    """A ``prometheus_client`` collector reading ``BrokerMetrics`` at scrape time."""
+    """A ``prometheus_client`` collector reading ``BrokerMetrics`` at scrape time.
+
+    Only raw series: counters, histograms (cumulative buckets, sum, count) and gauges of
+    present state. Rates and percentiles are the query's job (``rate()``,
+    ``histogram_quantile()``) over whatever window the reader picks; a broker-side rate or
+    quantile would fix the window and cannot be aggregated across brokers."""
 
     def __init__(self, metrics: BrokerMetrics) -> None:
         self.m = metrics
@@ -386,64 +445,47 @@ class _Collector:
         from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                             HistogramMetricFamily)
         m = self.m
-        broker = m.broker.broker_name
+        cfg = m.broker.config
+        me = [cfg.broker_cluster_name, m.broker.broker_name, str(cfg.broker_id)]
         puts, put_bytes, failed, gets, get_bytes = m.counters()
-        put_rates, get_rates = m.rates()
 
-        c = CounterMetricFamily("rocketstore_put_messages", "Messages stored by sends, per topic",
-                                labels=["broker", "topic"])
-        for t, n in sorted(puts.items()):
-            c.add_metric([broker, t], n)
-        yield c
-        c = CounterMetricFamily("rocketstore_put_bytes", "Body bytes stored by sends, per topic",
-                                labels=["broker", "topic"])
-        for t, n in sorted(put_bytes.items()):
-            c.add_metric([broker, t], n)
-        yield c
-        c = CounterMetricFamily("rocketstore_send_failed", "Sends refused or not stored, per topic",
-                                labels=["broker", "topic"])
-        for t, n in sorted(failed.items()):
-            c.add_metric([broker, t], n)
-        yield c
-        g = GaugeMetricFamily("rocketstore_put_rate", "Messages stored per second over the last "
-                              "10-20 s, per topic", labels=["broker", "topic"])
-        for t, r in sorted(put_rates.items()):
-            g.add_metric([broker, t], r)
-        yield g
+        def family(kind: Any, name: str, doc: str, *labels: str) -> Any:
+            return kind(name, doc, labels=[*BROKER_LABELS, *labels])
 
-        c = CounterMetricFamily("rocketstore_get_messages", "Messages returned by pulls, per "
-                                "consumer group and topic", labels=["broker", "group", "topic"])
-        for (grp, t), n in sorted(gets.items()):
-            c.add_metric([broker, grp, t], n)
-        yield c
-        c = CounterMetricFamily("rocketstore_get_bytes", "Stored bytes returned by pulls, per "
-                                "consumer group and topic", labels=["broker", "group", "topic"])
-        for (grp, t), n in sorted(get_bytes.items()):
-            c.add_metric([broker, grp, t], n)
-        yield c
-        g = GaugeMetricFamily("rocketstore_get_rate", "Messages pulled per second over the last "
-                              "10-20 s, per consumer group and topic",
-                              labels=["broker", "group", "topic"])
-        for (grp, t), r in sorted(get_rates.items()):
-            g.add_metric([broker, grp, t], r)
-        yield g
+        for name, doc, table in (
+                ("rocketstore_put_messages", "Messages stored by sends, per topic", puts),
+                ("rocketstore_put_bytes", "Body bytes stored by sends, per topic", put_bytes),
+                ("rocketstore_send_failed", "Sends refused or not stored, per topic", failed)):
+            c = family(CounterMetricFamily, name, doc, "topic")
+            for t, n in sorted(table.items()):
+                c.add_metric([*me, t], n)
+            yield c
+        for name, doc, table2 in (
+                ("rocketstore_get_messages", "Messages returned by pulls, per consumer group "
+                 "and topic", gets),
+                ("rocketstore_get_bytes", "Stored bytes returned by pulls, per consumer group "
+                 "and topic", get_bytes)):
+            c = family(CounterMetricFamily, name, doc, "group", "topic")
+            for (grp, t), n in sorted(table2.items()):
+                c.add_metric([*me, grp, t], n)
+            yield c
 
-        lag = GaugeMetricFamily("rocketstore_consumer_lag", "Messages stored but not consumed: "
-                                "queue max offset minus the group's committed offset",
-                                labels=["broker", "group", "topic", "queue"])
-        off = GaugeMetricFamily("rocketstore_consumer_offset", "The group's committed offset",
-                                labels=["broker", "group", "topic", "queue"])
+        lag = family(GaugeMetricFamily, "rocketstore_consumer_lag", "Messages stored but not "
+                     "consumed: queue max offset minus the group's committed offset",
+                     "group", "topic", "queue")
+        off = family(GaugeMetricFamily, "rocketstore_consumer_offset", "The group's committed "
+                     "offset", "group", "topic", "queue")
         for grp, t, qid, committed, n in m.lag():
-            lag.add_metric([broker, grp, t, str(qid)], n)
-            off.add_metric([broker, grp, t, str(qid)], committed)
+            lag.add_metric([*me, grp, t, str(qid)], n)
+            off.add_metric([*me, grp, t, str(qid)], committed)
         yield lag
         yield off
 
         for hist, name, what in (
-                (m.flush_wait, "rocketstore_flush_wait", "SYNC_FLUSH sends: put to flush "
-                 "acknowledgement"),
-                (m.flush_time, "rocketstore_commitlog_flush", "ASYNC_FLUSH: one commit-log "
-                 "flush round (msync)")):
+                (m.flush_wait, "rocketstore_flush_wait_seconds", "SYNC_FLUSH sends: put to "
+                 "flush acknowledgement"),
+                (m.flush_time, "rocketstore_commitlog_flush_seconds", "ASYNC_FLUSH: one "
+                 "commit-log flush round (msync)")):
             counts, total, sum_s = hist.snapshot()
             buckets = []
             acc = 0
@@ -451,33 +493,30 @@ class _Collector:
                 acc += n
                 buckets.append((repr(bound), acc))
             buckets.append(("+Inf", total))
-            h = HistogramMetricFamily(f"{name}_seconds", what, labels=["broker"])
-            h.add_metric([broker], buckets, sum_s)
+            h = family(HistogramMetricFamily, name, what)
+            h.add_metric(me, buckets, sum_s)
             yield h
-            q = GaugeMetricFamily(f"{name}_quantile_seconds", "Percentiles interpolated from "
-                                  f"{name}_seconds", labels=["broker", "quantile"])
-            for p in (0.5, 0.9, 0.99, 0.999):
-                v = hist.quantile(p)
-                if v is not None:
-                    q.add_metric([broker, str(p)], v)
-            yield q
 
-        d = GaugeMetricFamily("rocketstore_disk_used_bytes", "Bytes allocated under each store "
-                              "directory", labels=["broker", "dir"])
+        d = family(GaugeMetricFamily, "rocketstore_disk_used_bytes", "Bytes allocated under "
+                   "each store directory", "dir")
         disk = m.disk_usage()
         for name in STORE_DIRS:
-            d.add_metric([broker, name], disk.get(name, 0))
+            d.add_metric([*me, name], disk.get(name, 0))
         yield d
-        if "fs_total" in disk:
-            yield GaugeMetricFamily("rocketstore_disk_total_bytes", "Size of the store's file "
-                                    "system", value=disk["fs_total"], labels=None)
-            yield GaugeMetricFamily("rocketstore_disk_free_bytes", "Free bytes on the store's "
-                                    "file system", value=disk["fs_free"], labels=None)
         store = m.broker.store
-        yield GaugeMetricFamily("rocketstore_dispatch_behind_bytes", "Commit-log bytes not yet "
-                                "in consume queues", value=store.dispatch_behind_bytes())
-        yield GaugeMetricFamily("rocketstore_commitlog_max_offset", "Commit-log offset past the "
-                                "last record", value=store.get_max_phy_offset())
+        gauges = [("rocketstore_dispatch_behind_bytes", "Commit-log bytes not yet in consume "
+                   "queues", store.dispatch_behind_bytes()),
+                  ("rocketstore_commitlog_max_offset_bytes", "Commit-log offset past the last "
+                   "record", store.get_max_phy_offset())]
+        if "fs_total" in disk:
+            gauges += [("rocketstore_disk_total_bytes", "Size of the store's file system",
+                        disk["fs_total"]),
+                       ("rocketstore_disk_free_bytes", "Free bytes on the store's file system",
+                        disk["fs_free"])]
+        for name, doc, value in gauges:
+            g = family(GaugeMetricFamily, name, doc)
+            g.add_metric(me, value)
+            yield g
 
 
 class MetricsHttpServer:
@@ -515,4 +554,4 @@ class MetricsHttpServer:
         self._thread.join()
 
 
-__all__ = ["BrokerMetrics", "LatencyHistogram", "MetricsHttpServer", "BUCKETS_S"]
+__all__ = ["BrokerMetrics", "LatencyHistogram", "MetricsHttpServer", "BUCKETS_S", "BROKER_LABELS"]

@@ -72,6 +72,12 @@ class ProducerManager:
         with self._lock:
             return list(self._groups.get(group, {}))
 
+    def group_infos(self, group: str) -> list[tuple[Any, ClientChannelInfo]] | None:
+        """(channel, info) of each producer of ``group``; None when the group has none."""
+        with self._lock:
+            channels = self._groups.get(group)
+            return None if channels is None else list(channels.items())
+
     def find_channel(self, client_id: str) -> Any:
         with self._lock:
             return self._clients.get(client_id)

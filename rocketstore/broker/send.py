@@ -32,7 +32,7 @@ from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, RemotingRes
 from rocketstore.common.sends import WireSend, send_request
 from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError
 from rocketstore.remoting._wire import stored_properties, wire_batch
-from rocketstore.store._codec import encode_host
+from rocketstore.store._codec import encode_host, encode_properties
 from rocketstore.store.status import PutMessageStatus, SysFlag
 from rocketstore.store.topics import MULTI_TAG
 from rocketstore.store.types import Message, PutMessageResult
@@ -185,7 +185,7 @@ class SendMessageProcessor:
         try:
             return store.commit_log.put_wire_async(
                 w.topic, queue_id, w.body, stored[0], w.flag, sys_flag, w.reconsume_times,
-                w.born_timestamp, self._born_host(w), stored[1], store.flush_ack,
+                w.born_timestamp, self._born_host(w), stored[1], store.put_acks,
                 self._transform(queue_id))
         except InvalidMessageError as e:
             return _done(SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e)))
@@ -217,12 +217,15 @@ class SendMessageProcessor:
         try:
             return store.commit_log.put_wire_batch_async(
                 w.topic, queue_id, w.body, meta, stored, sys_flag, w.reconsume_times,
-                w.born_timestamp, self._born_host(w), store.flush_ack, self._transform(queue_id))
+                w.born_timestamp, self._born_host(w), store.put_acks, self._transform(queue_id))
         except InvalidMessageError as e:
             return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
 
     def _born_host(self, w: WireSend) -> bytes:
-        host = w.born_host or "127.0.0.1:0"
+        return self._born_host_of(w.born_host)
+
+    def _born_host_of(self, host: str | None) -> bytes:
+        host = host or "127.0.0.1:0"
         born = self._hosts.get(host)
         if born is None:
             if len(self._hosts) > 4096:
@@ -362,8 +365,32 @@ class SendMessageProcessor:
     def _put_plain(self, inner: MessageInner, user: dict[str, str], queue_id: int
                    ) -> SendMessageResponse | Future:
         """The put of a send with no DELAY and no TRAN_MSG: the same stored string as the map
-        path of ``send_one`` (client map + CLUSTER, WAIT removed), from the memoized key order;
-        the response, or its Future under SYNC_FLUSH."""
+        path of ``send_one`` (client map + CLUSTER, WAIT removed); the response, or its Future
+        under SYNC_FLUSH. The common shape (ASCII properties, a bytes body, flags within Java's
+        int) takes the wire's byte path: the client's string rewritten in Cython
+        (``_wire.stored_properties``) and the record written by ``CommitLog.put_wire_async``,
+        so in process and over TCP one path stores a send."""
+        body = inner.body
+        if type(body) is bytes and _INT32_MIN <= inner.flag <= _INT32_MAX \
+                and not inner.prepared_transaction_offset:
+            try:
+                props = encode_properties(user)
+            except (TypeError, UnicodeError):
+                props = None
+            stored = stored_properties(props, self._cluster_b, self.broker.next_uniq_id) \
+                if props is not None and props.isascii() else None
+            if stored is not None:
+                store = self.broker.store
+                try:
+                    fut = store.commit_log.put_wire_async(
+                        inner.topic, inner.queue_id, body, stored[0], inner.flag,
+                        inner.sys_flag, inner.reconsume_times,
+                        -1 if inner.born_timestamp is None else inner.born_timestamp,
+                        self._born_host_of(inner.born_host), stored[1], store.put_acks,
+                        self._transform(queue_id))
+                except InvalidMessageError as e:
+                    return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
+                return fut.result() if fut.done() else fut
         if C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in user:
             user[C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.broker.next_uniq_id()
         wait = user.get(C.PROPERTY_WAIT_STORE_MSG_OK)
@@ -378,9 +405,10 @@ class SendMessageProcessor:
                 born_timestamp=inner.born_timestamp, born_host=inner.born_host,
                 properties=entries)
             store = self.broker.store
-            if not store.commit_log.sync_flush:
+            if not (store.commit_log.sync_flush or store.commit_log.wait_replica):
                 return put_response(store.put_message(m, inner.queue_id), queue_id)
-            # the flush acknowledgement completes the response future itself
+            # the flush (or SYNC_MASTER's replica) acknowledgement completes the response
+            # future itself
             return store.put_message_async(
                 m, inner.queue_id, transform=functools.partial(put_response, queue_id=queue_id))
         except InvalidMessageError as e:

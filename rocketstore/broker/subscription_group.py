@@ -76,6 +76,12 @@ def _from_bean(name: str, bean: Any) -> SubscriptionGroupConfig:
         raise ValueError(f"subscriptionGroupTable[{name!r}]: {e}") from e
 
 
+def from_bean(name: str, bean: Any) -> SubscriptionGroupConfig:
+    """A ``SubscriptionGroupConfig`` from its fastjson form (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP's
+    body); absent fields take 4.9.8's defaults, a field of the wrong type raises ValueError."""
+    return _from_bean(name, bean)
+
+
 def _decode(doc: Any) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:
     if not isinstance(doc, dict):
         raise ValueError("top level is not an object")

@@ -2,7 +2,8 @@
 
 Subcommands, one module per group:
 
-  demo / bench        write a realistic workload, read it back, print figures (``demo``)
+  demo                write a realistic workload, read it back, print figures (``demo``)
+  bench               the benchmarks against same-run baselines (``rocketstore.tools.bench``)
   stat                files, sizes, offsets per queue, dispatch lag, flush state, checkpoint
   get / query         messages by queue offset, by key (time range, limit), by message id
   dump / export       messages to JSONL or Parquet; ``import`` puts them back (``transfer``)
@@ -10,6 +11,7 @@ Subcommands, one module per group:
   offsets             show and reset a consumer group's offsets
   dlq                 list a consumer group's dead letters, resend them (``dlq``)
   namesrv / broker    run a NameServer or a broker on RocketMQ's wire protocol (``servers``)
+  proxy               serve RocketMQ 5.x gRPC clients in front of brokers (``servers``)
   admin               mqadmin's commands against running servers (``admin``)
 
 Read-only commands open the store with ``read_only=True``: no lock, nothing written, so they
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"rocketstore {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo.register(sub)
+    _register_bench(sub)
     lookup.register(sub)
     transfer.register(sub)
     check.register(sub)
@@ -51,8 +54,19 @@ def build_parser() -> argparse.ArgumentParser:
     dlq.register(sub)
     servers.register(sub)
     servers.register_broker(sub)
+    servers.register_proxy(sub)
     admin.register(sub)
     return ap
+
+
+def _register_bench(sub) -> None:
+    from rocketstore.tools import bench
+    p = sub.add_parser("bench", help="the benchmarks (store, broker, messaging) against "
+                                     "baselines measured in the same run",
+                       description=bench.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_arguments(p)
+    p.set_defaults(func=lambda args: bench.run(args.which, args.quick))
 
 
 def _one_line(e: BaseException) -> str:

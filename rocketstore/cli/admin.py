@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable
 
 from rocketstore.cli._common import CommandError, encode_body, fmt_ts, parse_time, table
+from rocketstore.errors import RocketStoreError
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int]]] = {}
 
@@ -80,25 +81,76 @@ def _message_doc(m: Any) -> dict[str, Any]:
 
 # -- NameServer ----------------------------------------------------------------------------------
 
-@_command("clusterList", "brokers of every cluster (cluster, broker name, id, address)")
+def cluster_figures(kv: dict[str, str], now_ms: int) -> tuple[float, float, float, float]:
+    """(in TPS, out TPS, #Hour, #SPACE) of one broker's runtime info, as mqadmin clusterList
+    computes them: the first number of putTps / getTransferedTps, the hours since
+    earliestMessageTimeStamp (-1 when the broker has no message: a huge figure, as on
+    RocketMQ) and commitLogDiskRatio."""
+    def first(key: str) -> float:
+        v = (kv.get(key) or "").split(" ")
+        return float(v[0]) if v and v[0] else 0.0
+    earliest = kv.get("earliestMessageTimeStamp")
+    hour = (now_ms - int(earliest)) / 1000.0 / 60.0 / 60.0 if earliest else 0.0
+    ratio = kv.get("commitLogDiskRatio")
+    return first("putTps"), first("getTransferedTps"), hour, float(ratio) if ratio else 0.0
+
+
+@_command("clusterList", "brokers of every cluster: address, version, in/out TPS, hours of "
+                         "messages kept (#Hour) and disk used (#SPACE)")
 def _cluster_list(args: argparse.Namespace) -> int:
+    rows = []
     with _client(args) as admin:
         info = admin.cluster_info()
-    rows = []
-    for cluster, names in sorted(info["clusterAddrTable"].items()):
-        for name in sorted(names):
-            bd = info["brokerAddrTable"].get(name, {})
-            for bid, addr in sorted((bd.get("brokerAddrs") or {}).items(), key=lambda x: int(x[0])):
-                rows.append((cluster, name, int(bid), addr))
-    _emit(args, info, rows, ("cluster", "broker name", "id", "address"))
+        for cluster, names in sorted(info["clusterAddrTable"].items()):
+            for name in sorted(names):
+                bd = info["brokerAddrTable"].get(name, {})
+                for bid, addr in sorted((bd.get("brokerAddrs") or {}).items(),
+                                        key=lambda x: int(x[0])):
+                    try:
+                        kv = admin.broker_runtime_info(addr)
+                    except RocketStoreError:
+                        rows.append((cluster, name, int(bid), addr, "-", "-", "-", "-", "-"))
+                        continue
+                    in_tps, out_tps, hour, space = cluster_figures(kv, int(time.time() * 1000))
+                    rows.append((cluster, name, int(bid), addr, kv.get("brokerVersionDesc", ""),
+                                 f"{in_tps:.2f}", f"{out_tps:.2f}", f"{hour:.2f}",
+                                 f"{space:.4f}"))
+    if args.json:
+        keys = ("cluster", "brokerName", "brokerId", "addr", "version", "inTps", "outTps",
+                "hour", "space")
+        info["brokers"] = [dict(zip(keys, r)) for r in rows]
+    _emit(args, info, rows, ("cluster", "broker name", "id", "address", "version", "in tps",
+                             "out tps", "#Hour", "#SPACE"))
     return 0
 
 
-@_command("topicList", "every topic the NameServer routes")
+@_command("topicList", "every topic the NameServer routes (-c: with cluster and consumer "
+                       "groups)")
 def _topic_list(args: argparse.Namespace) -> int:
     with _client(args) as admin:
         topics = admin.topic_list()
-    _emit(args, {"topicList": topics}, [(t,) for t in topics], ("topic",))
+        if not getattr(args, "cluster_model", False):
+            _emit(args, {"topicList": topics}, [(t,) for t in topics], ("topic",))
+            return 0
+        # TopicListSubCommand -c: retry and DLQ topics left out, a row per consumer group
+        info = admin.cluster_info()
+        cluster_of = {name: bd.get("cluster", "") for name, bd in info["brokerAddrTable"].items()}
+        rows = []
+        for t in topics:
+            if t.startswith(("%RETRY%", "%DLQ%")):
+                continue
+            route = admin.topic_route(t)
+            bds = route.get("brokerDatas") or ()
+            cluster = (bds[0].get("cluster") or cluster_of.get(bds[0].get("brokerName"), "")
+                       if bds else "")
+            try:
+                groups = admin.topic_consumed_by(t)
+            except RocketStoreError:
+                groups = []
+            for g in groups or [""]:
+                rows.append((cluster, t, g))
+    _emit(args, [{"cluster": c, "topic": t, "consumerGroup": g} for c, t, g in rows], rows,
+          ("#Cluster Name", "#Topic", "#Consumer Group"))
     return 0
 
 
@@ -419,8 +471,16 @@ def _options(name: str, c: argparse.ArgumentParser) -> None:
                                                  "(the end)")
         c.add_argument("-f", "--force", default="true",
                        help="true (default): also move offsets forward; false: only back")
+    if name == "topicList":
+        c.add_argument("-c", "--clusterModel", dest="cluster_model", action="store_true",
+                       help="with each topic's cluster and consumer groups")
+    admin_more.options(name, c)
     if name == "sendMessage":
         c.add_argument("-p", "--body", help="message body (UTF-8)")
         c.add_argument("-c", "--tags", help="tags")
         c.add_argument("--producer-group", default="rocketstore_admin_producer",
                        help="producer group (rocketstore_admin_producer)")
+
+
+# the commands of rocketstore.cli.admin_more register themselves in COMMANDS on import
+from rocketstore.cli import admin_more  # noqa: E402  (needs the helpers above)

@@ -1,10 +1,11 @@
 """``rocketstore namesrv`` and ``rocketstore broker``: servers in the foreground until SIGTERM
-or SIGINT, logging to stderr."""
+or SIGINT, logging to stderr or to ``--log-file`` at ``--log-level``."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import logging.handlers
 import os
 import signal
 import sys
@@ -22,16 +23,57 @@ def parse_listen(text: str, default_port: int) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _level(text: str) -> str:
+    """``--log-level``'s type: a level name in any case; ``WARN`` as RocketMQ's logback spells it."""
+    name = text.upper()
+    name = "WARNING" if name == "WARN" else name
+    if name not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one of {', '.join(LOG_LEVELS)}")
+    return name
+
+
+def add_logging_args(p: argparse.ArgumentParser) -> None:
+    """``--log-level``, ``--log-file`` and ``-v`` on a server subcommand (set up by
+    ``setup_logging``)."""
+    p.add_argument("--log-level", type=_level, default=None, metavar="LEVEL",
+                   help="lowest level logged: DEBUG, INFO (default), WARNING, ERROR, CRITICAL")
+    p.add_argument("--log-file", metavar="PATH",
+                   help="append log lines to PATH instead of stderr (reopened when a log "
+                        "rotator moves it); the 'listening on' line still goes to stderr")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging (--log-level DEBUG)")
+
+
+def setup_logging(args: argparse.Namespace) -> logging.Handler:
+    """The root logger's one handler, from ``add_logging_args``' options; returns it."""
+    level = args.log_level or ("DEBUG" if args.verbose else "INFO")
+    handler: logging.Handler
+    if args.log_file:
+        try:
+            # WatchedFileHandler: logrotate's move-and-create needs no signal to the server
+            handler = logging.handlers.WatchedFileHandler(args.log_file, encoding="utf-8")
+        except OSError as e:
+            raise CommandError(f"--log-file {args.log_file}: {e.strerror or e}") from None
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler
 
 
 def _run(coro) -> None:
-    """Run the server on uvloop when it is installed (the event loop is the server's hot path),
-    else on asyncio's loop."""
-    from rocketstore.remoting.server import new_event_loop
+    """Run the server on uvloop when it is installed (the event loop is the server's hot path;
+    ``pip install 'rocketstore[server]'``), else on asyncio's loop, and log which."""
+    from rocketstore.remoting.server import loop_name, new_event_loop
     loop = new_event_loop()
+    logging.getLogger("rocketstore.server").info("event loop: %s", loop_name(loop))
     try:
         loop.run_until_complete(coro)
     finally:
@@ -39,23 +81,38 @@ def _run(coro) -> None:
         loop.close()
 
 
-async def _serve(server, ready_line: str) -> None:
+async def _serve(server, ready_line: str, beside=None) -> None:
+    """Run ``server`` until SIGTERM/SIGINT; ``beside`` (a ``LocalProxy``) starts after it
+    and stops before it."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await server.start()
-    print(ready_line.format(addr=server.addr), file=sys.stderr, flush=True)
+    line = ready_line.format(addr=server.addr)
+    print(line, file=sys.stderr, flush=True)
+    if not any(isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) is sys.stderr
+               for h in logging.getLogger().handlers):
+        logging.getLogger("rocketstore.cli").info("%s", line)     # the log file has it too
     try:
+        if beside is not None:
+            try:
+                await asyncio.to_thread(beside.start)
+            except OSError as e:
+                raise CommandError(f"grpcServerPort: cannot listen on {beside.addr}: "
+                                   f"{e.strerror or e}") from None
+            print(f"rocketstore proxy: listening on {beside.addr}", file=sys.stderr, flush=True)
         await stop.wait()
     finally:
+        if beside is not None:
+            await asyncio.to_thread(beside.stop)
         await server.stop()
 
 
 def _namesrv(args: argparse.Namespace) -> int:
     from rocketstore.namesrv import NameServer
     host, port = parse_listen(args.listen, 9876)
-    _logging(args.verbose)
+    setup_logging(args)
     kv = args.kv_config or os.path.join(os.path.expanduser("~"), "namesrv", "kvConfig.json")
     if args.broker_expire <= 0 or args.scan_interval <= 0:
         raise CommandError(f"--broker-expire {args.broker_expire} / --scan-interval "
@@ -86,7 +143,7 @@ def register(sub) -> None:
                         "a broker whose connection closes is dropped at once)")
     p.add_argument("--scan-interval", type=float, default=10.0, metavar="SECONDS",
                    help="how often to look for expired brokers (default 10)")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_logging_args(p)
     p.set_defaults(func=_namesrv)
 
 
@@ -193,18 +250,34 @@ def broker_configs(args: argparse.Namespace):
 def _broker(args: argparse.Namespace) -> int:
     from rocketstore.errors import AclConfigError
     from rocketstore.remoting.broker_server import BrokerServer
-    _logging(args.verbose)
+    setup_logging(args)
     store_dir, bc, sc, namesrv = broker_configs(args)
     server = BrokerServer(store_dir, bc, sc, namesrv_addrs=namesrv, host=bc.broker_ip1,
                           register_period_ms=bc.register_name_server_period)
+    local = _local_proxy(bc, store_dir, namesrv) if bc.grpc_server_port else None
     try:
-        _run(_serve(server, "rocketstore broker: listening on {addr}"))
+        _run(_serve(server, "rocketstore broker: listening on {addr}", local))
     except AclConfigError as e:
         raise CommandError(f"aclEnable=true but the ACL file is not usable: {e}") from None
     except OSError as e:
         raise CommandError(f"cannot listen on {bc.broker_ip1}:{bc.listen_port} and "
                            f"{bc.listen_port - 2}: {e.strerror or e}") from None
     return 0
+
+
+def _local_proxy(bc, store_dir: str, namesrv: list[str]):
+    """``grpcServerPort``: RocketMQ 5's proxy in the broker process (local mode)."""
+    try:
+        from rocketstore.proxy.local import LocalProxy
+        from rocketstore.proxy.service import ProxyConfig
+    except ImportError as e:
+        raise CommandError(f"grpcServerPort needs grpcio and protobuf (pip install "
+                           f"'rocketstore[grpc]'): {e}") from None
+    if not namesrv:
+        raise CommandError("grpcServerPort needs namesrvAddr (--namesrv): the proxy finds the "
+                           "broker's topics through the NameServer")
+    cfg = ProxyConfig(";".join(namesrv), os.path.join(store_dir, "proxy"))
+    return LocalProxy(bc.broker_ip1, bc.grpc_server_port, cfg)
 
 
 def register_broker(sub) -> None:
@@ -224,5 +297,79 @@ def register_broker(sub) -> None:
     p.add_argument("-c", "--config", metavar="broker.conf",
                    help="RocketMQ broker properties file (brokerName, listenPort, namesrvAddr, "
                         "storePathRootDir, flushDiskType, ...)")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_logging_args(p)
     p.set_defaults(func=_broker)
+
+
+# -- rocketstore proxy ---------------------------------------------------------------------
+
+def _proxy(args: argparse.Namespace) -> int:
+    try:
+        from rocketstore.proxy.server import ProxyServer
+        from rocketstore.proxy.service import ProxyConfig
+    except ImportError as e:
+        raise CommandError(f"the proxy needs grpcio and protobuf (pip install "
+                           f"'rocketstore[grpc]'): {e}") from None
+    host, port = parse_listen(args.listen, 8081)
+    setup_logging(args)
+    attempts: dict[str, int] = {}
+    for item in args.group_max_attempts or ():
+        group, sep, n = item.rpartition("=")
+        if not sep or not group or not n.isdigit() or int(n) < 1:
+            raise CommandError(f"--group-max-attempts {item!r}: expected GROUP=N with N >= 1")
+        attempts[group] = int(n)
+    data_dir = args.data_dir or os.path.join(os.path.expanduser("~"), "rocketstore-proxy")
+    types: dict[str, str] = {}
+    for item in args.message_type or ():
+        topic, sep, kind = item.rpartition("=")
+        if not sep or not topic or kind not in ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"):
+            raise CommandError(f"--message-type {item!r}: expected TOPIC=TYPE, TYPE one of "
+                               "NORMAL FIFO DELAY TRANSACTION MIXED (TOPIC * for the default)")
+        types[topic] = kind
+    default_type = types.pop("*", "NORMAL")
+    if bool(args.access_key) != bool(args.secret_key):
+        raise CommandError("give both --access-key and --secret-key, or neither")
+    cfg = ProxyConfig(args.namesrv, data_dir, fifo_groups=frozenset(args.fifo_group or ()),
+                      max_attempts=attempts, acl_file=args.acl_file,
+                      access_key=args.access_key, secret_key=args.secret_key,
+                      message_types=types, default_message_type=default_type)
+    server = ProxyServer(host, port, cfg)
+
+    async def main() -> None:
+        await _serve(server, "rocketstore proxy: listening on {addr}")
+    try:
+        asyncio.run(main())             # grpc.aio runs on asyncio's own loop
+    except OSError as e:
+        raise CommandError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return 0
+
+
+def register_proxy(sub) -> None:
+    p = sub.add_parser("proxy", help="serve RocketMQ 5.x (gRPC) clients in front of brokers",
+                       description="RocketMQ 5's proxy in cluster mode: 5.x clients "
+                                   "(rocketmq-python-client, the Java 5 client) speak gRPC to "
+                                   "it; it reaches the brokers of the NameServer over "
+                                   "RocketMQ's remoting protocol. See docs/grpc.md.")
+    p.add_argument("--namesrv", required=True, metavar="ADDR[;ADDR]",
+                   help="NameServer address(es), e.g. 127.0.0.1:9876")
+    p.add_argument("--listen", default="127.0.0.1:8081", metavar="HOST:PORT",
+                   help="gRPC address (default 127.0.0.1:8081; port 0 picks one)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="where the simple-consumption state lives (default ~/rocketstore-proxy)")
+    p.add_argument("--fifo-group", action="append", metavar="GROUP",
+                   help="a consumer group that consumes in order (RocketMQ 5's "
+                        "consumeMessageOrderly); repeatable")
+    p.add_argument("--group-max-attempts", action="append", metavar="GROUP=N",
+                   help="deliveries before a group's message goes to %%DLQ%%GROUP (default 17: "
+                        "retryMaxTimes 16 + 1); repeatable")
+    p.add_argument("--message-type", action="append", metavar="TOPIC=TYPE",
+                   help="a topic's RocketMQ 5 message.type: NORMAL, FIFO, DELAY, TRANSACTION or "
+                        "MIXED (4.9 topics have none; default NORMAL as RocketMQ, '*=MIXED' "
+                        "changes the default); repeatable")
+    p.add_argument("--acl-file", metavar="plain_acl.yml",
+                   help="authenticate 5.x clients (MQv2-HMAC-SHA1) and check their topic and "
+                        "group permissions against this plain ACL file (docs/acl.md)")
+    p.add_argument("--access-key", help="sign the proxy's requests to brokers with ACL on")
+    p.add_argument("--secret-key", help="the secret key of --access-key")
+    add_logging_args(p)
+    p.set_defaults(func=_proxy)

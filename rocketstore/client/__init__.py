@@ -12,6 +12,7 @@ from rocketstore.client.consume_service import ConsumeConcurrentlyContext, Consu
 from rocketstore.client.producer import (Producer, SendResult, TransactionProducer,
                                          TransactionSendResult)
 from rocketstore.client.pull_consumer import PullConsumer
+from rocketstore.client.reply import create_reply_message
 from rocketstore.client.push_consumer import PushConsumer
 from rocketstore.client.selector import (MessageQueueSelector, SelectMessageQueueByHash,
                                          SelectMessageQueueByRandom)
@@ -26,4 +27,4 @@ __all__ = ["Producer", "TransactionProducer", "PushConsumer", "PullConsumer", "S
            "ConsumeOrderlyContext", "LocalTransactionState",
            "AllocateMessageQueueAveragely", "AllocateMessageQueueAveragelyByCircle",
            "AllocateMessageQueueConsistentHash", "AllocateMessageQueueByConfig",
-           "AllocateMessageQueueByMachineRoom"]
+           "AllocateMessageQueueByMachineRoom", "create_reply_message"]

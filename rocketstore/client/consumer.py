@@ -125,6 +125,7 @@ class ConsumerBase:
         self._subs_cache = None
         clustering = self.message_model is MessageModel.CLUSTERING
         self.client_id = build_client_id(self.instance_name, change_default=clustering)
+        self.start_timestamp_ms = time.time_ns() // 1_000_000      # for its running info
         inst = ClientInstance.acquire(self.client_id, self._transport_key,
                                       self._transport_factory, self.timers)
         try:

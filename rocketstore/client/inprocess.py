@@ -86,6 +86,17 @@ class InProcessTransport(Transport):
         except TimeoutError:
             raise TransportError(broker_name, f"send timed out after {timeout_ms} ms") from None
 
+    def send_one_async(self, broker_name: str, producer_group: str, topic: str, queue_id: int,
+                       msg: Message, default_topic: str, default_topic_queue_nums: int
+                       ) -> SendMessageResponse | Future[SendMessageResponse]:
+        """``Broker.send_one`` on this thread: the answer itself under ASYNC_FLUSH, the
+        broker's future (completed by the group commit) under SYNC_FLUSH."""
+        try:
+            return self._b(broker_name).send_one(producer_group, topic, queue_id, msg,
+                                                 default_topic, default_topic_queue_nums)
+        except StoreClosedError as e:
+            raise TransportError(broker_name, f"broker closed: {e}") from e
+
     def send_message_async(self, broker_name: str,
                            request: SendMessageRequest) -> Future[SendMessageResponse]:
         return self._call(broker_name, "send_message", request)
@@ -132,8 +143,9 @@ class InProcessTransport(Transport):
         return self._call(broker_name, "get_min_offset", topic, queue_id)
 
     def search_offset(self, broker_name: str, topic: str, queue_id: int,
-                      timestamp_ms: int) -> int:
-        return self._call(broker_name, "search_offset", topic, queue_id, timestamp_ms)
+                      timestamp_ms: int, boundary: str | None = None) -> int:
+        return self._call(broker_name, "search_offset", topic, queue_id, timestamp_ms,
+                          boundary or "LOWER")
 
     def consumer_send_msg_back(self, broker_name: str,
                                request: ConsumerSendMsgBackRequest) -> RemotingResult:

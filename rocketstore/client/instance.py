@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from rocketstore.client.scheduler import Scheduler, TaskThreads
 from rocketstore.client.transport import Transport
 from rocketstore.common.protocol import (CheckTransactionStateRequest, HeartbeatData, MessageQueue,
+                                         RemotingResult, ReplyMessageRequest, ResponseCode,
                                          TopicRouteData)
 from rocketstore.errors import MQClientError, TransportError
 
@@ -318,6 +319,18 @@ class ClientInstance:
     def notify_consumer_ids_changed(self, group: str) -> None:
         self.rebalance_immediately()
 
+    def push_reply_message(self, request: ReplyMessageRequest) -> Future:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT: complete the request waiting for this reply
+        (``rocketstore.client.reply``); SUCCESS unless the reply could not be read."""
+        from rocketstore.client import reply
+        try:
+            reply.deliver(request)
+            result = RemotingResult(ResponseCode.SUCCESS)
+        except Exception:                   # noqa: BLE001 - answered, as Java's client does
+            log.exception("reply to %s could not be read", self.client_id)
+            result = RemotingResult(ResponseCode.SYSTEM_ERROR, "process reply message fail")
+        return completed(result)
+
     def reset_offset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET (an admin's ``resetOffsetByTime``): for each queue of
         ``group`` held here, drop what was pulled, take the new offset and let the next
@@ -340,6 +353,17 @@ class ClientInstance:
         log.info("%s: offsets of %s on %s reset to %s", self.client_id, group, topic,
                  {mq.queue_id: o for mq, o in sorted(offsets.items())})
         self.rebalance_immediately()
+
+    def consumer_running_info(self, group: str, jstack: bool = False) -> bytes | None:
+        """GET_CONSUMER_RUNNING_INFO (an admin's ``consumerStatus``, relayed by a broker):
+        the group's ``ConsumerRunningInfo`` JSON, None when this client has no such group."""
+        from rocketstore.client.running_info import running_info
+        with self._lock:
+            consumer = self.consumers.get(group)
+        if consumer is None:
+            return None
+        namesrv = ";".join(getattr(self.transport, "namesrv_addrs", ()) or ())
+        return running_info(consumer, namesrv, jstack)
 
 
 def completed(value: Any) -> Future:

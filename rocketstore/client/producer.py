@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterable, Protocol, Union
 
 from rocketstore.acl.signature import SessionCredentials, credentials_from
-from rocketstore.client import validators
+from rocketstore.client import reply, validators
 from rocketstore.client.compression import compressor
 from rocketstore.client.instance import (HEARTBEAT_BROKER_INTERVAL_MS,
                                          POLL_NAME_SERVER_INTERVAL_MS, ClientInstance,
@@ -273,6 +273,8 @@ class Producer:
                                  batch if batch is not None else [msg], batch=batch is not None,
                                  default_topic=self.create_topic_key,
                                  default_topic_queue_nums=self.default_topic_queue_nums)
+        if batch is None and mq.topic.endswith(reply.REPLY_TOPIC_SUFFIX):
+            req.reply = reply.is_reply(msg)     # sent as SEND_REPLY_MESSAGE_V2
         if mq.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
             props = msg.properties          # §1.4: moved from the properties into the header
             rt = props.get(C.PROPERTY_RECONSUME_TIME)
@@ -312,7 +314,39 @@ class Producer:
         if message_queue is not None or selector is not None:
             mq = self._explicit_queue(msg, message_queue, selector, arg)
             return self._send_to_chosen_queue(mq, self._request(prepared, mq), timeout, uniq)
+        if prepared.topic.endswith(reply.REPLY_TOPIC_SUFFIX) and reply.is_reply(prepared):
+            # not the fast path: a reply goes with its request code (``_request``)
+            return self._drive(self._retrying(prepared, uniq, None, timeout), None)
         return self._send_with_retries(prepared, uniq, None, timeout)
+
+    # -- request-reply (rocketstore.client.reply) ---------------------------------------------
+    def request(self, msg: Message, timeout: int = 3000, *,
+                message_queue: MessageQueue | None = None, selector: Selector | None = None,
+                arg: Any = None) -> MessageExt:
+        """Send ``msg`` as a request and wait up to ``timeout`` ms for its reply (RocketMQ's
+        ``DefaultMQProducer.request``; ``message_queue`` or ``selector`` + ``arg`` as for
+        ``send``): the reply message. A consumer answers with ``create_reply_message(request,
+        body)`` and ``send``. Raises ``RequestTimeoutError`` when no reply comes in time,
+        ``MQClientError`` when the request could not be sent."""
+        return reply.request(self, msg, timeout, message_queue=message_queue,
+                             selector=selector, arg=arg)
+
+    def request_async(self, msg: Message, timeout: int = 3000, *,
+                      message_queue: MessageQueue | None = None,
+                      selector: Selector | None = None, arg: Any = None) -> Future[MessageExt]:
+        """``request`` without waiting: a future of the reply, failed with
+        ``RequestTimeoutError`` after ``timeout`` ms (its callbacks run on the thread that
+        completes it: keep them short)."""
+        return reply.request_future(self, msg, timeout, message_queue=message_queue,
+                                    selector=selector, arg=arg)[0]
+
+    def send_reply(self, request: Message | MessageExt, body: bytes,
+                   timeout: int | None = None) -> SendResult:
+        """Answer a request received by a consumer: ``send(create_reply_message(request,
+        body))``. SEND_OK once the broker pushed the reply to the requester (any send of a
+        reply goes as SEND_REPLY_MESSAGE_V2, as Java's client picks the code by
+        ``MSG_TYPE``)."""
+        return self.send(reply.create_reply_message(request, body), timeout=timeout)
 
     def _send_to_chosen_queue(self, mq: MessageQueue, request: SendMessageRequest,
                               timeout: int, uniq: str) -> SendResult:
@@ -617,9 +651,28 @@ class Producer:
                             info: TopicPublishInfo | None, retries: int) -> None:
         started = time.monotonic()
         try:
-            fut = self.transport.send_message_async(mq.broker_name, self._request(prepared, mq))
+            if (mq.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX)     # header fields moved
+                    or mq.topic.endswith(reply.REPLY_TOPIC_SUFFIX)):  # a reply's own code
+                fut = self.transport.send_message_async(mq.broker_name,
+                                                        self._request(prepared, mq))
+            else:
+                fut = self.transport.send_one_async(
+                    mq.broker_name, self.group, mq.topic, mq.queue_id, prepared,
+                    self.create_topic_key, self.default_topic_queue_nums)
         except Exception as e:
+            if isinstance(e, TransportError) and retries > 0 and info is not None:
+                self.fault_strategy.update_fault_item(mq.broker_name, _ms_since(started), True)
+                nxt = self.fault_strategy.select_one_message_queue(info, mq.broker_name)
+                self._send_async_attempt(out, prepared, uniq, nxt, info, retries - 1)
+                return
             self._settle(out, exc=e)
+            return
+        if type(fut) is SendMessageResponse:    # answered at once: no future at all
+            self.fault_strategy.update_fault_item(mq.broker_name, _ms_since(started), False)
+            try:
+                self._settle(out, self._result(fut, mq, uniq))
+            except Exception as e:
+                self._settle(out, exc=e)
             return
         if fut.done():          # an in-process broker answers at once: no callback to keep
             self._async_answered(out, prepared, uniq, mq, info, retries, started, fut)

@@ -15,6 +15,7 @@ thread (a transaction check runs user code).
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import random
 import threading
@@ -30,12 +31,12 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerS
                                          RemotingResult, ResponseCode, SendMessageRequest,
                                          SendMessageResponse, TopicRouteData)
 from rocketstore.client.transport import ClientChannel, Transport
-from rocketstore.errors import RemotingProtocolError, TransportError
+from rocketstore.errors import TransportError
 from rocketstore.remoting import fastjson, headers
 from rocketstore.remoting.client import RemotingClient
-from rocketstore.remoting.codes import LanguageCode, RequestCode
+from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
-from rocketstore.store._codec import decode as decode_record
+from rocketstore.remoting.records import decode_records
 from rocketstore.store._codec import encode_properties
 from rocketstore.store._codec import as_client_messages
 
@@ -75,33 +76,28 @@ def _code(code: int) -> ResponseCode:
         return cast(ResponseCode, code)
 
 
-def decode_records(body: bytes | memoryview) -> list[MessageExt]:
-    """A pull body: stored records back to back -> messages (body CRC checked)."""
-    out: list[MessageExt] = []
-    buf = bytes(body)
-    pos, n = 0, len(buf)
-    while pos < n:
-        try:
-            m = decode_record(buf, pos, check_crc=True)
-        except ValueError as e:
-            raise RemotingProtocolError(f"pull body: {e}") from None
-        if m is None:
-            break
-        out.append(m)
-        pos += m.store_size
-    return out
-
-
 def properties_string(msg: Message) -> str:
     return encode_properties(msg.properties).decode("utf-8")
 
 
 class _PushProcessor:
-    """Requests a broker sends to this client."""
+    """Requests a broker sends to this client (PUSH_REPLY_MESSAGE_TO_CLIENT too: a reply to
+    one of its requests, answered once taken)."""
 
     def __init__(self, transport: "TcpTransport") -> None:
         self.transport = transport
         self.pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="client-callback")
+
+    @staticmethod
+    def _running_info(ch: Any, cmd: RemotingCommand) -> RemotingCommand:
+        # answered at once (a snapshot of the consumer's tables), as MQClientInstance does
+        group = cmd.field("consumerGroup") or ""
+        fn = getattr(ch, "consumer_running_info", None)
+        body = fn(group, cmd.bool_field("jstackEnable")) if fn is not None else None
+        if body is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"The Consumer Group <{group}> not exist in this consumer")
+        return cmd.response(ResponseCode.SUCCESS, body=body)
 
     def process(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
         ch = self.transport.channel
@@ -121,6 +117,8 @@ class _PushProcessor:
                     broker = self.transport.broker_of_addr(conn.peer) or ""
                     self.pool.submit(ch.check_transaction_state, broker, req, msgs[0])
             return None
+        if cmd.code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT:
+            return self._reply(cmd, ch)
         if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             # an admin reset: the broker already wrote the offsets; drop what we hold
             from rocketstore.remoting.admin_bodies import decode_reset_offsets
@@ -129,8 +127,25 @@ class _PushProcessor:
                 self.pool.submit(reset, cmd.field("group") or "", cmd.field("topic") or "",
                                  decode_reset_offsets(bytes(cmd.body)))
             return None
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            return self._running_info(ch, cmd)
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                             f" request type {cmd.code} not supported")
+
+    def _reply(self, cmd: RemotingCommand, ch: ClientChannel | None) -> Any:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT: a reply to one of this client's requests, handed to
+        the client on a worker thread (a request's future may run user callbacks); answered
+        once taken, SYSTEM_ERROR when it could not be (``ClientRemotingProcessor``)."""
+        req = headers.decode_reply_header(cmd)      # malformed: answered SYSTEM_ERROR
+        push = getattr(ch, "push_reply_message", None)
+        if push is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "process reply message fail")
+
+        async def answer() -> RemotingCommand:
+            loop = asyncio.get_running_loop()
+            r = await asyncio.wrap_future(await loop.run_in_executor(self.pool, push, req))
+            return cmd.response(int(r.code), r.remark)
+        return answer()
 
     def connection_closed(self, conn: Any) -> None:
         pass
@@ -278,7 +293,8 @@ class TcpTransport(Transport):
             first = msgs[0]
             body = bytes(first.body)
             props, sys_flag, flag = properties_string(first), first.sys_flag, first.flag
-            code = RequestCode.SEND_MESSAGE_V2
+            code = (RequestCode.SEND_REPLY_MESSAGE_V2 if request.reply
+                    else RequestCode.SEND_MESSAGE_V2)
         born = first.born_timestamp if first.born_timestamp is not None else int(time.time() * 1000)
         ext: dict[str, Any] = {
             "a": request.producer_group, "b": request.topic, "c": request.default_topic,
@@ -399,9 +415,11 @@ class TcpTransport(Transport):
         return self._offset_call(RequestCode.GET_MIN_OFFSET, broker_name, topic=topic,
                                  queueId=queue_id)
 
-    def search_offset(self, broker_name: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
+    def search_offset(self, broker_name: str, topic: str, queue_id: int, timestamp_ms: int,
+                      boundary: str | None = None) -> int:
+        extra = {} if boundary is None else {"boundaryType": boundary}
         return self._offset_call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, broker_name, topic=topic,
-                                 queueId=queue_id, timestamp=timestamp_ms)
+                                 queueId=queue_id, timestamp=timestamp_ms, **extra)
 
     def consumer_send_msg_back(self, broker_name: str,
                                request: ConsumerSendMsgBackRequest) -> RemotingResult:

@@ -18,14 +18,16 @@ from typing import TYPE_CHECKING, Protocol
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
                                          EndTransactionRequest, HeartbeatData, MessageQueue,
                                          PullMessageRequest, PullMessageResponse, RemotingResult,
-                                         SendMessageRequest, SendMessageResponse, TopicRouteData)
+                                         ReplyMessageRequest, SendMessageRequest,
+                                         SendMessageResponse, TopicRouteData)
 
 if TYPE_CHECKING:
     from rocketstore.store.types import Message, MessageExt
 
 
 class ClientChannel(Protocol):
-    """What a broker can ask of a connected client instance (oneway calls)."""
+    """What a broker can ask of a connected client instance (oneway calls, and the reply push,
+    answered)."""
 
     client_id: str
 
@@ -35,6 +37,9 @@ class ClientChannel(Protocol):
 
     def notify_consumer_ids_changed(self, group: str) -> None:
         """The members of a consumer group changed: rebalance now."""
+
+    def push_reply_message(self, request: ReplyMessageRequest) -> Future[RemotingResult]:
+        """A reply to one of this client's requests (answered: SUCCESS once taken)."""
 
 
 class Transport(abc.ABC):
@@ -63,7 +68,9 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def send_message(self, broker_name: str, request: SendMessageRequest,
                      timeout_ms: int = 3000) -> SendMessageResponse:
-        """``SEND_MESSAGE_V2`` / ``SEND_BATCH_MESSAGE``: store and answer."""
+        """``SEND_MESSAGE_V2`` / ``SEND_BATCH_MESSAGE``: store and answer; a ``reply``
+        request is ``SEND_REPLY_MESSAGE_V2``, answered once the broker pushed it to its
+        requester (this and ``send_message_async`` / ``_oneway``)."""
 
     def send_one(self, broker_name: str, producer_group: str, topic: str, queue_id: int,
                  msg: Message, default_topic: str, default_topic_queue_nums: int,
@@ -73,6 +80,15 @@ class Transport(abc.ABC):
         return self.send_message(broker_name, SendMessageRequest(
             producer_group, topic, queue_id, [msg], default_topic=default_topic,
             default_topic_queue_nums=default_topic_queue_nums), timeout_ms)
+
+    def send_one_async(self, broker_name: str, producer_group: str, topic: str, queue_id: int,
+                       msg: Message, default_topic: str, default_topic_queue_nums: int
+                       ) -> SendMessageResponse | Future[SendMessageResponse]:
+        """``send_message_async`` of one message given by its header fields: the answer when
+        the broker gave it at once (in process, ASYNC_FLUSH: no future), else its future."""
+        return self.send_message_async(broker_name, SendMessageRequest(
+            producer_group, topic, queue_id, [msg], default_topic=default_topic,
+            default_topic_queue_nums=default_topic_queue_nums))
 
     @abc.abstractmethod
     def send_message_async(self, broker_name: str,
@@ -115,8 +131,10 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def search_offset(self, broker_name: str, topic: str, queue_id: int,
-                      timestamp_ms: int) -> int:
-        """``SEARCH_OFFSET_BY_TIMESTAMP``."""
+                      timestamp_ms: int, boundary: str | None = None) -> int:
+        """``SEARCH_OFFSET_BY_TIMESTAMP``; ``boundary`` "LOWER" or "UPPER" (RocketMQ 5's
+        ``boundaryType``, sent only when given: a 4.9.8 broker ignores it and answers the
+        nearest message)."""
 
     @abc.abstractmethod
     def consumer_send_msg_back(self, broker_name: str,

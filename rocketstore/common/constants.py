@@ -57,6 +57,14 @@ PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+# request-reply (RocketMQ 4.7+, docs/messaging.md "Request-reply")
+PROPERTY_CORRELATION_ID = "CORRELATION_ID"
+PROPERTY_MESSAGE_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+PROPERTY_MESSAGE_TTL = "TTL"
+PROPERTY_REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
+PROPERTY_PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+PROPERTY_MESSAGE_TYPE = "MSG_TYPE"
+REPLY_MESSAGE_FLAG = "reply"          # MSG_TYPE of a reply (MixAll.REPLY_MESSAGE_FLAG)
 
 # properties only a broker sets (REAL_* by the DELAY and half-message rewrites, the others by
 # the transaction check): a client send carrying one is refused (stricter than 4.9.8, which
@@ -86,3 +94,8 @@ def retry_topic(group: str) -> str:
 def dlq_topic(group: str) -> str:
     """``%DLQ%<group>``: the dead-letter topic of a consumer group."""
     return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def reply_topic(cluster: str) -> str:
+    """``<cluster>_REPLY_TOPIC``: where the replies of a cluster's requests are sent."""
+    return f"{cluster}_{REPLY_TOPIC_POSTFIX}"

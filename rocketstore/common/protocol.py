@@ -165,6 +165,9 @@ class SendMessageRequest:
     reconsume_times: int = 0
     max_reconsume_times: int | None = None
     born_host: str | None = None
+    # a reply of request-reply (``MSG_TYPE=reply``): SEND_REPLY_MESSAGE_V2 (325), pushed to
+    # its requester by the broker (``rocketstore.broker.reply``)
+    reply: bool = False
 
 
 @dataclass(slots=True)
@@ -277,6 +280,30 @@ class CheckTransactionStateRequest:
     offset_msg_id: str
     msg_id: str | None
     transaction_id: str | None
+
+
+@dataclass(slots=True)
+class ReplyMessageRequest:
+    """``PUSH_REPLY_MESSAGE_TO_CLIENT`` (326), broker to the requester, answered: a reply
+    (SEND_REPLY_MESSAGE(_V2) 324/325) as its replier sent it (``ReplyMessageRequestHeader``:
+    the send header's fields, ``properties`` the properties string, plus where and when it
+    was stored) and its body."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int
+    unit_mode: bool
+    born_host: str
+    store_host: str
+    store_timestamp: int
+    body: bytes
 
 
 @dataclass(slots=True)

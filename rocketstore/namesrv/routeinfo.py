@@ -188,6 +188,18 @@ class RouteInfoManager:
         with self._lock:
             self.topic_queue_table.pop(topic, None)
 
+    def add_write_perm(self, broker_name: str) -> int:
+        """Every topic on a broker readable and writable again (``addWritePermOfBroker``: 4.9.8
+        sets perm 6, whatever the topic's was); returns how many."""
+        n = 0
+        with self._lock:
+            for qds in self.topic_queue_table.values():
+                qd = qds.get(broker_name)
+                if qd is not None:
+                    qds[broker_name] = dataclasses.replace(qd, perm=6)
+                    n += 1
+        return n
+
     def wipe_write_perm(self, broker_name: str) -> int:
         """Clear the write bit of every topic on a broker (drain it); returns how many."""
         n = 0

@@ -24,7 +24,7 @@ from rocketstore.errors import InvalidArgumentError, RemotingProtocolError
 from rocketstore.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimits
 from rocketstore.namesrv.routeinfo import BROKER_EXPIRE_S, RouteInfoManager
 from rocketstore.remoting import fastjson
-from rocketstore.remoting.codes import VERSION_V3_0_11, RequestCode
+from rocketstore.common.codes import VERSION_V3_0_11, RequestCode
 from rocketstore.remoting.command import MAX_FRAME, RemotingCommand
 from rocketstore.remoting.connection import Connection
 from rocketstore.remoting.server import RemotingServer
@@ -132,7 +132,13 @@ class NamesrvProcessor:
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
             RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm,
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm,
+            RequestCode.GET_NAMESRV_CONFIG: self.namesrv_config,
         }
+        # GET_NAMESRV_CONFIG's settings (NamesrvConfig / NettyServerConfig names); the
+        # NameServer fills in what it knows at start
+        self.settings: dict[str, str] = {"orderMessageEnable": str(order_message_enable).lower(),
+                                         "defaultThreadPoolNums": str(DEFAULT_THREAD_POOL_NUMS)}
 
     def process(self, conn: Connection, cmd: RemotingCommand) -> Any:
         handler = self._handlers.get(cmd.code)     # type: ignore[call-overload]
@@ -189,6 +195,17 @@ class NamesrvProcessor:
     def wipe_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         n = self.routes.wipe_write_perm(cmd.require("brokerName"))
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"wipeTopicCount": n})
+
+    def add_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        # the reverse of wipeWritePerm: the broker's queues take writes again now, without
+        # waiting for its topic config to change (its registrations keep the routes' perms)
+        n = self.routes.add_write_perm(cmd.require("brokerName"))
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={"addTopicCount": n})
+
+    def namesrv_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        # Configuration.getAllConfigsFormatString: name=value lines
+        text = "".join(f"{k}={v}\n" for k, v in sorted(self.settings.items()))
+        return cmd.response(ResponseCode.SUCCESS, body=text.encode("utf-8"))
 
     # -- clients and admin --------------------------------------------------------------------
     def get_route(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -255,6 +272,10 @@ class NameServer:
         self.processor = NamesrvProcessor(self.routes, self.kv, order_message_enable,
                                           self._executor)
         self.server = RemotingServer(self.processor, host, port)
+        self.processor.settings.update({
+            "kvConfigPath": kv_config_path or "", "brokerExpireSeconds": f"{broker_expire_s:g}",
+            "scanNotActiveBrokerIntervalSeconds": f"{scan_interval_s:g}",
+            "defaultThreadPoolNums": str(thread_pool_nums), "listenPort": str(port)})
         self.scan_interval_s = scan_interval_s
         self._scan_task: asyncio.Task[None] | None = None
 
@@ -264,6 +285,7 @@ class NameServer:
 
     async def start(self) -> None:
         await self.server.start()
+        self.processor.settings["listenPort"] = str(self.server.port)
         self._scan_task = asyncio.get_running_loop().create_task(self._scan())
         log.info("NameServer %s up", self.addr)
 

@@ -144,6 +144,52 @@ def decode_kv_table(body: bytes) -> dict[str, str]:
     return {str(k): str(v) for k, v in table.items()}
 
 
+def encode_consume_stats_list(broker_addr: str,
+                              groups: list[tuple[str, list[tuple[dict[MessageQueue, OffsetWrapper],
+                                                                 float]]]],
+                              total_diff: int) -> bytes:
+    """``ConsumeStatsList`` (GET_BROKER_CONSUME_STATS's body): per group a list of
+    ``ConsumeStats``, one per topic, each a map keyed by message queue."""
+    parts = []
+    for group, stats in groups:
+        items = ",".join('{"consumeTps":' + fastjson.dumps(tps) + ',"offsetTable":'
+                         + mq_map({mq: o.to_json() for mq, o in table.items()}) + "}"
+                         for table, tps in stats)
+        parts.append("{" + fastjson.dumps(group) + ":[" + items + "]}")
+    return ('{"brokerAddr":' + fastjson.dumps(broker_addr) + ',"consumeStatsList":['
+            + ",".join(parts) + '],"totalDiff":' + str(int(total_diff)) + "}").encode()
+
+
+def decode_consume_stats_list(body: bytes) -> tuple[str, dict[str, list[tuple[
+        dict[MessageQueue, OffsetWrapper], float]]], int]:
+    """(broker address, group -> [(offset table, consume tps)] per topic, total diff)."""
+    doc = _object(body, "ConsumeStatsList")
+    out: dict[str, list[tuple[dict[MessageQueue, OffsetWrapper], float]]] = {}
+    for entry in doc.get("consumeStatsList") or ():
+        if not isinstance(entry, dict):
+            raise RemotingProtocolError("ConsumeStatsList: an entry is not an object")
+        for group, stats in entry.items():
+            lst = out.setdefault(str(group), [])
+            for cs in stats or ():
+                table = {mq: OffsetWrapper(int(v.get("brokerOffset", 0)),
+                                           int(v.get("consumerOffset", 0)),
+                                           int(v.get("pullOffset", 0)),
+                                           int(v.get("lastTimestamp", 0)))
+                         for mq, v in decode_mq_map(cs.get("offsetTable"),
+                                                    "ConsumeStats").items()}
+                lst.append((table, float(cs.get("consumeTps") or 0.0)))
+    return str(doc.get("brokerAddr") or ""), out, int(doc.get("totalDiff") or 0)
+
+
+def connection_json(conn: Any, client_id: str) -> dict[str, Any]:
+    """A ``Connection`` (ConsumerConnection / ProducerConnection entries) of a client."""
+    c = getattr(conn, "conn", None)
+    attrs = getattr(c, "attributes", {})
+    return {"clientAddr": getattr(c, "peer", "") or "", "clientId": client_id,
+            "language": attrs.get("client_language", "OTHER"),
+            "version": attrs.get("client_version", 0)}
+
+
 def _object(body: bytes | memoryview, what: str) -> dict[Any, Any]:
     doc = fastjson.loads(bytes(body)) if body else {}
     if not isinstance(doc, dict):
@@ -161,4 +207,5 @@ def subscription_json(sub: Any) -> dict[str, Any]:
 __all__ = ["TopicOffset", "OffsetWrapper", "mq_map", "decode_mq_map", "encode_topic_stats",
            "decode_topic_stats", "encode_consume_stats", "decode_consume_stats",
            "encode_reset_offsets", "encode_reset_offsets_for_c", "decode_reset_offsets",
-           "encode_kv_table", "decode_kv_table", "subscription_json"]
+           "encode_kv_table", "decode_kv_table", "subscription_json",
+           "encode_consume_stats_list", "decode_consume_stats_list", "connection_json"]

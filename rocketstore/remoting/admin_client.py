@@ -15,8 +15,9 @@ from rocketstore.errors import RocketStoreError, TransportError
 from rocketstore.remoting import admin_bodies as bodies
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.client import RemotingClient, split_addr
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.records import decode_records
 
 RETRY_PREFIX = "%RETRY%"
 
@@ -125,6 +126,10 @@ class AdminClient:
             if addr is not None and (names is None or name in names):
                 out[name] = addr
         return out
+
+    def topic_masters(self, topic: str) -> dict[str, str]:
+        """Broker name -> master address of the brokers ``topic`` is routed to."""
+        return self._route_masters(topic)
 
     def _route_masters(self, topic: str) -> dict[str, str]:
         route = self.topic_route(topic)
@@ -258,7 +263,6 @@ class AdminClient:
     # -- messages -----------------------------------------------------------------------------
     def view_message(self, msg_id: str) -> Any:
         """The message with offset message id ``msg_id`` (store host + commit-log offset)."""
-        from rocketstore.client.tcp import decode_records
         from rocketstore.store._codec import decode_msg_id
         try:
             host, offset = decode_msg_id(msg_id)
@@ -276,7 +280,6 @@ class AdminClient:
                       end_ms: int | None = None, *, unique_key: bool = False) -> list[Any]:
         """Messages of ``topic`` whose keys hold ``key`` (``unique_key``: whose client message
         id is ``key``) from every broker of the topic, oldest first."""
-        from rocketstore.client.tcp import decode_records
         end = int(time.time() * 1000) if end_ms is None else end_ms
         fields: dict[str, Any] = {"topic": topic, "key": key, "maxNum": max_num,
                                   "beginTimestamp": begin_ms, "endTimestamp": end}
@@ -301,6 +304,171 @@ class AdminClient:
         r = self.invoke(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO,
                         what=f"brokerStatus at {broker_addr}")
         return bodies.decode_kv_table(bytes(r.body))
+
+
+    def _targets(self, what: str, broker_addr: str | None, cluster: str | None) -> list[str]:
+        # mqadmin's -b (one broker) or -c (every master of a cluster)
+        if (broker_addr is None) == (cluster is None):
+            raise AdminError(what, ResponseCode.INVALID_PARAMETER,
+                             "give exactly one of a broker address (-b) or a cluster (-c)")
+        if broker_addr is not None:
+            split_addr(broker_addr)
+            return [broker_addr]
+        return sorted(self.master_addrs(cluster).values())
+
+    def broker_config(self, broker_addr: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG: the broker's settings by RocketMQ name."""
+        split_addr(broker_addr)
+        r = self.invoke(broker_addr, RequestCode.GET_BROKER_CONFIG,
+                        what=f"getBrokerConfig at {broker_addr}")
+        return properties(bytes(r.body).decode("utf-8") if r.body else "")
+
+    def update_broker_config(self, settings: dict[str, str], *, broker_addr: str | None = None,
+                             cluster: str | None = None) -> list[str]:
+        """UPDATE_BROKER_CONFIG on one broker or every master of ``cluster``; the addresses
+        done. A setting the broker may not change at run time is refused (AdminError)."""
+        addrs = self._targets("updateBrokerConfig", broker_addr, cluster)
+        body = "".join(f"{k}={v}\n" for k, v in settings.items()).encode("utf-8")
+        for addr in addrs:
+            self.invoke(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body,
+                        what=f"updateBrokerConfig at {addr}")
+        return addrs
+
+    def topic_configs(self, broker_addr: str) -> dict[str, Any]:
+        """GET_ALL_TOPIC_CONFIG: {"dataVersion", "topicConfigTable"} of one broker."""
+        r = self.invoke(broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG,
+                        what=f"topic configs at {broker_addr}")
+        return fastjson.loads(bytes(r.body))
+
+    def broker_consume_stats(self, broker_addr: str, order: bool = False
+                             ) -> tuple[str, dict[str, list[tuple[
+                                 dict[MessageQueue, bodies.OffsetWrapper], float]]], int]:
+        """GET_BROKER_CONSUME_STATS: (broker address, group -> per topic (queues, tps),
+        total diff)."""
+        split_addr(broker_addr)
+        r = self.invoke(broker_addr, RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": order},
+                        what=f"brokerConsumeStats at {broker_addr}")
+        return bodies.decode_consume_stats_list(bytes(r.body))
+
+    def clean_unused_topic(self, *, broker_addr: str | None = None,
+                           cluster: str | None = None) -> list[str]:
+        addrs = self._targets("cleanUnusedTopic", broker_addr, cluster)
+        for addr in addrs:
+            self.invoke(addr, RequestCode.CLEAN_UNUSED_TOPIC, what=f"cleanUnusedTopic at {addr}")
+        return addrs
+
+    def stats_data(self, broker_addr: str, name: str, key: str) -> dict[str, Any]:
+        """VIEW_BROKER_STATS_DATA: ``BrokerStatsData`` (statsMinute/Hour/Day: sum, tps)."""
+        r = self.invoke(broker_addr, RequestCode.VIEW_BROKER_STATS_DATA,
+                        {"statsName": name, "statsKey": key},
+                        what=f"stats {name} {key} at {broker_addr}")
+        return fastjson.loads(bytes(r.body))
+
+    # -- subscription groups and clients -----------------------------------------------------
+    def update_sub_group(self, config: dict[str, Any], *, broker_addr: str | None = None,
+                         cluster: str | None = None) -> list[str]:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP with a ``SubscriptionGroupConfig`` (fastjson
+        names; ``groupName`` required)."""
+        addrs = self._targets("updateSubGroup", broker_addr, cluster)
+        body = fastjson.dumps(config).encode()
+        for addr in addrs:
+            self.invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body,
+                        what=f"updateSubGroup {config.get('groupName')} at {addr}")
+        return addrs
+
+    def sub_group_configs(self, broker_addr: str) -> dict[str, Any]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: {"dataVersion", "subscriptionGroupTable"}."""
+        r = self.invoke(broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+                        what=f"getConsumerConfig at {broker_addr}")
+        return fastjson.loads(bytes(r.body))
+
+    def delete_sub_group(self, group: str, *, broker_addr: str | None = None,
+                         cluster: str | None = None, remove_offset: bool = False) -> list[str]:
+        addrs = self._targets("deleteSubGroup", broker_addr, cluster)
+        for addr in addrs:
+            self.invoke(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                        {"groupName": group, "removeOffset": remove_offset},
+                        what=f"deleteSubGroup {group} at {addr}")
+        return addrs
+
+    def producer_connection(self, group: str, topic: str) -> list[dict[str, Any]]:
+        """GET_PRODUCER_CONNECTION_LIST on the brokers of ``topic``: the group's producers."""
+        seen: dict[str, dict[str, Any]] = {}
+        last: AdminError | None = None
+        for name, addr in sorted(self._route_masters(topic).items()):
+            try:
+                r = self.invoke(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST,
+                                {"producerGroup": group},
+                                what=f"producerConnection of {group} at {name}")
+            except AdminError as e:
+                last = e
+                continue
+            for c in (fastjson.loads(bytes(r.body)) or {}).get("connectionSet") or ():
+                seen.setdefault(str(c.get("clientId")), c)
+        if not seen and last is not None:
+            raise last
+        return [seen[k] for k in sorted(seen)]
+
+    def consumer_running_info(self, group: str, client_id: str, jstack: bool = False
+                              ) -> bytes:
+        """GET_CONSUMER_RUNNING_INFO relayed by a broker of the group to ``client_id``: the
+        client's ``ConsumerRunningInfo`` JSON, bytes as the client wrote them."""
+        last: AdminError | None = None
+        for name, addr in sorted(self._group_masters(group, None).items()):
+            try:
+                r = self.invoke(addr, RequestCode.GET_CONSUMER_RUNNING_INFO, {
+                    "consumerGroup": group, "clientId": client_id, "jstackEnable": jstack},
+                    what=f"consumerStatus of {client_id} ({group}) via {name}")
+                return bytes(r.body or b"")
+            except AdminError as e:
+                last = e
+        raise last or AdminError(f"consumerStatus of {client_id}", ResponseCode.SYSTEM_ERROR,
+                                 "no broker knows the group")
+
+    def topic_consumed_by(self, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO on the brokers of ``topic``: the groups consuming it."""
+        groups: set[str] = set()
+        for name, addr in sorted(self._route_masters(topic).items()):
+            r = self.invoke(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic},
+                            what=f"consumers of {topic} at {name}")
+            groups.update(str(g) for g in (fastjson.loads(bytes(r.body)) or {}).get(
+                "groupList") or ())
+        return sorted(groups)
+
+    # -- NameServer settings ------------------------------------------------------------------
+    def namesrv_config(self) -> dict[str, dict[str, str]]:
+        """GET_NAMESRV_CONFIG of every NameServer: address -> settings."""
+        out = {}
+        for ns in self.namesrv_addrs:
+            r = self.invoke(ns, RequestCode.GET_NAMESRV_CONFIG,
+                            what=f"getNamesrvConfig at {ns}")
+            out[ns] = properties(bytes(r.body).decode("utf-8") if r.body else "")
+        return out
+
+    def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
+        """WIPE_WRITE_PERM_OF_BROKER at every NameServer: address -> topics changed."""
+        return self._write_perm(RequestCode.WIPE_WRITE_PERM_OF_BROKER, "wipeTopicCount",
+                                broker_name, "wipeWritePerm")
+
+    def add_write_perm(self, broker_name: str) -> dict[str, int]:
+        """ADD_WRITE_PERM_OF_BROKER at every NameServer: address -> topics changed."""
+        return self._write_perm(RequestCode.ADD_WRITE_PERM_OF_BROKER, "addTopicCount",
+                                broker_name, "addWritePerm")
+
+    def _write_perm(self, code: int, field: str, broker_name: str, what: str
+                    ) -> dict[str, int]:
+        out = {}
+        for ns in self.namesrv_addrs:
+            r = self.invoke(ns, code, {"brokerName": broker_name},
+                            what=f"{what} {broker_name} at NameServer {ns}")
+            out[ns] = r.int_field(field, 0)
+        return out
+
+
+def properties(text: str) -> dict[str, str]:
+    """``name=value`` lines (a Java properties text) as a dict."""
+    from rocketstore.remoting.requests import parse_properties
+    return parse_properties(text)
 
 
 def _master(bd: dict[str, Any]) -> str | None:

@@ -10,9 +10,20 @@
   QUERY_MESSAGE 12                messages by key (or client id) through the index
   INVOKE_BROKER_TO_RESET_OFFSET 222 move a group's offsets to a time
   GET_BROKER_RUNTIME_INFO 28      RocketMQ's key/value table plus this broker's metrics
-  UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200 / DELETE_SUBSCRIPTIONGROUP 207   group admin
-  GET_ALL_TOPIC_CONFIG 21, GET_ALL_CONSUMER_OFFSET 43, GET_ALL_DELAY_OFFSET 45,
-  GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201   what a slave copies from its master every 10 s
+  GET_ALL_TOPIC_CONFIG 21         every topic's config (TopicConfigSerializeWrapper)
+  UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200, GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201,
+  DELETE_SUBSCRIPTIONGROUP 207    subscription groups (subscriptionGroup.json)
+  GET_PRODUCER_CONNECTION_LIST 204 a producer group's clients
+  GET_CONSUMER_RUNNING_INFO 307   relayed to the consumer over its own connection, its answer
+                                  (bytes untouched) relayed back, as 4.9.8's callConsumer
+  QUERY_TOPIC_CONSUME_BY_WHO 300  groups subscribed to a topic or with offsets on it
+  GET_BROKER_CONSUME_STATS 317    every group's queues: broker and consumer offsets, total diff
+  CLEAN_UNUSED_TOPIC 316          consume queues of topics without a config dropped
+  VIEW_BROKER_STATS_DATA 315      a stats item's minute/hour/day sum and tps (statsAll)
+  GET_BROKER_CONFIG 26, UPDATE_BROKER_CONFIG 25  settings (rocketstore.broker.runtime_config:
+                                  only a whitelist changes at run time)
+  GET_ALL_CONSUMER_OFFSET 43, GET_ALL_DELAY_OFFSET 45   consumer and delay offsets; with 21 and
+                                  201 what a slave copies from its master every 10 s
                                   (``rocketstore.broker.slave_sync``), in fastjson's form
 
 A SLAVE refuses topic and group changes (SYSTEM_ERROR, RocketMQ's remark): its tables are
@@ -35,12 +46,14 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
-from rocketstore.broker.subscription_group import _from_bean as group_from_bean
+from rocketstore.broker import runtime_config
+from rocketstore.broker import subscription_group as sub_groups
 from rocketstore.common import names
 from rocketstore.common.protocol import MessageQueue, ResponseCode
 from rocketstore.remoting import admin_bodies as bodies
 from rocketstore.remoting import fastjson, requests
-from rocketstore.remoting.codes import LanguageCode, RequestCode
+from rocketstore.errors import RocketStoreError, TransportError
+from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
 from rocketstore.remoting.zerocopy import RecordBody
@@ -54,6 +67,9 @@ log = logging.getLogger("rocketstore.broker.admin")
 
 DEFAULT_QUERY_MAX_NUM = 32              # MessageStoreConfig.defaultQueryMaxNum
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+CALL_CLIENT_TIMEOUT_S = 10.0            # Broker2Client.callClient
+VERSION_V3_1_8 = 62                     # MQVersion V3_1_8_SNAPSHOT: older clients are not asked
+CREDENTIAL_FIELDS = frozenset({"AccessKey", "Signature", "SecurityToken"})   # acl.signature
 SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker"
 
 
@@ -80,12 +96,20 @@ class AdminProcessor:
                 R.QUERY_MESSAGE: self.query_message,
                 R.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
                 R.GET_BROKER_RUNTIME_INFO: self.runtime_info,
-                R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group,
-                R.DELETE_SUBSCRIPTIONGROUP: self.delete_group,
-                R.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
+                R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_sub_group,
+                R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_sub_groups,
+                R.DELETE_SUBSCRIPTIONGROUP: self.delete_sub_group,
+                R.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
+                R.GET_CONSUMER_RUNNING_INFO: self.consumer_running_info,
+                R.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumed_by,
+                R.GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
+                R.CLEAN_UNUSED_TOPIC: self.clean_unused_topic,
+                R.VIEW_BROKER_STATS_DATA: self.stats_data,
+                R.GET_BROKER_CONFIG: self.broker_config,
+                R.GET_ALL_TOPIC_CONFIG: self.all_topic_configs,
+                R.UPDATE_BROKER_CONFIG: self.update_broker_config,
                 R.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offset,
-                R.GET_ALL_DELAY_OFFSET: self.all_delay_offset,
-                R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_subscription_group}
+                R.GET_ALL_DELAY_OFFSET: self.all_delay_offset}
 
     def _slave_refusal(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """``validateSlave``: a slave's topics and groups change only by its master's sync."""
@@ -195,11 +219,7 @@ class AdminProcessor:
                                 f"the consumer group[{group}] not online")
         conns = []
         for ch, info in list(g.channel_info_table.items()):
-            attrs = getattr(getattr(ch, "conn", None), "attributes", {})
-            conns.append({"clientAddr": getattr(getattr(ch, "conn", None), "peer", "") or "",
-                          "clientId": info.client_id,
-                          "language": attrs.get("client_language", "OTHER"),
-                          "version": attrs.get("client_version", 0)})
+            conns.append(bodies.connection_json(ch, info.client_id))
         body = {"connectionSet": sorted(conns, key=lambda c: c["clientId"]),
                 "consumeFromWhere": g.consume_from_where.value,
                 "consumeType": g.consume_type.value, "messageModel": g.message_model.value,
@@ -283,40 +303,7 @@ class AdminProcessor:
         return cmd.response(ResponseCode.SUCCESS, ext_fields=ext,
                             body=RecordBody.of(msgs))    # views of the mapping, no copy
 
-    # -- subscription groups ------------------------------------------------------------------
-    async def update_group(self, conn: Connection, cmd: RemotingCommand,
-                           r: requests.GroupUpdate) -> RemotingCommand:
-        refused = self._slave_refusal(cmd)
-        if refused is not None:
-            return refused
-        why = names.group_problem(r.group)
-        if why is not None:
-            return cmd.response(ResponseCode.INVALID_PARAMETER,
-                                names.named("groupName", r.group, why))
-        try:
-            config = group_from_bean(r.group, r.bean)
-        except (TypeError, ValueError) as e:
-            return cmd.response(ResponseCode.INVALID_PARAMETER, str(e))
-        log.info("update or create subscription group %s from %s: %s", r.group, conn.peer,
-                 config)
-        await self._blocking(self.broker.subscription_groups.update, config)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def delete_group(self, conn: Connection, cmd: RemotingCommand,
-                           r: requests.GroupRef) -> RemotingCommand:
-        refused = self._slave_refusal(cmd)
-        if refused is not None:
-            return refused
-        log.info("delete subscription group %s from %s", r.group, conn.peer)
-        await self._blocking(self.broker.subscription_groups.delete, r.group)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    # -- what a slave copies ----------------------------------------------------------------
-    async def all_topic_config(self, conn: Connection, cmd: RemotingCommand,
-                               r: None) -> RemotingCommand:
-        body = await self._blocking(self.broker.store.topic_config_manager.encode)
-        return cmd.response(ResponseCode.SUCCESS, body=body.encode())
-
+    # -- what a slave copies (with GET_ALL_TOPIC_CONFIG and GET_ALL_SUBSCRIPTIONGROUP_CONFIG) --
     async def all_consumer_offset(self, conn: Connection, cmd: RemotingCommand,
                                   r: None) -> RemotingCommand:
         table = self.broker.store.consumer_offset_manager.table()
@@ -331,11 +318,6 @@ class AdminProcessor:
         body = fastjson.dumps_int_keys({"offsetTable": dict(sorted(service.offsets().items()))})
         return cmd.response(ResponseCode.SUCCESS, body=body.encode())
 
-    async def all_subscription_group(self, conn: Connection, cmd: RemotingCommand,
-                                     r: None) -> RemotingCommand:
-        body = await self._blocking(self.broker.subscription_groups.encode)
-        return cmd.response(ResponseCode.SUCCESS, body=body.encode())
-
     # -- broker -------------------------------------------------------------------------------
     async def runtime_info(self, conn: Connection, cmd: RemotingCommand,
                            r: None) -> RemotingCommand:
@@ -345,6 +327,202 @@ class AdminProcessor:
             m = BrokerMetrics(self.broker)      # no counters: the store-derived figures only
         table = await self._blocking(m.runtime_info)
         return cmd.response(ResponseCode.SUCCESS, body=bodies.encode_kv_table(table))
+
+    def all_topic_configs(self, conn: Connection, cmd: RemotingCommand,
+                          r: None) -> RemotingCommand:
+        # TopicConfigManager.encode(): {"dataVersion":..,"topicConfigTable":..} (mqadmin's
+        # exportMetadata / exportMetrics read it through getUserTopicConfig)
+        doc = self.broker.store.topic_config_manager.snapshot()
+        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(doc).encode())
+
+    # -- subscription groups --------------------------------------------------------------------
+    async def update_sub_group(self, conn: Connection, cmd: RemotingCommand,
+                               r: requests.SubGroupUpdate) -> RemotingCommand:
+        refused = self._slave_refusal(cmd)
+        if refused is not None:
+            return refused
+        why = names.group_problem(r.group)
+        if why is not None:
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                names.named("groupName", r.group, why))
+        try:
+            config = sub_groups.from_bean(r.group, r.fields)
+        except (TypeError, ValueError) as e:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, str(e))
+        log.info("update or create subscription group %s from %s: %s", r.group, conn.peer, config)
+        await self._blocking(self.broker.subscription_groups.update, config)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def all_sub_groups(self, conn: Connection, cmd: RemotingCommand, r: None) -> RemotingCommand:
+        # SubscriptionGroupManager.encode(): {"dataVersion":..,"subscriptionGroupTable":..}
+        doc = self.broker.subscription_groups.snapshot()
+        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(doc).encode())
+
+    async def delete_sub_group(self, conn: Connection, cmd: RemotingCommand,
+                               r: requests.SubGroupDelete) -> RemotingCommand:
+        refused = self._slave_refusal(cmd)
+        if refused is not None:
+            return refused
+        log.info("delete subscription group %s from %s (remove offsets: %s)", r.group, conn.peer,
+                 r.remove_offset)
+        await self._blocking(self.broker.subscription_groups.delete, r.group)
+        if r.remove_offset:
+            await self._blocking(self._remove_offsets, r.group)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _remove_offsets(self, group: str) -> None:
+        store = self.broker.store
+        store.consumer_offset_manager.remove_offset(group)
+        store.persist_offsets()
+
+    # -- clients --------------------------------------------------------------------------------
+    def producer_connections(self, conn: Connection, cmd: RemotingCommand,
+                             r: requests.ProducerGroupRef) -> RemotingCommand:
+        pm = self.broker.producer_manager
+        infos = pm.group_infos(r.group)
+        if infos is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"the producer group[{r.group}] not exist")
+        conns = sorted((bodies.connection_json(ch, info.client_id) for ch, info in infos),
+                       key=lambda c: c["clientId"])
+        return cmd.response(ResponseCode.SUCCESS,
+                            body=fastjson.dumps({"connectionSet": conns}).encode())
+
+    async def consumer_running_info(self, conn: Connection, cmd: RemotingCommand,
+                                    r: requests.RunningInfoQuery) -> RemotingCommand:
+        """AdminBrokerProcessor.callConsumer: the request, as received, goes to the client
+        over its own connection; its answer (``ConsumerRunningInfo``, bytes untouched) comes
+        back as this answer."""
+        g = self.broker.consumer_manager.get_consumer_group_info(r.group)
+        channel = None
+        if g is not None:
+            channel = next((ch for ch, info in list(g.channel_info_table.items())
+                            if info.client_id == r.client_id), None)
+        client = getattr(channel, "conn", None)
+        if client is None or not client.is_open:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"The Consumer <{r.group}> <{r.client_id}> not online")
+        version = client.attributes.get("client_version", 0)
+        if isinstance(version, int) and version < VERSION_V3_1_8:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"The Consumer <{r.client_id}> Version <{version}> too low to "
+                                "finish, please upgrade it to V3_1_8_SNAPSHOT")
+        relay = RemotingCommand.request(cmd.code, None, bytes(cmd.body) if cmd.body else None)
+        # the admin's fields, but not its credentials: 4.9.8 forwards the AccessKey and the
+        # request's Signature to the consumer too, which has no use for them
+        relay.ext_fields = {k: v for k, v in cmd.ext_fields.items() if k not in CREDENTIAL_FIELDS}
+        client_loop = getattr(channel, "loop", None)
+        try:
+            if client_loop is None or client_loop is asyncio.get_running_loop():
+                answer = await client.request(relay, CALL_CLIENT_TIMEOUT_S)
+            else:               # the client came in on another server's loop
+                async def call() -> RemotingCommand:
+                    return await client.request(relay, CALL_CLIENT_TIMEOUT_S)
+                answer = await asyncio.wrap_future(
+                    asyncio.run_coroutine_threadsafe(call(), client_loop))
+        except TransportError as e:
+            timed_out = "no response" in str(e)
+            code = ResponseCode.CONSUME_MSG_TIMEOUT if timed_out else ResponseCode.SYSTEM_ERROR
+            what = "Timeout" if timed_out else "Exception"
+            return cmd.response(code, f"consumer <{r.group}> <{r.client_id}> {what}: {e}")
+        return cmd.response(answer.code, answer.remark, ext_fields=dict(answer.ext_fields),
+                            body=bytes(answer.body) if answer.body else None)
+
+    # -- topics and groups seen from the broker ------------------------------------------------
+    def topic_consumed_by(self, conn: Connection, cmd: RemotingCommand,
+                          r: requests.TopicRef) -> RemotingCommand:
+        """QUERY_TOPIC_CONSUME_BY_WHO: groups online with a subscription to the topic, and
+        groups with committed offsets on it (``GroupList``)."""
+        groups = set(self.broker.store.consumer_offset_manager.which_groups_by_topic(r.topic))
+        cm = self.broker.consumer_manager
+        for group in cm.groups():
+            if cm.find_subscription_data(group, r.topic) is not None:
+                groups.add(group)
+        return cmd.response(ResponseCode.SUCCESS,
+                            body=fastjson.dumps({"groupList": sorted(groups)}).encode())
+
+    def broker_consume_stats(self, conn: Connection, cmd: RemotingCommand,
+                             r: requests.BrokerConsumeStatsQuery) -> RemotingCommand:
+        """GET_BROKER_CONSUME_STATS (``fetchAllConsumeStatsInBroker``): for every subscription
+        group, per topic it has offsets on, the queues' broker and consumer offsets."""
+        b = self.broker
+        store, name = b.store, b.broker_name
+        rates = b.metrics.rates()[1] if b.metrics is not None else {}
+        out = []
+        total = 0
+        for group in sorted(b.subscription_groups.all()):
+            stats = []
+            for topic in sorted(store.consumer_offset_manager.which_topics_by_group(group)):
+                tc = b.topic_manager.select(topic)
+                if tc is None or (r.order and not tc.order):
+                    continue
+                g = b.consumer_manager.get_consumer_group_info(group)
+                if (g is not None and g.subscription_table
+                        and g.find_subscription_data(topic) is None):
+                    continue        # online, but no longer subscribed to it (as 4.9.8)
+                table = {}
+                for qid in range(tc.write_queue_nums):
+                    broker_off = max(0, store.get_max_offset_in_queue(topic, qid))
+                    consumer_off = max(0, store.query_offset(group, topic, qid))
+                    last = 0
+                    if consumer_off > 0:
+                        last = max(0, store.get_message_store_timestamp(topic, qid,
+                                                                        consumer_off - 1))
+                    w = bodies.OffsetWrapper(broker_off, consumer_off, 0, last)
+                    table[MessageQueue(topic, name, qid)] = w
+                    total += broker_off - consumer_off      # computeTotalDiff: not clamped
+                stats.append((table, rates.get((group, topic), 0.0)))
+            out.append((group, stats))
+        return cmd.response(ResponseCode.SUCCESS, body=bodies.encode_consume_stats_list(
+            b.config.broker_addr, out, total))
+
+    async def clean_unused_topic(self, conn: Connection, cmd: RemotingCommand,
+                                 r: None) -> RemotingCommand:
+        log.warning("cleanUnusedTopic from %s", conn.peer)
+        await self._blocking(self._clean_unused_topics)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _clean_unused_topics(self) -> list[str]:
+        """``cleanUnusedTopic``: drop the consume queues of topics with no config. System
+        topics are kept: 4.9.8 keeps the schedule and transaction-op topics only, and would
+        drop the half-message queue whose config the check service creates later (pending
+        transactions lost)."""
+        store = self.broker.store
+        configured = set(store.topic_config_manager.all())
+        cleaned = []
+        for topic in store.list_topics():
+            if topic in configured or self.broker.topic_manager.is_system_topic(topic):
+                continue
+            try:
+                store.delete_topic(topic)
+            except RocketStoreError as e:       # a name the store refuses: left as it is
+                log.warning("cleanUnusedTopic: %s kept: %s", topic, e)
+                continue
+            log.info("cleanUnusedTopic: %s destroyed", topic)
+            cleaned.append(topic)
+        return cleaned
+
+    def stats_data(self, conn: Connection, cmd: RemotingCommand,
+                   r: requests.StatsQuery) -> RemotingCommand:
+        m = self.broker.metrics
+        item = m.windows.item(r.name, r.key) if m is not None else None
+        if item is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"The stats <{r.name}> <{r.key}> not exist")
+        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(item).encode())
+
+    # -- settings -------------------------------------------------------------------------------
+    def broker_config(self, conn: Connection, cmd: RemotingCommand, r: None) -> RemotingCommand:
+        dv = runtime_config.version(self.broker)
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={"version": fastjson.dumps(
+            {"counter": dv.counter, "timestamp": dv.timestamp})},
+            body=runtime_config.config_text(self.broker).encode("utf-8"))
+
+    def update_broker_config(self, conn: Connection, cmd: RemotingCommand,
+                             r: requests.BrokerConfigUpdate) -> RemotingCommand:
+        log.info("updateBrokerConfig from %s: %s", conn.peer, r.properties)
+        code, remark = runtime_config.update(self.broker, r.properties)
+        return cmd.response(code, remark)
 
 
 def install(processor: BrokerProcessor) -> None:

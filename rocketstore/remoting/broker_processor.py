@@ -8,22 +8,24 @@ calls that may touch the disk (heartbeats that create topics, send-back, end tra
 topic updates) run on a small thread pool.
 
 ``TcpClientChannel`` is how the broker reaches a client over the connection its heartbeat
-came on: CHECK_TRANSACTION_STATE and NOTIFY_CONSUMER_IDS_CHANGED, both oneway.
+came on: CHECK_TRANSACTION_STATE and NOTIFY_CONSUMER_IDS_CHANGED, both oneway, and
+PUSH_REPLY_MESSAGE_TO_CLIENT, answered.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, cast
 
 from rocketstore.common.constants import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
                                          EndTransactionRequest, HeartbeatData,
-                                         PullMessageRequest, ResponseCode, SendMessageRequest,
+                                         PullMessageRequest, RemotingResult,
+                                         ReplyMessageRequest, ResponseCode, SendMessageRequest,
                                          TransactionCommitType)
 from rocketstore.remoting import admin_processor, fastjson, headers, request_names, requests
-from rocketstore.remoting.codes import LanguageCode, RequestCode
+from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
 from rocketstore.remoting.zerocopy import RecordBody
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from rocketstore.common import MessageExt
 
 log = logging.getLogger("rocketstore.broker.remoting")
+
+PUSH_REPLY_TIMEOUT_S = 10.0          # Broker2Client.callClient
 
 # codes not served on the VIP port (listenPort - 2): RocketMQ registers no pull processor there
 NOT_ON_VIP = frozenset({RequestCode.PULL_MESSAGE})
@@ -78,6 +82,17 @@ class TcpClientChannel:
     def notify_consumer_ids_changed(self, group: str) -> None:
         self._oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
                                              {"consumerGroup": group}))
+
+    def push_reply_message(self, req: ReplyMessageRequest) -> concurrent.futures.Future[Any]:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT (326), answered by the client: a Future of its
+        ``RemotingResult`` (a TransportError when it does not answer within 10 s)."""
+        cmd = RemotingCommand.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT,
+                                      headers.encode_reply_header(req), req.body)
+
+        async def call() -> RemotingResult:
+            r = await self.conn.request(cmd, PUSH_REPLY_TIMEOUT_S)
+            return RemotingResult(cast(ResponseCode, r.code), r.remark)
+        return asyncio.run_coroutine_threadsafe(call(), self.loop)
 
     def __repr__(self) -> str:
         return f"TcpClientChannel({self.client_id} at {self.conn.peer})"
@@ -128,6 +143,7 @@ class BrokerProcessor:
         # code -> handler(conn, cmd, decoded request)
         self._handlers: dict[int, Callable[[Connection, RemotingCommand, Any], Any]] = {
             R.SEND_MESSAGE: self.send, R.SEND_MESSAGE_V2: self.send, R.SEND_BATCH_MESSAGE: self.send,
+            R.SEND_REPLY_MESSAGE: self.send_reply, R.SEND_REPLY_MESSAGE_V2: self.send_reply,
             R.PULL_MESSAGE: self.pull,
             R.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             R.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
@@ -153,7 +169,8 @@ class BrokerProcessor:
         if acl is not None:
             checked = acl.authenticate(cmd, conn.peer)
             if isinstance(checked, str):
-                return cmd.response(ResponseCode.NO_PERMISSION, checked)
+                # as 4.9.8: its AclException answered SYSTEM_ERROR (docs/acl.md)
+                return cmd.response(ResponseCode.SYSTEM_ERROR, checked)
             access = checked        # None: a white address, nothing more to check
         bad_name = request_names.check(cmd)    # no path, no over-long name reaches a handler
         if bad_name is not None:
@@ -168,7 +185,7 @@ class BrokerProcessor:
         if access is not None:
             denied = acl.authorize(access, requests.touches(cmd.code, request))  # type: ignore[union-attr]
             if denied is not None:
-                return cmd.response(ResponseCode.NO_PERMISSION, denied)
+                return cmd.response(ResponseCode.SYSTEM_ERROR, denied)
         return handler(conn, cmd, request)
     def connection_closed(self, conn: Connection) -> None:
         channel = conn.attributes.get("channel")
@@ -202,6 +219,11 @@ class BrokerProcessor:
     # -- produce ------------------------------------------------------------------------------
     def send(self, conn: Connection, cmd: RemotingCommand, request: headers.WireSend) -> Any:
         return self._answer(cmd, self.broker.send_wire(request), headers.encode_send_response)
+
+    def send_reply(self, conn: Connection, cmd: RemotingCommand, request: headers.WireSend
+                   ) -> Any:
+        """SEND_REPLY_MESSAGE(_V2): answered once the requester took the push (up to 10 s)."""
+        return self._answer(cmd, self.broker.send_reply(request), headers.encode_send_response)
 
     async def end_transaction(self, conn: Connection, cmd: RemotingCommand,
                               request: EndTransactionRequest) -> RemotingCommand | None:
@@ -245,7 +267,7 @@ class BrokerProcessor:
 
     def search_offset(self, conn: Connection, cmd: RemotingCommand,
                       r: requests.SearchOffset) -> RemotingCommand:
-        off = self.broker.search_offset(r.topic, r.queue_id, r.timestamp)
+        off = self.broker.search_offset(r.topic, r.queue_id, r.timestamp, r.boundary)
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": off})
 
     def get_earliest_msg_storetime(self, conn: Connection, cmd: RemotingCommand,

@@ -27,7 +27,7 @@ from rocketstore.errors import TransportError
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.broker_processor import BrokerProcessor
 from rocketstore.remoting.client import RemotingClient
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import ConnectionLimits
 from rocketstore.remoting.executors import (RESERVE_BY_CODE, RESERVE_DEFAULT, BrokerExecutors,
@@ -42,7 +42,8 @@ _DEFAULT_IP = "127.0.0.1"        # BrokerConfig's broker_ip1 / broker_ip2 defaul
 
 
 def free_port_pair(host: str = "127.0.0.1") -> int:
-    """A port ``p`` with ``p`` and ``p - 2`` both free (tests run brokers on random ports)."""
+    """A port ``p`` with ``p``, ``p - 2`` (VIP) and ``p + 1`` (HA) free (tests run brokers
+    on random ports)."""
     for _ in range(200):
         with socket.socket() as s:
             s.bind((host, 0))
@@ -50,9 +51,10 @@ def free_port_pair(host: str = "127.0.0.1") -> int:
         if p < 1026:
             continue
         try:
-            with socket.socket() as a, socket.socket() as b:
+            with socket.socket() as a, socket.socket() as b, socket.socket() as c:
                 a.bind((host, p))
                 b.bind((host, p - 2))
+                c.bind((host, p + 1))
             return p
         except OSError:
             continue
@@ -151,6 +153,12 @@ class BrokerServer:
             if self._own_broker:
                 self.broker = await loop.run_in_executor(self._executor, Broker.open,
                                                          self.store_dir, bc, sc)
+                try:
+                    # the HA port, listen port + 1, on every role (docs/replication.md)
+                    self.broker.start_ha(self.host)
+                except BaseException:
+                    await loop.run_in_executor(self._executor, self.broker.close)
+                    raise
         except BaseException:
             if self.acl is not None:
                 self.acl.close()
@@ -192,7 +200,7 @@ class BrokerServer:
     # -- NameServer registration --------------------------------------------------------------
     def register_body(self) -> bytes:
         table = self.broker.store.topic_config_manager
-        bc = self.broker_config
+        bc = self.broker.config         # UPDATE_BROKER_CONFIG may change brokerPermission
         topics: dict[str, Any] = {}
         for name, tc in table.all().items():
             perm = tc.perm

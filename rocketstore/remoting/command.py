@@ -18,7 +18,7 @@ from typing import Any
 
 from rocketstore.errors import RemotingProtocolError
 from rocketstore.remoting._wire import json_header
-from rocketstore.remoting.codes import CURRENT_VERSION, LanguageCode
+from rocketstore.common.codes import CURRENT_VERSION, LanguageCode
 from rocketstore.remoting.fastjson import strict_json
 
 FLAG_RESPONSE = 1

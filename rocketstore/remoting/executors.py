@@ -25,7 +25,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from rocketstore.common.protocol import ResponseCode
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 
 if TYPE_CHECKING:
@@ -42,6 +42,9 @@ ON_LOOP = frozenset({SEND, PULL})
 KIND_BY_CODE: dict[int, str] = {
     R.SEND_MESSAGE: SEND, R.SEND_MESSAGE_V2: SEND, R.SEND_BATCH_MESSAGE: SEND,
     R.CONSUMER_SEND_MSG_BACK: SEND,
+    # 4.9.8 runs replies on a pool of their own; here they stay on the loop as sends do: the
+    # handler only awaits the push's and the put's futures
+    R.SEND_REPLY_MESSAGE: SEND, R.SEND_REPLY_MESSAGE_V2: SEND,
     R.PULL_MESSAGE: PULL,
     R.QUERY_MESSAGE: QUERY, R.VIEW_MESSAGE_BY_ID: QUERY,
     R.HEART_BEAT: HEARTBEAT,

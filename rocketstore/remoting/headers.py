@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 from rocketstore.common.protocol import (ConsumeFromWhere, ConsumerData, ConsumerSendMsgBackRequest,
                                          ConsumeType, EndTransactionRequest, HeartbeatData,
                                          MessageModel, MessageQueue, PullMessageRequest,
-                                         PullMessageResponse, SendMessageRequest,
+                                         PullMessageResponse, ReplyMessageRequest,
+                                         SendMessageRequest,
                                          SendMessageResponse, SubscriptionData,
                                          TransactionCommitType)
 from rocketstore.common import Message, names
@@ -22,8 +23,8 @@ from rocketstore.common.sends import (BATCH_ENTRY as _BATCH_ENTRY, WireSend, dec
                                       send_request)
 from rocketstore.errors import RemotingProtocolError
 from rocketstore.remoting import fastjson
-from rocketstore.remoting.codes import RequestCode
-from rocketstore.remoting.codes import CURRENT_VERSION
+from rocketstore.common.codes import RequestCode
+from rocketstore.common.codes import CURRENT_VERSION
 from rocketstore.remoting.command import LONG_MAX, LONG_MIN, EncodedResponse, RemotingCommand
 from rocketstore.store._codec import java_hash
 from rocketstore.remoting.zerocopy import RecordBody
@@ -103,12 +104,16 @@ _V1_REQUIRED = _V1_KEYS[:8]
 _V2_REQUIRED = _V2_KEYS[:8]
 
 
+# codes whose header is SendMessageRequestHeader (long names); 310, 320 and 325 send V2's letters
+_V1_CODES = frozenset({int(RequestCode.SEND_MESSAGE), int(RequestCode.SEND_REPLY_MESSAGE)})
+
+
 def send_keys(code: int) -> _SendKeys:
     """The field names a send of ``code`` is read from: SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE
     only from their one-letter names, as 4.9.8's ``SendMessageRequestHeaderV2`` decodes them
     (a long-named field in such a header is ignored, so nothing can override what the ACL and
     the handler both read)."""
-    return _V1_KEYS if code == RequestCode.SEND_MESSAGE else _V2_KEYS
+    return _V1_KEYS if code in _V1_CODES else _V2_KEYS
 
 
 def send_fields(cmd: RemotingCommand) -> dict[str, str]:
@@ -135,7 +140,7 @@ def decode_send_wire(cmd: RemotingCommand, born_host: str | None) -> WireSend:
     checked: a missing required field or a number that does not parse raises
     ``RemotingProtocolError``. The body and the properties are not looked into here."""
     ext = cmd.ext_fields
-    v2 = cmd.code != RequestCode.SEND_MESSAGE
+    v2 = cmd.code not in _V1_CODES
     k = _V2_KEYS if v2 else _V1_KEYS
     for name in (_V2_REQUIRED if v2 else _V1_REQUIRED):
         if ext.get(name) is None:
@@ -186,6 +191,35 @@ def encode_send_response(cmd: RemotingCommand, r: SendMessageResponse
     if r.transaction_id is not None:
         ext["transactionId"] = r.transaction_id
     return cmd.response(int(r.code), r.remark, ext)
+
+
+# -- request-reply ----------------------------------------------------------------------------
+
+def encode_reply_header(r: ReplyMessageRequest) -> dict[str, Any]:
+    """PUSH_REPLY_MESSAGE_TO_CLIENT's ``ReplyMessageRequestHeader`` fields."""
+    return {"producerGroup": r.producer_group, "topic": r.topic,
+            "defaultTopic": r.default_topic, "defaultTopicQueueNums": r.default_topic_queue_nums,
+            "queueId": r.queue_id, "sysFlag": r.sys_flag, "bornTimestamp": r.born_timestamp,
+            "flag": r.flag, "properties": r.properties, "reconsumeTimes": r.reconsume_times,
+            "unitMode": r.unit_mode, "bornHost": r.born_host, "storeHost": r.store_host,
+            "storeTimestamp": r.store_timestamp}
+
+
+def decode_reply_header(cmd: RemotingCommand) -> ReplyMessageRequest:
+    """A PUSH_REPLY_MESSAGE_TO_CLIENT as the requester reads it (RemotingProtocolError when a
+    required field is missing or not a number)."""
+    for name in ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId",
+                 "sysFlag", "bornTimestamp", "flag", "bornHost", "storeHost", "storeTimestamp"):
+        cmd.require(name)
+    f = cmd.field
+    return ReplyMessageRequest(
+        f("producerGroup") or "", f("topic") or "", f("defaultTopic") or "",
+        _int(f("defaultTopicQueueNums"), "defaultTopicQueueNums", 4),
+        _int(f("queueId"), "queueId"), _int(f("sysFlag"), "sysFlag"),
+        _int(f("bornTimestamp"), "bornTimestamp"), _int(f("flag"), "flag"),
+        f("properties") or "", _int(f("reconsumeTimes"), "reconsumeTimes"),
+        (f("unitMode") or "").lower() == "true", f("bornHost") or "", f("storeHost") or "",
+        _int(f("storeTimestamp"), "storeTimestamp"), bytes(cmd.body))
 
 
 # -- pull -----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from rocketstore.common import names
 from rocketstore.common.protocol import ResponseCode
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 
 __all__ = ["NAME_FIELDS", "check"]
@@ -39,6 +39,9 @@ NAME_FIELDS: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {
     R.GET_CONSUMER_CONNECTION_LIST: ((), ("consumerGroup",)),
     R.INVOKE_BROKER_TO_RESET_OFFSET: (("topic",), ("group",)),
     R.DELETE_SUBSCRIPTIONGROUP: ((), ("groupName",)),
+    R.GET_PRODUCER_CONNECTION_LIST: ((), ("producerGroup",)),
+    R.GET_CONSUMER_RUNNING_INFO: ((), ("consumerGroup",)),
+    R.QUERY_TOPIC_CONSUME_BY_WHO: (("topic",), ()),
 }
 
 

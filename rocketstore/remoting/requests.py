@@ -16,7 +16,7 @@ from typing import Any, Callable, NamedTuple
 
 from rocketstore.errors import RemotingProtocolError, RocketStoreError
 from rocketstore.remoting import fastjson, headers
-from rocketstore.remoting.codes import RequestCode
+from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import RemotingCommand
 
 # ACL permission bits (rocketstore.acl.permission; repeated to keep this module free of acl)
@@ -41,9 +41,12 @@ class QueueRef(NamedTuple):
 
 
 class SearchOffset(NamedTuple):
+    """SEARCH_OFFSET_BY_TIMESTAMP; ``boundary`` is RocketMQ 5's ``boundaryType`` ("LOWER"
+    when the client sends none, as a 4.9.8 client never does)."""
     topic: str
     queue_id: int
     timestamp: int
+    boundary: str = "LOWER"
 
 
 class OffsetQuery(NamedTuple):
@@ -91,12 +94,6 @@ class TopicRef(NamedTuple):
     topic: str
 
 
-class GroupUpdate(NamedTuple):
-    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP's body: a ``SubscriptionGroupConfig`` bean."""
-    group: str
-    bean: dict[str, Any]
-
-
 class TopicUpdate(NamedTuple):
     topic: str
     read_queue_nums: int
@@ -129,15 +126,95 @@ class ResetOffset(NamedTuple):
     force: bool
 
 
+class SubGroupUpdate(NamedTuple):
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: the body's ``SubscriptionGroupConfig`` fields
+    (fastjson names); the handler builds and checks the config."""
+    group: str
+    fields: dict[str, Any]
+
+
+class SubGroupDelete(NamedTuple):
+    group: str
+    remove_offset: bool
+
+
+class ProducerGroupRef(NamedTuple):
+    """GET_PRODUCER_CONNECTION_LIST."""
+    group: str
+
+
+class RunningInfoQuery(NamedTuple):
+    """GET_CONSUMER_RUNNING_INFO: relayed to the client ``client_id`` of ``group``."""
+    group: str
+    client_id: str
+
+
+class BrokerConfigUpdate(NamedTuple):
+    """UPDATE_BROKER_CONFIG: the body's properties (``name=value`` lines)."""
+    properties: dict[str, str]
+
+
+class StatsQuery(NamedTuple):
+    """VIEW_BROKER_STATS_DATA: a stats item (``TOPIC_PUT_NUMS`` ...) and its key."""
+    name: str
+    key: str
+
+
+class BrokerConsumeStatsQuery(NamedTuple):
+    """GET_BROKER_CONSUME_STATS: ``isOrder`` keeps ordered topics only."""
+    order: bool
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """A Java properties text (``MixAll.string2Properties``): ``name=value`` or ``name: value``
+    lines, ``#``/``!`` comments, backslash escapes in values."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        name, value = (line, "") if cut < 0 else (line[:cut].strip(), line[cut + 1:].strip())
+        out[name] = _unescape(value)
+    return out
+
+
+def _unescape(value: str) -> str:
+    out, i = [], 0
+    while i < len(value):
+        ch = value[i]
+        if ch == "\\" and i + 1 < len(value):
+            nxt = value[i + 1]
+            out.append({"n": "\n", "r": "\r", "t": "\t"}.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
 # -- decoders ------------------------------------------------------------------------------
 
 def _queue_ref(cmd: RemotingCommand, peer: str) -> QueueRef:
     return QueueRef(cmd.require("topic"), cmd.int_field("queueId", required=True))
 
 
+BOUNDARY_TYPES = ("LOWER", "UPPER")
+
+
 def _search_offset(cmd: RemotingCommand, peer: str) -> SearchOffset:
+    # RocketMQ 5's header sends its BoundaryType enum by name; 5.x reads any text but
+    # "upper" as LOWER, we refuse what is neither rather than guess
+    boundary = cmd.field("boundaryType")
+    if boundary is None or boundary == "":
+        boundary = "LOWER"
+    elif boundary.upper() in BOUNDARY_TYPES:
+        boundary = boundary.upper()
+    else:
+        raise RemotingProtocolError(f"the custom field <boundaryType> is {boundary!r}: "
+                                    "expected LOWER or UPPER")
     return SearchOffset(cmd.require("topic"), cmd.int_field("queueId", required=True),
-                        cmd.int_field("timestamp", required=True))
+                        cmd.int_field("timestamp", required=True), boundary)
 
 
 def _offset_query(cmd: RemotingCommand, peer: str) -> OffsetQuery:
@@ -211,16 +288,43 @@ def _reset_offset(cmd: RemotingCommand, peer: str) -> ResetOffset:
                        cmd.int_field("timestamp", required=True), cmd.bool_field("isForce", True))
 
 
-def _group_update(cmd: RemotingCommand, peer: str) -> GroupUpdate:
-    doc = fastjson.loads(bytes(cmd.body)) if cmd.body else None
-    if not isinstance(doc, dict) or not isinstance(doc.get("groupName"), str):
+def _sub_group_update(cmd: RemotingCommand, peer: str) -> SubGroupUpdate:
+    doc = fastjson.loads(cmd.body) if cmd.body else None
+    if not isinstance(doc, dict):
         raise RemotingProtocolError("UPDATE_AND_CREATE_SUBSCRIPTIONGROUP body is not a "
-                                    "SubscriptionGroupConfig with a groupName")
-    return GroupUpdate(doc["groupName"], doc)
+                                    "SubscriptionGroupConfig JSON object")
+    group = doc.get("groupName")
+    if not isinstance(group, str) or not group:
+        raise RemotingProtocolError("SubscriptionGroupConfig.groupName is missing")
+    return SubGroupUpdate(group, doc)
 
 
-def _group_name(cmd: RemotingCommand, peer: str) -> GroupRef:
-    return GroupRef(cmd.require("groupName"))
+def _sub_group_delete(cmd: RemotingCommand, peer: str) -> SubGroupDelete:
+    return SubGroupDelete(cmd.require("groupName"), cmd.bool_field("removeOffset"))
+
+
+def _producer_group(cmd: RemotingCommand, peer: str) -> ProducerGroupRef:
+    return ProducerGroupRef(cmd.require("producerGroup"))
+
+
+def _running_info(cmd: RemotingCommand, peer: str) -> RunningInfoQuery:
+    return RunningInfoQuery(cmd.require("consumerGroup"), cmd.require("clientId"))
+
+
+def _broker_config_update(cmd: RemotingCommand, peer: str) -> BrokerConfigUpdate:
+    try:
+        text = bytes(cmd.body).decode("utf-8") if cmd.body else ""
+    except UnicodeDecodeError:
+        raise RemotingProtocolError("UPDATE_BROKER_CONFIG body is not UTF-8") from None
+    return BrokerConfigUpdate(parse_properties(text))
+
+
+def _stats_query(cmd: RemotingCommand, peer: str) -> StatsQuery:
+    return StatsQuery(cmd.require("statsName"), cmd.require("statsKey"))
+
+
+def _broker_consume_stats(cmd: RemotingCommand, peer: str) -> BrokerConsumeStatsQuery:
+    return BrokerConsumeStatsQuery(cmd.bool_field("isOrder"))
 
 
 def _nothing(cmd: RemotingCommand, peer: str) -> None:
@@ -252,6 +356,7 @@ Decoder = Callable[[RemotingCommand, str], Any]
 
 DECODERS: dict[int, Decoder] = {
     R.SEND_MESSAGE: _send, R.SEND_MESSAGE_V2: _send, R.SEND_BATCH_MESSAGE: _send,
+    R.SEND_REPLY_MESSAGE: _send, R.SEND_REPLY_MESSAGE_V2: _send,
     R.PULL_MESSAGE: _pull,
     R.QUERY_CONSUMER_OFFSET: _offset_query, R.UPDATE_CONSUMER_OFFSET: _offset_update,
     R.SEARCH_OFFSET_BY_TIMESTAMP: _search_offset,
@@ -268,11 +373,15 @@ DECODERS: dict[int, Decoder] = {
     R.GET_TOPIC_STATS_INFO: _topic_ref, R.GET_CONSUME_STATS: _consume_stats,
     R.GET_CONSUMER_CONNECTION_LIST: _consumer_group, R.QUERY_MESSAGE: _query_message,
     R.INVOKE_BROKER_TO_RESET_OFFSET: _reset_offset, R.GET_BROKER_RUNTIME_INFO: _nothing,
-    # what a slave pulls from its master (docs/replication.md), and group admin
-    R.GET_ALL_TOPIC_CONFIG: _nothing, R.GET_ALL_CONSUMER_OFFSET: _nothing,
-    R.GET_ALL_DELAY_OFFSET: _nothing, R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _nothing,
-    R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _group_update,
-    R.DELETE_SUBSCRIPTIONGROUP: _group_name,
+    R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _sub_group_update,
+    R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _nothing, R.DELETE_SUBSCRIPTIONGROUP: _sub_group_delete,
+    R.GET_PRODUCER_CONNECTION_LIST: _producer_group, R.GET_CONSUMER_RUNNING_INFO: _running_info,
+    R.GET_BROKER_CONFIG: _nothing, R.UPDATE_BROKER_CONFIG: _broker_config_update,
+    R.GET_ALL_TOPIC_CONFIG: _nothing,
+    R.GET_BROKER_CONSUME_STATS: _broker_consume_stats, R.CLEAN_UNUSED_TOPIC: _nothing,
+    R.QUERY_TOPIC_CONSUME_BY_WHO: _topic_ref, R.VIEW_BROKER_STATS_DATA: _stats_query,
+    # what a slave pulls from its master (docs/replication.md), with 21 and 201 above
+    R.GET_ALL_CONSUMER_OFFSET: _nothing, R.GET_ALL_DELAY_OFFSET: _nothing,
 }
 
 
@@ -322,6 +431,8 @@ def _opt(kind: str, name: str | None, perm: int = 0) -> list[Touch]:
 TOUCHES: dict[int, Callable[[Any], list[Touch]]] = {
     R.SEND_MESSAGE: _send_touches, R.SEND_MESSAGE_V2: _send_touches,
     R.SEND_BATCH_MESSAGE: _send_touches,
+    # a reply writes into its topic as a send does (4.9.8 asks a valid signature only)
+    R.SEND_REPLY_MESSAGE: _send_touches, R.SEND_REPLY_MESSAGE_V2: _send_touches,
     R.PULL_MESSAGE: lambda r: [(TOPIC, r.topic, SUB), (GROUP, r.consumer_group, SUB)],
     R.QUERY_CONSUMER_OFFSET: lambda r: [(TOPIC, r.topic, 0), (GROUP, r.group, 0)],
     R.UPDATE_CONSUMER_OFFSET: lambda r: [(TOPIC, r.topic, SUB), (GROUP, r.group, SUB)],
@@ -347,8 +458,14 @@ TOUCHES: dict[int, Callable[[Any], list[Touch]]] = {
     # resetting a group's offsets is an offset update: SUB on the topic and the group
     # (4.9.8 asks a valid signature only)
     R.INVOKE_BROKER_TO_RESET_OFFSET: lambda r: [(TOPIC, r.topic, SUB), (GROUP, r.group, SUB)],
+    # admin reads and writes of a group or topic: named, no permission bit (4.9.8 asks a
+    # valid signature only, as for GET_CONSUME_STATS above); 200 and 207 need an admin
+    # account (acl.permission.ADMIN_CODES), as does UPDATE_BROKER_CONFIG (25)
     R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: lambda r: [(GROUP, r.group, 0)],
     R.DELETE_SUBSCRIPTIONGROUP: lambda r: [(GROUP, r.group, 0)],
+    R.GET_PRODUCER_CONNECTION_LIST: lambda r: [(GROUP, r.group, 0)],
+    R.GET_CONSUMER_RUNNING_INFO: lambda r: [(GROUP, r.group, 0)],
+    R.QUERY_TOPIC_CONSUME_BY_WHO: lambda r: [(TOPIC, r.topic, 0)],
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import threading
 import time
 from typing import Any, Coroutine, TypeVar
@@ -25,16 +26,34 @@ T = TypeVar("T")
 IDLE_TIMEOUT = 120.0
 
 
+EVENT_LOOP_ENV = "ROCKETSTORE_EVENT_LOOP"
+
+
 def new_event_loop(use_uvloop: bool = True) -> asyncio.AbstractEventLoop:
-    """An event loop: uvloop's when installed and wanted, else asyncio's."""
-    if use_uvloop:
+    """An event loop: uvloop's when installed and wanted, else asyncio's.
+
+    The environment variable ``ROCKETSTORE_EVENT_LOOP`` decides for the loops that want
+    uvloop: ``asyncio`` gives them asyncio's, ``uvloop`` insists on uvloop (``ImportError``
+    when it is not installed). ``use_uvloop=False`` is always asyncio's loop.
+    """
+    choice = os.environ.get(EVENT_LOOP_ENV, "").strip().lower()
+    if choice not in ("", "asyncio", "uvloop"):
+        raise ValueError(f"{EVENT_LOOP_ENV}={choice!r}: expected asyncio or uvloop")
+    if use_uvloop and choice != "asyncio":
         try:
             import uvloop
         except ImportError:
-            pass
+            if choice == "uvloop":
+                raise ImportError(f"{EVENT_LOOP_ENV}=uvloop but uvloop is not installed "
+                                  "(pip install 'rocketstore[server]')") from None
         else:
             return uvloop.new_event_loop()
     return asyncio.new_event_loop()
+
+
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """``uvloop`` or ``asyncio``: which implementation ``loop`` is (for the servers' log)."""
+    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
 
 
 class RemotingServer:

@@ -2,15 +2,18 @@
 
 No row is touched here: every array is built from the decoder's offsets and data buffers
 (``pa.Array.from_buffers``, ``ListArray``/``MapArray.from_arrays``); only bodies stored
-compressed are replaced, one by one, with their decompressed bytes.
+compressed are replaced, one by one, with their decompressed bytes. A projection (a subset
+of the columns) builds only its columns, from a decode that filled only those.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from rocketstore.store import _columns
 
 #: Spark schema of a read (DDL), one row per stored message.
 SCHEMA_DDL = (
@@ -19,6 +22,9 @@ SCHEMA_DDL = (
     "born_timestamp timestamp, store_timestamp timestamp, born_host string, store_host string, "
     "reconsume_times int, sys_flag int"
 )
+
+#: The schema of a read over the wire (``rocketstore.spark.wire``): the broker's name added.
+WIRE_SCHEMA_DDL = SCHEMA_DDL + ", broker_name string"
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -71,36 +77,83 @@ def _replace_rows(pair: tuple[np.ndarray, np.ndarray], rows: np.ndarray,
     return new_offsets.astype(np.int32), np.concatenate(parts)
 
 
+def fields_mask(columns: Sequence[str] | None) -> int:
+    """``decode_units``' ``fields`` bits for a projection (None: every column). A body needs
+    the commit-log offsets too (to decompress bodies stored compressed)."""
+    if columns is None:
+        return _columns.ALL_FIELDS
+    mask = 0
+    for name in columns:
+        mask |= _columns.FIELD_BITS.get(name, 0)
+    if mask & _columns.FIELD_BITS["body"]:
+        mask |= _columns.FIELD_BITS["commitlog_offset"]
+    return mask
+
+
+def projected_schema(columns: Sequence[str] | None) -> pa.Schema:
+    """``ARROW_SCHEMA`` cut down to ``columns`` in their order (None: all of it)."""
+    if columns is None:
+        return ARROW_SCHEMA
+    return pa.schema([ARROW_SCHEMA.field(c) for c in columns])
+
+
+def _empty_batch(n: int) -> pa.RecordBatch:
+    """A batch of ``n`` rows and no column (a count): Arrow keeps the length of a
+    field-less struct array."""
+    one = pa.array([{}], type=pa.struct([]))
+    return pa.RecordBatch.from_struct_array(one.take(pa.array(np.zeros(n, dtype=np.int32))))
+
+
 def to_record_batch(cols: dict[str, Any], topic: str, queue_id: int,
-                    decompress: Callable[[int], bytes] | None = None) -> pa.RecordBatch:
-    """A RecordBatch of ``ARROW_SCHEMA`` from ``decode_units``' arrays.
+                    decompress: Callable[[int], bytes] | None = None,
+                    columns: Sequence[str] | None = None) -> pa.RecordBatch:
+    """A RecordBatch of ``ARROW_SCHEMA`` (or of its ``columns``, in that order) from
+    ``decode_units``' arrays, which must hold those columns (``fields_mask(columns)``).
 
     ``decompress(commitlog_offset)`` gives the decompressed body of a row stored compressed
     (None keeps the stored bytes)."""
     n = cols["rows"]
+    names = ARROW_SCHEMA.names if columns is None else list(columns)
+    if not names:
+        return _empty_batch(n)
+    arrays = [_COLUMN[name](cols, n, topic, queue_id, decompress) for name in names]
+    return pa.RecordBatch.from_arrays(arrays, schema=projected_schema(columns))
+
+
+def _body(cols: dict[str, Any], n: int, decompress: Callable[[int], bytes] | None) -> pa.Array:
     body = cols["body"]
     compressed = cols["compressed_rows"]
     if decompress is not None and len(compressed):
         offs = cols["commitlog_offset"][compressed]
         body = _replace_rows(body, compressed, [decompress(int(o)) for o in offs])
-    keys_child = _strings(cols["keys"], len(cols["keys"][0]) - 1)
-    prop_keys = _strings(cols["prop_keys"], len(cols["prop_keys"][0]) - 1)
-    prop_vals = _strings(cols["prop_values"], len(cols["prop_values"][0]) - 1)
-    arrays = [
-        _constant_string(topic, n),
-        pa.array(np.full(n, queue_id, dtype=np.int32)),
-        pa.array(cols["queue_offset"]),
-        pa.array(cols["commitlog_offset"]),
-        _strings(cols["msg_id"], n),
-        _strings(cols["tags"], n, validity=cols["tags_valid"]),
-        pa.ListArray.from_arrays(pa.array(cols["keys_offsets"]), keys_child),
-        pa.MapArray.from_arrays(pa.array(cols["props_offsets"]), prop_keys, prop_vals),
-        _strings(body, n, pa.binary()),
-        pa.array(cols["born_timestamp"]).view(TIMESTAMP),
-        pa.array(cols["store_timestamp"]).view(TIMESTAMP),
-        _strings(cols["born_host"], n),
-        _strings(cols["store_host"], n),
-        pa.array(cols["reconsume_times"]),
-        pa.array(cols["sys_flag"]),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    return _strings(body, n, pa.binary())
+
+
+def _list(offsets: np.ndarray, pair: tuple[np.ndarray, np.ndarray]) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(offsets), _strings(pair, len(pair[0]) - 1))
+
+
+def _map(cols: dict[str, Any]) -> pa.Array:
+    keys = _strings(cols["prop_keys"], len(cols["prop_keys"][0]) - 1)
+    vals = _strings(cols["prop_values"], len(cols["prop_values"][0]) - 1)
+    return pa.MapArray.from_arrays(pa.array(cols["props_offsets"]), keys, vals)
+
+
+# column name -> its array, from (decoded columns, rows, topic, queue id, decompress)
+_COLUMN: dict[str, Callable[..., pa.Array]] = {
+    "topic": lambda c, n, t, q, d: _constant_string(t, n),
+    "queue_id": lambda c, n, t, q, d: pa.array(np.full(n, q, dtype=np.int32)),
+    "queue_offset": lambda c, n, t, q, d: pa.array(c["queue_offset"]),
+    "commitlog_offset": lambda c, n, t, q, d: pa.array(c["commitlog_offset"]),
+    "msg_id": lambda c, n, t, q, d: _strings(c["msg_id"], n),
+    "tags": lambda c, n, t, q, d: _strings(c["tags"], n, validity=c["tags_valid"]),
+    "keys": lambda c, n, t, q, d: _list(c["keys_offsets"], c["keys"]),
+    "properties": lambda c, n, t, q, d: _map(c),
+    "body": lambda c, n, t, q, d: _body(c, n, d),
+    "born_timestamp": lambda c, n, t, q, d: pa.array(c["born_timestamp"]).view(TIMESTAMP),
+    "store_timestamp": lambda c, n, t, q, d: pa.array(c["store_timestamp"]).view(TIMESTAMP),
+    "born_host": lambda c, n, t, q, d: _strings(c["born_host"], n),
+    "store_host": lambda c, n, t, q, d: _strings(c["store_host"], n),
+    "reconsume_times": lambda c, n, t, q, d: pa.array(c["reconsume_times"]),
+    "sys_flag": lambda c, n, t, q, d: pa.array(c["sys_flag"]),
+}

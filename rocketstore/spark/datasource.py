@@ -6,13 +6,22 @@ registers the name; ``register(spark)`` does it explicitly). Options (case-insen
 reads     ``topics`` (comma list), ``queueIds``, ``startOffset`` / ``endOffset`` (an int for
           every queue or JSON ``{"topic/queue": offset}``), ``startTimestamp`` /
           ``endTimestamp`` (store time, ms, inclusive), ``tags`` (``"A||B"`` or ``"A,B"``, up
-          to 8), ``maxRowsPerPartition``, ``batchRows``, ``commitLogFileSize`` /
+          to 8), ``maxRowsPerPartition``, ``numPartitions`` (the tasks a batch read aims at,
+          default the driver's cores: ``scan.plan_partitions``), ``batchRows``, ``commitLogFileSize`` /
           ``consumeQueueFileSize`` (default: the store's own file sizes)
 streaming ``startingOffsets`` (``earliest``, ``latest`` or JSON), ``maxRowsPerBatch``
 writes    see ``rocketstore.spark.writer``
 wire      with ``namesrv`` (``host:port[;host:port]``) and no path, a cluster is read and
           written over RocketMQ's protocol instead: ``rocketstore.spark.wire`` (reads,
           schema + ``broker_name``) and ``rocketstore.spark.wire_sink`` (writes)
+
+Column pruning: Spark (4.x) does not tell a Python data source which columns a query uses
+(its Python scan takes filters only), so a read decodes every column unless it is told
+fewer: ``option("columns", "tags,body")`` (names of the schema, in the order wanted; ``""``
+for none, e.g. a count) or a user schema naming a subset, ``schema("tags string, body
+binary")``. Only those columns are decoded and sent to Spark: a count or a tags-only query
+never copies a body. Every record is parsed and checked whatever the projection, so the
+rows are the same.
 
 With ``spark.sql.python.filterPushdown.enabled`` the batch reader takes filters on
 ``topic`` and ``queue_id`` (= / IN: queues pruned at planning), ``tags`` (= / IN: the
@@ -31,24 +40,26 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
                                     InputPartition, LessThan, LessThanOrEqual)
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from rocketstore.errors import InvalidOptionError
-from rocketstore.spark.arrow import SCHEMA_DDL
-from rocketstore.spark.wire import WIRE_SCHEMA_DDL
+from rocketstore.spark.arrow import ARROW_SCHEMA, SCHEMA_DDL, WIRE_SCHEMA_DDL
 from rocketstore.spark.stream import BoundedStreamProgress
 from rocketstore.store.storedir import list_queues
 from rocketstore.spark.scan import (MAX_TAGS, ScanOptions, Split, open_reader,
-                                    parse_queue_key, plan, queue_key, read_split)
+                                    parse_queue_key, plan_partitions, queue_key, read_split)
 
 
 class StorePartition(InputPartition):
-    """One split (topic, queue, [start, end)) with the read's options, pickled to a task."""
+    """The splits (topic, queue, [start, end)) of one task with the read's options, pickled
+    to the task."""
 
-    def __init__(self, path: str, split: Split, opts: ScanOptions) -> None:
-        super().__init__(split)
+    def __init__(self, path: str, splits: Split | Sequence[Split], opts: ScanOptions) -> None:
+        splits = (splits,) if isinstance(splits, Split) else tuple(splits)
+        super().__init__(splits)
         self.path = path
-        self.split = split
+        self.splits = splits
         self.opts = opts
 
 
@@ -64,7 +75,8 @@ def _read_partition(partition: InputPartition) -> Iterator[Any]:
         return          # Spark's stand-in when planning found nothing to read
     store = open_reader(partition.path, partition.opts)
     try:
-        yield from read_split(store, partition.split, partition.opts)
+        for split in partition.splits:
+            yield from read_split(store, split, partition.opts)
     finally:
         store.close()
 
@@ -76,8 +88,13 @@ class RocketStoreDataSource(DataSource):
     def name(cls) -> str:
         return "rocketstore"
 
-    def schema(self) -> str:
-        return WIRE_SCHEMA_DDL if _wire(self.options) else SCHEMA_DDL
+    def schema(self) -> str | StructType:
+        if _wire(self.options):
+            if _columns_option(self.options) is not None:
+                raise InvalidOptionError("columns", _columns_option(self.options),
+                                         "column pruning is for store directories, not namesrv")
+            return WIRE_SCHEMA_DDL
+        return projection_ddl(_columns_option(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         if _wire(self.options):
@@ -85,13 +102,14 @@ class RocketStoreDataSource(DataSource):
             wcls = WirePushdownReader if _pushdown_enabled(self.options) else WireReader
             return wcls(self.options)
         cls = RocketStorePushdownReader if _pushdown_enabled(self.options) else RocketStoreReader
-        return cls(_path(self.options), ScanOptions.from_options(self.options))
+        opts = ScanOptions.from_options(self.options).narrowed(columns=projection(schema))
+        return cls(_path(self.options), opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         if _wire(self.options):
             from rocketstore.spark.wire_source import WireStreamReader
             return WireStreamReader(self.options)
-        return RocketStoreStreamReader(_path(self.options), self.options)
+        return RocketStoreStreamReader(_path(self.options), self.options, projection(schema))
 
     def writer(self, schema: StructType, overwrite: bool):
         if overwrite:
@@ -109,6 +127,59 @@ class RocketStoreDataSource(DataSource):
             return WireStreamWriter(self.options, schema)
         from rocketstore.spark.writer import RocketStoreStreamWriter
         return RocketStoreStreamWriter(_path(self.options), self.options, schema)
+
+
+# -- column pruning ------------------------------------------------------------------------------
+
+# {column: its DDL type}
+_DDL = dict(part.strip().split(" ", 1) for part in SCHEMA_DDL.split(", "))
+
+
+def _columns_option(options: Any) -> str | None:
+    v = {str(k).lower(): v for k, v in options.items()}.get("columns")
+    return None if v is None else str(v)
+
+
+def projection_ddl(columns: str | None) -> str | StructType:
+    """The schema (DDL) of the ``columns`` option: the named columns of ``SCHEMA_DDL`` in
+    the order given (None: all of them; blank: none, an empty StructType as DDL cannot say
+    it)."""
+    if columns is None:
+        return SCHEMA_DDL
+    names = [c.strip() for c in columns.split(",") if c.strip()]
+    for name in names:
+        if name not in _DDL:
+            raise InvalidOptionError("columns", columns, f"no column {name!r}; the columns "
+                                     f"are {', '.join(_DDL)}")
+    if len(set(names)) != len(names):
+        raise InvalidOptionError("columns", columns, "a column is named twice")
+    if not names:
+        return StructType([])
+    return ", ".join(f"{n} {_DDL[n]}" for n in names)
+
+
+def projection(schema: StructType) -> tuple[str, ...] | None:
+    """The columns a read's ``schema`` (the source's own, the ``columns`` option's or the
+    user's) asks for, None when it is the whole schema; each must be a column of the
+    source, with its type."""
+    names = tuple(schema.fieldNames())
+    if names == tuple(ARROW_SCHEMA.names):
+        return None
+    if len(set(names)) != len(names):
+        raise InvalidOptionError("schema", ", ".join(names), "a column is named twice")
+    given = to_arrow_schema(schema, timezone="UTC")
+    for f in given:
+        if f.name not in ARROW_SCHEMA.names:
+            raise InvalidOptionError("schema", f.name, f"no such column; the columns are "
+                                     f"{', '.join(ARROW_SCHEMA.names)}")
+        if not f.nullable:
+            raise InvalidOptionError("schema", f.name, "declared NOT NULL: the source's "
+                                     "columns are nullable")
+        if not f.type.equals(ARROW_SCHEMA.field(f.name).type):
+            raise InvalidOptionError("schema", f.name, f"declared "
+                                     f"{schema[f.name].dataType.simpleString()}, the column "
+                                     f"is {_DDL[f.name]}")
+    return names
 
 
 def _wire(options: Any) -> bool:
@@ -203,7 +274,8 @@ class RocketStoreReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[StorePartition]:
-        return [StorePartition(self.path, s, self.opts) for s in plan(self.path, self.opts)]
+        return [StorePartition(self.path, splits, self.opts)
+                for splits in plan_partitions(self.path, self.opts)]
 
     def read(self, partition: StorePartition) -> Iterator[Any]:  # type: ignore[override]
         return _read_partition(partition)
@@ -249,9 +321,9 @@ class RocketStoreStreamReader(BoundedStreamProgress, DataSourceStreamReader,
     ``commit()`` has nothing to do.
     """
 
-    def __init__(self, path: str, options: Any) -> None:
+    def __init__(self, path: str, options: Any, columns: tuple[str, ...] | None = None) -> None:
         self.path = path
-        self.opts = ScanOptions.from_options(options)
+        self.opts = ScanOptions.from_options(options).narrowed(columns=columns)
         o = {str(k).lower(): v for k, v in options.items()}
         self.starting = str(o.get("startingoffsets", "earliest")).strip()
         self._read_limit_option(o)

@@ -25,12 +25,13 @@ from rocketstore.store.config import StoreConfig
 from rocketstore.store.consumequeue import unit_runs
 from rocketstore.errors import CorruptionError, InvalidOptionError
 from rocketstore.store.paths import commitlog_dir
-from rocketstore.spark.arrow import to_record_batch
+from rocketstore.spark.arrow import fields_mask, to_record_batch
 from rocketstore.store import MessageStore
 
 #: The delay service's topic: its units carry the delivery time as tags code, not a tags hash.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 MAX_TAGS = 8
+COUNT_BATCH_ROWS = 1 << 18
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 
@@ -46,10 +47,12 @@ class Split:
 
 @dataclass
 class ScanStats:
-    """Work a read did: consume-queue units scanned, commit-log records parsed, rows out."""
+    """Work a read did: consume-queue units scanned, commit-log records parsed, rows out,
+    body bytes copied into columns (0 when the projection has no body)."""
     units: int = 0
     records: int = 0
     rows: int = 0
+    body_bytes: int = 0
 
 
 @dataclass
@@ -63,9 +66,11 @@ class ScanOptions:
     max_ts: int | None = None
     tags: frozenset[str] | None = None
     max_rows_per_split: int = 1 << 20
+    num_partitions: int | None = None       # a batch read's target (None: this machine's cores)
     batch_rows: int = 1 << 15
     commit_log_file_size: int | None = None
     consume_queue_file_size: int | None = None
+    columns: tuple[str, ...] | None = None  # the projection (None: every column), in order
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -82,6 +87,7 @@ class ScanOptions:
             start_offsets=_offsets(o, "startoffset"), end_offsets=_offsets(o, "endoffset"),
             min_ts=_int(o, "starttimestamp"), max_ts=_int(o, "endtimestamp"), tags=tags,
             max_rows_per_split=_int(o, "maxrowsperpartition", 1 << 20, minimum=1) or 1 << 20,
+            num_partitions=_int(o, "numpartitions", minimum=1),
             batch_rows=_int(o, "batchrows", 1 << 15, minimum=1) or 1 << 15,
             commit_log_file_size=_int(o, "commitlogfilesize", minimum=1024),
             consume_queue_file_size=_int(o, "consumequeuefilesize", minimum=20))
@@ -223,6 +229,36 @@ def plan(root: str, opts: ScanOptions, store: MessageStore | None = None) -> lis
             store.close()
 
 
+def plan_partitions(root: str, opts: ScanOptions,
+                    store: MessageStore | None = None) -> list[tuple[Split, ...]]:
+    """A batch read's partitions: its queues' ranges laid end to end and cut into partitions
+    of ``cap = min(ceil(rows / num_partitions), max_rows_per_split)`` rows (the last one
+    less), a queue's range split where a partition fills. Many small queues then make a few
+    tasks, not one task each (a task of a Spark Python source costs a worker round trip),
+    and one big queue still feeds every core. ``num_partitions`` defaults to the cores of
+    the machine planning the read (Spark's driver: its local[N] tasks share them)."""
+    ranges = [(s.topic, s.queue_id, s.start, s.end)
+              for s in plan(root, replace(opts, max_rows_per_split=INT64_MAX), store)]
+    total = sum(e - b for _, _, b, e in ranges)
+    target = opts.num_partitions or os.cpu_count() or 1
+    cap = max(1, min(opts.max_rows_per_split, -(-total // target)))
+    parts: list[tuple[Split, ...]] = []
+    cur: list[Split] = []
+    room = cap
+    for topic, qid, lo, hi in ranges:
+        while lo < hi:
+            take = min(hi - lo, room)
+            cur.append(Split(topic, qid, lo, lo + take))
+            lo += take
+            room -= take
+            if room == 0:
+                parts.append(tuple(cur))
+                cur, room = [], cap
+    if cur:
+        parts.append(tuple(cur))
+    return parts
+
+
 def read_split(store: MessageStore, split: Split, opts: ScanOptions,
                stats: ScanStats | None = None) -> Iterator[pa.RecordBatch]:
     """RecordBatches of the split's messages that pass the options' tags and store times.
@@ -230,6 +266,8 @@ def read_split(store: MessageStore, split: Split, opts: ScanOptions,
     The tags filter scans the consume-queue units' tags codes in one vectorized pass (hash
     codes of the wanted tags) and decodes only the matching records, where the real TAGS is
     compared (a hash collision is dropped). Units not yet published end the split early.
+    Only the columns of ``opts.columns`` are decoded (a count: none); every record is parsed
+    and checked all the same, so a projection yields the same rows as the whole read.
     """
     topic, qid = split.topic, split.queue_id
     store.get_max_offset_in_queue(topic, qid)           # read-only: follow the writer
@@ -246,6 +284,7 @@ def read_split(store: MessageStore, split: Split, opts: ScanOptions,
     min_ts = INT64_MIN if opts.min_ts is None else opts.min_ts
     max_ts = INT64_MAX if opts.max_ts is None else opts.max_ts
     first = max(split.start, cq.get_min_offset_in_queue())
+    fields = fields_mask(opts.columns)
 
     def decompress(commitlog_offset: int) -> bytes:
         m = store.look_message_by_offset(commitlog_offset)
@@ -253,14 +292,18 @@ def read_split(store: MessageStore, split: Split, opts: ScanOptions,
             raise CorruptionError("commitlog", commitlog_offset, "record vanished while decoding")
         return bytes(m.body)
 
-    for off, view in unit_runs(cq, first, split.end, opts.batch_rows):
+    # a count's batches carry no column: larger runs, fewer round trips per split
+    runs = opts.batch_rows if opts.columns != () else max(opts.batch_rows, COUNT_BATCH_ROWS)
+    for off, view in unit_runs(cq, first, split.end, runs):
         n = len(view) // 20
         positions = _scan.match_indices(view, codes) if codes is not None else None
         cols, records = _columns.decode_units(view, positions, clq, topic_b, qid, off,
-                                              tagset, min_ts, max_ts)
+                                              tagset, min_ts, max_ts, fields)
         if stats is not None:
             stats.units += n
             stats.records += records
             stats.rows += cols["rows"]
+            if "body" in cols:
+                stats.body_bytes += int(cols["body"][0][-1])
         if cols["rows"]:
-            yield to_record_batch(cols, topic, qid, decompress)
+            yield to_record_batch(cols, topic, qid, decompress, opts.columns)

@@ -24,16 +24,16 @@ from typing import Any
 import pyarrow as pa
 
 from rocketstore.acl.signature import SessionCredentials
-from rocketstore.client.tcp import TcpTransport, decode_records
+from rocketstore.client.tcp import TcpTransport
+from rocketstore.remoting.records import decode_records
 from rocketstore.common.protocol import PullMessageRequest, ResponseCode
 from rocketstore.errors import (InvalidOptionError, MQBrokerError, RemotingProtocolError,
                                 TransportError)
-from rocketstore.spark.arrow import ARROW_SCHEMA, SCHEMA_DDL, to_record_batch
+from rocketstore.spark.arrow import ARROW_SCHEMA, WIRE_SCHEMA_DDL, to_record_batch  # noqa: F401 (re-exported)
 from rocketstore.spark.scan import INT64_MAX, INT64_MIN, MAX_TAGS, _int, _str_set
 from rocketstore.store import _columns
 
 #: The wire read's schema: the local read's columns, then the broker each row came from.
-WIRE_SCHEMA_DDL = SCHEMA_DDL + ", broker_name string"
 WIRE_ARROW_SCHEMA = ARROW_SCHEMA.append(pa.field("broker_name", pa.string()))
 
 DEFAULT_GROUP = "rocketstore_spark_reader"

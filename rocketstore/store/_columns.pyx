@@ -33,6 +33,34 @@ cdef const char *HEX = b"0123456789ABCDEF"
 cdef enum:
     MAX_TAGS = 8
 
+# Column bits of ``decode_units``' ``fields``: a read decodes and copies only the columns it
+# was asked for (a count asks for none: the records are still parsed and checked, so every
+# projection yields the same rows).
+cdef enum:
+    F_QUEUE_OFFSET = 1 << 0
+    F_COMMITLOG_OFFSET = 1 << 1
+    F_MSG_ID = 1 << 2
+    F_TAGS = 1 << 3
+    F_KEYS = 1 << 4
+    F_PROPERTIES = 1 << 5
+    F_BODY = 1 << 6
+    F_BORN_TS = 1 << 7
+    F_STORE_TS = 1 << 8
+    F_BORN_HOST = 1 << 9
+    F_STORE_HOST = 1 << 10
+    F_RECONSUME = 1 << 11
+    F_SYS_FLAG = 1 << 12
+    F_ALL = (1 << 13) - 1
+
+#: {column name: bit} for ``fields`` (topic and queue_id are constants of a split: no bit).
+FIELD_BITS = {
+    "queue_offset": F_QUEUE_OFFSET, "commitlog_offset": F_COMMITLOG_OFFSET, "msg_id": F_MSG_ID,
+    "tags": F_TAGS, "keys": F_KEYS, "properties": F_PROPERTIES, "body": F_BODY,
+    "born_timestamp": F_BORN_TS, "store_timestamp": F_STORE_TS, "born_host": F_BORN_HOST,
+    "store_host": F_STORE_HOST, "reconsume_times": F_RECONSUME, "sys_flag": F_SYS_FLAG,
+}
+ALL_FIELDS = F_ALL
+
 
 # -- growable buffers ----------------------------------------------------------------------------
 
@@ -185,15 +213,18 @@ cdef int add_msg_id(StrCol *c, const char *host, int n, int64_t phy) except -1 n
 
 @cython.final
 cdef class _Columns:
-    """Column buffers of one batch (freed when the object goes)."""
+    """Column buffers of one batch (freed when the object goes); only the ``fields`` columns
+    are filled."""
     cdef Py_ssize_t rows
+    cdef int fields
     cdef Buf queue_offset, commitlog_offset, born_ts, store_ts, reconsume, sys_flag
     cdef Buf tags_valid, compressed
     cdef StrCol msg_id, tags, body, born_host, store_host
     cdef Buf keys_off, props_off             # list / map offsets (int32, leading 0)
     cdef StrCol keys, prop_keys, prop_vals
 
-    def __cinit__(self):
+    def __cinit__(self, int fields=F_ALL):
+        self.fields = fields
         str_init(&self.msg_id)
         str_init(&self.tags)
         str_init(&self.body)
@@ -231,35 +262,49 @@ cdef class _Columns:
 
     cdef int reserve(self, const unsigned char[::1] units, const int64_t[::1] positions,
                      Py_ssize_t count) except -1:
-        """Size the buffers for ``count`` rows up front (the units give the record sizes, a
-        bound on the bodies): no realloc copies while decoding."""
+        """Size the buffers of the wanted columns for ``count`` rows up front (the units give
+        the record sizes, a bound on the bodies): no realloc copies while decoding."""
         cdef Py_ssize_t k, i, nunits = units.shape[0] // RS_CQ_UNIT_SIZE
         cdef int64_t total = 0
         cdef int32_t size
-        for k in range(count):
-            i = k if positions is None else positions[k]
-            if 0 <= i < nunits:
-                size = get_i32(<const char *>&units[i * RS_CQ_UNIT_SIZE + 8])
-                if 0 < size < RS_CQ_FILLER_SIZE:
-                    total += size
-        buf_reserve(&self.queue_offset, count * 8)
-        buf_reserve(&self.commitlog_offset, count * 8)
-        buf_reserve(&self.born_ts, count * 8)
-        buf_reserve(&self.store_ts, count * 8)
-        buf_reserve(&self.reconsume, count * 4)
-        buf_reserve(&self.sys_flag, count * 4)
-        buf_reserve(&self.tags_valid, count)
-        buf_reserve(&self.keys_off, count * 4)
-        buf_reserve(&self.props_off, count * 4)
-        buf_reserve(&self.msg_id.off, count * 4)
-        buf_reserve(&self.tags.off, count * 4)
-        buf_reserve(&self.body.off, count * 4)
-        buf_reserve(&self.born_host.off, count * 4)
-        buf_reserve(&self.store_host.off, count * 4)
-        buf_reserve(&self.body.data, total)
-        buf_reserve(&self.msg_id.data, count * 32)
-        buf_reserve(&self.born_host.data, count * 21)
-        buf_reserve(&self.store_host.data, count * 21)
+        cdef int f = self.fields
+        if f & F_BODY:
+            for k in range(count):
+                i = k if positions is None else positions[k]
+                if 0 <= i < nunits:
+                    size = get_i32(<const char *>&units[i * RS_CQ_UNIT_SIZE + 8])
+                    if 0 < size < RS_CQ_FILLER_SIZE:
+                        total += size
+            buf_reserve(&self.body.off, count * 4)
+            buf_reserve(&self.body.data, total)
+        if f & F_QUEUE_OFFSET:
+            buf_reserve(&self.queue_offset, count * 8)
+        if f & F_COMMITLOG_OFFSET:
+            buf_reserve(&self.commitlog_offset, count * 8)
+        if f & F_BORN_TS:
+            buf_reserve(&self.born_ts, count * 8)
+        if f & F_STORE_TS:
+            buf_reserve(&self.store_ts, count * 8)
+        if f & F_RECONSUME:
+            buf_reserve(&self.reconsume, count * 4)
+        if f & F_SYS_FLAG:
+            buf_reserve(&self.sys_flag, count * 4)
+        if f & F_TAGS:
+            buf_reserve(&self.tags_valid, count)
+            buf_reserve(&self.tags.off, count * 4)
+        if f & F_KEYS:
+            buf_reserve(&self.keys_off, count * 4)
+        if f & F_PROPERTIES:
+            buf_reserve(&self.props_off, count * 4)
+        if f & F_MSG_ID:
+            buf_reserve(&self.msg_id.off, count * 4)
+            buf_reserve(&self.msg_id.data, count * 32)
+        if f & F_BORN_HOST:
+            buf_reserve(&self.born_host.off, count * 4)
+            buf_reserve(&self.born_host.data, count * 21)
+        if f & F_STORE_HOST:
+            buf_reserve(&self.store_host.off, count * 4)
+            buf_reserve(&self.store_host.data, count * 21)
         return 0
 
     cdef int add(self, const RecordInfo *info) except -1 nogil:
@@ -268,62 +313,95 @@ cdef class _Columns:
         cdef uint8_t one = 1, zero = 0
         cdef int32_t i, start, n
         cdef int32_t rows = <int32_t>self.rows
-        buf_i64(&self.queue_offset, info.queue_offset)
-        buf_i64(&self.commitlog_offset, info.phy_offset)
-        buf_i64(&self.born_ts, info.born_ts * 1000)       # Spark timestamps are microseconds
-        buf_i64(&self.store_ts, info.store_ts * 1000)
-        buf_i32(&self.reconsume, info.reconsume_times)
-        buf_i32(&self.sys_flag, info.sys_flag)
-        if info.sys_flag & RS_SYSFLAG_COMPRESSED:
-            buf_i32(&self.compressed, rows)
-        add_msg_id(&self.msg_id, info.store_host, info.store_host_len, info.phy_offset)
-        add_host(&self.born_host, info.born_host, info.born_host_len)
-        add_host(&self.store_host, info.store_host, info.store_host_len)
-        str_add(&self.body, info.body, info.body_len)
-        _add_props(self, info.props, info.props_len, &refs)
-        buf_i32(&self.props_off, str_count(&self.prop_keys))
-        if refs.tags != NULL:
-            str_add(&self.tags, refs.tags, refs.tags_len)
-            buf_put(&self.tags_valid, &one, 1)
-        else:
-            str_add(&self.tags, NULL, 0)
-            buf_put(&self.tags_valid, &zero, 1)
-        # KEYS: space-separated, empty pieces dropped (MessageExt.keys)
-        if refs.keys != NULL:
-            start = 0
-            for i in range(refs.keys_len + 1):
-                if i == refs.keys_len or refs.keys[i] == 32:
-                    if i > start:
-                        str_add(&self.keys, refs.keys + start, i - start)
-                    start = i + 1
-        buf_i32(&self.keys_off, str_count(&self.keys))
+        cdef int f = self.fields
         self.rows += 1
+        if f == 0:
+            return 0            # a count: the row is all there is
+        if f & F_QUEUE_OFFSET:
+            buf_i64(&self.queue_offset, info.queue_offset)
+        if f & F_COMMITLOG_OFFSET:
+            buf_i64(&self.commitlog_offset, info.phy_offset)
+        if f & F_BORN_TS:
+            buf_i64(&self.born_ts, info.born_ts * 1000)       # Spark timestamps are microseconds
+        if f & F_STORE_TS:
+            buf_i64(&self.store_ts, info.store_ts * 1000)
+        if f & F_RECONSUME:
+            buf_i32(&self.reconsume, info.reconsume_times)
+        if f & F_SYS_FLAG:
+            buf_i32(&self.sys_flag, info.sys_flag)
+        if f & F_MSG_ID:
+            add_msg_id(&self.msg_id, info.store_host, info.store_host_len, info.phy_offset)
+        if f & F_BORN_HOST:
+            add_host(&self.born_host, info.born_host, info.born_host_len)
+        if f & F_STORE_HOST:
+            add_host(&self.store_host, info.store_host, info.store_host_len)
+        if f & F_BODY:
+            if info.sys_flag & RS_SYSFLAG_COMPRESSED:
+                buf_i32(&self.compressed, rows)
+            str_add(&self.body, info.body, info.body_len)
+        if not (f & (F_PROPERTIES | F_TAGS | F_KEYS)):
+            return 0
+        if f & F_PROPERTIES:
+            _add_props(self, info.props, info.props_len, &refs)
+            buf_i32(&self.props_off, str_count(&self.prop_keys))
+        else:
+            find_dispatch_props(info.props, info.props_len, &refs)
+        if f & F_TAGS:
+            if refs.tags != NULL:
+                str_add(&self.tags, refs.tags, refs.tags_len)
+                buf_put(&self.tags_valid, &one, 1)
+            else:
+                str_add(&self.tags, NULL, 0)
+                buf_put(&self.tags_valid, &zero, 1)
+        # KEYS: space-separated, empty pieces dropped (MessageExt.keys)
+        if f & F_KEYS:
+            if refs.keys != NULL:
+                start = 0
+                for i in range(refs.keys_len + 1):
+                    if i == refs.keys_len or refs.keys[i] == 32:
+                        if i > start:
+                            str_add(&self.keys, refs.keys + start, i - start)
+                        start = i + 1
+            buf_i32(&self.keys_off, str_count(&self.keys))
         return 0
 
     def arrays(self):
-        """{column: numpy array(s)} of the batch (see rocketstore.spark.arrow for the shape).
-        The arrays take over the buffers: call once."""
-        return {
-            "rows": self.rows,
-            "queue_offset": buf_array(&self.queue_offset, np.int64),
-            "commitlog_offset": buf_array(&self.commitlog_offset, np.int64),
-            "born_timestamp": buf_array(&self.born_ts, np.int64),
-            "store_timestamp": buf_array(&self.store_ts, np.int64),
-            "reconsume_times": buf_array(&self.reconsume, np.int32),
-            "sys_flag": buf_array(&self.sys_flag, np.int32),
-            "compressed_rows": buf_array(&self.compressed, np.int32),
-            "tags_valid": buf_array(&self.tags_valid, np.bool_),
-            "msg_id": str_arrays(&self.msg_id),
-            "tags": str_arrays(&self.tags),
-            "body": str_arrays(&self.body),
-            "born_host": str_arrays(&self.born_host),
-            "store_host": str_arrays(&self.store_host),
-            "keys_offsets": buf_array(&self.keys_off, np.int32),
-            "keys": str_arrays(&self.keys),
-            "props_offsets": buf_array(&self.props_off, np.int32),
-            "prop_keys": str_arrays(&self.prop_keys),
-            "prop_values": str_arrays(&self.prop_vals),
-        }
+        """{column: numpy array(s)} of the batch's wanted columns, and ``rows`` (see
+        rocketstore.spark.arrow for the shape). The arrays take over the buffers: call once."""
+        cdef int f = self.fields
+        out = {"rows": self.rows}
+        if f & F_QUEUE_OFFSET:
+            out["queue_offset"] = buf_array(&self.queue_offset, np.int64)
+        if f & F_COMMITLOG_OFFSET:
+            out["commitlog_offset"] = buf_array(&self.commitlog_offset, np.int64)
+        if f & F_BORN_TS:
+            out["born_timestamp"] = buf_array(&self.born_ts, np.int64)
+        if f & F_STORE_TS:
+            out["store_timestamp"] = buf_array(&self.store_ts, np.int64)
+        if f & F_RECONSUME:
+            out["reconsume_times"] = buf_array(&self.reconsume, np.int32)
+        if f & F_SYS_FLAG:
+            out["sys_flag"] = buf_array(&self.sys_flag, np.int32)
+        if f & F_BODY:
+            out["compressed_rows"] = buf_array(&self.compressed, np.int32)
+            out["body"] = str_arrays(&self.body)
+        if f & F_TAGS:
+            out["tags_valid"] = buf_array(&self.tags_valid, np.bool_)
+            out["tags"] = str_arrays(&self.tags)
+        if f & F_MSG_ID:
+            out["msg_id"] = str_arrays(&self.msg_id)
+        if f & F_BORN_HOST:
+            out["born_host"] = str_arrays(&self.born_host)
+        if f & F_STORE_HOST:
+            out["store_host"] = str_arrays(&self.store_host)
+        if f & F_KEYS:
+            out["keys_offsets"] = buf_array(&self.keys_off, np.int32)
+            out["keys"] = str_arrays(&self.keys)
+        if f & F_PROPERTIES:
+            out["props_offsets"] = buf_array(&self.props_off, np.int32)
+            out["prop_keys"] = str_arrays(&self.prop_keys)
+            out["prop_values"] = str_arrays(&self.prop_vals)
+        return out
 
 
 cdef enum:
@@ -432,7 +510,8 @@ def tag_set(tags):
 
 def decode_units(const unsigned char[::1] units not None, const int64_t[::1] positions,
                  commit_log_queue, bytes topic_b not None, int queue_id, int64_t first_offset,
-                 _TagSet tags=None, int64_t min_ts=INT64_MIN, int64_t max_ts=INT64_MAX):
+                 _TagSet tags=None, int64_t min_ts=INT64_MIN, int64_t max_ts=INT64_MAX,
+                 int fields=F_ALL):
     """Decode the records of consume-queue ``units`` (20-byte units; unit i is queue offset
     ``first_offset + i``), or only of the unit indices in ``positions``.
 
@@ -440,7 +519,9 @@ def decode_units(const unsigned char[::1] units not None, const int64_t[::1] pos
     for the rows kept; ``records_read`` counts the commit-log records parsed. A unit whose
     record is gone, unreadable or not this queue's message (a damaged unit) is skipped, as
     ``get_message`` skips it; ``tags`` keeps only records whose TAGS equals one of them;
-    rows keep ``min_ts <= store_timestamp <= max_ts`` (ms).
+    rows keep ``min_ts <= store_timestamp <= max_ts`` (ms). ``fields`` (bits of
+    ``FIELD_BITS``) names the columns to fill: the others are not decoded nor copied (the
+    records are parsed and checked all the same, so the rows do not depend on it).
     """
     cdef Py_ssize_t nunits = units.shape[0] // RS_CQ_UNIT_SIZE
     cdef Py_ssize_t count = nunits if positions is None else positions.shape[0]
@@ -451,7 +532,7 @@ def decode_units(const unsigned char[::1] units not None, const int64_t[::1] pos
     cdef int32_t size
     cdef RecordInfo info
     cdef MappedFile mf = None
-    cdef _Columns cols = _Columns()
+    cdef _Columns cols = _Columns(fields)
     cdef const char *tp = PyBytes_AS_STRING(topic_b)
     cdef int32_t tlen = <int32_t>PyBytes_GET_SIZE(topic_b)
     if count == 0:

@@ -18,7 +18,7 @@ from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.stdlib cimport realloc, free
 cimport numpy as cnp
-from libc.string cimport memset
+from libc.string cimport memset, memcpy
 
 from rocketstore.store._csrc cimport (
     RS_END_FILE_MIN_BLANK, RS_SYSFLAG_TX_MASK, RS_SYSFLAG_TX_PREPARED, RS_SYSFLAG_TX_ROLLBACK,
@@ -347,6 +347,7 @@ cdef class CommitLog:
     cdef int sync_waiters               # producers inside _await_flush (under flush_mu)
     cdef bint flusher_stop
     cdef readonly bint sync_flush
+    cdef public bint wait_replica       # SYNC_MASTER: waiting async puts go to acks.defer too
     cdef readonly int64_t sync_flush_timeout_ms
     cdef readonly object flush_error
     # the current file as C values, for the GIL-free flusher (changed under the put lock)
@@ -1299,15 +1300,16 @@ cdef class CommitLog:
         ``end`` first, else ``acks.completed(result, transform)``. Returns what ``acks`` returns
         (a Future of the result, or of ``transform(result)``)."""
         cdef PutMessageResult r = self._put(msg, queue_id, False)
-        if (r.status is PUT_OK and self.sync_flush and not (<Message>msg)._no_wait
-                and not self.debug_ack_before_sync):
+        if (r.status is PUT_OK and (self.sync_flush or self.wait_replica)
+                and not (<Message>msg)._no_wait and not self.debug_ack_before_sync):
             return acks.defer(r, r.commitlog_offset + r.wrote_bytes, transform)
         return acks.completed(r, transform)
 
     def put_messages_async(self, object msgs, object queue_id=0, acks=None, transform=None):
         """``put_messages`` with the durability wait handed to ``acks`` (see above)."""
         cdef PutMessageResult r = self._put_batch(msgs, queue_id, False)
-        if r.status is PUT_OK and self.sync_flush and not self.debug_ack_before_sync:
+        if (r.status is PUT_OK and (self.sync_flush or self.wait_replica)
+                and not self.debug_ack_before_sync):
             return acks.defer(r, r.commitlog_offset + r.wrote_bytes, transform)
         return acks.completed(r, transform)
 
@@ -1318,7 +1320,8 @@ cdef class CommitLog:
         """``put_message_async`` of a broker's send from its wire fields, without a
         ``Message``: ``props`` is the exact properties string to store (no UNIQ_KEY is
         added), ``born_host`` encoded (``encode_host``), ``wait`` the message's
-        ``isWaitStoreMsgOK`` (a sync flush acknowledges it only once durable)."""
+        ``isWaitStoreMsgOK`` (a sync flush acknowledges it only once durable); a negative
+        ``born_timestamp`` is the store timestamp (a local send that was never stamped)."""
         cdef RecordFields f
         cdef Py_ssize_t total
         self._check_open()
@@ -1346,13 +1349,13 @@ cdef class CommitLog:
         self._check_size(f.body_len, total)
         self._check_props(&f)
         f.born_ts = born_timestamp
-        r = self._append_one(topic, qid, &f, total, False, False)
+        r = self._append_one(topic, qid, &f, total, born_timestamp < 0, False)
         if r.status is not PUT_OK:
             return acks.completed(r, transform)
         if self.sync_flush and not wait:
             # nobody waits for it, but it must not wait for the next tick either
             self.request_flush(f.phy_offset + total)
-        elif self.sync_flush and not self.debug_ack_before_sync:
+        elif (self.sync_flush or (self.wait_replica and wait)) and not self.debug_ack_before_sync:
             return acks.defer(r, f.phy_offset + total, transform)
         return acks.completed(r, transform)
 
@@ -1408,7 +1411,8 @@ cdef class CommitLog:
             f.born_ts = born_timestamp
             total += self._size_entry(b, i, False, False, f.body_len)
         r = self._append_batch(topic, qid, b, total, False)
-        if r.status is PUT_OK and self.sync_flush and not self.debug_ack_before_sync:
+        if (r.status is PUT_OK and (self.sync_flush or self.wait_replica)
+                and not self.debug_ack_before_sync):
             return acks.defer(r, r.commitlog_offset + r.wrote_bytes, transform)
         return acks.completed(r, transform)
 
@@ -1642,6 +1646,61 @@ cdef class CommitLog:
     def reset_write_file(self):
         """Point the writer at the queue's last file (after load, recovery or truncation)."""
         self._set_cur(self.mapped_file_queue.last_file())
+
+    # -- replication (rocketstore.ha) ----------------------------------------------------------
+
+    def set_put_status(self, PutMessageResult r, status):
+        """Overwrite a put's status (the replica wait's verdict: FLUSH_SLAVE_TIMEOUT or
+        SLAVE_NOT_AVAILABLE; the record stays stored)."""
+        r.status = status
+
+    def append_replicated(self, int64_t offset, const unsigned char[::1] data not None):
+        """A slave's append of raw commit-log bytes its master sent for ``offset``: ONE copy
+        from ``data`` (the receive buffer) into the mapped file, under the put lock.
+
+        ``offset`` must be this log's end (an empty log takes any offset at a file boundary
+        and starts its files there); the bytes must fit the current file (a master's frame
+        never crosses files); a full file rolls to the next one. Advances the written and
+        committed positions and wakes dispatch; the flush services flush it as any put.
+        Returns the log's new end, or -1 (nothing written) when ``offset`` is not where this
+        log ends or the bytes do not fit: the HA client then drops the connection.
+        """
+        cdef Py_ssize_t n = data.shape[0], pos
+        cdef MappedFile mf
+        cdef int64_t end
+        self._check_open()
+        mfq = self.mapped_file_queue
+        self._lock()
+        try:
+            mf = self.cur
+            if mf is None or (mf.file_from_offset + mf.wrote_pos == 0 and len(mfq.files) == 1):
+                # an empty log follows the master from wherever it starts (docs/replication.md §3.4)
+                if offset % self.file_size:
+                    return -1
+                if mf is not None and offset != 0:
+                    mfq.delete_last_file()
+                    self._set_cur(None)
+                    mf = None
+                if mf is None:
+                    mf = mfq.create_next(offset)
+                    self._set_cur(mf)
+            elif mf.wrote_pos == mf.file_size and mf.file_from_offset + mf.file_size == offset:
+                mf = mfq.create_next(offset)
+                self._set_cur(mf)
+            pos = mf.wrote_pos
+            if mf.file_from_offset + pos != offset or pos + n > mf.file_size:
+                return -1
+            if n == 0:
+                return offset
+            mf.reserve(pos + n)
+            with nogil:
+                memcpy(mf.wbase + pos, &data[0], <size_t>n)
+            _publish(mf, pos + n, mf.store_timestamp)
+            end = offset + n
+        finally:
+            self._unlock()
+        self._after_append(mf, end)
+        return end
 
     def close(self):
         self._lock()

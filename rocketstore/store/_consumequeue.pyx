@@ -105,7 +105,8 @@ cdef class ConsumeQueue:
         self.read_only = read_only
         self.mapped_file_queue = MappedFileQueue(os.path.join(root, topic, str(queue_id)),
                                                  file_size, read_only=read_only,
-                                                 create_dir=False, extent=_EXTENT)
+                                                 create_dir=False, extent=_EXTENT,
+                                                 sync_create=False)
         self.state.file_size = file_size
         self.state.max_physic_offset = -1
 
@@ -207,7 +208,11 @@ cdef class ConsumeQueue:
             return mf
         first = mf is None
         start = (expect - expect % self.file_size) if first else mf.file_from_offset + self.file_size
+        if not first:
+            mf.advise("normal")     # full: read-ahead serves its readers again
         mf = mfq.create_next(start)
+        # written unit by unit through the mapping: no read-ahead window of zeros per fault
+        mf.advise("random")
         if first and index != 0:
             # docs/format.md §5.1: fillers before the first unit, and the min offset past them
             mf.reserve(expect - mf.file_from_offset)
@@ -580,6 +585,9 @@ cdef class ConsumeQueue:
 
     def flush(self, int least_pages=0):
         self.publish()
+        # files and directories created by dispatch are made durable here, off its thread,
+        # before the flush service's checkpoint can count on them
+        self.mapped_file_queue.sync_created()
         for mf in self.mapped_file_queue.files:
             mf.flush(least_pages)
 

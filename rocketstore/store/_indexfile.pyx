@@ -89,6 +89,10 @@ cdef class IndexFile:
         self.allocated_end = min(size, fixed + ENTRY_CHUNK)
         self.mapped_file = MappedFile(path, size, create=create, read_only=read_only,
                                       allocate_bytes=self.allocated_end)
+        if not read_only:
+            # hash slots are written at random places: fault one page at a time, not a
+            # read-ahead window of zeros (MappedFile.advise)
+            self.mapped_file.advise("random")
         self.base = self.mapped_file.base
         if create:
             self.header.index_count = 1

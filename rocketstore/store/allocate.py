@@ -30,18 +30,19 @@ CONSUME_QUEUE_EXTENT = 1 << 20      # allocated ahead of a consume queue's write
 
 
 def create_mapped_file(path: str, size: int, warm: bool = False, lock: bool = False,
-                       flush_pages: int = 0, extent: int = 0) -> MappedFile:
+                       flush_pages: int = 0, extent: int = 0, sync: bool = True) -> MappedFile:
     """Create, allocate (posix_fallocate), map and optionally warm one file.
 
     With ``extent`` (and no warm-up) only the first ``extent`` bytes are allocated; the
     writer reserves the rest as it goes. The file is created under a temporary name, sized,
     fsynced and renamed, then its directory fsynced (``MappedFile``): a kill -9 or a power
     cut leaves it absent or at its full length, and the allocation survives power loss
-    before the first acknowledgement that depends on it.
+    before the first acknowledgement that depends on it. With ``sync`` False the fsyncs are
+    left to the caller (``MappedFileQueue.sync_created``).
     """
-    mf = MappedFile(path, size, create=True, extent=0 if warm else extent)
+    mf = MappedFile(path, size, create=True, extent=0 if warm else extent, sync_create=sync)
     try:
-        if not mf.created:
+        if not mf.created and sync:
             mf.sync_metadata()      # an existing file taken over: make sure it is durable
         if warm:
             mf.warm(lock=lock, flush_pages=flush_pages)

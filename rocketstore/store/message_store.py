@@ -46,7 +46,8 @@ from rocketstore.store.flush import (CommitRealTimeService, FlushAckService,
 from rocketstore.errors import (CorruptionError, DispatchStalledError, InvalidArgumentError,
                                 InvalidArgumentTypeError, InvalidConfigError, InvalidMessageError,
                                 InvalidMessageIdError, NotDurableError,
-                                InvalidMessageTypeError, StoreClosedError, StoreLockedError,
+                                InvalidMessageTypeError, SlaveStoreError, StoreClosedError,
+                                StoreLockedError,
                                 StoreReadOnlyError, TopicPermissionError)
 from rocketstore.store.configfile import ConfigFile
 from rocketstore.store.mapped_file_queue import MappedFileQueue
@@ -239,6 +240,7 @@ class MessageStore:
         self._dispatch_stall: DispatchStalledError | None = None
         self.close_errors: list[BaseException] = []
         self.recovery: dict[str, Any] = {}
+        self.slave_refusal: BaseException | None = None   # set_slave(): puts refused
         self.flush_service: FlushRealTimeService | GroupCommitService | None = None
         self.cq_flush_service: FlushConsumeQueueService | None = None
         self.commit_service: CommitRealTimeService | None = None
@@ -290,6 +292,7 @@ class MessageStore:
             self.commit_log.prop_crc = config.enabled_append_prop_crc is not False
             self.commit_log.set_v1_only(not config.auto_message_version_on_topic_len)
             self.flush_ack = FlushAckService(self.commit_log, config.sync_flush_timeout)
+            self.put_acks: Any = self.flush_ack     # who completes async puts (set_put_acks)
             self.dispatch_core = DispatchCore(self.commit_log_queue,
                                               self.consume_queues.find_or_create,
                                               config.delay_levels_ms())
@@ -498,9 +501,24 @@ class MessageStore:
         disk is full or dispatch is stalled; accept them again when none holds."""
         cl = self.commit_log
         cleanup = self.cleanup_service
-        cl.set_not_writeable(cl.flush_error
+        cl.set_not_writeable(self.slave_refusal or cl.flush_error
                              or (cleanup._disk_full if cleanup is not None else None)
                              or self._dispatch_stall)
+
+    def set_slave(self, slave: bool) -> None:
+        """A SLAVE broker's store: every put is refused (SERVICE_NOT_AVAILABLE with
+        ``SlaveStoreError``); only ``CommitLog.append_replicated`` writes the log."""
+        self.slave_refusal = SlaveStoreError(self.root) if slave else None
+        self.refresh_put_refusal()
+
+    def set_put_acks(self, acks: Any) -> None:
+        """Have ``acks`` complete the async puts that wait (``defer``) instead of the flush
+        acknowledgement: a SYNC_MASTER's replica wait (``rocketstore.ha.acks``)."""
+        self.put_acks = acks
+        self.put_message_async = functools.partial(  # type: ignore[method-assign]
+            self.commit_log.put_message_async, acks=acks)
+        self.put_messages_async = functools.partial(  # type: ignore[method-assign]
+            self.commit_log.put_messages_async, acks=acks)
 
     def _release_files(self) -> None:
         if self.fault_ahead_service is not None:

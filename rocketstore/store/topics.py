@@ -26,7 +26,6 @@ loop), and ``flush_pending``/``close_persister`` write what is left.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import threading
@@ -249,6 +248,12 @@ class VersionedConfigTable:
         """The document to write (called with the lock held)."""
         raise NotImplementedError
 
+    def snapshot(self) -> Any:
+        """The document the file holds, as of now (RocketMQ's ``encode()``: what
+        GET_ALL_TOPIC_CONFIG and GET_ALL_SUBSCRIPTIONGROUP_CONFIG answer)."""
+        with self._lock:
+            return self._snapshot()
+
     def persist(self) -> None:
         """Write the current state now (atomic; see ``ConfigFile.persist``)."""
         with self._lock:
@@ -292,16 +297,6 @@ class VersionedConfigTable:
 
     def _version_bean(self) -> dict[str, Any]:
         return _version_to_bean(self._data_version)
-
-    def encode(self) -> str:
-        """The table as RocketMQ's ``encode()`` answers it to a slave (GET_ALL_TOPIC_CONFIG,
-        GET_ALL_SUBSCRIPTIONGROUP_CONFIG): compact JSON, no absent 5.x ``stateVersion``."""
-        with self._lock:
-            doc = self._snapshot()
-        dv = doc.get("dataVersion")
-        if isinstance(dv, dict) and dv.get("stateVersion") is None:
-            doc["dataVersion"] = {k: v for k, v in dv.items() if k != "stateVersion"}
-        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
     def replace_all(self, table: dict[str, Any], version: DataVersion) -> None:
         """A slave's sync: the master's whole table and data version replace this one's,
@@ -363,6 +358,14 @@ class TopicConfigManager(VersionedConfigTable):
             self._table[config.topic_name] = config
             self._data_version = self._data_version.next_version()
         self._changed(durable)
+
+    def touch(self) -> None:
+        """A new data version with the table unchanged (RocketMQ's ``nextVersion()`` when the
+        broker's own permission changes): persisted, and the listeners (NameServer
+        re-registration) told."""
+        with self._lock:
+            self._data_version = self._data_version.next_version()
+        self._changed(True)
 
     def register_absent(self, configs: list[TopicConfig]) -> list[TopicConfig]:
         """Add the configs whose topic is absent, without a version bump (RocketMQ's

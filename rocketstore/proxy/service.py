@@ -1,0 +1,572 @@
+"""``apache.rocketmq.v2.MessagingService`` served over grpc.aio, in cluster mode: brokers are
+reached through the NameServer and RocketMQ's remoting protocol (``TcpTransport``).
+
+Every unary answer carries its outcome in ``status`` (gRPC itself says OK); RPCs the proxy does
+not serve are not registered, so grpc answers ``UNIMPLEMENTED`` as RocketMQ's proxy does.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import time
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+
+from rocketstore.acl.signature import SessionCredentials
+from rocketstore.client.tcp import TcpTransport
+from rocketstore.common import MessageExt
+from rocketstore.common.names import group_problem, topic_problem
+from rocketstore.common.protocol import (CheckTransactionStateRequest, EndTransactionRequest,
+                                         ResponseCode, SendMessageRequest, TopicRouteData,
+                                         TransactionCommitType)
+from rocketstore.errors import TransportError
+from rocketstore.proxy import convert, protocol as pb
+from rocketstore.proxy.auth import GrpcAuthenticator
+from rocketstore.proxy.common import (ACCEPTS, BACKOFF_S, C, DEDUP_MAX, DEDUP_WINDOW_S, MAX_BODY,
+                                      MAX_DELAY_MS, PERM, ROUTE_TTL_S, _SEND_CODES, RpcError,
+                                      _now, _offset_msg_commit_offset, _reply, _status)
+from rocketstore.proxy.consume import ConsumeRpcs
+from rocketstore.proxy.popstate import Key, PopState
+from rocketstore.proxy.registry import Registry
+from rocketstore.proxy.timer import DelayTimer
+
+log = logging.getLogger("rocketstore.proxy")
+
+class ProxyConfig:
+    """What ``rocketstore proxy`` is told on its command line."""
+
+    def __init__(self, namesrv: str, data_dir: str, *, fifo_groups: frozenset[str] = frozenset(),
+                 max_attempts: dict[str, int] | None = None, default_max_attempts: int = 17,
+                 acl_file: str | None = None, access_key: str | None = None,
+                 secret_key: str | None = None, message_types: dict[str, str] | None = None,
+                 default_message_type: str = "NORMAL") -> None:
+        """``acl_file``: check 5.x clients' signatures and permissions against this
+        ``plain_acl.yml``; ``access_key``/``secret_key``: sign the proxy's own requests to
+        brokers that have ACL on."""
+        self.namesrv = namesrv
+        self.message_types = dict(message_types or {})
+        self.default_message_type = default_message_type
+        for t in (default_message_type, *self.message_types.values()):
+            if t not in ACCEPTS:
+                raise ValueError(f"message type {t!r}: expected one of {', '.join(ACCEPTS)}")
+        self.acl_file = acl_file
+        self.access_key = access_key
+        self.secret_key = secret_key
+        self.data_dir = data_dir
+        self.fifo_groups = fifo_groups
+        self.max_attempts = dict(max_attempts or {})
+        self.default_max_attempts = default_max_attempts
+
+
+class MessagingService(ConsumeRpcs):
+    """The RPC implementations and the client/transaction tables they share."""
+
+    def __init__(self, cfg: ProxyConfig) -> None:
+        self.cfg = cfg
+        os.makedirs(cfg.data_dir, exist_ok=True)
+        creds = (SessionCredentials(cfg.access_key, cfg.secret_key)
+                 if cfg.access_key and cfg.secret_key else None)
+        self.transport = TcpTransport(cfg.namesrv, credentials=creds)
+        self.auth = GrpcAuthenticator(cfg.acl_file) if cfg.acl_file else None
+        self.state = PopState(os.path.join(cfg.data_dir, "pop.journal"))
+        self.settings: dict[str, Any] = {}
+        self.streams: dict[str, asyncio.Queue[Any]] = {}
+        self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
+        self._rr = 0
+        # message id -> the first send's outcome (status code, message, offset), so a client
+        # retrying a send whose answer it lost does not store the message twice
+        self._recent: collections.OrderedDict[str, tuple[float, asyncio.Future[Any]]] = \
+            collections.OrderedDict()
+        self._wake = asyncio.Event()
+        self.timer = DelayTimer(self)
+        self.renewing: dict[Key, tuple[str, int]] = {}      # key -> (client id, pop time)
+        self._pop_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._renewer: asyncio.Task[None] | None = None
+        self.registry = Registry(self.transport, self._on_check)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self.timer.start()
+        self._renewer = asyncio.ensure_future(self._renew_loop())
+
+    async def close(self) -> None:
+        await self.timer.stop()
+        if self._renewer is not None:
+            self._renewer.cancel()
+        self.registry.close()
+        if self.auth is not None:
+            self.auth.close()
+        self.state.close()
+        self.transport.close()
+
+    def wake(self) -> None:
+        """New messages or visibility changes: long-polling receives look again."""
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    # -- helpers ------------------------------------------------------------------------------
+    def refused(self, rpc: str, req: Any, ctx: Any) -> str | None:
+        """Why the call is not allowed (ACL on), or None."""
+        if self.auth is None:
+            return None
+        md = {str(k): str(v) for k, v in ctx.invocation_metadata() or ()}
+        return self.auth.check(rpc, req, md, ctx.peer() or "")
+
+    @staticmethod
+    def client_id(ctx: grpc.aio.ServicerContext) -> str:
+        for k, v in ctx.invocation_metadata() or ():
+            if k == "x-mq-client-id":
+                return str(v)
+        return ""
+
+    async def route(self, topic: str) -> TopicRouteData | None:
+        hit = self._routes.get(topic)
+        if hit is not None and time.monotonic() - hit[0] < ROUTE_TTL_S:
+            return hit[1]
+        try:
+            r = await asyncio.to_thread(self.transport.get_topic_route, topic)
+        except TransportError as e:
+            raise RpcError("PROXY_TIMEOUT", f"NameServer unreachable: {e}") from None
+        self._routes[topic] = (time.monotonic(), r)
+        return r
+
+    async def _queues(self, topic: str, perm_bit: int) -> list[tuple[str, int]]:
+        r = await self.route(topic)
+        if r is None:
+            raise RpcError("TOPIC_NOT_FOUND", f"topic {topic} not found")
+        out = []
+        for qd in r.queue_datas:
+            if 0 not in r.broker_addrs.get(qd.broker_name, {}) or not qd.perm & perm_bit:
+                continue
+            n = qd.write_queue_nums if perm_bit == 2 else qd.read_queue_nums
+            out += [(qd.broker_name, i) for i in range(n)]
+        if not out:
+            raise RpcError("FORBIDDEN", "no writable queue" if perm_bit == 2 else
+                           "no readable queue")
+        return out
+
+    def message_type(self, topic: str) -> str:
+        """The topic's ``message.type`` (4.9 topics have none: the proxy's setting, else
+        NORMAL as in RocketMQ 5)."""
+        return self.cfg.message_types.get(topic, self.cfg.default_message_type)
+
+    def max_attempts(self, group: str) -> int:
+        return self.cfg.max_attempts.get(group, self.cfg.default_max_attempts)
+
+    # -- QueryRoute ---------------------------------------------------------------------------
+    async def query_route(self, req: Any, ctx: Any) -> Any:
+        resp = pb.QueryRouteResponse()
+        topic = req.topic.name
+        problem = topic_problem(topic)
+        if problem:
+            _status(resp.status, "ILLEGAL_TOPIC", problem)
+            return resp
+        r = await self.route(topic)
+        if r is None:
+            _status(resp.status, "TOPIC_NOT_FOUND", f"topic {topic} not found")
+            return resp
+        for qd in r.queue_datas:
+            ids = r.broker_addrs.get(qd.broker_name, {})
+            readable, writable = bool(qd.perm & 4), bool(qd.perm & 2)
+            rn = qd.read_queue_nums if readable else 0
+            wn = qd.write_queue_nums if writable else 0
+            for broker_id in sorted(ids):
+                for qid in range(max(rn, wn, 1)):
+                    perm = ("READ_WRITE" if qid < min(rn, wn) else "READ" if qid < rn
+                            else "WRITE" if qid < wn else "NONE")
+                    mq = resp.message_queues.add(id=qid, permission=PERM[perm])
+                    mq.topic.name = topic
+                    mq.topic.resource_namespace = req.topic.resource_namespace
+                    mq.broker.name, mq.broker.id = qd.broker_name, broker_id
+                    mq.broker.endpoints.CopyFrom(req.endpoints)
+                    mq.accept_message_types.extend(ACCEPTS[self.message_type(topic)])
+        return _reply(resp, "OK")
+
+    # -- Telemetry ----------------------------------------------------------------------------
+    def merged_settings(self, s: Any) -> Any:
+        out = pb.Settings()
+        out.CopyFrom(s)
+        out.metric.Clear()
+        out.metric.on = False
+        if s.WhichOneof("pub_sub") == "publishing":
+            out.backoff_policy.Clear()
+            out.backoff_policy.max_attempts = 3
+            eb = out.backoff_policy.exponential_backoff
+            eb.initial.nanos, eb.max.seconds, eb.multiplier = 10_000_000, 1, 2.0
+            out.publishing.max_body_size = MAX_BODY
+            out.publishing.validate_message_type = True
+        elif s.WhichOneof("pub_sub") == "subscription":
+            group = s.subscription.group.name
+            out.subscription.receive_batch_size = 32
+            out.subscription.long_polling_timeout.seconds = 20
+            out.subscription.fifo = group in self.cfg.fifo_groups
+            out.backoff_policy.Clear()
+            out.backoff_policy.max_attempts = self.max_attempts(group)
+            for sec in BACKOFF_S:
+                out.backoff_policy.customized_backoff.next.add(seconds=sec)
+        return out
+
+    async def telemetry(self, requests: AsyncIterator[Any], ctx: Any) -> AsyncIterator[Any]:
+        cid = self.client_id(ctx)
+        if not cid:
+            cmd = pb.TelemetryCommand()
+            _status(cmd.status, "CLIENT_ID_REQUIRED", "x-mq-client-id is required")
+            yield cmd
+            return
+        why = self.refused("Telemetry", None, ctx)
+        if why:
+            cmd = pb.TelemetryCommand()
+            _status(cmd.status, "UNAUTHORIZED", why)
+            yield cmd
+            return
+        out: asyncio.Queue[Any] = asyncio.Queue()
+        self.streams[cid] = out
+
+        async def read() -> None:
+            try:
+                async for cmd in requests:
+                    if cmd.WhichOneof("command") == "settings":
+                        if cmd.settings.WhichOneof("pub_sub") is None:
+                            await out.put(grpc.StatusCode.INVALID_ARGUMENT)
+                            return
+                        self.settings[cid] = cmd.settings
+                        await self._register(cmd.settings)
+                        reply = pb.TelemetryCommand()
+                        _status(reply.status, "OK")
+                        reply.settings.CopyFrom(self.merged_settings(cmd.settings))
+                        await out.put(reply)
+                        if cmd.settings.WhichOneof("pub_sub") == "publishing":
+                            self.timer.producer_online(cid)
+            finally:
+                await out.put(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while True:
+                item = await out.get()
+                if item is None:
+                    return
+                if isinstance(item, grpc.StatusCode):
+                    await ctx.abort(item, "settings carry neither publishing nor subscription")
+                yield item
+        finally:
+            reader.cancel()
+            if self.streams.get(cid) is out:
+                del self.streams[cid]
+                await self._forget(cid)
+
+    async def _register(self, s: Any) -> None:
+        """Announce a client's producer topics / consumer group to the brokers."""
+        if s.WhichOneof("pub_sub") == "publishing":
+            new = self.registry.add_producer([t.name for t in s.publishing.topics])
+        else:
+            sub = s.subscription
+            new = self.registry.add_consumer(sub.group.name, {
+                e.topic.name: (e.expression.expression or "*") for e in sub.subscriptions})
+        if new:
+            await asyncio.to_thread(self.registry.heartbeat_now)
+
+    def _on_check(self, broker: str, req: CheckTransactionStateRequest, msg: MessageExt) -> None:
+        """The broker asks about a half message left open (a transport thread)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._recover, broker, req, msg)
+
+    def _recover(self, broker: str, req: CheckTransactionStateRequest, msg: MessageExt) -> None:
+        topic = msg.properties.get("REAL_TOPIC") or msg.topic
+        txid = msg.uniq_key or req.transaction_id or ""
+        self.state.open_transaction(txid, broker, req.tran_state_table_offset,
+                                    req.commit_log_offset, req.offset_msg_id)
+        for cid, s in list(self.settings.items()):
+            stream = self.streams.get(cid)
+            if stream is None or s.WhichOneof("pub_sub") != "publishing" or \
+                    topic not in {t.name for t in s.publishing.topics}:
+                continue
+            cmd = pb.TelemetryCommand()
+            rc = cmd.recover_orphaned_transaction_command
+            convert.to_grpc(msg, rc.message, topic=topic)
+            rc.transaction_id = txid
+            stream.put_nowait(cmd)
+            log.info("orphan transaction %s of %s sent to producer %s", txid, topic, cid)
+            return
+        log.info("orphan transaction %s of %s: no producer online", txid, topic)
+
+    # -- Heartbeat / NotifyClientTermination --------------------------------------------------
+    async def heartbeat(self, req: Any, ctx: Any) -> Any:
+        resp = pb.HeartbeatResponse()
+        problem = group_problem(req.group.name) if req.HasField("group") else None
+        if problem:
+            return _reply(resp, "ILLEGAL_CONSUMER_GROUP", problem)
+        return _reply(resp, "OK")
+
+    async def notify_client_termination(self, req: Any, ctx: Any) -> Any:
+        await self._forget(self.client_id(ctx))
+        resp = pb.NotifyClientTerminationResponse()
+        return _reply(resp, "OK")
+
+    async def _forget(self, cid: str) -> None:
+        """A client left (NotifyClientTermination or its Telemetry stream ended): a consumer
+        group none of the remaining clients uses leaves the brokers."""
+        s = self.settings.pop(cid, None)
+        if s is None or s.WhichOneof("pub_sub") != "subscription":
+            return
+        group = s.subscription.group.name
+        if any(o.WhichOneof("pub_sub") == "subscription" and o.subscription.group.name == group
+               for o in self.settings.values()):
+            return
+        await asyncio.to_thread(self.registry.remove_consumer, group)
+
+    # -- SendMessage --------------------------------------------------------------------------
+    def _validate_message(self, m: Any, topic: str) -> None:
+        if m.topic.name != topic:
+            raise RpcError("MESSAGE_CORRUPTED", "messages of one request must share a topic")
+        if not m.body:
+            raise RpcError("MESSAGE_BODY_EMPTY", "message body is empty")
+        if len(m.body) > MAX_BODY:
+            raise RpcError("MESSAGE_BODY_TOO_LARGE",
+                           f"message body is {len(m.body)} bytes, over {MAX_BODY}")
+        for k in m.user_properties:
+            if k in convert.RESERVED:
+                raise RpcError("ILLEGAL_MESSAGE_PROPERTY_KEY", f"property key {k!r} is reserved")
+        sp = m.system_properties
+        if not sp.message_id.strip():
+            raise RpcError("ILLEGAL_MESSAGE_ID", "message_id is blank")
+        if sp.HasField("delivery_timestamp"):
+            if convert._ms(sp.delivery_timestamp) - _now() > MAX_DELAY_MS:
+                raise RpcError("ILLEGAL_DELIVERY_TIME", "delivery_timestamp is more than a "
+                                                        "day away")
+        if sp.HasField("message_group"):
+            g = sp.message_group
+            if not g.strip() or len(g.encode()) >= 64:
+                raise RpcError("ILLEGAL_MESSAGE_GROUP", f"message_group {g!r} is blank or "
+                                                        "64 bytes or longer")
+        # the type the stored properties will say (never the client's message_type word)
+        kind = ("TRANSACTION" if sp.message_type == convert.TRANSACTION else
+                "DELAY" if sp.HasField("delivery_timestamp") else
+                "FIFO" if sp.HasField("message_group") and sp.message_group else "NORMAL")
+        want = self.message_type(topic)
+        if want != "MIXED" and kind != want and not topic.startswith(("%RETRY%", "%DLQ%")):
+            raise RpcError("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+                           f"a {kind} message cannot be sent to {topic}, a {want} topic")
+
+    async def send_message(self, req: Any, ctx: Any) -> Any:
+        resp = pb.SendMessageResponse()
+        try:
+            if not req.messages:
+                raise RpcError("MESSAGE_CORRUPTED", "no message to send")
+            topic = req.messages[0].topic.name
+            problem = topic_problem(topic)
+            if problem:
+                raise RpcError("ILLEGAL_TOPIC", problem)
+            for m in req.messages:
+                self._validate_message(m, topic)
+            queues = await self._queues(topic, 2)
+            peer = ctx.peer() or ""
+            for m in req.messages:
+                await self._send_one(m, topic, queues, peer, resp.entries.add())
+            codes = {e.status.code for e in resp.entries}
+            if len(codes) == 1:
+                resp.status.CopyFrom(resp.entries[0].status)
+            else:
+                _status(resp.status, "MULTIPLE_RESULTS")
+        except RpcError as e:
+            del resp.entries[:]
+            _status(resp.status, e.code, str(e))
+        return resp
+
+    async def _send_one(self, m: Any, topic: str, queues: list[tuple[str, int]], peer: str,
+                        entry: Any) -> None:
+        """Store one message, or answer a retry of a message id sent within the last
+        ``DEDUP_WINDOW_S`` with the first send's result (stored once)."""
+        mid = m.system_properties.message_id
+        now = time.monotonic()
+        while self._recent and (len(self._recent) > DEDUP_MAX or
+                                next(iter(self._recent.values()))[0] < now - DEDUP_WINDOW_S):
+            self._recent.popitem(last=False)
+        seen = self._recent.get(mid)
+        if seen is not None:
+            entry.CopyFrom(await asyncio.shield(seen[1]))
+            if entry.status.code == C["OK"]:
+                return
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._recent[mid] = (now, fut)
+        try:
+            await self._store_one(m, topic, queues, peer, entry)
+        finally:
+            done = pb.SendResultEntry()
+            done.CopyFrom(entry)
+            fut.set_result(done)
+            if entry.status.code != C["OK"] and self._recent.get(mid, (0, None))[1] is fut:
+                del self._recent[mid]         # a failed send may be retried for real
+
+    async def _store_one(self, m: Any, topic: str, queues: list[tuple[str, int]], peer: str,
+                         entry: Any) -> None:
+        msg, deliver_ms = convert.to_stored(m, peer.partition(":")[2] or peer)
+        sp = m.system_properties
+        if sp.HasField("message_group") and sp.message_group:
+            broker, qid = queues[zlib.crc32(sp.message_group.encode()) % len(queues)]
+        else:
+            self._rr += 1
+            broker, qid = queues[self._rr % len(queues)]
+        if deliver_ms > _now() + 500 and sp.message_type != convert.TRANSACTION:
+            await self.timer.schedule(msg, broker, qid, deliver_ms, entry)
+            return
+        request = SendMessageRequest(producer_group=topic, topic=topic, queue_id=qid,
+                                     messages=[msg])
+        try:
+            r = await asyncio.wrap_future(self.transport.send_message_async(broker, request))
+        except TransportError as e:
+            self._routes.pop(topic, None)       # a restarted broker may have a new address
+            _status(entry.status, "PROXY_TIMEOUT", str(e))
+            return
+        if r.code != ResponseCode.SUCCESS:
+            _status(entry.status, _SEND_CODES.get(r.code, "INTERNAL_SERVER_ERROR"),
+                    f"broker {broker}: code {int(r.code)} {r.remark or ''}")
+            return
+        _status(entry.status, "OK")
+        entry.message_id = sp.message_id
+        entry.transaction_id = sp.message_id
+        entry.offset = r.queue_offset
+        if sp.message_type == convert.TRANSACTION:
+            self.state.open_transaction(sp.message_id, broker, r.queue_offset,
+                                        _offset_msg_commit_offset(r.msg_id), r.msg_id or "")
+        else:
+            self.wake()
+
+    # -- EndTransaction -----------------------------------------------------------------------
+    async def end_transaction(self, req: Any, ctx: Any) -> Any:
+        resp = pb.EndTransactionResponse()
+        if not req.transaction_id.strip():
+            return _reply(resp, "INVALID_TRANSACTION_ID", "transaction_id is blank")
+        tx = self.state.end_transaction(req.transaction_id)
+        if tx is None:
+            return _reply(resp, "INTERNAL_SERVER_ERROR",
+                           f"cannot find transaction data of {req.transaction_id}")
+        broker, queue_offset, cl_offset, offset_msg_id = tx
+        resolution = pb.enum_name("TransactionResolution", req.resolution)
+        if resolution not in ("COMMIT", "ROLLBACK"):
+            return _reply(resp, "OK")
+        kind = (TransactionCommitType.COMMIT_TYPE if resolution == "COMMIT"
+                else TransactionCommitType.ROLLBACK_TYPE)
+        self.transport.end_transaction(broker, EndTransactionRequest(
+            producer_group=req.topic.name, tran_state_table_offset=queue_offset,
+            commit_log_offset=cl_offset, commit_or_rollback=kind,
+            from_transaction_check=req.source == 2, msg_id=offset_msg_id,
+            transaction_id=req.transaction_id))
+        if resolution == "COMMIT":
+            asyncio.get_running_loop().call_later(0.2, self.wake)
+        return _reply(resp, "OK")
+
+    # -- QueryAssignment ----------------------------------------------------------------------
+    async def query_assignment(self, req: Any, ctx: Any) -> Any:
+        resp = pb.QueryAssignmentResponse()
+        try:
+            queues = await self._queues(req.topic.name, 4)
+        except RpcError as e:
+            return _reply(resp, e.code, str(e))
+        fifo = req.group.name in self.cfg.fifo_groups
+        seen = set()
+        for broker, qid in queues:
+            if not fifo and broker in seen:
+                continue
+            seen.add(broker)
+            a = resp.assignments.add()
+            mq = a.message_queue
+            mq.topic.CopyFrom(req.topic)
+            mq.id = qid if fifo else -1
+            mq.permission = PERM["READ_WRITE"]
+            mq.broker.name = broker
+            mq.broker.endpoints.CopyFrom(req.endpoints)
+        return _reply(resp, "OK")
+
+    async def recall_message(self, req: Any, ctx: Any) -> Any:
+        """Cancel a delay message before its time (the handle its SendMessage returned)."""
+        resp = pb.RecallMessageResponse()
+        topic = req.topic.name
+        problem = topic_problem(topic)
+        if problem:
+            return _reply(resp, "ILLEGAL_TOPIC", problem)
+        if self.message_type(topic) not in ("DELAY", "MIXED"):
+            return _reply(resp, "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+                          f"{topic} is a {self.message_type(topic)} topic, not DELAY")
+        try:
+            resp.message_id = self.timer.recall(topic, req.recall_handle)
+        except ValueError as e:
+            return _reply(resp, "BAD_REQUEST", str(e))
+        except LookupError as e:
+            return _reply(resp, "NOT_FOUND", str(e))
+        return _reply(resp, "OK")
+
+
+def generic_handler(svc: MessagingService) -> grpc.GenericRpcHandler:
+    """The service's RPCs as grpc method handlers, each checking ``x-mq-client-id`` first."""
+    impl = {"QueryRoute": svc.query_route, "Heartbeat": svc.heartbeat,
+            "SendMessage": svc.send_message, "QueryAssignment": svc.query_assignment,
+            "ReceiveMessage": svc.receive_message, "AckMessage": svc.ack_message,
+            "ForwardMessageToDeadLetterQueue": svc.forward_to_dlq,
+            "EndTransaction": svc.end_transaction, "Telemetry": svc.telemetry,
+            "NotifyClientTermination": svc.notify_client_termination,
+            "ChangeInvisibleDuration": svc.change_invisible_duration,
+            "RecallMessage": svc.recall_message}
+    handlers = {}
+    for name, fn in impl.items():
+        req_name, resp_name, cs, ss = pb.RPCS[name]
+        req_cls, resp_cls = pb.CLASSES[req_name], pb.CLASSES[resp_name]
+        kw = dict(request_deserializer=req_cls.FromString,
+                  response_serializer=resp_cls.SerializeToString)
+        if cs and ss:
+            handlers[name] = grpc.stream_stream_rpc_method_handler(fn, **kw)
+        elif ss:
+            handlers[name] = grpc.unary_stream_rpc_method_handler(
+                _stream_guard(svc, name, fn, resp_cls), **kw)
+        else:
+            handlers[name] = grpc.unary_unary_rpc_method_handler(
+                _unary_guard(svc, name, fn, resp_cls), **kw)
+    return grpc.method_handlers_generic_handler(pb.SERVICE, handlers)
+
+
+def _unary_guard(svc: MessagingService, rpc: str, fn: Any, resp_cls: Any) -> Any:
+    async def call(req: Any, ctx: Any) -> Any:
+        if not svc.client_id(ctx):
+            resp = resp_cls()
+            return _reply(resp, "CLIENT_ID_REQUIRED", "x-mq-client-id is required")
+        why = svc.refused(rpc, req, ctx)
+        if why:
+            return _reply(resp_cls(), "UNAUTHORIZED", why)
+        try:
+            return await fn(req, ctx)
+        except RpcError as e:
+            resp = resp_cls()
+            return _reply(resp, e.code, str(e))
+        except TransportError as e:
+            resp = resp_cls()
+            return _reply(resp, "PROXY_TIMEOUT", str(e))
+        except Exception as e:             # noqa: BLE001 - answered, and logged
+            log.exception("%s failed", getattr(fn, "__name__", fn))
+            resp = resp_cls()
+            return _reply(resp, "INTERNAL_SERVER_ERROR", f"{type(e).__name__}: {e}")
+    return call
+
+
+def _stream_guard(svc: MessagingService, rpc: str, fn: Any, resp_cls: Any) -> Any:
+    async def call(req: Any, ctx: Any) -> AsyncIterator[Any]:
+        why = None if svc.client_id(ctx) else "x-mq-client-id is required"
+        code = "CLIENT_ID_REQUIRED"
+        if why is None:
+            why, code = svc.refused(rpc, req, ctx), "UNAUTHORIZED"
+        if why:
+            resp = resp_cls()
+            _status(resp.status, code, why)
+            yield resp
+            stamp = resp_cls()
+            convert._set_ms(stamp.delivery_timestamp, _now())
+            yield stamp
+            return
+        async for item in fn(req, ctx):
+            yield item
+    return call

@@ -1,0 +1,155 @@
+"""Delay messages at any time (RocketMQ 5's ``TIMER_DELIVER_MS``), kept durable by the broker.
+
+A message due later is stored, as sent, in the broker's topic ``rmq_sys_wheel_timer`` (queue 0)
+and recorded in the proxy's POP journal as an in-flight entry of the internal group
+``__timer__``, keyed by its real topic and queue and its offset in the timer queue, visible at
+its deliver time. (Its destination is in the journal, not in REAL_TOPIC / REAL_QID: the broker
+lets no client send carry those.)
+When due, the proxy reads it back from the timer topic and appends it to its real queue
+(same ``UNIQ_KEY``, ``TIMER_DELIVER_MS`` kept, so 5.x consumers see a DELAY message), then drops
+the entry. After a restart the journal still holds every undelivered entry. Never early: the
+real queue gets the message only once its deliver time has passed.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from rocketstore.common import Message
+from rocketstore.common.protocol import PullMessageRequest, ResponseCode, SendMessageRequest
+from rocketstore.proxy.common import _status
+from rocketstore.proxy.popstate import InFlight
+
+if TYPE_CHECKING:
+    from rocketstore.proxy.service import MessagingService
+
+log = logging.getLogger("rocketstore.proxy.timer")
+
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+TIMER_GROUP = "__timer__"
+PULL_GROUP = "CID_RMQ_SYS_PROXY_TIMER"
+
+
+def recall_handle(key: Any, deliver_ms: int, uniq: str) -> str:
+    """RocketMQ 5's ``v1 <topic> <broker> <deliver ms> <uniq key>``, URL-safe Base64, plus the
+    real queue and the timer-queue offset that find the journal entry."""
+    _, topic, broker, qid, offset = key
+    text = f"v1 {topic} {broker} {deliver_ms} {uniq} {qid} {offset}"
+    return base64.urlsafe_b64encode(text.encode()).decode()
+
+
+def parse_recall_handle(handle: str) -> tuple[Any, str]:
+    try:
+        f = base64.urlsafe_b64decode(handle.encode()).decode().split(" ")
+        if len(f) != 7 or f[0] != "v1":
+            raise ValueError
+        return (TIMER_GROUP, f[1], f[2], int(f[5]), int(f[6])), f[4]
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise ValueError("malformed recall handle") from None
+
+
+class DelayTimer:
+    def __init__(self, svc: MessagingService) -> None:
+        self.svc = svc
+        self._task: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+
+    async def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    def producer_online(self, client_id: str) -> None:
+        """A producer's Telemetry settings arrived (the hook for orphan checks)."""
+
+    async def schedule(self, msg: Message, broker: str, qid: int, deliver_ms: int,
+                       entry: Any) -> None:
+        props = dict(msg.properties)
+        stored = Message(TIMER_TOPIC, msg.body, properties=props, sys_flag=msg.sys_flag,
+                         born_timestamp=msg.born_timestamp)
+        r = await asyncio.wrap_future(self.svc.transport.send_message_async(
+            broker, SendMessageRequest(producer_group=msg.topic, topic=TIMER_TOPIC, queue_id=0,
+                                       messages=[stored], default_topic_queue_nums=1)))
+        if r.code != ResponseCode.SUCCESS:
+            _status(entry.status, "INTERNAL_SERVER_ERROR",
+                    f"storing a delay message: code {int(r.code)} {r.remark or ''}")
+            return
+        key = (TIMER_GROUP, msg.topic, broker, qid, r.queue_offset)
+        # fsynced: the journal holds the only copy of the schedule
+        self.svc.state.record_pops(None, [(key, InFlight(0, deliver_ms, 0, -1))], sync=True)
+        _status(entry.status, "OK")
+        entry.message_id = entry.transaction_id = props["UNIQ_KEY"]
+        entry.offset = r.queue_offset
+        entry.recall_handle = recall_handle(key, deliver_ms, props["UNIQ_KEY"])
+        self._kick.set()
+
+    def recall(self, topic: str, handle: str) -> str:
+        """Cancel a delay message not yet delivered; its message id. Raises ``ValueError``
+        for a handle that is not one of ours, ``LookupError`` when it is gone (delivered or
+        recalled)."""
+        key, uniq = parse_recall_handle(handle)
+        if key[1] != topic:
+            raise ValueError(f"the recall handle is for topic {key[1]}, not {topic}")
+        if key not in self.svc.state.inflight:
+            raise LookupError("the delay message was delivered or recalled already")
+        self.svc.state.drop(key)
+        return uniq
+
+    def _due(self, now: int) -> tuple[list[tuple[Any, InFlight]], int | None]:
+        with self.svc.state._lock:
+            mine = [(k, e) for k, e in self.svc.state.inflight.items() if k[0] == TIMER_GROUP]
+        due = sorted(((k, e) for k, e in mine if e.visible_at <= now),
+                     key=lambda ke: ke[1].visible_at)
+        later = min((e.visible_at for _, e in mine if e.visible_at > now), default=None)
+        return due, later
+
+    async def _run(self) -> None:
+        while True:
+            now = int(time.time() * 1000)
+            due, later = self._due(now)
+            for k, _ in due:
+                try:
+                    await self._deliver(k)
+                except Exception:                # noqa: BLE001 - retried on the next round
+                    log.exception("delivering delay message %s", k)
+                    await asyncio.sleep(1)
+            wait = 1.0 if later is None else min(1.0, max(0.01, (later - now) / 1000))
+            self._kick.clear()
+            try:
+                await asyncio.wait_for(self._kick.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _deliver(self, k: Any) -> None:
+        broker, offset = k[2], k[4]
+        r = await asyncio.wrap_future(self.svc.transport.pull_message(broker, PullMessageRequest(
+            consumer_group=PULL_GROUP, topic=TIMER_TOPIC, queue_id=0, queue_offset=offset,
+            max_msg_nums=1, sys_flag=0x4, subscription="*")))
+        if r.code != ResponseCode.SUCCESS or not r.messages or \
+                r.messages[0].queue_offset != offset:
+            if r.code in (ResponseCode.PULL_OFFSET_MOVED,) or (r.code == ResponseCode.SUCCESS):
+                log.warning("delay message at %s/%d is gone; dropped", broker, offset)
+                self.svc.state.drop(k)
+            return
+        ext = r.messages[0]
+        props = ext.properties
+        topic, qid = k[1], k[3]
+        msg = Message(topic, bytes(ext.stored_body), properties=props, sys_flag=ext.sys_flag,
+                      born_timestamp=ext.born_timestamp)
+        s = await asyncio.wrap_future(self.svc.transport.send_message_async(
+            broker, SendMessageRequest(producer_group=topic, topic=topic, queue_id=qid,
+                                       messages=[msg])))
+        if s.code != ResponseCode.SUCCESS:
+            raise RuntimeError(f"re-put to {topic}/{qid}: code {int(s.code)} {s.remark}")
+        self.svc.state.drop(k)
+        self.svc.wake()

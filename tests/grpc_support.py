@@ -1,0 +1,90 @@
+"""Shared by the gRPC proxy tests: the official 5.x client's venv (session), a NameServer +
+broker + ``rocketstore proxy`` per module, raw gRPC stubs built from our own protocol tables."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import grpc
+import pytest
+
+from grpc_client import CLIENT_VERSION, ClientVenv
+from servers import ServerProcess, start_broker, start_namesrv
+
+
+TOPICS = ("t_normal", "t_fifo", "t_tx", "t_delay", "t_dlq", "t_cross", "t_inval", "t_async",
+          "t_orphan", "t_restart", "t_raw", "t_push", "t_cpp", "t_race",
+          "t_txc", "t_dl")
+
+
+@pytest.fixture(scope="session")
+def client_venv(request, tmp_path_factory) -> ClientVenv:
+    where = os.environ.get("ROCKETSTORE_GRPC_CLIENT_VENV")
+    name = f"rocketmq-python-client-{CLIENT_VERSION}"
+    cache = getattr(request.config, "cache", None)     # absent under -p no:cacheprovider
+    root = Path(where) if where else cache.mkdir(name) if cache is not None else \
+        tmp_path_factory.mktemp(name)
+    venv = ClientVenv(root)
+    venv.ensure()
+    return venv
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from rocketstore.remoting.admin_client import AdminClient
+    tmp = tmp_path_factory.mktemp("grpc")
+    state: dict = {}
+    ns = start_namesrv(tmp)
+    # the check service looks at half messages 3 s old every second (orphan recovery test)
+    broker = start_broker(tmp / "store", ns.addr, conf={"transactionCheckInterval": "1000",
+                                                        "transactionTimeOut": "3000"})
+    proxy = None
+    try:
+        with AdminClient(ns.addr) as admin:
+            for t in TOPICS:
+                admin.update_topic(t, read_queue_nums=4, write_queue_nums=4,
+                                   broker_addr=broker.addr)
+        proxy = start_proxy(ns.addr, tmp / "proxy")
+        state = {"ns": ns, "broker": broker, "proxy": proxy, "tmp": tmp}
+        yield state
+    finally:
+        for p in (state.get("proxy", proxy), broker, ns):
+            if p is not None:
+                assert p.stop() == 0, p.output[-3000:]
+
+
+def start_proxy(ns: str, data_dir: Path) -> ServerProcess:
+    return ServerProcess(["proxy", "--namesrv", ns, "--listen", "127.0.0.1:0", "--data-dir",
+                          str(data_dir), "--fifo-group", "g_fifo", "--group-max-attempts",
+                          "g_dlq=2", "--message-type", "t_fifo=FIFO", "--message-type",
+                          "t_tx=TRANSACTION", "--message-type", "t_orphan=TRANSACTION",
+                          "--message-type", "t_delay=DELAY"])
+
+
+def run(client_venv, cluster, script: str, **kw) -> dict:
+    return client_venv.run(script, cluster["proxy"].addr, cluster["tmp"] / "home", **kw)
+
+
+def _pull_all(ns: str, topic: str, queue_id: int = 0):
+    from rocketstore.client.tcp import TcpTransport
+    from rocketstore.common.protocol import PullMessageRequest, ResponseCode
+    t = TcpTransport(ns)
+    try:
+        r = t.pull_message("broker-a", PullMessageRequest(
+            consumer_group="g_check", topic=topic, queue_id=queue_id, queue_offset=0,
+            max_msg_nums=32, sys_flag=0x4, subscription="*")).result(10)
+        return r.messages if r.code == ResponseCode.SUCCESS else []
+    finally:
+        t.close()
+
+
+def _stub(addr: str, rpc: str, req_cls: str, resp_cls: str, stream: bool = False):
+    from rocketstore.proxy import protocol as pb
+    ch = grpc.insecure_channel(addr)
+    kind = ch.unary_stream if stream else ch.unary_unary
+    call = kind(f"/{pb.SERVICE}/{rpc}", request_serializer=pb.CLASSES[req_cls].SerializeToString,
+                response_deserializer=pb.CLASSES[resp_cls].FromString)
+    return ch, call
+
+
+META = (("x-mq-client-id", "raw@1@0@test"), ("x-mq-language", "PYTHON"))
