@@ -76,13 +76,16 @@ def test_resend_selected_then_all_never_twice(dlq_store):
         dlq = DeadLetterQueue(store, GROUP)
         [r] = dlq.resend([originals[1][0].uniq_key])
         assert r.outcome == "resent" and r.topic == TOPIC
+        assert store.wait_dispatched(10)
         assert store.get_max_offset_in_queue(TOPIC, 0) == 4
         again = dlq.resend([originals[1][1].msg_id])          # by offset msg id this time
         assert [x.outcome for x in again] == ["already"]
         assert again[0].resent_as == r.resent_as
+        assert store.wait_dispatched(10)
         assert store.get_max_offset_in_queue(TOPIC, 0) == 4   # nothing new
         rest = dlq.resend()
         assert [x.outcome for x in rest] == ["resent", "already", "resent"]
+        assert store.wait_dispatched(10)
         assert store.get_max_offset_in_queue(TOPIC, 0) == 6
         copies = store.get_message("g", TOPIC, 0, 3, 10).messages
         assert [bytes(m.body) for m in copies] == [b"order-1", b"order-0", b"order-2"]
@@ -112,6 +115,7 @@ def test_resend_interrupted_before_its_record_is_not_repeated(dlq_store):
     with MessageStore.open(store_dir, cfg()) as store:
         [again] = DeadLetterQueue(store, GROUP).resend([originals[0][0].uniq_key])
         assert again.outcome == "recovered" and again.resent_as == first.resent_as
+        assert store.wait_dispatched(10)
         assert store.get_max_offset_in_queue(TOPIC, 0) == 4
 
 
@@ -120,6 +124,7 @@ def test_unknown_id_sends_nothing(dlq_store):
     with MessageStore.open(store_dir, cfg()) as store:
         with pytest.raises(DLQResendError, match="no dead letter with id 0A0000000000"):
             DeadLetterQueue(store, GROUP).resend([originals[0][0].uniq_key, "0A0000000000"])
+        assert store.wait_dispatched(10)
         assert store.get_max_offset_in_queue(TOPIC, 0) == 3
         assert not os.path.exists(os.path.join(store_dir, "config", "dlqResend.json"))
 
@@ -164,6 +169,7 @@ def test_cli_errors_are_one_line(dlq_store, capsys):
         assert main(["dlq", "resend", store_dir, "--group", GROUP, "--all"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "a running broker holds the store" in err
+        assert store.wait_dispatched(10)
         assert store.get_max_offset_in_queue(TOPIC, 0) == 3
 
 

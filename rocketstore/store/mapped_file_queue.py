@@ -267,10 +267,13 @@ class MappedFileQueue:
         todo, self._unsynced = self._unsynced, []
         try:
             for item in dict.fromkeys(todo):
-                if isinstance(item, str):
-                    fsync_dir(item)
-                elif item.is_mapped:
-                    item.sync_metadata()
+                try:
+                    if isinstance(item, str):
+                        fsync_dir(item)
+                    elif item.is_mapped and item in self.files:
+                        item.sync_metadata()
+                except FileNotFoundError:
+                    pass        # deleted since (retention, a removed topic): nothing to keep
         except BaseException:
             self._unsynced = todo + self._unsynced
             raise
