@@ -388,7 +388,7 @@ def _recover(args: argparse.Namespace) -> int:
     from rocketstore.store import paths
     from rocketstore.store.checkpoint import StoreCheckpoint
     from rocketstore.cli._common import detect_config
-    from rocketstore.store.message_store import _StoreLock, create_abort_marker
+    from rocketstore.store.storelock import _StoreLock, create_abort_marker
     root = args.store
     config = detect_config(root, args)
     if not os.path.isdir(config.commit_log_path(root)):
