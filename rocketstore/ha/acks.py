@@ -19,10 +19,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable
 
-from rocketstore.store._commitlog import complete_future, done_future, pending_future
+from rocketstore.store._commitlog import done_future, pending_future
+from rocketstore.store.flush import settle, take_due
 from rocketstore.store.status import PutMessageStatus
 
 if TYPE_CHECKING:
@@ -91,13 +92,7 @@ class ReplicaAckService:
         self._thread.start()
 
     def _take(self, acked: int, fail_all: bool) -> list:
-        done = []
-        now = time.monotonic()
-        with self._cond:
-            pending = self._pending
-            while pending and (pending[0][0] <= acked or fail_all or pending[0][3] <= now):
-                done.append(pending.popleft())
-        return done
+        return take_due(self._pending, self._cond, acked, fail_all)
 
     def _complete(self, done: list) -> None:
         if not done:
@@ -115,19 +110,7 @@ class ReplicaAckService:
                 cl.mark_not_durable(result)
             if end > acked:
                 cl.set_put_status(result, FLUSH_SLAVE_TIMEOUT)
-            if transform is None:
-                complete_future(fut, result)
-                continue
-            try:
-                value = transform(result)
-            except Exception as e:  # noqa: BLE001 - a failing transform goes to the waiter
-                if not fut.done():
-                    try:
-                        fut.set_exception(e)
-                    except InvalidStateError:
-                        pass
-                continue
-            complete_future(fut, value)
+            settle(fut, result, transform)
         self.groups += 1
 
     def _run(self) -> None:

@@ -301,6 +301,35 @@ class FlushConsumeQueueService:
             self._thread = None
 
 
+def take_due(pending: deque, lock: threading.Condition, covered: int, fail_all: bool) -> list:
+    """Pop, in order, the waiting entries ``(end, result, future, deadline, ...)`` that are
+    due: covered (``end <= covered``), past their deadline, or all when ``fail_all``."""
+    done = []
+    now = time.monotonic()
+    with lock:
+        while pending and (pending[0][0] <= covered or fail_all or pending[0][3] <= now):
+            done.append(pending.popleft())
+    return done
+
+
+def settle(fut: Future, result, transform=None) -> None:
+    """Complete ``fut`` with ``result``, or ``transform(result)`` (whose exception, if it
+    raises, goes to the waiter). A future cancelled by its waiter is left as it is."""
+    if transform is None:
+        complete_future(fut, result)
+        return
+    try:
+        value = transform(result)
+    except Exception as e:  # noqa: BLE001 - a failing transform goes to the waiter
+        if not fut.done():
+            try:
+                fut.set_exception(e)
+            except InvalidStateError:
+                pass
+        return
+    complete_future(fut, value)
+
+
 class FlushAckService:
     """Acknowledges sync-flush puts without a thread per waiting put (``put_message_async``).
 
@@ -358,32 +387,15 @@ class FlushAckService:
     def _take(self, flushed: int, fail_all: bool) -> list:
         """Entries to complete now: durable ones (end <= flushed) as PUT_OK, and, when
         ``fail_all`` or past their deadline, the others as not durable."""
-        done = []
-        now = time.monotonic()
-        with self._cond:        # against a closing put's own _take, not against appends
-            pending = self._pending
-            while pending and (pending[0][0] <= flushed or fail_all or pending[0][3] <= now):
-                done.append(pending.popleft())
-        return done
+        # under the lock: against a closing put's own _take, not against appends
+        return take_due(self._pending, self._cond, flushed, fail_all)
 
     def _complete(self, done: list, flushed: int) -> None:
         mark = self.commit_log.mark_not_durable
         for end, result, fut, _, transform in done:
             if end > flushed:
                 mark(result)
-            if transform is None:
-                complete_future(fut, result)    # False when cancelled by its waiter: fine
-                continue
-            try:
-                value = transform(result)
-            except Exception as e:  # noqa: BLE001 - a failing transform goes to the waiter
-                if not fut.done():
-                    try:
-                        fut.set_exception(e)
-                    except InvalidStateError:
-                        pass
-                continue
-            complete_future(fut, value)
+            settle(fut, result, transform)
         if done:
             self.groups += 1
 
