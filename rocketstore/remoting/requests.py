@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+from rocketstore.store.brokerprops import unescape
 from rocketstore.errors import RemotingProtocolError, RocketStoreError
 from rocketstore.remoting import fastjson, headers
 from rocketstore.common.codes import RequestCode
@@ -175,22 +176,8 @@ def parse_properties(text: str) -> dict[str, str]:
             continue
         cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         name, value = (line, "") if cut < 0 else (line[:cut].strip(), line[cut + 1:].strip())
-        out[name] = _unescape(value)
+        out[name] = unescape(value)
     return out
-
-
-def _unescape(value: str) -> str:
-    out, i = [], 0
-    while i < len(value):
-        ch = value[i]
-        if ch == "\\" and i + 1 < len(value):
-            nxt = value[i + 1]
-            out.append({"n": "\n", "r": "\r", "t": "\t"}.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
 
 
 # -- decoders ------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ def _escape(value: str) -> str:
     return "\\" + v if v[:1] in (" ", "\t") else v
 
 
-def _unescape(value: str) -> str:
+def unescape(value: str) -> str:
+    """A java.util.Properties value's escapes undone (``\\n``, ``\\t``, ``\\r``, ``\\x`` -> x)."""
     out, i = [], 0
     while i < len(value):
         ch = value[i]
@@ -91,7 +92,7 @@ def read(root: str) -> dict[str, str]:
             continue
         for i, ch in enumerate(line):
             if ch in "=:":
-                out[line[:i].strip()] = _unescape(line[i + 1:].strip())
+                out[line[:i].strip()] = unescape(line[i + 1:].strip())
                 break
     return out
 
