@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import gc
+import math
 import os
 import threading
 import time
@@ -293,10 +294,12 @@ def test_bad_retention_settings_raise():
 
 
 def test_default_disk_usage_reads_the_partition(tmp_path):
+    """RocketMQ 4.9.8's ratio: used / (used + usable), root's reserved blocks in neither,
+    rounded up to a whole percent."""
     st = os.statvfs(tmp_path)
     ratio = partition_used_ratio(str(tmp_path))
-    assert 0.0 <= ratio <= 1.0
-    assert ratio == pytest.approx(1 - st.f_bfree / st.f_blocks, abs=0.01)
+    used = st.f_blocks - st.f_bfree
+    assert ratio == math.ceil(used * 100 / (used + st.f_bavail)) / 100
     assert partition_used_ratio(str(tmp_path / "missing")) == -1.0
 
 

@@ -37,6 +37,7 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Iterator
 
+from rocketstore.store.cleanup import partition_used_ratio
 from rocketstore.broker.stats_windows import StatsWindows
 from rocketstore.common.protocol import ResponseCode
 
@@ -336,10 +337,10 @@ class BrokerMetrics:
                      "earliestMessageTimeStamp": str(_earliest_store_time(store))})
         # clusterList's #SPACE: 4.9.8's commitLogDiskRatio of the commit-log directory
         cl_dir = store.config.commit_log_path(store.root)
-        info["commitLogDiskRatio"] = java_double(disk_used_ratio(cl_dir))
+        info["commitLogDiskRatio"] = java_double(partition_used_ratio(cl_dir))
         info["commitLogDiskRatio_" + cl_dir] = info["commitLogDiskRatio"]
         info["consumeQueueDiskRatio"] = java_double(
-            disk_used_ratio(os.path.join(store.root, "consumequeue")))
+            partition_used_ratio(os.path.join(store.root, "consumequeue")))
         if "fs_total" in disk:
             info["commitLogDirCapacity"] = (f"Total : {_human(disk['fs_total'])}, "
                                             f"Free : {_human(disk['fs_free'])}.")
@@ -358,25 +359,6 @@ class BrokerMetrics:
         lags = list(self.lag())
         info["consumerLagTotal"] = str(sum(lag for *_, lag in lags))
         return info
-
-
-def disk_used_ratio(path: str) -> float:
-    """``UtilAll.getDiskPartitionSpaceUsedPercent``: the file system's used share, as a whole
-    percent rounded up, over used + usable (blocks reserved for root excluded), e.g. 0.43;
-    -1 when ``path`` does not exist."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return -1.0
-    total = st.f_blocks * st.f_frsize
-    if total <= 0:
-        return -1.0
-    used = total - st.f_bfree * st.f_frsize
-    entire = used + st.f_bavail * st.f_frsize
-    if entire <= 0:
-        return -1.0
-    pct = used * 100 // entire + (1 if used * 100 % entire else 0)
-    return pct / 100.0
 
 
 def java_double(v: float) -> str:

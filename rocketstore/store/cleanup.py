@@ -45,9 +45,9 @@ RETIRE_GRACE_S = 5.0        # deleted files stay mapped this long for in-flight 
 
 
 def partition_used_ratio(path: str) -> float:
-    """Used fraction of the partition holding ``path`` (-1.0 when it cannot be read), as
-    RocketMQ's ``UtilAll.getDiskPartitionSpaceUsedPercent``: (total - free) / total, where
-    free counts the blocks reserved for root too."""
+    """Used share of the partition holding ``path`` (-1.0 when it cannot be read), as RocketMQ
+    4.9.8's ``UtilAll.getDiskPartitionSpaceUsedPercent``: used / (used + usable) -- the blocks
+    reserved for root counted in neither -- rounded up to a whole percent, e.g. 0.43."""
     try:
         st = os.statvfs(path)
     except OSError:
@@ -55,7 +55,12 @@ def partition_used_ratio(path: str) -> float:
     total = st.f_blocks * st.f_frsize
     if total <= 0:
         return -1.0
-    return (total - st.f_bfree * st.f_frsize) / total
+    used = total - st.f_bfree * st.f_frsize
+    entire = used + st.f_bavail * st.f_frsize
+    if entire <= 0:
+        return -1.0
+    pct = used * 100 // entire + (1 if used * 100 % entire else 0)
+    return pct / 100.0
 
 
 @dataclass
