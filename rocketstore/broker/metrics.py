@@ -160,8 +160,13 @@ class BrokerMetrics:
         """``on_send`` of ``Broker.send_one``: ``answer`` is the response or its Future."""
         if isinstance(answer, Future):
             self.on_send(_OneSend(topic, [msg]), answer)
+        elif answer.code in _STORED:        # _count_sized of one message, inlined: per send
+            size = len(msg.body)
+            with self._lock:
+                self.put_msgs[topic] = self.put_msgs.get(topic, 0) + 1
+                self.put_bytes[topic] = self.put_bytes.get(topic, 0) + size
         else:
-            self._count(topic, (msg,), answer)
+            self._count_sized(topic, 1, 0, answer)
 
     def _count_send(self, request: Any, response: Any) -> None:
         sizes = getattr(request, "sizes", None)     # a wire send's, when known

@@ -52,6 +52,8 @@ _SERVICE_NOT_AVAILABLE = (
     "down, etc.")
 
 # handlePutMessageResult: store status -> (response code, stored?, remark)
+_PUT_OK = PutMessageStatus.PUT_OK
+_SUCCESS = ResponseCode.SUCCESS
 _PUT_STATUS = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, True, None),
     PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, True, None),
@@ -116,11 +118,30 @@ def _broker_only_problem(topic: str, user: dict[str, str]) -> SendMessageRespons
         f"carry it (topic {topic})")
 
 
+def _name_problem(topic: str, producer_group: str) -> SendMessageResponse | None:
+    """The refusal of a send's topic or producer group name, else None (pure: the sender
+    caches the pairs that passed)."""
+    why = names.topic_problem(topic, max_length=C.TOPIC_MAX_LENGTH)
+    if why is not None:         # TopicValidator.validateTopic: 127 even for %RETRY%
+        return SendMessageResponse(ResponseCode.SYSTEM_ERROR, names.named("topic", topic, why))
+    why = names.group_problem(producer_group)
+    if why is not None:         # stricter than 4.9.8, which does not look at it
+        return SendMessageResponse(ResponseCode.INVALID_PARAMETER,
+                                   names.named("producerGroup", producer_group, why))
+    if topic in C.NOT_ALLOWED_SEND_TOPICS:
+        return SendMessageResponse(ResponseCode.NO_PERMISSION,
+                                   f"Sending message to topic[{topic}] is forbidden.")
+    return None
+
+
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_MULTI_TAGS = int(SysFlag.MULTI_TAGS)
 
 
 def put_response(r: PutMessageResult, queue_id: int) -> SendMessageResponse:
     """``handlePutMessageResult``: the response of a send whose put finished with ``r``."""
+    if r.status is _PUT_OK:         # per send: no enum hash, positional fields
+        return SendMessageResponse(_SUCCESS, None, r.msg_id, queue_id, r.queue_offset)
     code, stored, remark = _PUT_STATUS.get(r.status, (ResponseCode.SYSTEM_ERROR, False, None))
     if not stored:
         if remark is None:
@@ -143,6 +164,7 @@ class SendMessageProcessor:
         self._cluster_b = self.cfg.broker_cluster_name.encode("utf-8")
         self._hosts: dict[str, bytes] = {}      # peer "ip:port" -> encoded born host
         self._responses: dict[int, functools.partial[SendMessageResponse]] = {}
+        self._names_ok: set[tuple[str, str]] = set()    # (topic, group) pairs that passed
         # a SLAVE's store takes only its master's bytes: every send is refused up front,
         # before a topic could be auto-created on it
         self._slave = broker.is_slave
@@ -251,7 +273,8 @@ class SendMessageProcessor:
                     default_topic_queue_nums: int, born_host: str | None):
         """``_pre_send`` on the request's fields (the in-process send has no request)."""
         cfg = self.cfg
-        if cfg.start_accept_send_request_time_stamp > self.broker.now_ms():
+        accept_at = cfg.start_accept_send_request_time_stamp
+        if accept_at and accept_at > self.broker.now_ms():
             return SendMessageResponse(
                 ResponseCode.SYSTEM_ERROR, "broker unable to service, until "
                 f"{cfg.start_accept_send_request_time_stamp}"), None
@@ -259,17 +282,14 @@ class SendMessageProcessor:
             return SendMessageResponse(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{cfg.broker_ip1}] sending message is forbidden"), None
-        why = names.topic_problem(topic, max_length=C.TOPIC_MAX_LENGTH)
-        if why is not None:         # TopicValidator.validateTopic: 127 even for %RETRY%
-            return SendMessageResponse(ResponseCode.SYSTEM_ERROR,
-                                       names.named("topic", topic, why)), None
-        why = names.group_problem(producer_group)
-        if why is not None:         # stricter than 4.9.8, which does not look at it
-            return SendMessageResponse(ResponseCode.INVALID_PARAMETER,
-                                       names.named("producerGroup", producer_group, why)), None
-        if topic in C.NOT_ALLOWED_SEND_TOPICS:
-            return SendMessageResponse(ResponseCode.NO_PERMISSION,
-                                       f"Sending message to topic[{topic}] is forbidden."), None
+        names_ok = self._names_ok
+        if (topic, producer_group) not in names_ok:
+            err = _name_problem(topic, producer_group)
+            if err is not None:
+                return err, None
+            if len(names_ok) >= 4096:       # bounded: a client cycling names costs a re-check
+                names_ok.clear()
+            names_ok.add((topic, producer_group))
         tc = self.topics.select(topic)
         if tc is None:
             tc = self.topics.create_topic_in_send_message_method(
@@ -326,6 +346,20 @@ class SendMessageProcessor:
             return err
         if queue_id < 0:
             queue_id = _random_queue_id(tc.write_queue_nums)
+        user = msg.properties
+        if (not topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX) and _BROKER_ONLY.isdisjoint(user)
+                and C.PROPERTY_DELAY_TIME_LEVEL not in user
+                and not _is_true(user.get(C.PROPERTY_TRANSACTION_PREPARED))):
+            # the common shape: no retry/DLQ rules, no broker-only property, no DELAY or
+            # half-message rewrite; straight to the byte path, no MessageInner
+            sys_flag = msg.sys_flag
+            if tc.topic_filter_type == MULTI_TAG:
+                sys_flag |= _MULTI_TAGS
+            r = self._put_bytes(topic, queue_id, msg.body, user, msg.flag, sys_flag,
+                                reconsume_times, msg.born_timestamp, born_host or msg.born_host,
+                                msg.prepared_transaction_offset)
+            if r is not None:
+                return r
         inner = MessageInner(topic, queue_id, msg.body, flag=msg.flag,
                              born_timestamp=msg.born_timestamp,
                              born_host=born_host or msg.born_host,
@@ -335,7 +369,6 @@ class SendMessageProcessor:
                                          tc, msg.sys_flag)
         if err is not None:
             return err
-        user = msg.properties
         if not _BROKER_ONLY.isdisjoint(user):
             err = _broker_only_problem(topic, user)
             if err is not None:
@@ -362,35 +395,52 @@ class SendMessageProcessor:
             return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
         return self._respond(put, queue_id)
 
+    def _put_bytes(self, topic: str, store_queue_id: int, body: object, user: dict[str, str],
+                   flag: int, sys_flag: int, reconsume_times: int, born_timestamp: int | None,
+                   born_host: str | None, prepared_transaction_offset: int,
+                   queue_id: int | None = None) -> SendMessageResponse | Future | None:
+        """A plain send's put from its fields when it has the common shape (ASCII properties,
+        a bytes body, flag within Java's int, not a transaction's commit): the client's
+        properties string rewritten in Cython (``_wire.stored_properties``: CLUSTER appended,
+        WAIT dropped) and the record written by ``CommitLog.put_wire_async``; the response,
+        or its Future when a flush or replica wait completes it. None: not that shape."""
+        if type(body) is not bytes or not _INT32_MIN <= flag <= _INT32_MAX \
+                or prepared_transaction_offset:
+            return None
+        try:
+            props = encode_properties(user)
+        except (TypeError, UnicodeError):
+            return None
+        if not props.isascii():
+            return None
+        stored = stored_properties(props, self._cluster_b, self.broker.next_uniq_id)
+        if stored is None:
+            return None
+        if queue_id is None:
+            queue_id = store_queue_id
+        store = self.broker.store
+        try:
+            r = store.commit_log.put_wire_async(
+                topic, store_queue_id, body, stored[0], flag, sys_flag, reconsume_times,
+                -1 if born_timestamp is None else born_timestamp, self._born_host_of(born_host),
+                stored[1], store.put_acks, self._transform(queue_id), True)
+        except InvalidMessageError as e:
+            return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
+        if type(r) is PutMessageResult:
+            return put_response(r, queue_id)
+        return r
+
     def _put_plain(self, inner: MessageInner, user: dict[str, str], queue_id: int
                    ) -> SendMessageResponse | Future:
         """The put of a send with no DELAY and no TRAN_MSG: the same stored string as the map
         path of ``send_one`` (client map + CLUSTER, WAIT removed); the response, or its Future
-        under SYNC_FLUSH. The common shape (ASCII properties, a bytes body, flags within Java's
-        int) takes the wire's byte path: the client's string rewritten in Cython
-        (``_wire.stored_properties``) and the record written by ``CommitLog.put_wire_async``,
-        so in process and over TCP one path stores a send."""
-        body = inner.body
-        if type(body) is bytes and _INT32_MIN <= inner.flag <= _INT32_MAX \
-                and not inner.prepared_transaction_offset:
-            try:
-                props = encode_properties(user)
-            except (TypeError, UnicodeError):
-                props = None
-            stored = stored_properties(props, self._cluster_b, self.broker.next_uniq_id) \
-                if props is not None and props.isascii() else None
-            if stored is not None:
-                store = self.broker.store
-                try:
-                    fut = store.commit_log.put_wire_async(
-                        inner.topic, inner.queue_id, body, stored[0], inner.flag,
-                        inner.sys_flag, inner.reconsume_times,
-                        -1 if inner.born_timestamp is None else inner.born_timestamp,
-                        self._born_host_of(inner.born_host), stored[1], store.put_acks,
-                        self._transform(queue_id))
-                except InvalidMessageError as e:
-                    return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
-                return fut.result() if fut.done() else fut
+        under SYNC_FLUSH. The common shape takes ``_put_bytes``, so in process and over TCP
+        one path stores a send."""
+        r = self._put_bytes(inner.topic, inner.queue_id, inner.body, user, inner.flag,
+                            inner.sys_flag, inner.reconsume_times, inner.born_timestamp,
+                            inner.born_host, inner.prepared_transaction_offset, queue_id)
+        if r is not None:
+            return r
         if C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in user:
             user[C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.broker.next_uniq_id()
         wait = user.get(C.PROPERTY_WAIT_STORE_MSG_OK)

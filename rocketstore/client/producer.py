@@ -28,6 +28,7 @@ from rocketstore.client.latency import MQFaultStrategy
 from rocketstore.client.selector import MessageQueueSelector, TopicPublishInfo
 from rocketstore.common import (LocalTransactionState, Message, MessageExt, MessageQueue,
                                 ResponseCode, SendStatus, UniqIdGenerator, stamp_for_send)
+from rocketstore.store._codec import stamp_one
 from rocketstore.common import constants as C
 from rocketstore.common.protocol import (CheckTransactionStateRequest, EndTransactionRequest,
                                          SendMessageRequest, SendMessageResponse,
@@ -71,6 +72,8 @@ class TransactionSendResult(SendResult):
     local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOW
 
 
+_SUCCESS = ResponseCode.SUCCESS
+_SEND_OK = SendStatus.SEND_OK
 _uniq_lock = threading.Lock()
 _uniq_gen: UniqIdGenerator | None = None
 
@@ -78,11 +81,23 @@ _uniq_gen: UniqIdGenerator | None = None
 def stamp(msgs: list[Message]) -> tuple[list[Message], list[str]]:
     """The messages with UNIQ_KEY (MessageClientIDSetter, one generator per process as in Java)
     and WAIT=true added where absent, and their keys."""
-    global _uniq_gen
     with _uniq_lock:
-        if _uniq_gen is None:
-            _uniq_gen = UniqIdGenerator(local_address())
-        return stamp_for_send(msgs, _uniq_gen)
+        return stamp_for_send(msgs, _uniq_gen if _uniq_gen is not None else _new_uniq_gen())
+
+
+def stamp_one_message(msg: Message) -> tuple[Message, str]:
+    """``stamp`` of one message (the sync send's path: no lists)."""
+    with _uniq_lock:
+        gen = _uniq_gen
+        if gen is None:
+            gen = _new_uniq_gen()
+        return stamp_one(msg, gen)
+
+
+def _new_uniq_gen() -> UniqIdGenerator:
+    global _uniq_gen
+    _uniq_gen = UniqIdGenerator(local_address())
+    return _uniq_gen
 
 
 def commit_log_offset_of(offset_msg_id: str) -> int:
@@ -260,7 +275,7 @@ class Producer:
         ``Message`` constructors and ``MessageClientIDSetter`` do; body compressed when
         eligible) and its UNIQ_KEY."""
         validators.check_message(msg, self.max_message_size)
-        (msg,), (uniq,) = stamp([msg])
+        msg, uniq = stamp_one_message(msg)
         if (compress and len(msg.body) >= self.compress_msg_body_over_howmuch
                 and not msg.sys_flag & 0x1):
             msg = _rebuilt(msg, msg.properties, self._compress(bytes(msg.body)),
@@ -314,10 +329,13 @@ class Producer:
         if message_queue is not None or selector is not None:
             mq = self._explicit_queue(msg, message_queue, selector, arg)
             return self._send_to_chosen_queue(mq, self._request(prepared, mq), timeout, uniq)
-        if prepared.topic.endswith(reply.REPLY_TOPIC_SUFFIX) and reply.is_reply(prepared):
+        topic = prepared.topic
+        if topic.endswith(reply.REPLY_TOPIC_SUFFIX) and reply.is_reply(prepared):
             # not the fast path: a reply goes with its request code (``_request``)
             return self._drive(self._retrying(prepared, uniq, None, timeout), None)
-        return self._send_with_retries(prepared, uniq, None, timeout)
+        if topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
+            return self._drive(self._retrying(prepared, uniq, None, timeout), None)
+        return self._send_fast(prepared, uniq, timeout)
 
     # -- request-reply (rocketstore.client.reply) ---------------------------------------------
     def request(self, msg: Message, timeout: int = 3000, *,
@@ -455,9 +473,11 @@ class Producer:
         except TransportError as e:
             answer = e
         else:
-            if answer.code == ResponseCode.SUCCESS:
-                strategy.update_fault_item(mq.broker_name, _ms_since(begin), False)
-                return SendResult(SendStatus.SEND_OK, uniq, answer.msg_id,
+            if answer.code == _SUCCESS:
+                if strategy.send_latency_fault_enable:
+                    strategy.update_fault_item(mq.broker_name, _ms_since(begin), False)
+                return SendResult(_SEND_OK, uniq, answer.msg_id,
+                                  mq if answer.queue_id == mq.queue_id else
                                   MessageQueue(mq.topic, mq.broker_name, answer.queue_id),
                                   answer.queue_offset, answer.transaction_id)
         return self._drive(self._retrying(prepared, uniq, None, timeout, (mq, begin, info)),

@@ -1354,62 +1354,68 @@ def stamp_for_send(list msgs, UniqIdGenerator gen not None):
     path). ``gen`` is not thread-safe: callers serialise calls on it.
     """
     cdef list out = [], keys = []
-    cdef Message m, c
-    cdef char buf[32]
     cdef int64_t now = now_ms()
-    cdef bint need_uniq, need_wait
-    cdef dict user
-    cdef bytes extra
-    cdef str key
+    cdef Message c
     for obj in msgs:
         if type(obj) is not Message:
             raise InvalidMessageTypeError("message", "Message", type(obj).__name__)
-        m = <Message>obj
-        need_uniq = not (m._user and PROPERTY_UNIQ_KEY in m._user)
-        need_wait = not (m._user and "WAIT" in m._user)
-        if not need_uniq and not need_wait:
-            out.append(m)
-            keys.append(m._user[PROPERTY_UNIQ_KEY])
-            continue
-        user = dict(m._user) if m._user else {}
-        extra = b""
-        if need_uniq:
-            gen.next_into(buf, now)
-            key = buf[:32].decode("ascii")
-            user[PROPERTY_UNIQ_KEY] = key
-            extra = UNIQ_KEY_HEAD + buf[:32] + b"\x02"
-        else:
-            key = user[PROPERTY_UNIQ_KEY]
-        if need_wait:
-            user["WAIT"] = "true"
-            extra += _WAIT_TRUE_PROP
-        c = Message.__new__(Message)
-        c.topic = m.topic
-        c._body = m._body
-        c._user = user
-        c._tags = m._tags
-        c._keys = m._keys
-        c.flag = m.flag
-        c.sys_flag = m.sys_flag
-        c.reconsume_times = m.reconsume_times
-        c.prepared_transaction_offset = m.prepared_transaction_offset
-        c.born_timestamp = m.born_timestamp
-        c.born_host = m.born_host
-        c._topic_b = m._topic_b
-        c._props_b = m._props_b + extra
-        if PyBytes_GET_SIZE(c._props_b) > RS_MAX_PROPERTIES_LEN:
-            raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(c._props_b)} bytes encoded",
-                                      f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
-                                      limit=RS_MAX_PROPERTIES_LEN,
-                                      status="PROPERTIES_SIZE_EXCEEDED")
-        c._born_host_b = m._born_host_b
-        c._has_uniq = True
-        c._delayed = m._delayed
-        c._delay = m._delay
-        c._no_wait = m._no_wait
-        c._crc_cached = m._crc_cached
-        c._crc = m._crc
-        c._body_len = m._body_len
+        c = _stamped(<Message>obj, gen, now)
         out.append(c)
-        keys.append(key)
+        keys.append(c._user[PROPERTY_UNIQ_KEY])
     return out, keys
+
+
+def stamp_one(Message m not None, UniqIdGenerator gen not None):
+    """``stamp_for_send`` of one message: ``(message as sent, its UNIQ_KEY)`` (the sync
+    send's path: no lists)."""
+    cdef Message c = _stamped(m, gen, now_ms())
+    return c, c._user[PROPERTY_UNIQ_KEY]
+
+
+cdef Message _stamped(Message m, UniqIdGenerator gen, int64_t now):
+    """``m`` with UNIQ_KEY and WAIT=true added where absent (``m`` itself when it has both)."""
+    cdef char buf[32]
+    cdef bint need_uniq = not (m._user and PROPERTY_UNIQ_KEY in m._user)
+    cdef bint need_wait = not (m._user and "WAIT" in m._user)
+    cdef dict user
+    cdef bytes extra
+    cdef Message c
+    if not need_uniq and not need_wait:
+        return m
+    user = dict(m._user) if m._user else {}
+    extra = b""
+    if need_uniq:
+        gen.next_into(buf, now)
+        user[PROPERTY_UNIQ_KEY] = buf[:32].decode("ascii")
+        extra = UNIQ_KEY_HEAD + buf[:32] + b"\x02"
+    if need_wait:
+        user["WAIT"] = "true"
+        extra += _WAIT_TRUE_PROP
+    c = Message.__new__(Message)
+    c.topic = m.topic
+    c._body = m._body
+    c._user = user
+    c._tags = m._tags
+    c._keys = m._keys
+    c.flag = m.flag
+    c.sys_flag = m.sys_flag
+    c.reconsume_times = m.reconsume_times
+    c.prepared_transaction_offset = m.prepared_transaction_offset
+    c.born_timestamp = m.born_timestamp
+    c.born_host = m.born_host
+    c._topic_b = m._topic_b
+    c._props_b = m._props_b + extra
+    if PyBytes_GET_SIZE(c._props_b) > RS_MAX_PROPERTIES_LEN:
+        raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(c._props_b)} bytes encoded",
+                                  f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
+                                  limit=RS_MAX_PROPERTIES_LEN,
+                                  status="PROPERTIES_SIZE_EXCEEDED")
+    c._born_host_b = m._born_host_b
+    c._has_uniq = True
+    c._delayed = m._delayed
+    c._delay = m._delay
+    c._no_wait = m._no_wait
+    c._crc_cached = m._crc_cached
+    c._crc = m._crc
+    c._body_len = m._body_len
+    return c

@@ -86,7 +86,8 @@ class CommitLog:
                            transform: Any = ...) -> Any: ...
     def put_wire_async(self, topic: str, queue_id: int, body: bytes, props: bytes, flag: int,
                        sys_flag: int, reconsume_times: int, born_timestamp: int,
-                       born_host: bytes, wait: bool, acks: Any, transform: Any = ...) -> Any: ...
+                       born_host: bytes, wait: bool, acks: Any, transform: Any = ...,
+                       direct: bool = ...) -> Any: ...
     def put_wire_batch_async(self, topic: str, queue_id: int, body: bytes, meta: bytes,
                              props: bytes, sys_flag: int, reconsume_times: int,
                              born_timestamp: int, born_host: bytes, acks: Any,

@@ -1316,12 +1316,16 @@ cdef class CommitLog:
     def put_wire_async(self, str topic not None, object queue_id, bytes body not None,
                        bytes props not None, int32_t flag, int32_t sys_flag,
                        int32_t reconsume_times, int64_t born_timestamp,
-                       bytes born_host not None, bint wait, acks, transform=None):
+                       bytes born_host not None, bint wait, acks, transform=None,
+                       bint direct=False):
         """``put_message_async`` of a broker's send from its wire fields, without a
         ``Message``: ``props`` is the exact properties string to store (no UNIQ_KEY is
         added), ``born_host`` encoded (``encode_host``), ``wait`` the message's
         ``isWaitStoreMsgOK`` (a sync flush acknowledges it only once durable); a negative
-        ``born_timestamp`` is the store timestamp (a local send that was never stamped)."""
+        ``born_timestamp`` is the store timestamp (a local send that was never stamped).
+        ``direct``: return the ``PutMessageResult`` itself when nothing waits for a flush or
+        a replica (``transform`` not applied), a Future only when the answer comes later:
+        the in-process send's path, which needs no completed future per message."""
         cdef RecordFields f
         cdef Py_ssize_t total
         self._check_open()
@@ -1331,7 +1335,7 @@ cdef class CommitLog:
         if self._topic_rules or self._not_writeable is not None or self._v1_only:
             r = self._refused(topic, qid)
             if r is not None:
-                return acks.completed(r, transform)
+                return r if direct else acks.completed(r, transform)
         if PyBytes_GET_SIZE(props) > RS_MAX_PROPERTIES_LEN:
             raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(props)} bytes encoded",
                                       f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
@@ -1351,13 +1355,13 @@ cdef class CommitLog:
         f.born_ts = born_timestamp
         r = self._append_one(topic, qid, &f, total, born_timestamp < 0, False)
         if r.status is not PUT_OK:
-            return acks.completed(r, transform)
+            return r if direct else acks.completed(r, transform)
         if self.sync_flush and not wait:
             # nobody waits for it, but it must not wait for the next tick either
             self.request_flush(f.phy_offset + total)
         elif (self.sync_flush or (self.wait_replica and wait)) and not self.debug_ack_before_sync:
             return acks.defer(r, f.phy_offset + total, transform)
-        return acks.completed(r, transform)
+        return r if direct else acks.completed(r, transform)
 
     def put_wire_batch_async(self, str topic not None, object queue_id, bytes body not None,
                              bytes meta not None, bytes props not None, int32_t sys_flag,
