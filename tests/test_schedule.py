@@ -376,3 +376,34 @@ def test_stress_clean_restarts_mid_delivery_deliver_every_record_once_in_level_o
             got = [bytes(m.body) for m in pull_all(store, TOPIC, level - 1)]
             # a clean close persists: no duplicates; within a level, send order
             assert got == [b"%d:%06d" % (level, i) for i in range(level - 1, n, 3)]
+
+
+def test_ordinary_traffic_does_not_wake_the_service(store_dir, monkeypatch):
+    """The service waits for its level queues to grow; the dispatch thread runs that test at
+    each arrival and wakes it only when a level grew. Plain sends must not wake it once per
+    dispatch round (it used to: a thread switch, the GIL and 18 queue lookups per round,
+    ~10 µs of broker CPU per send), and a delayed message still does at once."""
+    woken_in: list[int] = []
+    real_ready = ScheduleMessageService._ready
+
+    def ready(self):
+        woken_in.append(threading.get_ident())
+        return real_ready(self)
+    monkeypatch.setattr(ScheduleMessageService, "_ready", ready)
+    with MessageStore.open(store_dir, _config()) as store, \
+            ScheduleMessageService(store) as svc:
+        assert until(lambda: svc.rounds >= 1, 10)
+        service_thread = svc._thread.ident
+        woken_in.clear()
+        for i in range(300):
+            r = store.put_message(Message("Plain", b"p%d" % i), 0)
+            assert r.ok
+            assert store.wait_dispatched(10, until=r)
+        # the test ran, but on the dispatch thread, not the service's
+        assert woken_in, "the arrival test never ran"
+        assert woken_in.count(service_thread) <= 2, \
+            f"the service woke {woken_in.count(service_thread)} times for 300 plain messages"
+        # a delayed message still wakes it: delivered after its 1 s level
+        schedule_put(store, b"late", 1)
+        [m] = wait_for(store, TOPIC, 1)
+        assert bytes(m.body) == b"late"

@@ -85,6 +85,8 @@ def _dir_name(topic: object) -> bool:
             and os.sep not in topic and "\0" not in topic)
 
 
+_NO_QUEUES: dict[int, ConsumeQueue] = {}
+
 class ConsumeQueueStore:
     """The consume queues of one store directory."""
 
@@ -116,6 +118,11 @@ class ConsumeQueueStore:
                     q.correct_min_offset(self.min_phy_offset())
                     self._queues.setdefault(topic, {})[queue_id] = q
         return q
+
+    def queues_of(self, topic: str) -> dict[int, ConsumeQueue]:
+        """The topic's queues by queue id, live (no copy: iterate it as a reader that may see
+        a queue added meanwhile, RuntimeError then); empty when it has none."""
+        return self._queues.get(topic, _NO_QUEUES)
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         q = self._queues.get(topic, {}).get(queue_id)

@@ -34,7 +34,10 @@ class ArrivalNotifier:
     """Readers wait here for a queue to grow past an offset; the dispatcher wakes them."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        # one condition per waiter on the shared lock, with its test: an arrival wakes only
+        # the waiters whose test passes
+        self._entries: list[tuple[Callable[[], bool], threading.Condition]] = []
         self._waiters = 0
         self._closed = False
         self._listeners: list[Callable[[], None]] = []
@@ -56,27 +59,41 @@ class ArrivalNotifier:
             self._listeners.remove(callback)
 
     def wait(self, ready: Callable[[], bool], timeout: float | None) -> bool:
-        """Wait until ``ready()`` is true (checked at each arrival), at most ``timeout`` s
-        (None: no limit)."""
-        with self._cond:
+        """Wait until ``ready()`` is true, at most ``timeout`` s (None: no limit).
+
+        ``ready`` is also run by the notifying (dispatch) thread at each arrival, which wakes
+        a waiter only when its own test passes: a waiter for something rare (the schedule
+        service's delay levels) is not woken, and does not take the GIL, on every dispatch
+        round. So ``ready`` must be cheap, must not block, and may run on any thread."""
+        with self._lock:
+            entry = (ready, threading.Condition(self._lock))
+            self._entries.append(entry)
             self._waiters += 1
             try:
-                return self._cond.wait_for(lambda: self._closed or ready(), timeout)
+                return entry[1].wait_for(lambda: self._closed or ready(), timeout)
             finally:
                 self._waiters -= 1
+                self._entries.remove(entry)
 
     def notify(self) -> None:
         if self._waiters:
-            with self._cond:
-                self._cond.notify_all()
+            with self._lock:
+                for ready, cond in self._entries:
+                    try:
+                        passed = ready()
+                    except Exception:   # noqa: BLE001 - its waiter re-runs it and sees the error
+                        passed = True
+                    if passed:
+                        cond.notify()
         if self.listeners_armed:
             for callback in self._listeners:
                 callback()
 
     def close(self) -> None:
-        with self._cond:
+        with self._lock:
             self._closed = True
-            self._cond.notify_all()
+            for _, cond in self._entries:
+                cond.notify()
 
 
 class DispatchService:
