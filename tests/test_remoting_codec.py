@@ -107,6 +107,35 @@ def test_frames_split_across_any_chunk_boundary():
     assert FrameDecoder().feed(half) == []        # half a frame waits
 
 
+def _fields(c: RemotingCommand) -> tuple:
+    return (c.code, c.opaque, c.flag, c.remark, c.ext_fields, bytes(c.body), c.language,
+            c.version, c.serialize_type)
+
+
+def test_the_cython_splitter_decodes_every_frame_as_decode_frame_does():
+    """FrameDecoder.feed splits and reads the common JSON header in Cython
+    (``_wire.split_frames``); every field of every command equals ``decode_frame``'s, for the
+    common shape, the other JSON shapes and binary headers, whole or byte by byte."""
+    frames = [
+        RemotingCommand.request(310, {"a": "pg", "b": "T", "g": 1700000000000}, b"body").encode(),
+        frame(b'{"code":11,"language":"CPP","version":317,"opaque":7,"flag":0,'
+              b'"remark":"r","extFields":{"x":"1","y":null}}', b"\x00\x01"),
+        frame(b'{"code":34,"language":"PYTHON","opaque":8,"flag":2}'),
+        frame(b'{"code":35,"language":"NO_SUCH_LANGUAGE","opaque":9,"extFields":{}}'),
+        frame(b'{"code": "36", "opaque": 10}'),          # text number: the strict reader
+        frame(encode_binary_header(RemotingCommand.request(37, {"k": "v"}, b"")),
+              b"bin", stype=SERIALIZE_ROCKETMQ),
+        frame(b'{"code":38,"remark":"\\u00e9t\\u00e9","extFields":{"k\\"":"v\\n"}}'),
+    ]
+    want = [_fields(decode_frame(f[4:])) for f in frames]
+    stream = b"".join(frames)
+    assert [_fields(c) for c in FrameDecoder().feed(stream)] == want
+    dec, got = FrameDecoder(), []
+    for i in range(len(stream)):
+        got += dec.feed(stream[i:i + 1])
+    assert [_fields(c) for c in got] == want and dec.buffered == 0
+
+
 @pytest.mark.parametrize("data, match", [
     (struct.pack(">i", -5) + b"zzzz", "frame length -5"),
     (struct.pack(">i", 2) + b"zz", "frame length 2"),
@@ -148,3 +177,30 @@ def test_fastjson_reads_java_forms():
 def test_fastjson_refuses_garbage_with_a_protocol_error(text):
     with pytest.raises(RemotingProtocolError, match="not JSON at character"):
         fastjson.loads(text)
+
+
+@pytest.mark.parametrize("text, want", [
+    ("1700000000000", 1700000000000), ("-1", -1), ("", 0), ("-0", 0), ("007", 7),
+    ("9223372036854775807", 9223372036854775807),
+    ("-9223372036854775808", -9223372036854775808),
+    (" 12", 12), ("1_0", 10), ("+3", 3),          # what Python's int() takes: the strict path
+    ("9223372036854775808", "outside Java's long range"),
+    ("-9223372036854775809", "outside Java's long range"),
+    ("12x", "not a number"), ("-", "not a number"),
+])
+def test_send_header_numbers_read_in_c_as_the_strict_reader_does(text, want):
+    """decode_send_wire reads plain decimal header numbers in C (``_wire.send_header``) and
+    hands every other text to the Python reader: both give the same values and errors."""
+    from rocketstore.remoting.headers import decode_send_wire
+    ext = {"a": "pg", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0", "g": text,
+           "h": "0", "i": "K\x01v\x02", "j": "2", "l": "5", "m": "false"}
+    cmd = RemotingCommand(int(RequestCode.SEND_MESSAGE_V2), ext_fields=ext, body=b"b")
+    if isinstance(want, str):
+        with pytest.raises(RemotingProtocolError, match=want):
+            decode_send_wire(cmd, "1.2.3.4:5")
+        return
+    w = decode_send_wire(cmd, "1.2.3.4:5")
+    assert (w.producer_group, w.topic, w.default_topic, w.default_topic_queue_nums, w.queue_id,
+            w.sys_flag, w.born_timestamp, w.flag, w.properties, w.reconsume_times,
+            w.max_reconsume_times, w.batch, w.body, w.born_host) == \
+        ("pg", "T", "TBW102", 4, 1, 0, want, 0, "K\x01v\x02", 2, 5, False, b"b", "1.2.3.4:5")

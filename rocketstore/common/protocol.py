@@ -118,6 +118,18 @@ class MessageQueue:
     topic: str
     broker_name: str
     queue_id: int
+    # hashed once: a queue is a dict key on every consumed message (offsets, process queues)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.topic, self.broker_name, self.queue_id)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str, int]]:
+        # rebuilt from its fields: str hashes differ between processes (PYTHONHASHSEED)
+        return (MessageQueue, (self.topic, self.broker_name, self.queue_id))
 
     def __str__(self) -> str:      # MessageQueue.toString(): the consistent-hash key
         return (f"MessageQueue [topic={self.topic}, brokerName={self.broker_name}, "

@@ -1,4 +1,4 @@
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 def stored_properties(props: bytes, cluster: bytes,
                       uniq_id: Callable[[], str]) -> tuple[bytes, bool] | None: ...
@@ -7,3 +7,9 @@ def wire_batch(body: bytes, extra: bytes, cluster: bytes,
 def json_header(h: bytes | bytearray | memoryview
                 ) -> tuple[int, int, int, int, str | None, str | None,
                            dict[str, str | None]] | None: ...
+def split_frames(buf: bytearray, max_frame: int, max_header: int, max_ext_fields: int,
+                 command_class: type, languages: dict[str, Any], default_language: Any,
+                 other_language: Any, decode_other: Callable[[bytes], Any]
+                 ) -> tuple[list[Any], int, bool]: ...
+def send_header(ext: dict[str, str | None], keys: Sequence[str], required: tuple[str, ...],
+                version: int) -> tuple[Any, ...] | None: ...

@@ -15,8 +15,10 @@ caller runs the map path, which decides): ASCII without NUL, at most ``MAX_KEYS`
 none of ``DELAY``, ``TRAN_MSG``, the broker-only properties or the record CRC property.
 """
 cimport cython
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport int16_t, int32_t, uint32_t
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 
 from rocketstore.errors import RemotingProtocolError
 from libc.string cimport memchr, memcmp, memcpy
@@ -509,17 +511,19 @@ def json_header(const unsigned char[::1] h):
     """``(code, opaque, flag, version, language, remark, ext_fields)`` of a JSON remoting
     header in the common shape, else None (see above). ``language`` is the header's text or
     None when absent; ``ext_fields`` maps names to text (None for a JSON null)."""
-    cdef Py_ssize_t n = h.shape[0], i, kn
-    cdef const unsigned char *p
+    if h.shape[0] == 0:
+        return None
+    return _json_header(&h[0], h.shape[0])
+
+
+cdef object _json_header(const unsigned char *p, Py_ssize_t n):
+    cdef Py_ssize_t i, kn
     cdef const unsigned char *k
     cdef _Val v
     cdef long long code = 0, opaque = 0, flag = 0, version = 0
     cdef bint has_code = False
     cdef object language = None, remark = None, key, val
     cdef dict ext = None, e
-    if n == 0:
-        return None
-    p = &h[0]
     i = _ws(p, 0, n)
     if i >= n or p[i] != 123:
         return None
@@ -619,3 +623,134 @@ def json_header(const unsigned char[::1] h):
     if i != n or not has_code:
         return None
     return code, opaque, flag, version, language, remark, {} if ext is None else ext
+
+
+# -- frames ------------------------------------------------------------------------------------
+
+def split_frames(bytearray buf not None, Py_ssize_t max_frame, Py_ssize_t max_header,
+                 Py_ssize_t max_ext_fields, command_class, dict languages, default_language,
+                 other_language, decode_other):
+    """The whole frames at the front of ``buf`` decoded: ``(commands, consumed, bad)``.
+
+    A JSON header in the common shape (``json_header``) becomes a ``command_class`` here,
+    its fields set directly (language: ``languages[text]``, ``other_language`` when unknown,
+    ``default_language`` when absent); any other frame goes to ``decode_other(frame bytes)``
+    (the strict reader, which raises on a malformed one). ``bad``: the frame at ``consumed``
+    has a length or header length outside the limits: the caller raises its error there.
+    Nothing is read past the whole frames; ``buf`` is not changed."""
+    cdef Py_ssize_t n = PyByteArray_GET_SIZE(buf), pos = 0, length, hlen, blen
+    cdef const unsigned char *p
+    cdef const unsigned char *f
+    cdef list out = []
+    cdef int32_t word
+    cdef object fast, cmd
+    while n - pos >= 4:
+        p = <const unsigned char *>PyByteArray_AS_STRING(buf)
+        length = _be32(p + pos)
+        if length < 4 or length + 4 > max_frame:
+            return out, pos, True
+        if n - pos >= 8 and (_be32(p + pos + 4) & 0xFFFFFF) > max_header:
+            return out, pos, True
+        if n - pos - 4 < length:
+            break
+        f = p + pos + 4
+        word = _be32(f)
+        hlen = word & 0xFFFFFF
+        fast = None
+        if (word >> 24) & 0xFF == 0 and hlen <= length - 4 and hlen > 0:
+            fast = _json_header(f + 4, hlen)
+        if fast is not None and len((<tuple>fast)[6]) <= max_ext_fields:
+            code, opaque, flag, version, lang, remark, ext = <tuple>fast
+            blen = length - 4 - hlen
+            cmd = command_class.__new__(command_class)
+            cmd.code = code
+            cmd.opaque = opaque
+            cmd.flag = flag
+            cmd.remark = remark
+            cmd.ext_fields = ext
+            cmd.body = PyBytes_FromStringAndSize(<const char *>f + 4 + hlen, blen)
+            cmd.language = default_language if lang is None else languages.get(lang,
+                                                                               other_language)
+            cmd.version = version
+            cmd.serialize_type = 0
+            out.append(cmd)
+        else:
+            # the strict reader: binary headers, other shapes, errors (a copy: rare)
+            out.append(decode_other(PyBytes_FromStringAndSize(<const char *>f, length)))
+        pos += 4 + length
+    return out, pos, False
+
+
+# -- send headers ------------------------------------------------------------------------------
+
+cdef bint _long_of(object v, int64_t default, int64_t *out):
+    """``v`` as Java's long when it is plain decimal text (``-?[0-9]{1,19}`` in range), or
+    empty/None (``default``); False for anything else (the caller's strict reader decides)."""
+    cdef Py_ssize_t n, i = 0
+    cdef const char *s
+    cdef bint neg = False
+    cdef uint64_t acc = 0, lim
+    if v is None:
+        out[0] = default
+        return True
+    if type(v) is not str:
+        return False
+    s = PyUnicode_AsUTF8AndSize(v, &n)
+    if n == 0:
+        out[0] = default
+        return True
+    if s[0] == 45:      # '-'
+        neg = True
+        i = 1
+    if n - i < 1 or n - i > 19:
+        return False
+    lim = 9223372036854775808ULL if neg else 9223372036854775807ULL
+    while i < n:
+        if not 48 <= s[i] <= 57:
+            return False
+        acc = acc * 10 + <uint64_t>(s[i] - 48)
+        if acc > lim:
+            return False
+        i += 1
+    if not neg:
+        out[0] = <int64_t>acc
+    elif acc == 9223372036854775808ULL:
+        out[0] = <int64_t>(-9223372036854775807LL - 1)
+    else:
+        out[0] = -<int64_t>acc
+    return True
+
+
+def send_header(dict ext not None, keys, tuple required not None,
+                int version):
+    """A send header's fields read in C (``headers.decode_send_wire``'s rules): ``(group, topic,
+    default topic, default queue nums, queue id, sys flag, born timestamp, flag, properties,
+    reconsume times, max reconsume times, batch)``; None when a required field is missing or
+    a number is not plain decimal text (the strict reader then names the problem). ``keys``:
+    the 14 field names in ``_SendKeys`` order."""
+    cdef int64_t born, reconsume, flag = 0, sys_flag = 0, queue_id, dtqn, max_rt = 0
+    cdef object v, b
+    cdef bint batch
+    for name in required:
+        if ext.get(name) is None:
+            return None
+    if not _long_of(ext[keys[6]], 0, &born):
+        return None
+    b = ext.get(keys[12])
+    batch = b is not None and b != "" and b.lower() == "true"
+    if not _long_of(ext.get(keys[9]), 0, &reconsume):
+        return None
+    if not batch:
+        if not _long_of(ext[keys[7]], 0, &flag) or not _long_of(ext[keys[5]], 0, &sys_flag):
+            return None
+    if not _long_of(ext[keys[4]], 0, &queue_id) or not _long_of(ext[keys[3]], 4, &dtqn):
+        return None
+    v = ext.get(keys[11])
+    if v is None or v == "" or version < 121:
+        max_obj = None
+    else:
+        if not _long_of(v, 0, &max_rt):
+            return None
+        max_obj = max_rt
+    return (ext[keys[0]], ext[keys[1]], ext[keys[2]], dtqn, queue_id, sys_flag, born, flag,
+            ext.get(keys[8]) or "", reconsume, max_obj, batch)

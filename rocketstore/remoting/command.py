@@ -17,7 +17,7 @@ import struct
 from typing import Any
 
 from rocketstore.errors import RemotingProtocolError
-from rocketstore.remoting._wire import json_header
+from rocketstore.remoting._wire import json_header, split_frames
 from rocketstore.common.codes import CURRENT_VERSION, LanguageCode
 from rocketstore.remoting.fastjson import strict_json
 
@@ -392,32 +392,36 @@ class FrameDecoder:
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         buf = self._buf
         buf += data
-        out: list[RemotingCommand] = []
-        pos = 0
-        n = len(buf)
-        view = memoryview(buf)
-        try:
-            while n - pos >= 4:
-                (length,) = _I32.unpack_from(buf, pos)
-                if length < 4 or length + 4 > self.max_frame:
-                    # only a connection's very first bytes can be another protocol's opening
-                    what = None if self._started or pos else foreign_opening(view[:n])
-                    raise RemotingProtocolError(
-                        what or f"frame length {length} outside 4..{self.max_frame - 4}")
-                if n - pos >= 8:
-                    # refused on the length word, before a large header is even buffered
-                    hlen = _I32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
-                    if hlen > self.max_header:
-                        raise RemotingProtocolError(
-                            f"header length {hlen} is over the limit of {self.max_header}")
-                if n - pos - 4 < length:
-                    break
-                out.append(decode_frame(view[pos + 4:pos + 4 + length],
-                                        max_ext_fields=self.max_ext_fields))
-                pos += 4 + length
-        finally:
-            view.release()
-            if pos:
-                del buf[:pos]
-                self._started = True
+        # frame splitting and the common JSON header in Cython, over the buffer in place
+        out, pos, bad = split_frames(buf, self.max_frame, self.max_header,
+                                     self.max_ext_fields, RemotingCommand, _LANGUAGE_NAMES,
+                                     LanguageCode.JAVA, LanguageCode.OTHER, self._decode)
+        first = not self._started and not pos
+        if pos:
+            del buf[:pos]
+            self._started = True
+        if bad:
+            self._refuse(first)
         return out
+
+    def _decode(self, frame: bytes) -> RemotingCommand:
+        return decode_frame(frame, max_ext_fields=self.max_ext_fields)
+
+    def _refuse(self, first: bool) -> None:
+        """Raise the error of the frame at the front of the buffer (its length, or its header
+        length, is outside the limits)."""
+        buf = self._buf
+        (length,) = _I32.unpack_from(buf, 0)
+        if length < 4 or length + 4 > self.max_frame:
+            # only a connection's very first bytes can be another protocol's opening
+            what = foreign_opening(bytes(buf)) if first else None
+            raise RemotingProtocolError(
+                what or f"frame length {length} outside 4..{self.max_frame - 4}")
+        hlen = _I32.unpack_from(buf, 4)[0] & 0xFFFFFF
+        # refused on the length word, before a large header is even buffered
+        raise RemotingProtocolError(f"header length {hlen} is over the limit of {self.max_header}")
+
+
+# what a handler answers at once: checked by type before ``inspect.isawaitable`` (a Python
+# call of several isinstance checks) on the per-request path
+ANSWERED = frozenset({RemotingCommand, EncodedResponse, type(None)})

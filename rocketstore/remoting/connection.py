@@ -34,8 +34,8 @@ from typing import Any, Awaitable, Callable, Protocol, cast
 
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.errors import RemotingProtocolError, TransportError
-from rocketstore.remoting.command import (FLAG_ONEWAY, MAX_EXT_FIELDS, MAX_FRAME, MAX_HEADER,
-                                          FrameDecoder, RemotingCommand)
+from rocketstore.remoting.command import (ANSWERED, FLAG_ONEWAY, MAX_EXT_FIELDS, MAX_FRAME,
+                                          MAX_HEADER, FrameDecoder, RemotingCommand)
 from rocketstore.remoting.vectored import VectorWriter, needs_own_queue
 from rocketstore.remoting.zerocopy import RecordBody
 
@@ -227,7 +227,7 @@ class Connection(asyncio.Protocol):
         except Exception as e:
             self._answer_error(cmd, e)
             return
-        if inspect.isawaitable(result):
+        if type(result) not in ANSWERED and inspect.isawaitable(result):
             self._in_flight += 1
             reserve = self._reserve_by_code.get(cmd.code, self._reserve_default)
             self._reserved += reserve

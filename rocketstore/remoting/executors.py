@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.common.codes import RequestCode
-from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.command import ANSWERED, RemotingCommand
 
 if TYPE_CHECKING:
     from rocketstore.broker.config import BrokerConfig
@@ -159,7 +159,7 @@ class RoutingProcessor:
         if p.pool is None:
             # on the loop, as before; only an answer still pending holds a place
             result = self.inner.process(conn, cmd)
-            if inspect.isawaitable(result):
+            if type(result) not in ANSWERED and inspect.isawaitable(result):
                 p.outstanding += 1
                 return self._held(p, result)
             return result

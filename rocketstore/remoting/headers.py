@@ -25,6 +25,7 @@ from rocketstore.errors import RemotingProtocolError
 from rocketstore.remoting import fastjson
 from rocketstore.common.codes import RequestCode
 from rocketstore.common.codes import CURRENT_VERSION
+from rocketstore.remoting._wire import send_header
 from rocketstore.remoting.command import LONG_MAX, LONG_MIN, EncodedResponse, RemotingCommand
 from rocketstore.store._codec import java_hash
 from rocketstore.remoting.zerocopy import RecordBody
@@ -142,6 +143,10 @@ def decode_send_wire(cmd: RemotingCommand, born_host: str | None) -> WireSend:
     ext = cmd.ext_fields
     v2 = cmd.code not in _V1_CODES
     k = _V2_KEYS if v2 else _V1_KEYS
+    body = cmd.body
+    fast = send_header(ext, k, _V2_REQUIRED if v2 else _V1_REQUIRED, cmd.version)
+    if fast is not None:        # the common shape, read in C; anything else as below
+        return WireSend(*fast, body if type(body) is bytes else bytes(body), born_host)
     for name in (_V2_REQUIRED if v2 else _V1_REQUIRED):
         if ext.get(name) is None:
             raise RemotingProtocolError(f"the custom field <{name}> is null")
@@ -157,7 +162,6 @@ def decode_send_wire(cmd: RemotingCommand, born_host: str | None) -> WireSend:
     queue_id = _int(ext[k.queueId], "queueId")
     dtqn = _int(ext[k.defaultTopicQueueNums], "defaultTopicQueueNums", 4)
     max_rt = ext.get(k.maxReconsumeTimes)
-    body = cmd.body
     return WireSend(ext[k.producerGroup], ext[k.topic], ext[k.defaultTopic], dtqn, queue_id,
                     sys_flag, born_ts, flag, ext.get(k.properties) or "", reconsume,
                     None if max_rt in (None, "") or cmd.version < 121
