@@ -44,6 +44,7 @@ from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransact
 from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError, StoreClosedError
 from rocketstore.store import brokerprops, paths
 from rocketstore.store._codec import UniqIdGenerator
+from rocketstore.store._commitlog import done_future
 from rocketstore.store.config import StoreConfig
 from rocketstore.store.message_store import _PHYS_MEMORY, MessageStore
 from rocketstore.store.status import PutMessageStatus
@@ -347,11 +348,20 @@ class Broker:
         """``send_message`` of a send as decoded from the wire (``headers.WireSend``): the
         common shape is stored from its bytes without a ``Message`` (``SendMessageProcessor
         .send_wire``), every other the way ``send_message`` does."""
+        r = self.send_wire_now(request)
+        return r if isinstance(r, Future) else done_future(r)
+
+    def send_wire_now(self, request: WireSend) -> SendMessageResponse | Future:
+        """``send_wire``, answered without a future when the response is known at once (an
+        ASYNC_FLUSH send: the remoting server's path)."""
         self._check_open()
-        fut = self.send_processor.send_wire(request)
+        r = self.send_processor.send_wire_now(request)
         if self.metrics is not None:
-            self.metrics.on_send(request, fut)
-        return fut
+            if isinstance(r, Future):
+                self.metrics.on_send(request, r)
+            else:
+                self.metrics.count_send(request, r)
+        return r
 
     def send_reply(self, request: SendMessageRequest | WireSend) -> Future:
         """``SEND_REPLY_MESSAGE(_V2)`` (request-reply, ``rocketstore.broker.reply``): push the

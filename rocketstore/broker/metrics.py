@@ -168,6 +168,10 @@ class BrokerMetrics:
         else:
             self._count_sized(topic, 1, 0, answer)
 
+    def count_send(self, request: Any, response: Any) -> None:
+        """``on_send`` of a send answered at once (no future)."""
+        self._count_send(request, response)
+
     def _count_send(self, request: Any, response: Any) -> None:
         sizes = getattr(request, "sizes", None)     # a wire send's, when known
         if sizes is not None:

@@ -176,7 +176,13 @@ class SendMessageProcessor:
     # -- the wire fast path ------------------------------------------------------------------
 
     def send_wire(self, w: WireSend) -> Future:
-        """A send as decoded from the wire. The common shape (one message to a topic that is
+        """``send_wire_now`` as a Future."""
+        r = self.send_wire_now(w)
+        return r if isinstance(r, Future) else _done(r)
+
+    def send_wire_now(self, w: WireSend) -> SendMessageResponse | Future:
+        """A send as decoded from the wire: the response when it is known at once (the
+        common shape under ASYNC_FLUSH: no future per request), else a Future of it. The common shape (one message to a topic that is
         not a retry topic, ASCII properties with no DELAY, TRAN_MSG or broker-only property,
         flag fields within Java's int) is stored from its bytes: the properties string
         rewritten as 4.9.8 stores it (``_wire.stored_properties``), the record written by
@@ -205,12 +211,13 @@ class SendMessageProcessor:
             sys_flag |= int(SysFlag.MULTI_TAGS)
         store = self.broker.store
         try:
-            return store.commit_log.put_wire_async(
+            r = store.commit_log.put_wire_async(
                 w.topic, queue_id, w.body, stored[0], w.flag, sys_flag, w.reconsume_times,
                 w.born_timestamp, self._born_host(w), stored[1], store.put_acks,
-                self._transform(queue_id))
+                self._transform(queue_id), True)
         except InvalidMessageError as e:
-            return _done(SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e)))
+            return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
+        return put_response(r, queue_id) if type(r) is PutMessageResult else r
 
     def _send_wire_batch(self, w: WireSend) -> Future:
         """A batch from the wire: its body read and its records appended in one call each

@@ -22,7 +22,7 @@ from rocketstore.common.constants import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_T
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
                                          EndTransactionRequest, HeartbeatData,
                                          PullMessageRequest, RemotingResult,
-                                         ReplyMessageRequest, ResponseCode, SendMessageRequest,
+                                         ReplyMessageRequest, ResponseCode, SendMessageResponse,
                                          TransactionCommitType)
 from rocketstore.remoting import admin_processor, fastjson, headers, request_names, requests
 from rocketstore.common.codes import LanguageCode, RequestCode
@@ -218,7 +218,10 @@ class BrokerProcessor:
 
     # -- produce ------------------------------------------------------------------------------
     def send(self, conn: Connection, cmd: RemotingCommand, request: headers.WireSend) -> Any:
-        return self._answer(cmd, self.broker.send_wire(request), headers.encode_send_response)
+        r = self.broker.send_wire_now(request)
+        if type(r) is SendMessageResponse:
+            return headers.encode_send_response(cmd, r)
+        return self._answer(cmd, r, headers.encode_send_response)
 
     def send_reply(self, conn: Connection, cmd: RemotingCommand, request: headers.WireSend
                    ) -> Any:
