@@ -688,7 +688,16 @@ class Producer:
             self._settle(out, exc=e)
             return
         if type(fut) is SendMessageResponse:    # answered at once: no future at all
-            self.fault_strategy.update_fault_item(mq.broker_name, _ms_since(started), False)
+            strategy = self.fault_strategy
+            if strategy.send_latency_fault_enable:
+                strategy.update_fault_item(mq.broker_name, _ms_since(started), False)
+            if fut.code == _SUCCESS:            # _result's SEND_OK, without its lookups
+                complete_future(out, SendResult(
+                    _SEND_OK, uniq, fut.msg_id,
+                    mq if fut.queue_id == mq.queue_id else
+                    MessageQueue(mq.topic, mq.broker_name, fut.queue_id),
+                    fut.queue_offset, fut.transaction_id))
+                return
             try:
                 self._settle(out, self._result(fut, mq, uniq))
             except Exception as e:
