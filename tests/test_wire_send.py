@@ -298,3 +298,46 @@ def test_malformed_batch_bodies_are_refused_as_before(store_dir, body, why):
     with Broker.open(store_dir, BrokerConfig(), StoreConfig(mapped_file_size_commit_log=1 << 20)) as b:
         with pytest.raises(RemotingProtocolError, match=why):
             b.send_wire(_wire("Batched", "", body=body, batch=True))
+
+
+def test_in_process_batch_takes_the_byte_path_and_stores_what_the_map_path_stores(tmp_path,
+                                                                                  monkeypatch):
+    """Producer.send_batch in process is encoded as a SEND_BATCH_MESSAGE body and stored by
+    the wire's batch path (no Message or Java map per entry on the broker); every stored
+    byte but the times equals the map path's (``_send_batch``), born time = store time."""
+    from rocketstore import Message
+    from rocketstore.client import Producer
+
+    def batch() -> list:
+        return [Message("Batched", b"body-%d" % i, tags="t" if i % 2 else None,
+                        keys=[f"k{i}"] if i % 3 else None, flag=i % 4,
+                        properties={**{f"p{j}": "v" for j in range(i % 7)},
+                                    "WAIT": "false",
+                                    "UNIQ_KEY": f"U{i:04d}"})
+                for i in range(40)]
+    stored = []
+    for path in ("map", "bytes"):
+        d = tmp_path / path
+        calls = []
+        real = send_module.SendMessageProcessor._batch_as_wire
+
+        def spy(self, req, real=real, path=path, calls=calls):
+            calls.append(path)
+            return None if path == "map" else real(self, req)
+        monkeypatch.setattr(send_module.SendMessageProcessor, "_batch_as_wire", spy)
+        monkeypatch.setattr(send_module, "java_properties",
+                            send_module.java_properties if path == "map" else None)
+        with Broker.open(str(d), BrokerConfig(), StoreConfig(mapped_file_size_commit_log=1 << 20)) as b:
+            with Producer("pg", broker=b) as p:
+                r = p.send_batch(batch())
+            assert r.queue_offset == 0 and calls == [path]
+            offs = [int(m[-16:], 16) for m in r.offset_msg_id.split(",")]
+            got = [b.store.look_message_by_offset(o) for o in offs]
+            assert all(e.born_timestamp == e.store_timestamp for e in got)
+            stored.append([(e.properties, e.flag, bytes(e.body), e.born_host, e.queue_offset,
+                            e.sys_flag) for e in got])
+        monkeypatch.undo()
+        raw = [rec["properties_raw"] for _, _, _, rec in
+               refreader.iter_commitlog(str(d / "commitlog")) if rec["kind"] == "msg"]
+        stored[-1].append(raw)
+    assert stored[0] == stored[1] and len(stored[0]) == 41

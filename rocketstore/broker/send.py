@@ -29,7 +29,7 @@ from rocketstore.common import names
 from rocketstore.common.constants import PermName
 from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, RemotingResult,
                                          ResponseCode, SendMessageRequest, SendMessageResponse)
-from rocketstore.common.sends import WireSend, send_request
+from rocketstore.common.sends import BATCH_ENTRY, WireSend, send_request
 from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError
 from rocketstore.remoting._wire import stored_properties, wire_batch
 from rocketstore.store._codec import encode_host, encode_properties
@@ -223,15 +223,20 @@ class SendMessageProcessor:
         """A batch from the wire: its body read and its records appended in one call each
         (``_wire.wire_batch``, ``CommitLog.put_wire_batch_async``); the same stored bytes and
         answers as ``_send_batch``, which takes every other shape."""
+        fut = self._wire_batch_put(w)
+        return fut if fut is not None else self.send_message(send_request(w))
+
+    def _wire_batch_put(self, w: WireSend) -> Future | None:
+        """``_send_wire_batch``'s byte path; None when the batch is not of its shape."""
         props = w.properties
         if (not props.isascii() or w.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX)
                 or not _INT32_MIN <= w.reconsume_times <= _INT32_MAX):
-            return self.send_message(send_request(w))
+            return None
         # a malformed body raises RemotingProtocolError here, before any broker check
         built = wire_batch(w.body, props.encode("ascii"), self._cluster_b,
                            self.broker.next_uniq_id)
         if built is None:
-            return self.send_message(send_request(w))
+            return None
         meta, stored, count, body_bytes = built
         w.sizes = (count, body_bytes)
         err, tc = self._pre_send(w)     # type: ignore[arg-type]  # the fields it reads
@@ -530,6 +535,9 @@ class SendMessageProcessor:
     # -- batch -------------------------------------------------------------------------------
 
     def _send_batch(self, req: SendMessageRequest) -> Future:
+        fut = self._batch_as_wire(req)
+        if fut is not None:
+            return fut
         err, tc = self._pre_send(req)
         if err is not None:
             return _done(err)
@@ -577,6 +585,34 @@ class SendMessageProcessor:
                 msgs, queue_id, transform=functools.partial(put_response, queue_id=queue_id))
         except InvalidMessageError as e:
             return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
+
+    def _batch_as_wire(self, req: SendMessageRequest) -> Future | None:
+        """An in-process batch of the common shape (bytes bodies, no born time, host or
+        flags of its own) stored by the wire's batch path: its entries encoded as a
+        SEND_BATCH_MESSAGE body, then read and appended in one call each, with no
+        ``Message`` or Java map per entry. The stored bytes are ``_send_batch``'s
+        (tests/test_wire_send.py). None: another shape (``_send_batch`` decides)."""
+        if req.born_host is not None:
+            return None
+        parts = []
+        for m in req.messages:
+            if (type(m) is not Message or type(m.body) is not bytes or m.sys_flag
+                    or m.born_timestamp is not None or m.born_host is not None
+                    or not _INT32_MIN <= m.flag <= _INT32_MAX):
+                return None
+            try:
+                pb = encode_properties(m.properties)
+            except (TypeError, UnicodeError):
+                return None
+            body = m.body
+            parts.append(BATCH_ENTRY.pack(22 + len(body) + len(pb), 0, 0, m.flag, len(body)))
+            parts.append(body)
+            parts.append(len(pb).to_bytes(2, "big"))
+            parts.append(pb)
+        w = WireSend(req.producer_group, req.topic, req.default_topic,
+                     req.default_topic_queue_nums, req.queue_id, 0, -1, 0, "",
+                     req.reconsume_times, req.max_reconsume_times, True, b"".join(parts), None)
+        return self._wire_batch_put(w)
 
     # -- CONSUMER_SEND_MSG_BACK --------------------------------------------------------------
 

@@ -1413,7 +1413,8 @@ cdef class CommitLog:
                                           status="PROPERTIES_SIZE_EXCEEDED")
             self._fill_raw(f, topic_b, qid, born_host, m[5 * i + 2], sys_flag, reconsume_times)
             f.born_ts = born_timestamp
-            total += self._size_entry(b, i, False, False, f.body_len)
+            # a negative born time is the put time (an in-process batch never stamped)
+            total += self._size_entry(b, i, False, born_timestamp < 0, f.body_len)
         r = self._append_batch(topic, qid, b, total, False)
         if (r.status is PUT_OK and (self.sync_flush or self.wait_replica)
                 and not self.debug_ack_before_sync):
