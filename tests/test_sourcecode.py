@@ -11,7 +11,8 @@ PKG = ROOT / "rocketstore" / "store"
 
 
 def _cython_sources():
-    return sorted(list(PKG.glob("*.pyx")) + list(PKG.glob("*.pxd")))
+    # .pxi: parts of a module's source pulled in with ``include``
+    return sorted(list(PKG.glob("*.pyx")) + list(PKG.glob("*.pxd")) + list(PKG.glob("*.pxi")))
 
 
 def test_cdef_extern_only_in_csrc_pxd():
