@@ -5,6 +5,7 @@ Environment switches:
   ROCKETSTORE_SANITIZE=1  ASan + UBSan
 """
 import os
+import re
 import sys
 
 from setuptools import Distribution, Extension, setup
@@ -32,8 +33,20 @@ MODULES = ["_mapped", "_codec", "_commitlog", "_scan", "_consumequeue", "_dispat
 REMOTING_MODULES = ["_wire"]
 # every source must be there: a build that silently left a module out would install a
 # package that cannot be imported (an sdist without its .pyx files did exactly that)
-_missing = [p for p in C_SOURCES + [f"rocketstore/store/{m}.pyx" for m in MODULES]
-            + [f"rocketstore/remoting/{m}.pyx" for m in REMOTING_MODULES]
+_PYX = ([f"rocketstore/store/{m}.pyx" for m in MODULES]
+        + [f"rocketstore/remoting/{m}.pyx" for m in REMOTING_MODULES])
+
+
+def _included(pyx):
+    """The .pxi files ``pyx`` pulls in with ``include``: parts of its source."""
+    if not os.path.exists(pyx):
+        return []
+    with open(pyx, encoding="utf-8") as f:
+        names = re.findall(r'^include "([^"]+)"', f.read(), re.M)
+    return [os.path.join(os.path.dirname(pyx), n) for n in names]
+
+
+_missing = [p for p in C_SOURCES + _PYX + [i for x in _PYX for i in _included(x)]
             if not os.path.exists(p)]
 if _missing:
     sys.exit(f"building rocketstore: source files missing: {', '.join(_missing)} "

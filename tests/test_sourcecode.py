@@ -1,6 +1,7 @@
 """Source checks as tests (asyncpg's test__sourcecode, msgspec's test_cpylint)."""
 from __future__ import annotations
 
+import fnmatch
 import re
 import subprocess
 import sys
@@ -11,7 +12,8 @@ PKG = ROOT / "rocketstore" / "store"
 
 
 def _cython_sources():
-    return sorted(list(PKG.glob("*.pyx")) + list(PKG.glob("*.pxd")))
+    # .pxi: parts of a module's source pulled in with ``include``
+    return sorted(list(PKG.glob("*.pyx")) + list(PKG.glob("*.pxd")) + list(PKG.glob("*.pxi")))
 
 
 def test_cdef_extern_only_in_csrc_pxd():
@@ -82,3 +84,18 @@ def test_stubs_match_the_compiled_modules():
         [sys.executable, "-m", "mypy.stubtest", *COMPILED, "--allowlist", str(ROOT / "tests" / "stubtest_allowlist.txt")],
         cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_sdist_ships_every_included_source():
+    # a .pxi pulled in with ``include`` is part of its module's source: an sdist without it
+    # cannot build (MANIFEST.in decides what the sdist holds)
+    manifest = (ROOT / "MANIFEST.in").read_text().splitlines()
+    patterns = [pat for line in manifest if line.startswith("recursive-include rocketstore ")
+                for pat in line.split()[2:]]
+    included = [PKG / name for pyx in PKG.glob("*.pyx")
+                for name in re.findall(r'^include "([^"]+)"', pyx.read_text(), re.M)]
+    assert included, "no include found: the pattern no longer matches"
+    for path in included:
+        assert path.exists(), f"{path.name} is included but missing"
+        assert any(fnmatch.fnmatch(path.name, pat) for pat in patterns), \
+            f"{path.name} is not shipped in the sdist (MANIFEST.in)"

@@ -8,116 +8,34 @@ selector never do.
 """
 from __future__ import annotations
 
-import functools
 import logging
-import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
-from typing import Any, Callable, Generator, Iterable, Protocol, Union
+from concurrent.futures import Future
+from typing import Any, Generator, Iterable
 
 from rocketstore.acl.signature import SessionCredentials, credentials_from
 from rocketstore.client import reply, validators
 from rocketstore.client.compression import compressor
 from rocketstore.client.instance import (HEARTBEAT_BROKER_INTERVAL_MS,
                                          POLL_NAME_SERVER_INTERVAL_MS, ClientInstance,
-                                         ClientTimers, build_client_id, local_address,
-                                         transport_for)
+                                         ClientTimers, build_client_id, transport_for)
 from rocketstore.client.latency import MQFaultStrategy
-from rocketstore.client.selector import MessageQueueSelector, TopicPublishInfo
-from rocketstore.common import (LocalTransactionState, Message, MessageExt, MessageQueue,
-                                ResponseCode, SendStatus, UniqIdGenerator, stamp_for_send)
-from rocketstore.store._codec import stamp_one
+from rocketstore.client.selector import TopicPublishInfo
+from rocketstore.client.send_futures import FutureSends
+# the shared send pieces, importable from here as before (re-exported)
+from rocketstore.client.sending import (  # noqa: F401
+    RETRY_RESPONSE_CODES, TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK, _SEND_OK, _SUCCESS,
+    _STATUS_BY_CODE, Attempt, Selector, SendResult, TransactionSendResult, _chosen_queue_failed,
+    _ms_since, _rebuilt, commit_log_offset_of, stamp, stamp_one_message)
+from rocketstore.common import Message, MessageExt, MessageQueue, SendStatus
 from rocketstore.common import constants as C
-from rocketstore.common.protocol import (CheckTransactionStateRequest, EndTransactionRequest,
-                                         SendMessageRequest, SendMessageResponse,
-                                         TransactionCommitType)
+from rocketstore.common.protocol import SendMessageRequest, SendMessageResponse
 from rocketstore.errors import MQBrokerError, MQClientError, TransportError
-from rocketstore.store._commitlog import complete_future, pending_future
 
 log = logging.getLogger("rocketstore.client")
 
-# a selector: an object with ``select(mqs, msg, arg)`` or that function itself
-Selector = Union[MessageQueueSelector, Callable[[list, Message, Any], "MessageQueue | None"]]
-# one attempt of a retried send: the queue, its request, the ms left of the send's timeout
-Attempt = tuple[MessageQueue, SendMessageRequest, int]
 
-# broker answers a sync send retries on another queue (DefaultMQProducer's retryResponseCodes)
-RETRY_RESPONSE_CODES = frozenset({ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE,
-                                  ResponseCode.SYSTEM_ERROR, ResponseCode.NO_PERMISSION})
-_STATUS_BY_CODE = {ResponseCode.SUCCESS: SendStatus.SEND_OK,
-                   ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
-                   ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
-                   ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
-TRANSACTION_PREPARED_TYPE = 0x4
-TRANSACTION_TYPE_MASK = 0xC
-
-
-@dataclass(slots=True)
-class SendResult:
-    """What a send reports: ``msg_id`` is the UNIQ_KEY (comma list for a batch),
-    ``offset_msg_id`` the broker's offset id(s), ``queue_offset`` the (first) logical offset."""
-
-    status: SendStatus
-    msg_id: str
-    offset_msg_id: str | None
-    message_queue: MessageQueue
-    queue_offset: int
-    transaction_id: str | None = None
-
-
-@dataclass(slots=True)
-class TransactionSendResult(SendResult):
-    local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOW
-
-
-_SUCCESS = ResponseCode.SUCCESS
-_SEND_OK = SendStatus.SEND_OK
-_uniq_lock = threading.Lock()
-_uniq_gen: UniqIdGenerator | None = None
-
-
-def stamp(msgs: list[Message]) -> tuple[list[Message], list[str]]:
-    """The messages with UNIQ_KEY (MessageClientIDSetter, one generator per process as in Java)
-    and WAIT=true added where absent, and their keys."""
-    with _uniq_lock:
-        return stamp_for_send(msgs, _uniq_gen if _uniq_gen is not None else _new_uniq_gen())
-
-
-def stamp_one_message(msg: Message) -> tuple[Message, str]:
-    """``stamp`` of one message (the sync send's path: no lists)."""
-    with _uniq_lock:
-        gen = _uniq_gen
-        if gen is None:
-            gen = _new_uniq_gen()
-        return stamp_one(msg, gen)
-
-
-def _new_uniq_gen() -> UniqIdGenerator:
-    global _uniq_gen
-    _uniq_gen = UniqIdGenerator(local_address())
-    return _uniq_gen
-
-
-def commit_log_offset_of(offset_msg_id: str) -> int:
-    """The commit-log offset inside an offset message id (its last 8 bytes, FORMAT §7)."""
-    return int(offset_msg_id[-16:], 16)
-
-
-def _ms_since(t: float) -> float:
-    return (time.monotonic() - t) * 1000
-
-
-def _rebuilt(msg: Message, props: dict[str, str], body: Any = None, sys_flag: int | None = None
-             ) -> Message:
-    return Message(msg.topic, msg.body if body is None else body, properties=props,
-                   flag=msg.flag, sys_flag=msg.sys_flag if sys_flag is None else sys_flag,
-                   reconsume_times=msg.reconsume_times, born_timestamp=msg.born_timestamp,
-                   born_host=msg.born_host)
-
-
-class Producer:
+class Producer(FutureSends):
     """Sends messages to a broker (RocketMQ's ``DefaultMQProducer``).
 
     Over a NameServer the topic's queues are those of every broker in its route.
@@ -505,228 +423,6 @@ class Producer:
         except StopIteration as stop:
             return stop.value
 
-    # -- futures: the sync rules without a waiting thread ---------------------------------------
-    def send_future(self, msg: Message, message_queue: MessageQueue | None = None,
-                    selector: Selector | None = None, arg: Any = None,
-                    timeout: int | None = None) -> Future[SendResult]:
-        """``send`` (its retry rules exactly) as a future: nothing waits while the broker
-        answers; a retry after a failed attempt runs on the client's pull-service thread (a
-        route refresh may ask the NameServer). ``timeout`` bounds when a new attempt may
-        start; each attempt waits as long as its transport allows (3 s over TCP).
-        ``rocketstore.aio.AsyncProducer.send`` awaits this future."""
-        out: Future[SendResult] = pending_future()
-        try:
-            prepared, uniq = self._prepare(msg)
-            timeout = self.send_msg_timeout if timeout is None else timeout
-            if message_queue is not None or selector is not None:
-                mq = self._explicit_queue(msg, message_queue, selector, arg)
-                self._send_once_future(out, mq, self._request(prepared, mq), uniq)
-            else:
-                steps = self._retrying(prepared, uniq, None, timeout)
-                self._advance(out, steps, steps.send, None, False)
-        except Exception as e:
-            out.set_exception(e)
-        return self._track(out)
-
-    def send_batch_future(self, msgs: Iterable[Message],
-                          message_queue: MessageQueue | None = None,
-                          timeout: int | None = None) -> Future[SendResult]:
-        """``send_batch`` as a future (see ``send_future``)."""
-        out: Future[SendResult] = pending_future()
-        try:
-            batch, joined = self._prepare_batch(msgs)
-            timeout = self.send_msg_timeout if timeout is None else timeout
-            if message_queue is not None:
-                mq = self._explicit_queue(batch[0], message_queue, None, None)
-                self._send_once_future(out, mq, self._request(batch[0], mq, batch), joined)
-            else:
-                steps = self._retrying(batch[0], joined, batch, timeout)
-                self._advance(out, steps, steps.send, None, False)
-        except Exception as e:
-            out.set_exception(e)
-        return self._track(out)
-
-    def _track(self, out: Future) -> Future:
-        """Remember an unanswered future for ``flush`` (its answer forgets it)."""
-        if not out.done():
-            pending = self._pending
-            pending.add(out)
-            if out.done():          # answered meanwhile, perhaps before the add
-                pending.discard(out)
-        return out
-
-    def _settle(self, out: Future, value: Any = None, exc: BaseException | None = None
-                ) -> None:
-        if exc is None:
-            complete_future(out, value)
-        elif not out.done():
-            out.set_exception(exc)
-        self._pending.discard(out)
-
-    def _send_once_future(self, out: Future, mq: MessageQueue, request: SendMessageRequest,
-                          uniq: str) -> None:
-        def answered(f: Future) -> None:
-            exc = f.exception()
-            if exc is None:
-                try:
-                    self._settle(out, self._result(f.result(), mq, uniq))
-                except Exception as e:
-                    self._settle(out, exc=e)
-            else:
-                self._settle(out, exc=_chosen_queue_failed(mq, exc)
-                             if isinstance(exc, TransportError) else exc)
-        try:
-            fut = self.transport.send_message_async(mq.broker_name, request)
-        except TransportError as e:
-            raise _chosen_queue_failed(mq, e) from e
-        if fut.done():
-            answered(fut)
-        else:
-            fut.add_done_callback(answered)
-
-    def _advance(self, out: Future, steps: Generator[Any, Any, Any], resume: Callable,
-                 value: Any, later: bool) -> None:
-        """Resume the retry rules with an answer (``steps.send``) or an error
-        (``steps.throw``) and start the next attempt, or settle ``out``. ``later``: the
-        answer arrived on a transport thread; a resume that may retry (and so refresh a
-        route with a blocking NameServer call) moves to the pull-service thread."""
-        if later:
-            inst = self._instance
-            if inst is None:
-                self._settle(out, exc=MQClientError(f"producer {self.group!r} was shut down "
-                                                    f"before its send was answered"))
-                return
-            inst.pull_service.execute(self._advance, out, steps, resume, value, False)
-            return
-        try:
-            mq, request, _left = resume(value)
-        except StopIteration as stop:
-            self._settle(out, stop.value)
-            return
-        except BaseException as e:
-            self._settle(out, exc=e)
-            return
-        try:
-            fut = self.transport.send_message_async(mq.broker_name, request)
-        except TransportError as e:
-            self._advance(out, steps, steps.throw, e, False)
-            return
-        if fut.done():       # an in-process broker answers at once
-            self._attempt_answered(out, steps, False, fut)
-        else:
-            fut.add_done_callback(functools.partial(self._attempt_answered, out, steps, True))
-
-    def _attempt_answered(self, out: Future, steps: Generator[Any, Any, Any], later: bool,
-                          f: Future) -> None:
-        exc = f.exception()
-        if exc is None:
-            resp = f.result()
-            # SUCCESS ends the send: no retry, no blocking call, so finish on this thread
-            self._advance(out, steps, steps.send, resp,
-                          later and resp.code != ResponseCode.SUCCESS)
-        elif isinstance(exc, TransportError):
-            self._advance(out, steps, steps.throw, exc, later)
-        else:
-            steps.close()
-            self._settle(out, exc=exc)
-
-    def flush(self, timeout: float | None = None) -> int:
-        """Wait until every ``send_async`` / ``send_future`` made so far is answered (Kafka's
-        ``flush``); ``timeout`` in seconds. Returns how many are still unanswered (0: all)."""
-        pending = [f for f in list(self._pending) if not f.done()]
-        if pending:
-            wait_futures(pending, timeout)
-        return sum(1 for f in pending if not f.done())
-
-    # -- async and oneway ---------------------------------------------------------------------
-    def send_async(self, msg: Message, message_queue: MessageQueue | None = None,
-                   selector: Selector | None = None, arg: Any = None
-                   ) -> Future[SendResult]:
-        """Send without waiting: the future completes with the ``SendResult`` when the broker
-        answers (under SYNC_FLUSH: once the message is on disk). A transport failure is
-        retried ``retry_times_when_send_async_failed`` times on another queue (default queue
-        selection only); a broker refusal is the future's exception (RocketMQ's async rules;
-        ``send_future`` keeps ``send``'s). No thread waits per send.
-        """
-        # the store's future: its Condition is made only if someone waits before it is done
-        # (an in-process send is done at once); thousands in flight stay cheap for the GC
-        out: Future[SendResult] = pending_future()
-        try:
-            prepared, uniq = self._prepare(msg)
-            if message_queue is not None or selector is not None:
-                mq = self._explicit_queue(msg, message_queue, selector, arg)
-                retries = 0
-                info = None
-            else:
-                info = self.publish_info(prepared.topic)
-                mq = self.fault_strategy.select_one_message_queue(info, None)
-                retries = self.retry_times_when_send_async_failed
-        except Exception as e:
-            out.set_exception(e)
-            return out
-        self._send_async_attempt(out, prepared, uniq, mq, info, retries)
-        return self._track(out)
-
-    def _send_async_attempt(self, out: Future, prepared: Message, uniq: str, mq: MessageQueue,
-                            info: TopicPublishInfo | None, retries: int) -> None:
-        started = time.monotonic()
-        try:
-            if (mq.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX)     # header fields moved
-                    or mq.topic.endswith(reply.REPLY_TOPIC_SUFFIX)):  # a reply's own code
-                fut = self.transport.send_message_async(mq.broker_name,
-                                                        self._request(prepared, mq))
-            else:
-                fut = self.transport.send_one_async(
-                    mq.broker_name, self.group, mq.topic, mq.queue_id, prepared,
-                    self.create_topic_key, self.default_topic_queue_nums)
-        except Exception as e:
-            if isinstance(e, TransportError) and retries > 0 and info is not None:
-                self.fault_strategy.update_fault_item(mq.broker_name, _ms_since(started), True)
-                nxt = self.fault_strategy.select_one_message_queue(info, mq.broker_name)
-                self._send_async_attempt(out, prepared, uniq, nxt, info, retries - 1)
-                return
-            self._settle(out, exc=e)
-            return
-        if type(fut) is SendMessageResponse:    # answered at once: no future at all
-            strategy = self.fault_strategy
-            if strategy.send_latency_fault_enable:
-                strategy.update_fault_item(mq.broker_name, _ms_since(started), False)
-            if fut.code == _SUCCESS:            # _result's SEND_OK, without its lookups
-                complete_future(out, SendResult(
-                    _SEND_OK, uniq, fut.msg_id,
-                    mq if fut.queue_id == mq.queue_id else
-                    MessageQueue(mq.topic, mq.broker_name, fut.queue_id),
-                    fut.queue_offset, fut.transaction_id))
-                return
-            try:
-                self._settle(out, self._result(fut, mq, uniq))
-            except Exception as e:
-                self._settle(out, exc=e)
-            return
-        if fut.done():          # an in-process broker answers at once: no callback to keep
-            self._async_answered(out, prepared, uniq, mq, info, retries, started, fut)
-        else:
-            fut.add_done_callback(functools.partial(
-                self._async_answered, out, prepared, uniq, mq, info, retries, started))
-
-    def _async_answered(self, out: Future, prepared: Message, uniq: str, mq: MessageQueue,
-                        info: TopicPublishInfo | None, retries: int, started: float,
-                        f: Future) -> None:
-        exc = f.exception()
-        self.fault_strategy.update_fault_item(mq.broker_name, _ms_since(started),
-                                              exc is not None)
-        if exc is None:
-            try:
-                self._settle(out, self._result(f.result(), mq, uniq))
-            except Exception as e:
-                self._settle(out, exc=e)
-            return
-        if isinstance(exc, TransportError) and retries > 0 and info is not None:
-            nxt = self.fault_strategy.select_one_message_queue(info, mq.broker_name)
-            self._send_async_attempt(out, prepared, uniq, nxt, info, retries - 1)
-            return
-        self._settle(out, exc=exc)
-
     def send_oneway(self, msg: Message, message_queue: MessageQueue | None = None,
                     selector: Selector | None = None, arg: Any = None) -> None:
         """Send once, no answer, no retry."""
@@ -779,116 +475,5 @@ class Producer:
         return out, ",".join(keys)
 
 
-def _chosen_queue_failed(mq: MessageQueue, e: TransportError) -> TransportError:
-    return TransportError(mq.broker_name, f"send to the chosen queue {mq.topic}/"
-                          f"{mq.broker_name}/{mq.queue_id} failed and is not retried "
-                          f"elsewhere (sends to a chosen queue never fail over): {e.reason}")
-
-
-class TransactionListener(Protocol):
-    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState: ...
-
-    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState: ...
-
-
-_COMMIT_TYPE = {LocalTransactionState.COMMIT_MESSAGE: TransactionCommitType.COMMIT_TYPE,
-                LocalTransactionState.ROLLBACK_MESSAGE: TransactionCommitType.ROLLBACK_TYPE,
-                LocalTransactionState.UNKNOW: TransactionCommitType.NOT_TYPE}
-
-
-def _state(value: Any) -> LocalTransactionState:
-    return value if isinstance(value, LocalTransactionState) else LocalTransactionState.UNKNOW
-
-
-class TransactionProducer(Producer):
-    """Half message, local transaction, commit or rollback (RocketMQ's
-    ``TransactionMQProducer``, §10.1); answers the broker's check-backs for its group with
-    ``listener.check_local_transaction`` on one check thread (§10.6)."""
-
-    def __init__(self, group: str, listener: TransactionListener, **kw: Any) -> None:
-        if listener is None or not callable(getattr(listener, "execute_local_transaction", None)):
-            raise MQClientError("TransactionProducer needs a listener with "
-                                "execute_local_transaction and check_local_transaction")
-        super().__init__(group, **kw)
-        self.listener = listener
-        self._check_executor: ThreadPoolExecutor | None = None
-
-    def start(self) -> TransactionProducer:
-        self._check_executor = ThreadPoolExecutor(1, thread_name_prefix=f"tx-check-{self.group}")
-        try:
-            super().start()
-        except BaseException:
-            self._check_executor.shutdown()
-            raise
-        return self
-
-    def shutdown(self) -> None:
-        super().shutdown()
-        ex, self._check_executor = self._check_executor, None
-        if ex is not None:
-            ex.shutdown(wait=True)
-
-    def send_message_in_transaction(self, msg: Message, arg: Any = None
-                                    ) -> TransactionSendResult:
-        """Send ``msg`` as a half message, run ``execute_local_transaction(msg, arg)``, then
-        commit or roll back (UNKNOW leaves it to the broker's check-back)."""
-        res = self.send(self.half_message(msg))
-        outcome: Any = None
-        error: BaseException | None = None
-        if res.status is SendStatus.SEND_OK:
-            try:
-                outcome = self.listener.execute_local_transaction(msg, arg)
-            except Exception as e:       # counts as UNKNOW: the check-back decides
-                error = e
-        return self.end_transaction(res, outcome, error)
-
-    def half_message(self, msg: Message) -> Message:
-        """``msg`` as the half message of a transaction (validated; no delay level)."""
-        validators.check_message(msg, self.max_message_size)
-        props = msg.properties
-        props.pop(C.PROPERTY_DELAY_TIME_LEVEL, None)
-        props[C.PROPERTY_TRANSACTION_PREPARED] = "true"
-        props[C.PROPERTY_PRODUCER_GROUP] = self.group
-        return _rebuilt(msg, props, sys_flag=(msg.sys_flag & ~TRANSACTION_TYPE_MASK)
-                        | TRANSACTION_PREPARED_TYPE)
-
-    def end_transaction(self, res: SendResult, outcome: Any, error: BaseException | None
-                        ) -> TransactionSendResult:
-        """Commit or roll back the half message ``res`` by what the local transaction gave
-        (``outcome``, or ``error`` raised: UNKNOW); a half message not stored rolls back."""
-        if res.status is not SendStatus.SEND_OK:
-            state = LocalTransactionState.ROLLBACK_MESSAGE
-        elif error is not None:
-            log.warning("execute_local_transaction failed: %s", error)
-            state = LocalTransactionState.UNKNOW
-        else:
-            state = _state(outcome)
-        if res.offset_msg_id:
-            self.transport.end_transaction(res.message_queue.broker_name, EndTransactionRequest(
-                self.group, res.queue_offset, commit_log_offset_of(res.offset_msg_id),
-                _COMMIT_TYPE[state], False, res.msg_id, res.msg_id))
-        return TransactionSendResult(res.status, res.msg_id, res.offset_msg_id,
-                                     res.message_queue, res.queue_offset, res.msg_id, state)
-
-    def _check_transaction_state(self, broker_name: str, request: CheckTransactionStateRequest,
-                                 msg: MessageExt) -> None:
-        ex = self._check_executor
-        if ex is None:
-            return
-
-        def check() -> None:
-            try:
-                state = _state(self.listener.check_local_transaction(msg))
-            except Exception as e:
-                log.warning("check_local_transaction failed: %s", e)
-                state = LocalTransactionState.UNKNOW
-            try:
-                self.transport.end_transaction(broker_name, EndTransactionRequest(
-                    self.group, request.tran_state_table_offset, request.commit_log_offset,
-                    _COMMIT_TYPE[state], True, request.msg_id, request.transaction_id))
-            except (TransportError, MQClientError) as e:
-                log.warning("end transaction after check failed: %s", e)
-        try:
-            ex.submit(check)
-        except RuntimeError:
-            pass        # shut down meanwhile: the broker asks again later
+# TransactionProducer extends Producer: defined after it, importable from here as before
+from rocketstore.client.transaction import TransactionListener, TransactionProducer  # noqa: E402,F401

@@ -1,0 +1,142 @@
+# Included by _codec.pyx (one extension module: every call below stays a C call).
+# UNIQ_KEY: the client message-id generator, and a producer's send-time stamp.
+
+# -- UNIQ_KEY ----------------------------------------------------------------------------------
+
+cdef void _hex(char *dst, uint64_t v, int digits) noexcept nogil:
+    cdef int i
+    for i in range(digits - 1, -1, -1):
+        dst[i] = HEX[v & 0xF]
+        v >>= 4
+
+
+@cython.final
+cdef class UniqIdGenerator:
+    """Client message ids in RocketMQ's MessageClientIDSetter layout (docs/format.md §7).
+
+    ip 4 bytes + pid 2 + instance hash 4 + ms since the start of the month 4 + counter 2,
+    as 32 uppercase hex chars. Not thread-safe: callers hold the put lock.
+    """
+
+    def __init__(self, str ip="127.0.0.1", instance_hash=None):
+        packed_all = ipaddress.ip_address(ip).packed
+        cdef bytes packed = packed_all[len(packed_all) - 4:]
+        if instance_hash is None:
+            instance_hash = int.from_bytes(os.urandom(4), "big")
+        _hex(self.prefix, int.from_bytes(packed, "big"), 8)
+        _hex(self.prefix + 8, os.getpid() & 0xFFFF, 4)
+        _hex(self.prefix + 12, instance_hash & 0xFFFFFFFF, 8)
+        self.counter = int.from_bytes(os.urandom(2), "big")
+        self._set_month(now_ms())
+
+    def _set_month(self, int64_t now):
+        t = time.localtime(now / 1000.0)
+        start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+        ny, nm = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+        nxt = time.mktime((ny, nm, 1, 0, 0, 0, 0, 0, -1))
+        self.month_start_ms = <int64_t>(start * 1000)
+        self.next_month_ms = <int64_t>(nxt * 1000)
+
+    cdef void next_into(self, char *dst, int64_t now) noexcept:
+        cdef int64_t diff
+        if now >= self.next_month_ms or now < self.month_start_ms:
+            try:
+                self._set_month(now)
+            except Exception:
+                pass
+        diff = now - self.month_start_ms
+        if diff < 0:
+            diff = 0
+        memcpy(dst, self.prefix, 20)
+        _hex(dst + 20, <uint32_t>diff, 8)
+        _hex(dst + 28, <uint16_t>self.counter, 4)
+        self.counter += 1
+
+    def next(self):
+        """One new id as a str (the store uses next_into, straight into the record)."""
+        cdef char buf[32]
+        self.next_into(buf, now_ms())
+        return buf[:32].decode("ascii")
+
+
+
+# -- a producer's send-time stamping -------------------------------------------------------------
+
+cdef bytes _WAIT_TRUE_PROP = b"WAIT\x01true\x02"
+
+
+def stamp_for_send(list msgs, UniqIdGenerator gen not None):
+    """The messages as a RocketMQ producer sends them, and their UNIQ_KEYs.
+
+    A message without ``UNIQ_KEY`` gets a new one from ``gen`` (MessageClientIDSetter), one
+    without ``WAIT`` gets ``WAIT=true`` (what Java's ``Message`` constructors set); a message
+    that has both is returned as is. The copies append the two properties to the encoded
+    properties, so the cost is one small bytes concatenation per message (the client's batch
+    path). ``gen`` is not thread-safe: callers serialise calls on it.
+    """
+    cdef list out = [], keys = []
+    cdef int64_t now = now_ms()
+    cdef Message c
+    for obj in msgs:
+        if type(obj) is not Message:
+            raise InvalidMessageTypeError("message", "Message", type(obj).__name__)
+        c = _stamped(<Message>obj, gen, now)
+        out.append(c)
+        keys.append(c._user[PROPERTY_UNIQ_KEY])
+    return out, keys
+
+
+def stamp_one(Message m not None, UniqIdGenerator gen not None):
+    """``stamp_for_send`` of one message: ``(message as sent, its UNIQ_KEY)`` (the sync
+    send's path: no lists)."""
+    cdef Message c = _stamped(m, gen, now_ms())
+    return c, c._user[PROPERTY_UNIQ_KEY]
+
+
+cdef Message _stamped(Message m, UniqIdGenerator gen, int64_t now):
+    """``m`` with UNIQ_KEY and WAIT=true added where absent (``m`` itself when it has both)."""
+    cdef char buf[32]
+    cdef bint need_uniq = not (m._user and PROPERTY_UNIQ_KEY in m._user)
+    cdef bint need_wait = not (m._user and "WAIT" in m._user)
+    cdef dict user
+    cdef bytes extra
+    cdef Message c
+    if not need_uniq and not need_wait:
+        return m
+    user = dict(m._user) if m._user else {}
+    extra = b""
+    if need_uniq:
+        gen.next_into(buf, now)
+        user[PROPERTY_UNIQ_KEY] = buf[:32].decode("ascii")
+        extra = UNIQ_KEY_HEAD + buf[:32] + b"\x02"
+    if need_wait:
+        user["WAIT"] = "true"
+        extra += _WAIT_TRUE_PROP
+    c = Message.__new__(Message)
+    c.topic = m.topic
+    c._body = m._body
+    c._user = user
+    c._tags = m._tags
+    c._keys = m._keys
+    c.flag = m.flag
+    c.sys_flag = m.sys_flag
+    c.reconsume_times = m.reconsume_times
+    c.prepared_transaction_offset = m.prepared_transaction_offset
+    c.born_timestamp = m.born_timestamp
+    c.born_host = m.born_host
+    c._topic_b = m._topic_b
+    c._props_b = m._props_b + extra
+    if PyBytes_GET_SIZE(c._props_b) > RS_MAX_PROPERTIES_LEN:
+        raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(c._props_b)} bytes encoded",
+                                  f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
+                                  limit=RS_MAX_PROPERTIES_LEN,
+                                  status="PROPERTIES_SIZE_EXCEEDED")
+    c._born_host_b = m._born_host_b
+    c._has_uniq = True
+    c._delayed = m._delayed
+    c._delay = m._delay
+    c._no_wait = m._no_wait
+    c._crc_cached = m._crc_cached
+    c._crc = m._crc
+    c._body_len = m._body_len
+    return c
