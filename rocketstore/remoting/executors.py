@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import ANSWERED, RemotingCommand
+from rocketstore.remoting.connection import Parked
 
 if TYPE_CHECKING:
     from rocketstore.broker.config import BrokerConfig
@@ -77,7 +78,15 @@ RESERVE_BY_CODE: dict[int, int] = {
 }
 
 CPU_SLOTS = 1
-BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while ({} queue full: {})"
+BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while ({})"
+PARKED_REMARK = BUSY_REMARK.format(
+    "held pulls of this connection: {} = serverMaxHeldPulls")
+
+
+def conf_key(name: str) -> str:
+    """A config field's broker.conf key: snake_case -> camelCase."""
+    head, *rest = name.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
 
 _current_pool: contextvars.ContextVar[concurrent.futures.Executor] = contextvars.ContextVar(
     "rocketstore_request_pool")
@@ -87,11 +96,18 @@ class KindPool:
     """One kind's bound: ``threads`` workers (none for the loop kinds) and ``capacity``
     requests waiting beyond them."""
 
-    def __init__(self, kind: str, threads: int, capacity: int) -> None:
+    def __init__(self, kind: str, threads: int, capacity: int,
+                 settings: tuple[str, str] | None = None) -> None:
+        """``settings``: the config names of ``threads`` and ``capacity`` (for the remark)."""
         self.kind = kind
         self.threads = threads
         self.capacity = capacity
         self.limit = capacity + (0 if kind in ON_LOOP else threads)
+        t_name, c_name = (conf_key(n) for n in settings or ("threads", "capacity"))
+        # the SYSTEM_BUSY remark names the bound and the settings that make it
+        self.busy_remark = BUSY_REMARK.format(
+            f"{kind} queue full: {self.limit} = {c_name}" if kind in ON_LOOP else
+            f"{kind} queue full: {self.limit} = {t_name} {threads} + {c_name} {capacity}")
         self.outstanding = 0            # queued + running (loop kinds: waiting on the broker)
         self.rejected = 0
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -120,7 +136,8 @@ class BrokerExecutors:
     """Every kind's ``KindPool``, built from a ``BrokerConfig``."""
 
     def __init__(self, config: BrokerConfig) -> None:
-        self.pools = {kind: KindPool(kind, getattr(config, threads), getattr(config, capacity))
+        self.pools = {kind: KindPool(kind, getattr(config, threads), getattr(config, capacity),
+                                     (threads, capacity))
                       for kind, (threads, capacity) in SETTINGS.items()}
         default = self.pools[CLIENT_MANAGE].pool
         assert default is not None
@@ -150,16 +167,28 @@ class RoutingProcessor:
         self._cpu_gate = threading.BoundedSemaphore(CPU_SLOTS)
 
     def process(self, conn: Connection, cmd: RemotingCommand
-                ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+                ) -> RemotingCommand | None | Parked | Awaitable[RemotingCommand | None]:
         kind = KIND_BY_CODE.get(cmd.code, ADMIN)
         p = self._pools[kind]
         if p.outstanding >= p.limit:
             p.rejected += 1
-            return cmd.response(ResponseCode.SYSTEM_BUSY, BUSY_REMARK.format(kind, p.limit))
+            return cmd.response(ResponseCode.SYSTEM_BUSY, p.busy_remark)
         if p.pool is None:
+            if p is self._pull:
+                # a pull may be held (Parked): one connection holds at most max_parked
+                limit = conn.limits.max_parked
+                if conn.parked_count >= limit:
+                    p.rejected += 1
+                    return cmd.response(ResponseCode.SYSTEM_BUSY, PARKED_REMARK.format(limit))
             # on the loop, as before; only an answer still pending holds a place
             result = self.inner.process(conn, cmd)
-            if type(result) not in ANSWERED and inspect.isawaitable(result):
+            rtype = type(result)
+            if rtype in ANSWERED:
+                return result
+            if rtype is Parked:
+                p.outstanding += 1
+                return Parked(self._held(p, result.awaitable))  # type: ignore[union-attr]
+            if inspect.isawaitable(result):
                 p.outstanding += 1
                 return self._held(p, result)
             return result
