@@ -61,7 +61,9 @@ class ConnectionLimits:
     ``max_pending_bytes`` for each request of that code still being answered (its answer may
     be large: QUERY_MESSAGE), so a peer cannot have many such answers in production at once.
     ``max_parked``: ``Parked`` requests the processor lets one connection hold (it checks
-    ``Connection.parked_count`` before it parks one).
+    ``Connection.parked_count`` before it parks one). ``reserve_body``: a request still being
+    answered also reserves its own body's size (held until answered: a NameServer's 16 MiB
+    REGISTER_BROKER).
     """
 
     max_in_flight: int = MAX_IN_FLIGHT
@@ -72,6 +74,7 @@ class ConnectionLimits:
     reserve_by_code: dict[int, int] = field(default_factory=dict)
     reserve_default: int = 0
     max_parked: int = MAX_PARKED
+    reserve_body: bool = False
 
 
 DEFAULT_LIMITS = ConnectionLimits()
@@ -114,6 +117,7 @@ class Connection(asyncio.Protocol):
         self._max_pending = lim.max_pending_bytes
         self._reserve_by_code = lim.reserve_by_code
         self._reserve_default = lim.reserve_default
+        self._reserve_body = lim.reserve_body
         self._reserved = 0                          # bytes reserved for answers in production
         self._backlog: deque[RemotingCommand] = deque()     # decoded, not yet dispatched
         self._corked_bytes = 0
@@ -256,6 +260,8 @@ class Connection(asyncio.Protocol):
         if type(result) not in ANSWERED and inspect.isawaitable(result):
             self._in_flight += 1
             reserve = self._reserve_by_code.get(cmd.code, self._reserve_default)
+            if self._reserve_body:
+                reserve += len(cmd.body)
             self._reserved += reserve
             task = asyncio.ensure_future(result)
             task.add_done_callback(functools.partial(self._finished, cmd, reserve))
