@@ -189,14 +189,15 @@ class RouteInfoManager:
             self.topic_queue_table.pop(topic, None)
 
     def add_write_perm(self, broker_name: str) -> int:
-        """Every topic on a broker readable and writable again (``addWritePermOfBroker``: 4.9.8
-        sets perm 6, whatever the topic's was); returns how many."""
+        """Set the write bit of every topic on a broker (undo ``wipe_write_perm``); returns
+        how many. 4.9.8's ``addWritePermOfBroker`` sets perm 6 whatever the topic's was, which
+        takes TBW102's INHERIT bit off its route: here the other bits are kept."""
         n = 0
         with self._lock:
             for qds in self.topic_queue_table.values():
                 qd = qds.get(broker_name)
                 if qd is not None:
-                    qds[broker_name] = dataclasses.replace(qd, perm=6)
+                    qds[broker_name] = dataclasses.replace(qd, perm=qd.perm | 2)
                     n += 1
         return n
 
