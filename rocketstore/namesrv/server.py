@@ -21,6 +21,7 @@ import struct
 import zlib
 from typing import Any
 
+from rocketstore.common import names
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.errors import InvalidArgumentError, RemotingProtocolError
 from rocketstore.namesrv.config import NAMESRV_KINDS, NamesrvConfig
@@ -32,6 +33,7 @@ from rocketstore.remoting.command import MAX_FRAME, RemotingCommand
 from rocketstore.remoting.connection import Connection
 from rocketstore.remoting.executors import KindExecutors, RoutingProcessor, conf_key
 from rocketstore.remoting.server import RemotingServer
+from rocketstore.store.topics import MAX_QUEUE_NUMS
 
 log = logging.getLogger("rocketstore.namesrv")
 
@@ -48,9 +50,40 @@ def _json_body(obj: Any) -> bytes:
     return fastjson.dumps(obj).encode("utf-8")
 
 
+# what a route may say of a topic (TopicConfig's ranges): a registered writeQueueNums of 2**31
+# would make every client that looks the topic up build two billion queues
+_ROUTE_INTS = (("readQueueNums", MAX_QUEUE_NUMS), ("writeQueueNums", MAX_QUEUE_NUMS),
+               ("perm", 15), ("topicSysFlag", 2**31 - 1))
+
+
+def check_register_topics(topics: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The topics of a registration, each checked as a topic the broker may hold: the name
+    by ``rocketstore.common.names`` (the one rule), queue counts, perm and sys flag in
+    ``TopicConfig``'s ranges. ``RemotingProtocolError`` naming the first field that is not."""
+    for name, tc in topics.items():
+        why = names.topic_problem(name)
+        if why is not None:
+            raise RemotingProtocolError(
+                "REGISTER_BROKER refused: " + names.named("topicConfigTable", name, why))
+        for key, high in _ROUTE_INTS:
+            v = tc.get(key, 0)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= high:
+                raise RemotingProtocolError(
+                    f"REGISTER_BROKER refused: topicConfigTable[{name!r}].{key}={v!r} is not "
+                    f"an int in 0..{high}")
+    return topics
+
+
 def decode_register_body(body: bytes, compressed: bool,
                          version: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """``REGISTER_BROKER``'s body -> (data version, topic configs by name)."""
+    """``REGISTER_BROKER``'s body -> (data version, topic configs by name), every topic
+    checked (``check_register_topics``)."""
+    dv, topics = _decode_register_body(body, compressed, version)
+    return dv, check_register_topics(topics)
+
+
+def _decode_register_body(body: bytes, compressed: bool,
+                          version: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     if compressed:
         return _decode_compressed_register_body(body)
     if not body:
