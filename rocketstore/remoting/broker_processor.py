@@ -359,7 +359,9 @@ class BrokerProcessor:
         refused = self._not_this_client(conn, cmd, r)
         if refused is not None:
             return refused
-        locked = self.broker.lock_batch_mq(r.group, r.client_id, r.mqs)
+        # only queues this broker serves: 4.9.8 records any queue it is sent, forever
+        mqs = self.broker.served_queues(r.mqs)
+        locked = self.broker.lock_batch_mq(r.group, r.client_id, mqs)
         return cmd.response(ResponseCode.SUCCESS, body=headers.encode_mq_set("lockOKMQSet", locked))
 
     def unlock_batch(self, conn: Connection, cmd: RemotingCommand,

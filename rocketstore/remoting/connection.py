@@ -50,7 +50,7 @@ log = logging.getLogger("rocketstore.remoting")
 MAX_IN_FLIGHT = 1024          # requests from one peer being processed before reading pauses
 WRITE_HIGH_WATER = 4 << 20    # bytes of answers queued to a peer before reading pauses
 JOIN_BELOW = 256 << 10        # bodies smaller than this are copied into one write with the header
-MAX_PARKED = 1024             # parked requests (held pulls) of one peer: a consumer holds one per queue
+MAX_PARKED = 1024             # held pulls of one peer (a consumer holds one per queue)
 
 
 @dataclass(frozen=True)
