@@ -556,6 +556,21 @@ class Broker:
         self._check_open()
         return self.lock_manager.try_lock_batch(group, mqs, client_id)
 
+    def served_queues(self, mqs: set[MessageQueue]) -> set[MessageQueue]:
+        """The queues of ``mqs`` this broker serves: its name, a topic it holds, a queue id
+        below the topic's queue count (what a request may lock: the lock table stays as
+        large as the broker's queues, whatever a client sends)."""
+        out = set()
+        select = self.topic_manager.select
+        for mq in mqs:
+            if mq.broker_name != self.broker_name:
+                continue
+            tc = select(mq.topic)
+            if tc is not None and 0 <= mq.queue_id < max(tc.read_queue_nums,
+                                                         tc.write_queue_nums):
+                out.add(mq)
+        return out
+
     def unlock_batch_mq(self, group: str, client_id: str, mqs: set[MessageQueue]) -> None:
         """``UNLOCK_BATCH_MQ``."""
         self._check_open()

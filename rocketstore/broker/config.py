@@ -88,6 +88,9 @@ class BrokerConfig:
     # answered, and bytes of answers not yet written, before the connection stops reading
     server_max_in_flight_requests: int = 1024
     server_max_pending_response_bytes: int = 4 << 20
+    # long-poll pulls one connection may have held at once (past it: SYSTEM_BUSY); they do
+    # not count as in flight. A consumer holds one per queue it reads from this broker
+    server_max_held_pulls: int = 1024
     # request header limits (rocketstore's; RocketMQ only bounds the 16 MiB frame)
     server_max_header_bytes: int = 256 << 10
     server_max_ext_fields: int = 1024

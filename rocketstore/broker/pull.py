@@ -119,8 +119,24 @@ class PullRequestHoldService:
         with self._lock:
             self._table.setdefault(parked.key, []).append(parked)
             self.notifier.listeners_armed = True
+        # a waiter that goes away (its connection closed) cancels: dropped then, not at the
+        # deadline the request chose
+        parked.future.add_done_callback(lambda f: f.cancelled() and self._drop(parked))
         # a message may have arrived between the read and the parking: look once now
         self._wake.set()
+
+    def _drop(self, parked: _Parked) -> None:
+        with self._lock:
+            waiting = self._table.get(parked.key)
+            if waiting is None:
+                return          # being checked: notify_message_arriving skips it
+            try:
+                waiting.remove(parked)
+            except ValueError:
+                return
+            if not waiting:
+                del self._table[parked.key]
+            self.notifier.listeners_armed = bool(self._table)
 
     def parked_count(self) -> int:
         with self._lock:
@@ -161,6 +177,8 @@ class PullRequestHoldService:
         now = time.monotonic()
         keep, ready = [], []
         for p in parked:
+            if p.future.done():
+                continue        # cancelled by its waiter
             offset = p.request.queue_offset
             if max_offset > offset and self._matches(p, topic, queue_id, offset, max_offset):
                 ready.append(p)

@@ -119,12 +119,37 @@ def _namesrv(args: argparse.Namespace) -> int:
                            f"{args.scan_interval}: expected seconds > 0")
     server = NameServer(host, port, kv_config_path=kv,
                         order_message_enable=args.order_message_enable,
-                        broker_expire_s=args.broker_expire, scan_interval_s=args.scan_interval)
+                        broker_expire_s=args.broker_expire, scan_interval_s=args.scan_interval,
+                        config=namesrv_config(args.config))
     try:
         _run(_serve(server, "rocketstore namesrv: listening on {addr}"))
     except OSError as e:
         raise CommandError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     return 0
+
+
+def namesrv_config(path: str | None):
+    """A ``NamesrvConfig`` from a namesrv.properties file (camelCase keys; others are logged
+    and ignored), its defaults without one."""
+    import dataclasses
+
+    from rocketstore.errors import InvalidConfigError
+    from rocketstore.namesrv.config import NamesrvConfig
+    if not path:
+        return NamesrvConfig()
+    names = {f.name for f in dataclasses.fields(NamesrvConfig)}
+    defaults = NamesrvConfig()
+    kw: dict[str, object] = {}
+    for key, value in read_properties(path).items():
+        name = _snake(key)
+        if name in names:
+            kw[name] = _typed(value, getattr(defaults, name), key)
+        else:
+            logging.getLogger("rocketstore.namesrv").warning("%s: %s is not used", path, key)
+    try:
+        return NamesrvConfig(**kw)  # type: ignore[arg-type]
+    except InvalidConfigError as e:
+        raise CommandError(f"{path}: {e}") from None
 
 
 def register(sub) -> None:
@@ -143,6 +168,9 @@ def register(sub) -> None:
                         "a broker whose connection closes is dropped at once)")
     p.add_argument("--scan-interval", type=float, default=10.0, metavar="SECONDS",
                    help="how often to look for expired brokers (default 10)")
+    p.add_argument("-c", "--config", metavar="FILE",
+                   help="namesrv.properties: thread pools, queue capacities and connection "
+                        "limits (docs/protocol.md \"Limits\")")
     add_logging_args(p)
     p.set_defaults(func=_namesrv)
 

@@ -65,6 +65,12 @@ class RouteInfoManager:
         """Record a broker and (for a master) its topics; returns (master HA address, master
         address) for a slave's response, else (None, None)."""
         now = time.monotonic()
+        # built before the lock: route lookups (on the event loop) wait for the lock only
+        # while the table is updated, not while 20,000 queue data are made
+        queue_datas = [(topic, QueueData(broker_name, int(tc.get("readQueueNums", 0)),
+                                         int(tc.get("writeQueueNums", 0)),
+                                         int(tc.get("perm", 6)), int(tc.get("topicSysFlag", 0))))
+                       for topic, tc in topic_configs.items()] if broker_id == 0 else []
         with self._lock:
             self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
             bd = self.broker_addr_table.get(broker_name)
@@ -78,11 +84,9 @@ class RouteInfoManager:
             bd.broker_addrs[broker_id] = broker_addr
             prev = self.broker_live_table.get(broker_addr)
             if broker_id == 0 and (first or prev is None or prev.data_version != data_version):
-                for topic, tc in topic_configs.items():
-                    self.topic_queue_table.setdefault(topic, {})[broker_name] = QueueData(
-                        broker_name, int(tc.get("readQueueNums", 0)),
-                        int(tc.get("writeQueueNums", 0)), int(tc.get("perm", 6)),
-                        int(tc.get("topicSysFlag", 0)))
+                table = self.topic_queue_table
+                for topic, qd in queue_datas:
+                    table.setdefault(topic, {})[broker_name] = qd
             self.broker_live_table[broker_addr] = BrokerLive(now, data_version, ha_server_addr,
                                                              channel)
             if broker_id != 0:
@@ -189,14 +193,15 @@ class RouteInfoManager:
             self.topic_queue_table.pop(topic, None)
 
     def add_write_perm(self, broker_name: str) -> int:
-        """Every topic on a broker readable and writable again (``addWritePermOfBroker``: 4.9.8
-        sets perm 6, whatever the topic's was); returns how many."""
+        """Set the write bit of every topic on a broker (undo ``wipe_write_perm``); returns
+        how many. 4.9.8's ``addWritePermOfBroker`` sets perm 6 whatever the topic's was, which
+        takes TBW102's INHERIT bit off its route: here the other bits are kept."""
         n = 0
         with self._lock:
             for qds in self.topic_queue_table.values():
                 qd = qds.get(broker_name)
                 if qd is not None:
-                    qds[broker_name] = dataclasses.replace(qd, perm=6)
+                    qds[broker_name] = dataclasses.replace(qd, perm=qd.perm | 2)
                     n += 1
         return n
 

@@ -6,28 +6,34 @@
 Unknown request codes get REQUEST_CODE_NOT_SUPPORTED (a Java NameServer sends nothing and the
 caller times out; an answer is kinder and every client handles it).
 
-What may take time runs on a thread pool (RocketMQ's ``defaultThreadPoolNums``, 8), never on
-the event loop that answers route queries: a registration (its body decoded, a compressed one
-inflated incrementally up to ``MAX_REGISTER_BODY``) and KV writes (answered once on disk).
+Requests run by kind (rocketstore.namesrv.config): route lookups on the event loop, the
+brokers' registrations (a body decoded, a compressed one inflated incrementally up to
+``MAX_REGISTER_BODY``) on a pool of their own, the rest (KV writes, answered once on disk;
+admin) on the default pool; each pool's queue is bounded and answers SYSTEM_BUSY when full.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import struct
 import zlib
 from typing import Any
 
+from rocketstore.common import names
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.errors import InvalidArgumentError, RemotingProtocolError
+from rocketstore.namesrv.config import NAMESRV_KINDS, NamesrvConfig
 from rocketstore.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimits
 from rocketstore.namesrv.routeinfo import BROKER_EXPIRE_S, RouteInfoManager
 from rocketstore.remoting import fastjson
 from rocketstore.common.codes import VERSION_V3_0_11, RequestCode
 from rocketstore.remoting.command import MAX_FRAME, RemotingCommand
 from rocketstore.remoting.connection import Connection
+from rocketstore.remoting.executors import KindExecutors, RoutingProcessor, conf_key
 from rocketstore.remoting.server import RemotingServer
+from rocketstore.store.topics import MAX_QUEUE_NUMS
 
 log = logging.getLogger("rocketstore.namesrv")
 
@@ -44,9 +50,40 @@ def _json_body(obj: Any) -> bytes:
     return fastjson.dumps(obj).encode("utf-8")
 
 
+# what a route may say of a topic (TopicConfig's ranges): a registered writeQueueNums of 2**31
+# would make every client that looks the topic up build two billion queues
+_ROUTE_INTS = (("readQueueNums", MAX_QUEUE_NUMS), ("writeQueueNums", MAX_QUEUE_NUMS),
+               ("perm", 15), ("topicSysFlag", 2**31 - 1))
+
+
+def check_register_topics(topics: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The topics of a registration, each checked as a topic the broker may hold: the name
+    by ``rocketstore.common.names`` (the one rule), queue counts, perm and sys flag in
+    ``TopicConfig``'s ranges. ``RemotingProtocolError`` naming the first field that is not."""
+    for name, tc in topics.items():
+        why = names.topic_problem(name)
+        if why is not None:
+            raise RemotingProtocolError(
+                "REGISTER_BROKER refused: " + names.named("topicConfigTable", name, why))
+        for key, high in _ROUTE_INTS:
+            v = tc.get(key, 0)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= high:
+                raise RemotingProtocolError(
+                    f"REGISTER_BROKER refused: topicConfigTable[{name!r}].{key}={v!r} is not "
+                    f"an int in 0..{high}")
+    return topics
+
+
 def decode_register_body(body: bytes, compressed: bool,
                          version: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """``REGISTER_BROKER``'s body -> (data version, topic configs by name)."""
+    """``REGISTER_BROKER``'s body -> (data version, topic configs by name), every topic
+    checked (``check_register_topics``)."""
+    dv, topics = _decode_register_body(body, compressed, version)
+    return dv, check_register_topics(topics)
+
+
+def _decode_register_body(body: bytes, compressed: bool,
+                          version: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     if compressed:
         return _decode_compressed_register_body(body)
     if not body:
@@ -153,12 +190,8 @@ class NamesrvProcessor:
             log.info("broker %s removed: its connection closed", addr)
 
     # -- brokers ------------------------------------------------------------------------------
-    async def register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        # decoding (inflating) a body of up to 16 MiB: off the loop
-        return await asyncio.get_running_loop().run_in_executor(
-            self.executor, self._register_broker, conn, cmd)
-
-    def _register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        # decodes (inflates) a body of up to 16 MiB: on the registrations' pool, never the loop
         name = cmd.require("brokerName")
         addr = cmd.require("brokerAddr")
         cluster = cmd.require("clusterName")
@@ -264,18 +297,26 @@ class NameServer:
                  kv_config_path: str | None = None, order_message_enable: bool = False,
                  broker_expire_s: float = BROKER_EXPIRE_S,
                  scan_interval_s: float = SCAN_INTERVAL_S, kv_limits: KVLimits | None = None,
-                 thread_pool_nums: int = DEFAULT_THREAD_POOL_NUMS) -> None:
+                 thread_pool_nums: int | None = None,
+                 config: NamesrvConfig | None = None) -> None:
+        """``config``: pools and connection limits (``NamesrvConfig``'s defaults);
+        ``thread_pool_nums`` overrides its ``default_thread_pool_nums``."""
+        config = config or NamesrvConfig()
+        if thread_pool_nums is not None:
+            config = dataclasses.replace(config, default_thread_pool_nums=thread_pool_nums)
+        self.config = config
         self.routes = RouteInfoManager(broker_expire_s)
         self.kv = KVConfigManager(kv_config_path, kv_limits)
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            thread_pool_nums, thread_name_prefix="namesrv")
+        self.executors = KindExecutors(NAMESRV_KINDS, config)
         self.processor = NamesrvProcessor(self.routes, self.kv, order_message_enable,
-                                          self._executor)
-        self.server = RemotingServer(self.processor, host, port)
+                                          self.executors.executor)
+        self.server = RemotingServer(RoutingProcessor(self.processor, self.executors), host,
+                                     port, limits=config.connection_limits())
         self.processor.settings.update({
             "kvConfigPath": kv_config_path or "", "brokerExpireSeconds": f"{broker_expire_s:g}",
-            "scanNotActiveBrokerIntervalSeconds": f"{scan_interval_s:g}",
-            "defaultThreadPoolNums": str(thread_pool_nums), "listenPort": str(port)})
+            "scanNotActiveBrokerIntervalSeconds": f"{scan_interval_s:g}", "listenPort": str(port),
+            **{conf_key(f.name): str(getattr(config, f.name))
+               for f in dataclasses.fields(config)}})
         self.scan_interval_s = scan_interval_s
         self._scan_task: asyncio.Task[None] | None = None
 
@@ -308,6 +349,6 @@ class NameServer:
         if self._scan_task is not None:
             self._scan_task.cancel()
         await self.server.stop()
-        self._executor.shutdown(wait=True)
+        self.executors.shutdown()
         self.kv.close()
         log.info("NameServer %s stopped", self.addr)

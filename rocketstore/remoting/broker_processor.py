@@ -27,7 +27,7 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerS
 from rocketstore.remoting import admin_processor, fastjson, headers, request_names, requests
 from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
-from rocketstore.remoting.connection import Connection
+from rocketstore.remoting.connection import Connection, Parked
 from rocketstore.remoting.zerocopy import RecordBody
 from rocketstore.store._codec import encode_record
 
@@ -107,6 +107,9 @@ def _bridge(cf: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
 
     def copy(f: concurrent.futures.Future[Any]) -> None:
         if af.done():
+            return
+        if f.cancelled():
+            af.cancel()
             return
         exc = f.exception()
         if exc is not None:
@@ -244,7 +247,19 @@ class BrokerProcessor:
 
     # -- consume ------------------------------------------------------------------------------
     def pull(self, conn: Connection, cmd: RemotingCommand, request: PullMessageRequest) -> Any:
-        return self._answer(cmd, self.broker.pull_message(request), headers.encode_pull_response)
+        fut = self.broker.pull_message(request)
+        if fut.done():
+            return headers.encode_pull_response(cmd, fut.result())
+
+        # held until a message arrives or its time is up: Parked, so the connection goes on
+        # with its other requests, and a closed connection cancels it
+        async def held() -> RemotingCommand:
+            try:
+                return headers.encode_pull_response(cmd, await _bridge(fut))
+            except asyncio.CancelledError:
+                fut.cancel()        # the hold service drops it now, not at its deadline
+                raise
+        return Parked(held())
 
     def query_consumer_offset(self, conn: Connection, cmd: RemotingCommand,
                               r: requests.OffsetQuery) -> RemotingCommand:
@@ -344,7 +359,9 @@ class BrokerProcessor:
         refused = self._not_this_client(conn, cmd, r)
         if refused is not None:
             return refused
-        locked = self.broker.lock_batch_mq(r.group, r.client_id, r.mqs)
+        # only queues this broker serves: 4.9.8 records any queue it is sent, forever
+        mqs = self.broker.served_queues(r.mqs)
+        locked = self.broker.lock_batch_mq(r.group, r.client_id, mqs)
         return cmd.response(ResponseCode.SUCCESS, body=headers.encode_mq_set("lockOKMQSet", locked))
 
     def unlock_batch(self, conn: Connection, cmd: RemotingCommand,

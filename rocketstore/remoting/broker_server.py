@@ -67,6 +67,7 @@ def connection_limits(bc: Any) -> ConnectionLimits:
                             max_pending_bytes=bc.server_max_pending_response_bytes,
                             max_header=bc.server_max_header_bytes,
                             max_ext_fields=bc.server_max_ext_fields,
+                            max_parked=bc.server_max_held_pulls,
                             reserve_by_code=RESERVE_BY_CODE, reserve_default=RESERVE_DEFAULT)
 
 

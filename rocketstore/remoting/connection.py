@@ -15,6 +15,12 @@ a reservation for each answer still being produced of a kind that can be large) 
 thousands of small requests whose answers may each be megabytes. So a peer that never reads
 costs at most about ``max_pending_bytes`` plus one answer, however much it pipelines.
 
+A request whose answer waits on something outside the connection for long (a held pull,
+parked until a message arrives) is ``Parked`` by the processor: it does not count against
+``max_in_flight`` (the connection goes on reading and answering its other requests), it is
+counted in ``parked_count`` for the processor to bound (``max_parked``), and it is cancelled the
+moment the connection closes, so what it holds is freed then, not at its deadline.
+
 Answers whose body is stored records (``zerocopy.RecordBody``, a read-only memoryview) leave
 as views of the mapped commit log with ``writev`` (``vectored.VectorWriter``): no copy, and
 what the socket does not take at once waits as views, counted in the pending bytes.
@@ -44,6 +50,7 @@ log = logging.getLogger("rocketstore.remoting")
 MAX_IN_FLIGHT = 1024          # requests from one peer being processed before reading pauses
 WRITE_HIGH_WATER = 4 << 20    # bytes of answers queued to a peer before reading pauses
 JOIN_BELOW = 256 << 10        # bodies smaller than this are copied into one write with the header
+MAX_PARKED = 1024             # held pulls of one peer (a consumer holds one per queue)
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,10 @@ class ConnectionLimits:
     ``reserve_by_code`` (``reserve_default`` for other codes): bytes counted against
     ``max_pending_bytes`` for each request of that code still being answered (its answer may
     be large: QUERY_MESSAGE), so a peer cannot have many such answers in production at once.
+    ``max_parked``: ``Parked`` requests the processor lets one connection hold (it checks
+    ``Connection.parked_count`` before it parks one). ``reserve_body``: a request still being
+    answered also reserves its own body's size (held until answered: a NameServer's 16 MiB
+    REGISTER_BROKER).
     """
 
     max_in_flight: int = MAX_IN_FLIGHT
@@ -62,17 +73,31 @@ class ConnectionLimits:
     max_ext_fields: int = MAX_EXT_FIELDS
     reserve_by_code: dict[int, int] = field(default_factory=dict)
     reserve_default: int = 0
+    max_parked: int = MAX_PARKED
+    reserve_body: bool = False
 
 
 DEFAULT_LIMITS = ConnectionLimits()
+
+
+class Parked:
+    """A processor's answer that waits outside the connection (a held pull): the connection
+    awaits ``awaitable`` and sends what it returns, without counting it in flight; it is
+    cancelled when the connection closes."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: Awaitable[RemotingCommand | None]) -> None:
+        self.awaitable = awaitable
 
 
 class Processor(Protocol):
     """Handles requests that arrive on a connection."""
 
     def process(self, conn: "Connection", cmd: RemotingCommand
-                ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
-        """The response (``None`` for none: oneway, or answered later with ``conn.send``)."""
+                ) -> RemotingCommand | None | Parked | Awaitable[RemotingCommand | None]:
+        """The response (``None`` for none: oneway, or answered later with ``conn.send``;
+        ``Parked`` for one that waits outside the connection)."""
 
     def connection_closed(self, conn: "Connection") -> None:
         """The peer went away; forget what it registered."""
@@ -92,6 +117,7 @@ class Connection(asyncio.Protocol):
         self._max_pending = lim.max_pending_bytes
         self._reserve_by_code = lim.reserve_by_code
         self._reserve_default = lim.reserve_default
+        self._reserve_body = lim.reserve_body
         self._reserved = 0                          # bytes reserved for answers in production
         self._backlog: deque[RemotingCommand] = deque()     # decoded, not yet dispatched
         self._corked_bytes = 0
@@ -105,6 +131,7 @@ class Connection(asyncio.Protocol):
         self._pending: dict[int, Any] = {}
         self._opaques = itertools.count(1)
         self._in_flight = 0
+        self._parked: set[asyncio.Future[RemotingCommand | None]] = set()
         self._reading_paused = False
         self._write_paused = False
         self._on_close = on_close
@@ -187,6 +214,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._backlog.clear()
+        parked, self._parked = self._parked, set()
+        for task in parked:         # frees what they hold now, not at their deadline
+            task.cancel()
         if self._vw is not None:
             self._vw.discard()
         err = TransportError(self.peer, f"connection closed{': ' + str(exc) if exc else ''}")
@@ -230,10 +260,34 @@ class Connection(asyncio.Protocol):
         if type(result) not in ANSWERED and inspect.isawaitable(result):
             self._in_flight += 1
             reserve = self._reserve_by_code.get(cmd.code, self._reserve_default)
+            if self._reserve_body:
+                reserve += len(cmd.body)
             self._reserved += reserve
             task = asyncio.ensure_future(result)
             task.add_done_callback(functools.partial(self._finished, cmd, reserve))
+        elif type(result) is Parked:
+            task = asyncio.ensure_future(result.awaitable)
+            self._parked.add(task)
+            task.add_done_callback(functools.partial(self._unparked, cmd))
         elif result is not None and not cmd.is_oneway:
+            self.send(result)
+
+    @property
+    def parked_count(self) -> int:
+        """``Parked`` requests of this connection not answered yet."""
+        return len(self._parked)
+
+    def _unparked(self, cmd: RemotingCommand,
+                  task: "asyncio.Future[RemotingCommand | None]") -> None:
+        self._parked.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._answer_error(cmd, exc)
+            return
+        result = task.result()
+        if result is not None and not cmd.is_oneway:
             self.send(result)
 
     def _finished(self, cmd: RemotingCommand, reserve: int,

@@ -13,7 +13,8 @@ SYSTEM_BUSY when a queue is full, so a flood of one kind never stalls the others
   (``RoutingExecutor``). Queued and running requests of a kind are bounded by the pool's
   threads plus its queue capacity; past that, SYSTEM_BUSY.
 
-Thread counts and capacities are ``BrokerConfig``'s (4.9.8's names and defaults).
+Thread counts and capacities are ``BrokerConfig``'s (4.9.8's names and defaults). The
+NameServer uses the same machinery with its own ``KindTable`` (rocketstore.namesrv.config).
 """
 from __future__ import annotations
 
@@ -22,14 +23,16 @@ import concurrent.futures
 import contextvars
 import inspect
 import threading
+from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.common.codes import RequestCode
 from rocketstore.remoting.command import ANSWERED, RemotingCommand
+from rocketstore.remoting.connection import Parked
 
 if TYPE_CHECKING:
-    from rocketstore.broker.config import BrokerConfig
     from rocketstore.remoting.connection import Connection, Processor
 
 R = RequestCode
@@ -67,6 +70,27 @@ SETTINGS: dict[str, tuple[str, str]] = {
                       "consumer_manager_thread_pool_queue_capacity"),
 }
 
+
+
+@dataclass(frozen=True)
+class KindTable:
+    """How a server sorts requests into kinds: ``kind_by_code`` (codes absent: ``default``;
+    a code mapped to ``INLINE`` is answered on the loop outside every kind), each kind's
+    config names ``(threads, capacity)`` in ``settings``, the kinds answered on the loop
+    (``on_loop``), the kind whose pool runs what is offloaded outside a request
+    (``fallback``) and the pools' thread name ``prefix``."""
+
+    kind_by_code: dict[int, str]
+    default: str
+    settings: dict[str, tuple[str, str]]
+    on_loop: frozenset[str]
+    fallback: str
+    prefix: str
+
+
+INLINE = "inline"
+BROKER_KINDS = KindTable(KIND_BY_CODE, ADMIN, SETTINGS, ON_LOOP, CLIENT_MANAGE, "broker")
+
 # bytes a connection reserves against its pending-answer bound per request still being
 # answered (rocketstore.remoting.connection.ConnectionLimits): what runs off the loop may
 # answer large (a topic's stats over 1,024 queues, a message, up to 32 of them)
@@ -77,7 +101,15 @@ RESERVE_BY_CODE: dict[int, int] = {
 }
 
 CPU_SLOTS = 1
-BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while ({} queue full: {})"
+BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while ({})"
+PARKED_REMARK = BUSY_REMARK.format(
+    "held pulls of this connection: {} = serverMaxHeldPulls")
+
+
+def conf_key(name: str) -> str:
+    """A config field's broker.conf key: snake_case -> camelCase."""
+    head, *rest = name.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
 
 _current_pool: contextvars.ContextVar[concurrent.futures.Executor] = contextvars.ContextVar(
     "rocketstore_request_pool")
@@ -87,21 +119,58 @@ class KindPool:
     """One kind's bound: ``threads`` workers (none for the loop kinds) and ``capacity``
     requests waiting beyond them."""
 
-    def __init__(self, kind: str, threads: int, capacity: int) -> None:
+    def __init__(self, kind: str, threads: int, capacity: int,
+                 settings: tuple[str, str] | None = None, *, on_loop: bool | None = None,
+                 prefix: str = "broker") -> None:
+        """``settings``: the config names of ``threads`` and ``capacity`` (for the remark);
+        ``on_loop``: answered on the event loop, no pool (default: the broker's send and
+        pull)."""
         self.kind = kind
         self.threads = threads
         self.capacity = capacity
-        self.limit = capacity + (0 if kind in ON_LOOP else threads)
+        loop = kind in ON_LOOP if on_loop is None else on_loop
+        self.limit = capacity + (0 if loop else threads)
+        t_name, c_name = (conf_key(n) for n in settings or ("threads", "capacity"))
+        # the SYSTEM_BUSY remark names the bound and the settings that make it
+        self.busy_remark = BUSY_REMARK.format(
+            f"{kind} queue full: {self.limit} = {c_name}" if loop else
+            f"{kind} queue full: {self.limit} = {t_name} {threads} + {c_name} {capacity}")
         self.outstanding = 0            # queued + running (loop kinds: waiting on the broker)
         self.rejected = 0
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
-        if kind not in ON_LOOP:
+        if not loop:
             self.pool = concurrent.futures.ThreadPoolExecutor(
-                threads, thread_name_prefix=f"broker-{kind.replace('_', '-')}")
+                threads, thread_name_prefix=f"{prefix}-{kind.replace('_', '-')}")
 
     def shutdown(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
+
+
+class FairGate:
+    """A counting semaphore that hands a freed slot to its longest waiter (FIFO)."""
+
+    def __init__(self, slots: int) -> None:
+        self._lock = threading.Lock()
+        self._free = slots
+        self._waiters: deque[threading.Lock] = deque()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._free and not self._waiters:
+                self._free -= 1
+                return
+            waiter = threading.Lock()
+            waiter.acquire()
+            self._waiters.append(waiter)
+        waiter.acquire()            # released by __exit__ with the slot handed over
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            if self._waiters:
+                self._waiters.popleft().release()
+            else:
+                self._free += 1
 
 
 class RoutingExecutor(concurrent.futures.Executor):
@@ -116,13 +185,17 @@ class RoutingExecutor(concurrent.futures.Executor):
         return _current_pool.get(self.default).submit(fn, *args, **kwargs)
 
 
-class BrokerExecutors:
-    """Every kind's ``KindPool``, built from a ``BrokerConfig``."""
+class KindExecutors:
+    """Every kind's ``KindPool`` of a ``KindTable``, sized by ``config`` (an object with the
+    table's settings as attributes: ``BrokerConfig``, ``NamesrvConfig``)."""
 
-    def __init__(self, config: BrokerConfig) -> None:
-        self.pools = {kind: KindPool(kind, getattr(config, threads), getattr(config, capacity))
-                      for kind, (threads, capacity) in SETTINGS.items()}
-        default = self.pools[CLIENT_MANAGE].pool
+    def __init__(self, table: KindTable, config: Any) -> None:
+        self.table = table
+        self.pools = {kind: KindPool(kind, getattr(config, threads), getattr(config, capacity),
+                                     (threads, capacity), on_loop=kind in table.on_loop,
+                                     prefix=table.prefix)
+                      for kind, (threads, capacity) in table.settings.items()}
+        default = self.pools[table.fallback].pool
         assert default is not None
         self.executor = RoutingExecutor(default)
 
@@ -131,15 +204,23 @@ class BrokerExecutors:
             p.shutdown()
 
 
+class BrokerExecutors(KindExecutors):
+    """The broker's kinds (``BROKER_KINDS``), sized by a ``BrokerConfig``."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(BROKER_KINDS, config)
+
+
 class RoutingProcessor:
     """Wraps a processor: bounds each request kind and runs the slow kinds off the loop."""
 
-    def __init__(self, inner: Processor, executors: BrokerExecutors) -> None:
+    def __init__(self, inner: Processor, executors: KindExecutors) -> None:
         self.inner = inner
         self.executors = executors
         self._pools = executors.pools
-        self._send = executors.pools[SEND]
-        self._pull = executors.pools[PULL]
+        self._kind_by_code = executors.table.kind_by_code
+        self._default = executors.table.default
+        self._pull = executors.pools.get(PULL)
         # the handlers' own Python work (a topic's stats over 1,024 queues, a query) runs
         # CPU_SLOTS at a time across every pool: each thread more contending for the GIL
         # delays the event loop's every acquisition (CPython hands the GIL to any waiter).
@@ -147,19 +228,35 @@ class RoutingProcessor:
         # ms with 2 slots, ~40 ms with 1 (tests/test_redteam_limits.py). The GIL runs one
         # thread's Python at a time anyway; what a handler hands on (``_blocking``: fsyncs,
         # the broker's own locks) runs outside the gate.
-        self._cpu_gate = threading.BoundedSemaphore(CPU_SLOTS)
+        # FIFO: a kind whose handlers follow each other (a registration flood) must not keep
+        # the slot from another kind's waiting handler (a semaphore lets its releaser retake it)
+        self._cpu_gate = FairGate(CPU_SLOTS)
 
     def process(self, conn: Connection, cmd: RemotingCommand
-                ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
-        kind = KIND_BY_CODE.get(cmd.code, ADMIN)
+                ) -> RemotingCommand | None | Parked | Awaitable[RemotingCommand | None]:
+        kind = self._kind_by_code.get(cmd.code, self._default)
+        if kind is INLINE:
+            return self.inner.process(conn, cmd)        # cheap, on the loop, never queued
         p = self._pools[kind]
         if p.outstanding >= p.limit:
             p.rejected += 1
-            return cmd.response(ResponseCode.SYSTEM_BUSY, BUSY_REMARK.format(kind, p.limit))
+            return cmd.response(ResponseCode.SYSTEM_BUSY, p.busy_remark)
         if p.pool is None:
+            if p is self._pull:
+                # a pull may be held (Parked): one connection holds at most max_parked
+                limit = conn.limits.max_parked
+                if conn.parked_count >= limit:
+                    p.rejected += 1
+                    return cmd.response(ResponseCode.SYSTEM_BUSY, PARKED_REMARK.format(limit))
             # on the loop, as before; only an answer still pending holds a place
             result = self.inner.process(conn, cmd)
-            if type(result) not in ANSWERED and inspect.isawaitable(result):
+            rtype = type(result)
+            if rtype in ANSWERED:
+                return result
+            if rtype is Parked:
+                p.outstanding += 1
+                return Parked(self._held(p, result.awaitable))  # type: ignore[union-attr]
+            if inspect.isawaitable(result):
                 p.outstanding += 1
                 return self._held(p, result)
             return result
