@@ -1,0 +1,179 @@
+"""Consumers across a master's kill -9 (issue 24, HA.md §5), real processes on 127.0.0.1.
+
+A NameServer, a SYNC_MASTER and its SLAVE (both registered, so routes list both): every SEND_OK
+message is on the slave, and what a user relies on is that consumers carry on there:
+
+* the C++ client (PyPI ``rocketmq`` 0.4.4) lagging behind when the master dies consumes every
+  remaining message from the slave and commits its offsets there. It moves to the slave when it
+  next reads the route (at its rebalance, every 20 s, or its 30 s route poll); until then it
+  retries the dead master's pulls without a pause (docs/replication.md §7.5). Stopped
+  (SIGSTOP) over the kill, as a consumer that fell behind, its overdue rebalance runs as soon
+  as it resumes;
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import rocketmq.client  # noqa: F401  (the test extra installs rocketmq==0.4.4)
+
+from rocketstore.client import Message, Producer, SendStatus
+from servers import ServerProcess, start_broker, start_namesrv  # noqa: E402
+
+WAIT_S = 120.0          # a deadline for polling, never a timing assertion
+
+
+def _wait(pred, what: str, within: float = WAIT_S) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"not within {within:g} s: {what}")
+
+
+def _config(store: Path, name: str) -> dict:
+    from rocketstore.remoting import fastjson
+    p = store / "config" / name
+    return fastjson.loads(p.read_text()) if p.exists() else {}
+
+
+class Pair:
+    """NameServer, SYNC_MASTER and SLAVE under ``tmp``; ``close`` stops what still runs."""
+
+    def __init__(self, tmp: Path, role: str = "SYNC_MASTER") -> None:
+        for d in ("m", "s"):
+            (tmp / d).mkdir(exist_ok=True)
+        self.tmp = tmp
+        self.procs: list[ServerProcess] = []
+        self.ns = self._up(start_namesrv(tmp))
+        self.master_store = tmp / "m" / "store"
+        self.slave_store = tmp / "s" / "store"
+        self.master = self.start_master(role)
+        host, port = self.master.addr.rsplit(":", 1)
+        self.slave = self._up(start_broker(self.slave_store, self.ns.addr, conf={
+            "brokerRole": "SLAVE", "brokerId": "1", "haMasterAddress": f"{host}:{int(port) + 1}"}))
+
+    def _up(self, p: ServerProcess) -> ServerProcess:
+        self.procs.append(p)
+        return p
+
+    def start_master(self, role: str, listen: str = "127.0.0.1:0") -> ServerProcess:
+        self.role = role
+        return self._up(start_broker(self.master_store, self.ns.addr,
+                                     conf={"brokerRole": role}, listen=listen))
+
+    def wait_synced(self, topic: str) -> None:
+        """The slave serves a topic's pulls once its metadata sync brought the topic."""
+        _wait(lambda: topic in _config(self.slave_store, "topics.json").get(
+            "topicConfigTable", {}), f"the slave synced topic {topic}")
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            if p.proc.poll() is None:
+                os.kill(p.proc.pid, signal.SIGCONT)
+                p.kill()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    pr = Pair(tmp_path)
+    yield pr
+    pr.close()
+
+
+# -- the C++ client ---------------------------------------------------------------------------
+
+CPP_PUSH = textwrap.dedent("""
+    import sys, threading
+    from rocketmq.client import PushConsumer
+    namesrv, group, topic = sys.argv[1:4]
+    lock = threading.Lock()
+    def on_message(m):
+        with lock:
+            print(m.queue_id, m.queue_offset, m.body.decode(), flush=True)
+    c = PushConsumer(group)
+    c.set_namesrv_addr(namesrv)
+    c.subscribe(topic, on_message)
+    c.start()
+    sys.stdin.read()            # consume until the test closes stdin
+    c.shutdown()                # commits its offsets
+    print("shutdown", flush=True)
+""")
+
+
+def test_cpp_push_consumer_continues_from_the_slave_after_master_kill9(pair, tmp_path):
+    topic, group = "CppSlave", "CG-cpp-slave"
+    sent: dict[tuple[int, int], str] = {}
+    with Producer("PG-cpp-slave", namesrv_addr=pair.ns.addr,
+                  retry_times_when_send_failed=0) as p:
+        def send(body: str) -> None:
+            r = p.send(Message(topic, body.encode()))
+            assert r.status == SendStatus.SEND_OK       # SYNC_MASTER: on the slave too
+            sent[(r.message_queue.queue_id, r.queue_offset)] = body
+        for i in range(20):
+            send(f"a{i:03d}")
+        script = tmp_path / "cpp_push.py"
+        script.write_text(CPP_PUSH)
+        consumer = subprocess.Popen(
+            [sys.executable, str(script), pair.ns.addr, group, topic], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path,
+            env=dict(os.environ, HOME=str(tmp_path)))
+        got: list[tuple[int, int, str]] = []
+        lines: list[str] = []
+
+        def pump() -> None:
+            assert consumer.stdout is not None
+            for line in consumer.stdout:
+                lines.append(line.strip())
+                q, o, body = (line.split() + ["", "", ""])[:3]
+                if q.isdigit():
+                    got.append((int(q), int(o), body))
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            _wait(lambda: len(got) >= 20, "the C++ consumer read the first 20 from the master")
+            # the consumer falls behind (stopped), 200 more arrive, then the master dies:
+            # a long-polling pull may already hold one message per queue, the rest are left
+            # for the slave
+            os.kill(consumer.pid, signal.SIGSTOP)
+            try:
+                for i in range(200):
+                    send(f"b{i:03d}")
+                pair.wait_synced(topic)
+                pair.master.kill()
+            finally:
+                os.kill(consumer.pid, signal.SIGCONT)
+            seen_at_kill = len({b for _, _, b in got})
+            _wait(lambda: {b for _, _, b in got} >= set(sent.values()),
+                  "the C++ consumer read every message, the rest from the slave")
+            assert seen_at_kill <= 20 + 4 < len(sent)
+            # each message is what was sent at that queue offset (the slave's copy)
+            for q, o, body in got:
+                assert sent[(q, o)] == body, (q, o, body)
+            assert consumer.stdin is not None
+            consumer.stdin.close()
+            assert consumer.wait(60) == 0
+            reader.join(10)
+            consumer.stdout.close()
+            assert lines[-1] == "shutdown"
+        finally:
+            if consumer.poll() is None:
+                consumer.kill()
+                consumer.wait()
+    # its offsets went to the slave (the only node of the broker name left)
+    assert pair.slave.stop() == 0
+    committed = _config(pair.slave_store, "consumerOffset.json")["offsetTable"][
+        f"{topic}@{group}"]
+    ends: dict[int, int] = {}
+    for q, o in sent:
+        ends[q] = max(ends.get(q, 0), o + 1)
+    assert {int(q): int(o) for q, o in committed.items()} == ends
