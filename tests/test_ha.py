@@ -173,6 +173,8 @@ def test_paused_slave_12_stopped_slave_11_then_catch_up(tmp_path, ns):
             r = p.send(Message("HaTopic", b"while paused"))
             waited = time.monotonic() - t0
             assert r.status == SendStatus.FLUSH_SLAVE_TIMEOUT
+            # stored on the master: the answer names it, as SEND_OK does
+            assert r.offset_msg_id is not None and r.queue_offset >= 0
             assert waited >= 1.0                                  # it waited for the ack
             assert log_size(tmp_path / "master" / "store") > m_before   # stored there
             assert log_size(s_store) == before
