@@ -173,6 +173,8 @@ def test_paused_slave_12_stopped_slave_11_then_catch_up(tmp_path, ns):
             r = p.send(Message("HaTopic", b"while paused"))
             waited = time.monotonic() - t0
             assert r.status == SendStatus.FLUSH_SLAVE_TIMEOUT
+            # stored on the master: the answer names it, as SEND_OK does
+            assert r.offset_msg_id is not None and r.queue_offset >= 0
             assert waited >= 1.0                                  # it waited for the ack
             assert log_size(tmp_path / "master" / "store") > m_before   # stored there
             assert log_size(s_store) == before
@@ -335,3 +337,38 @@ def test_slave_kill9_mid_stream_recovers_and_catches_up(tmp_path, ns):
     assert master.stop() == 0
     assert tree(m / "commitlog") == tree(s / "commitlog")
     assert tree(m / "consumequeue") == tree(s / "consumequeue")
+
+
+def test_async_master_kill9_loss_window(tmp_path):
+    """ASYNC_MASTER's loss window (tools/bench_ha.py --loss-window): steady sends, the master
+    killed -9 mid-stream. The slave holds a byte-identical prefix of the master's commit log,
+    every message on it was sent (none invented, none twice), every SEND_OK message below its
+    end is on it, and the SEND_OK messages beyond (the window) are on the master's disk."""
+    import importlib
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    bench_ha = importlib.import_module("bench_ha")
+    res = bench_ha.loss_window(tmp_path, rate=1000, seconds=1.5, file_size=FILE)
+    assert len(res.ok) >= 1000 and res.failed > 0          # killed mid-stream
+    assert res.slave_end > 0
+    m_log, s_log = res.master_store / "commitlog", res.slave_store / "commitlog"
+    for f in sorted(p for p in s_log.iterdir() if p.name.isdigit()):
+        start = int(f.name)
+        if start >= res.slave_end:
+            continue
+        n = min(FILE, res.slave_end - start)
+        assert f.read_bytes()[:n] == (m_log / f.name).read_bytes()[:n], f.name
+    sent = set(res.sent)
+    ok = {off: body for off, body, _ in res.ok}
+    with MessageStore.open(res.slave_store, StoreConfig(mapped_file_size_commit_log=FILE),
+                           read_only=True) as st:
+        on_slave = [(m.commitlog_offset, bytes(m.body)) for m in st.iter_messages()
+                    if m.topic == "BenchHaLoss"]
+    bodies = [b for _, b in on_slave]
+    assert len(bodies) == len(set(bodies)) and set(bodies) <= sent
+    held = dict(on_slave)
+    for off, body in ok.items():
+        if off < res.slave_end:
+            assert held.get(off) == body, off
+    assert bench_ha.on_master_disk(res) == len(res.absent)
+    assert "covering" in bench_ha.loss_report(res, 1000)

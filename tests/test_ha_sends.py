@@ -175,3 +175,43 @@ def test_two_slaves_either_ack_completes_a_send(tmp_path):
                 s.close()
     finally:
         master.close()
+
+
+def test_code_11_over_tcp_carries_the_stored_message_s_ids(tmp_path):
+    """A SYNC_MASTER's SLAVE_NOT_AVAILABLE (11) still stored the message: 4.9.8 answers it
+    with msgId, queueId and queueOffset as for SEND_OK (``handlePutMessageResult`` sets them
+    for every stored status), so a client can find what it sent. Raw frames and our client."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from rawwire import RawClient, props_string
+    from servers import start_broker, start_namesrv
+    from rocketstore import MessageStore
+    ns = start_namesrv(tmp_path)
+    master = start_broker(tmp_path / "store", ns.addr, conf={"brokerRole": "SYNC_MASTER"})
+    try:
+        with RawClient(master.addr) as c:
+            h, _ = c.call(310, {"a": "PG", "b": "Code11", "c": "TBW102", "d": 4, "e": 1,
+                                "f": 0, "g": int(time.time() * 1000), "h": 0,
+                                "i": props_string({}), "j": 0, "k": "false", "m": "false"},
+                          b"raw-11")
+        assert h["code"] == 11
+        ext = h["extFields"]
+        assert ext["queueId"] == "1" and ext["queueOffset"] == "0"
+        raw_id = ext["msgId"]
+        with Producer("PG-11", namesrv_addr=ns.addr, retry_times_when_send_failed=0) as p:
+            r = p.send(Message("Code11", b"client-11"))
+            f = p.send_future(Message("Code11", b"future-11")).result(10)
+        for res in (r, f):
+            assert res.status == SendStatus.SLAVE_NOT_AVAILABLE
+            assert res.offset_msg_id is not None and res.queue_offset >= 0
+            assert res.message_queue.queue_id >= 0
+    finally:
+        assert master.stop() == 0
+        ns.stop()
+    with MessageStore.open(tmp_path / "store", read_only=True) as st:
+        assert st.look_message_by_id(raw_id).body == b"raw-11"
+        got = st.look_message_by_id(r.offset_msg_id)
+        assert got.body == b"client-11" and got.queue_offset == r.queue_offset
+        assert got.queue_id == r.message_queue.queue_id
+        assert st.look_message_by_id(f.offset_msg_id).body == b"future-11"

@@ -153,3 +153,40 @@ def test_sync_master_with_sync_flush_statuses(tmp_path):
         assert master.store.put_message_async(nowait).result(10).status == S.PUT_OK
     finally:
         master.close()
+
+
+def test_a_record_cut_by_a_dead_master_is_reported_once_per_position(tmp_path, caplog):
+    """A slave whose master died in the middle of sending a record holds that record's first
+    bytes: dispatch cannot read it and waits (it may still come). That is said once for the
+    position, not every second; when the rest arrives and a later record is cut, that new
+    position is said once too."""
+    import logging
+    with MessageStore.open(tmp_path / "m", StoreConfig(mapped_file_size_commit_log=FILE)) as m:
+        offsets = [m.put_message(Message("Cut", b"r%d" % i * 50)).commitlog_offset
+                   for i in range(3)]
+        end = m.get_max_phy_offset()
+        data = m.commit_log_queue.files[0].read_bytes(0, end)
+    first_cut, second_cut = offsets[1] + 20, offsets[2] + 20      # inside records 2 and 3
+    said = "dispatch cannot read a record"
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if said in r.getMessage()]
+
+    def wait_for(n: int) -> None:
+        deadline = time.monotonic() + 30
+        while len(lines()) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(lines()) >= n, lines()
+    caplog.set_level(logging.WARNING, logger="rocketstore")
+    with MessageStore.open(tmp_path / "s", StoreConfig(mapped_file_size_commit_log=FILE)) as st:
+        st.set_slave(True)
+        cl = st.commit_log
+        assert cl.append_replicated(0, data[:first_cut]) == first_cut
+        wait_for(1)
+        time.sleep(2.5)                 # dispatch retries every second: no new line for it
+        assert len(lines()) == 1 and f"offset {offsets[1]}" in lines()[0]
+        assert cl.append_replicated(first_cut, data[first_cut:second_cut]) == second_cut
+        wait_for(2)
+        time.sleep(2.5)
+        assert len(lines()) == 2 and f"offset {offsets[2]}" in lines()[1]
+        assert st.get_max_offset_in_queue("Cut", 0) == 2        # the whole ones dispatched

@@ -14,7 +14,14 @@ Real processes on 127.0.0.1 (``rocketstore namesrv`` + ``rocketstore broker`` ma
   slave lag       under the ASYNC_MASTER send load: time from SEND_OK on the master to the
                   record's bytes being in the slave's file (every 20th send), p50 / p99 / max.
 
+  loss window     (--loss-window) an ASYNC_MASTER under a steady send rate is killed -9
+                  mid-stream: how many SEND_OK messages the slave lacks (they exist only on the
+                  master's disk) and the time they cover (from the earliest such SEND_OK to the
+                  kill), checked against both stores: the slave's commit log is a
+                  byte-identical prefix of the master's.
+
   python tools/bench_ha.py [--num 3000] [--mb 256]
+  python tools/bench_ha.py --loss-window [--rate 2000] [--seconds 3]
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -167,6 +175,124 @@ def replication(tmp: Path, mib: int) -> tuple[float, int]:
     return (end - first) / el / 1e6, end
 
 
+@dataclass
+class LossWindow:
+    """What an ASYNC_MASTER kill -9 mid-stream left (``loss_window``)."""
+
+    master_store: Path
+    slave_store: Path
+    sent: list[bytes]                           # every body sent, in order
+    ok: list[tuple[int, bytes, float]]          # SEND_OK: (commit-log offset, body, answer time)
+    failed: int                                 # sends answered with an error (after the kill)
+    killed_at: float                            # perf_counter() of the kill
+    slave_end: int = 0                          # the slave's commit-log end after the kill
+
+    @property
+    def absent(self) -> list[tuple[int, bytes, float]]:
+        """SEND_OK messages the slave does not have."""
+        return [r for r in self.ok if r[0] >= self.slave_end]
+
+    @property
+    def window_ms(self) -> float:
+        """From the earliest SEND_OK the slave lacks to the kill (0 when it lacks none)."""
+        a = self.absent
+        return (self.killed_at - min(t for _, _, t in a)) * 1000 if a else 0.0
+
+
+def loss_window(tmp: Path, rate: int, seconds: float, file_size: int = FILE) -> LossWindow:
+    """Send ``rate`` messages/s (futures, no waiting) to an ASYNC_MASTER with a slave, kill -9
+    the master after ``seconds``, keep sending for 0.3 s (those fail), then stop the slave
+    cleanly. Both stores are left in ``tmp`` for inspection."""
+    from rocketstore import MessageStore, StoreConfig
+    from rocketstore.client import Message, Producer, SendStatus
+    from servers import start_broker, start_namesrv
+    d = tmp / "loss"
+    for sub in ("m", "s"):
+        (d / sub).mkdir(parents=True)
+    ns = start_namesrv(d)
+    m, s = d / "m" / "store", d / "s" / "store"
+    conf = {"mappedFileSizeCommitLog": str(file_size)}
+    master = start_broker(m, ns.addr, {**conf, "brokerRole": "ASYNC_MASTER"})
+    slave = start_broker(s, "", {**conf, "brokerRole": "SLAVE", "brokerId": "1",
+                                 "haMasterAddress": ha_addr(master.addr)})
+    res = LossWindow(m, s, [], [], 0, 0.0)
+    lock = threading.Lock()
+    p = Producer("bench-ha-loss", namesrv_addr=ns.addr, send_msg_timeout=3000,
+                 retry_times_when_send_failed=0).start()
+    try:
+        r = p.send(Message("BenchHaLoss", b"warm-up"))  # route and connection ready
+        res.sent.append(b"warm-up")
+        res.ok.append((int(r.offset_msg_id[-16:], 16), b"warm-up", time.perf_counter()))
+        futs = []
+
+        def answered(body: bytes, f) -> None:
+            t = time.perf_counter()
+            try:
+                r = f.result()
+            except Exception:  # noqa: BLE001 - a send the dead master never answered
+                with lock:
+                    res.failed += 1
+                return
+            if r.status == SendStatus.SEND_OK:
+                with lock:
+                    res.ok.append((int(r.offset_msg_id[-16:], 16), body, t))
+        t0 = time.perf_counter()
+        kill_at, end_at = t0 + seconds, t0 + seconds + 0.3
+        i = 0
+        while True:
+            due = t0 + i / rate
+            now = time.perf_counter()
+            if due > now:
+                time.sleep(due - now)
+            if not res.killed_at and time.perf_counter() >= kill_at:
+                master.proc.kill()                      # SIGKILL, sends in flight
+                res.killed_at = time.perf_counter()
+            if time.perf_counter() >= end_at:
+                break
+            body = b"loss-%08d" % i
+            res.sent.append(body)
+            f = p.send_future(Message("BenchHaLoss", body))
+            f.add_done_callback(lambda f, body=body: answered(body, f))
+            futs.append(f)
+            i += 1
+        for f in futs:
+            try:
+                f.result(30)
+            except Exception:  # noqa: BLE001 - counted by the callback
+                pass
+    finally:
+        p.shutdown()
+        master.kill()
+        slave.stop()
+        ns.stop()
+    with MessageStore.open(s, StoreConfig(mapped_file_size_commit_log=file_size),
+                           read_only=True) as st:
+        res.slave_end = st.get_max_phy_offset()
+    return res
+
+
+def on_master_disk(res: LossWindow) -> int:
+    """How many of the SEND_OK messages the slave lacks the killed master's store holds (it
+    is opened, so recovered, as a restarted master would be)."""
+    from rocketstore import MessageStore, StoreConfig
+    with MessageStore.open(res.master_store, StoreConfig(
+            mapped_file_size_commit_log=_file_size(res.master_store))) as st:
+        return sum(1 for off, body, _ in res.absent
+                   if (got := st.look_message_by_offset(off)) is not None and got.body == body)
+
+
+def _file_size(store: Path) -> int:
+    return (store / "commitlog" / f"{0:020d}").stat().st_size
+
+
+def loss_report(res: LossWindow, rate: int) -> str:
+    a = res.absent
+    return (f"ASYNC_MASTER kill -9 at {rate} msgs/s: sent {len(res.sent)}, SEND_OK "
+            f"{len(res.ok)}, failed {res.failed}; SEND_OK absent from the slave {len(a)} "
+            f"({on_master_disk(res)} of them on the master's disk), covering "
+            f"{res.window_ms:.1f} ms before the kill")
+
+
 SENDER = """
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -213,8 +339,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--num", type=int, default=3000, help="sync sends per mode")
     ap.add_argument("--mb", type=int, default=256, help="MiB a new slave catches up on")
+    ap.add_argument("--loss-window", action="store_true",
+                    help="only the ASYNC_MASTER kill -9 loss window")
+    ap.add_argument("--rate", type=int, default=2000, help="loss window: sends per second")
+    ap.add_argument("--seconds", type=float, default=3.0,
+                    help="loss window: seconds of sends before the kill")
+    ap.add_argument("--runs", type=int, default=3, help="loss window: repetitions")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench_ha_"))
+    if args.loss_window:
+        try:
+            for k in range(args.runs):
+                print(loss_report(loss_window(tmp / f"run{k}", args.rate, args.seconds),
+                                  args.rate), flush=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     try:
         sync_rate, sync_p99, _ = run_pair(tmp, "SYNC_MASTER", args.num)
         async_rate, async_p99, lags = run_pair(tmp, "ASYNC_MASTER", args.num)

@@ -8,10 +8,14 @@ so does ``flush_consumer_offset_interval`` (the store owns ``consumerOffset.json
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from rocketstore.errors import InvalidConfigError
 from rocketstore.common.constants import PermName
+
+if TYPE_CHECKING:
+    from rocketstore.acl.signature import SessionCredentials
 
 _CORES = os.cpu_count() or 1
 
@@ -60,6 +64,10 @@ class BrokerConfig:
     # plain ACL (docs/acl.md): off unless acl_enable; acl_file "" is <store dir>/conf/plain_acl.yml
     acl_enable: bool = False
     acl_file: str = ""
+    # what this broker signs its own requests with (a slave's metadata sync to a master with ACL
+    # on, NameServer registration): RocketMQ 5.3's innerClientAuthenticationCredentials, a JSON
+    # object {"accessKey": ..., "secretKey": ...}; "" signs nothing. Never shown (repr, config).
+    inner_client_authentication_credentials: str = field(default="", repr=False)
     # rocketstore's own (rocketstore.broker.metrics): counters on by default, /metrics opt-in
     metrics_enable: bool = True                  # per-topic/group counters, runtime info
     metrics_port: int = 0                        # Prometheus /metrics on broker_ip1 (0: off)
@@ -138,6 +146,9 @@ class BrokerConfig:
                                      "BrokerConfig")
         if self.broker_role != "SLAVE" and self.broker_id != 0:
             object.__setattr__(self, "broker_id", 0)   # as BrokerStartup: a master is always 0
+        if self.inner_client_authentication_credentials:
+            object.__setattr__(self, "_inner_credentials", _parse_credentials(
+                self.inner_client_authentication_credentials))
         if not 0 <= self.metrics_port < 65536:
             raise InvalidConfigError("metrics_port", self.metrics_port, "must be 0 (off) or a "
                                      "TCP port", "BrokerConfig")
@@ -157,6 +168,11 @@ class BrokerConfig:
                                          "BrokerConfig")
 
     @property
+    def inner_credentials(self) -> SessionCredentials | None:
+        """The credentials of ``inner_client_authentication_credentials``, or None."""
+        return getattr(self, "_inner_credentials", None)
+
+    @property
     def broker_addr(self) -> str:
         """``brokerIP1:listenPort``, the address clients and offset ids use."""
         return f"{self.broker_ip1}:{self.listen_port}"
@@ -165,3 +181,29 @@ class BrokerConfig:
     def ha_server_addr(self) -> str:
         """``brokerIP2:haListenPort``: the HA port is always the listen port + 1."""
         return f"{self.broker_ip2}:{self.listen_port + 1}"
+
+
+def _parse_credentials(text: str) -> SessionCredentials:
+    """``{"accessKey": ..., "secretKey": ...}`` (and an optional ``securityToken``), as 5.3
+    reads it into a ``SessionCredentials``; errors never repeat the text (it holds a secret)."""
+    import json
+
+    from rocketstore.acl.signature import SessionCredentials
+    setting = "inner_client_authentication_credentials"
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise InvalidConfigError(setting, "***", 'must be a JSON object {"accessKey": ..., '
+                                 '"secretKey": ...}', "BrokerConfig")
+    for key in ("accessKey", "secretKey"):
+        v = doc.get(key)
+        if not isinstance(v, str) or not v:
+            raise InvalidConfigError(setting, "***", f"{key} must be a non-empty string",
+                                     "BrokerConfig")
+    token = doc.get("securityToken")
+    if token is not None and not isinstance(token, str):
+        raise InvalidConfigError(setting, "***", "securityToken must be a string",
+                                 "BrokerConfig")
+    return SessionCredentials(doc["accessKey"], doc["secretKey"], token)

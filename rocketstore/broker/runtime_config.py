@@ -45,6 +45,8 @@ def _settings(broker: Broker) -> dict[str, str]:
     values: dict[str, str] = {}
     for cfg in (broker.store_config, broker.config):     # BrokerConfig's wins on a shared name
         for f in dataclasses.fields(cfg):
+            if not f.repr:
+                continue            # a secret (inner_client_authentication_credentials)
             v = getattr(cfg, f.name)
             if f.name == "store_path_commit_log":
                 v = broker.store_config.commit_log_path(broker.store.root)

@@ -19,6 +19,10 @@ as the master's string (a slave does not deliver delayed messages; the file matt
 promoted). The master address is the ``masterAddr`` of the NameServer's answer to the slave's
 last registration; without one (no master registered, or it is this broker) nothing is asked.
 A failed request is logged and retried at the next round.
+
+Against a master with ACL on, the requests are signed with the broker's
+``innerClientAuthenticationCredentials`` (the server's outbound client signs them); a refusal
+is logged with the master's remark and the setting to look at, once per round and table.
 """
 from __future__ import annotations
 
@@ -47,8 +51,13 @@ PERIOD_S = 10.0
 TIMEOUT_S = 3.0
 DELAY_OFFSET_FILE = "delayOffset.json"
 
-# (address, request code, timeout s) -> (response code, body); raises on transport errors
-Invoke = Callable[[str, int, float], "tuple[int, bytes]"]
+# (address, request code, timeout s) -> (response code, body, remark); raises on transport errors
+Invoke = Callable[[str, int, float], "tuple[int, bytes, str]"]
+_NAMES = {GET_ALL_TOPIC_CONFIG: "GET_ALL_TOPIC_CONFIG", GET_ALL_CONSUMER_OFFSET:
+          "GET_ALL_CONSUMER_OFFSET", GET_ALL_DELAY_OFFSET: "GET_ALL_DELAY_OFFSET",
+          GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "GET_ALL_SUBSCRIPTIONGROUP_CONFIG"}
+# what a master's plain ACL says when it refuses a request (docs/acl.md §3)
+_ACL_WORDS = ("AclException", "accessKey", "Check signature failed")
 
 
 def vip_address(addr: str) -> str:
@@ -107,9 +116,14 @@ class SlaveSynchronize:
         self.rounds += 1
 
     def _ask(self, addr: str, code: int) -> bytes | None:
-        rc, body = self.invoke(addr, code, TIMEOUT_S)
+        rc, body, remark = self.invoke(addr, code, TIMEOUT_S)
         if rc != ResponseCode.SUCCESS:
-            log.warning("master %s answered request %d with code %d", addr, code, rc)
+            hint = ""
+            if any(w in remark for w in _ACL_WORDS):
+                hint = (" (the master checks ACL: give this broker an account in "
+                        "innerClientAuthenticationCredentials, docs/replication.md)")
+            log.warning("master %s refused %s (%d) with code %d: %s%s", addr,
+                        _NAMES.get(code, "request"), code, rc, remark, hint)
             return None
         return body or None
 

@@ -174,7 +174,11 @@ class BrokerServer:
             BrokerProcessor(self.broker, vip=True, executor=ex.executor, acl=self.acl), ex)
         if self.namesrv_addrs:
             self._ns_loop = LoopThread("rocketstore-broker-namesrv", use_uvloop=False)
-            self._ns_client = RemotingClient(loop=self._ns_loop)
+            # one outbound client, signed as RocketMQ 5.3's BrokerOuterAPI signs (its
+            # innerClientAuthenticationCredentials): registrations and the slave's sync alike
+            creds = bc.inner_credentials
+            self._ns_client = RemotingClient(loop=self._ns_loop,
+                                             rpc_hook=creds.sign if creds else None)
             if self.broker.is_slave:
                 self.slave_sync = SlaveSynchronize(self.broker, self._invoke_master, self.addr)
                 self.broker.slave_sync = self.slave_sync
@@ -258,11 +262,12 @@ class BrokerServer:
             if setter is not None:
                 setter(ha)
 
-    def _invoke_master(self, addr: str, code: int, timeout: float) -> tuple[int, bytes]:
-        """A slave's metadata request to its master (no header, no body)."""
+    def _invoke_master(self, addr: str, code: int, timeout: float) -> tuple[int, bytes, str]:
+        """A slave's metadata request to its master (no header, no body; signed when the
+        broker has inner credentials)."""
         assert self._ns_client is not None
         r = self._ns_client.invoke(addr, RemotingCommand.request(code), timeout)
-        return r.code, bytes(r.body) if r.body else b""
+        return r.code, bytes(r.body) if r.body else b"", r.remark or ""
 
     async def _register_periodically(self) -> None:
         period = min(max(self.register_period_ms, 10_000), 60_000) / 1000   # RocketMQ's clamp

@@ -89,7 +89,10 @@ cdef class PutMessageResult:
 
     @property
     def msg_id(self):
-        if self.status is not PUT_OK:
+        # a stored record has its id whatever the status says: a flush or replica wait that
+        # failed (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE) still stored it,
+        # and 4.9.8 answers those with msgId/queueId/queueOffset as for SEND_OK
+        if self.commitlog_offset < 0:
             return None
         if self._offsets is None:
             return format_msg_id(self._host_b, self.commitlog_offset)
@@ -99,7 +102,7 @@ cdef class PutMessageResult:
     def commitlog_offsets(self):
         """Commit-log offset of every message of the put (one for a single put)."""
         if self._offsets is None:
-            return [self.commitlog_offset] if self.status is PUT_OK else []
+            return [self.commitlog_offset] if self.commitlog_offset >= 0 else []
         return self._offsets.tolist()
 
     def __repr__(self):

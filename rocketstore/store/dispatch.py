@@ -26,6 +26,9 @@ from rocketstore.store._dispatch import DispatchCore
 # no CPU.
 POLL_S = 0.001
 IDLE_POLLS = 20
+# a record dispatch cannot read (a slave's record cut by its master's death, damage) is said
+# once for its position, then again only this often while dispatch stays there
+STUCK_REPEAT_S = 300.0
 
 log = logging.getLogger("rocketstore.store.dispatch")
 
@@ -127,6 +130,7 @@ class DispatchService:
         self._thread: threading.Thread | None = None
         # the last failure, until a dispatch succeeds again (the store reports it)
         self.error: BaseException | None = None
+        self._stuck_said: tuple[int, float] = (-1, 0.0)    # (position, monotonic time)
         self.on_error: Callable[[BaseException | None], None] | None = None
 
     @property
@@ -200,8 +204,7 @@ class DispatchService:
                     else:
                         stuck = min(stuck * 2, 1.0)
                         if stuck == 1.0:
-                            log.warning("dispatch cannot read a record at commit-log offset %d",
-                                        self.core.reput_offset)
+                            self._say_stuck()
                     self._wake.wait(stuck)
                     continue
                 self._wake.wait(1.0)
@@ -209,6 +212,21 @@ class DispatchService:
             self.error = e
             log.exception("dispatch service stopped")
             self.notifier.notify()      # waiters (wait_dispatched) see the error
+
+    def _say_stuck(self) -> None:
+        """Log the unreadable record once per position, then every ``STUCK_REPEAT_S``."""
+        at, when = self._stuck_said
+        pos, now = self.core.reput_offset, time.monotonic()
+        if pos == at and now - when < STUCK_REPEAT_S:
+            return
+        self._stuck_said = (pos, now)
+        if pos == at:
+            log.warning("dispatch cannot read a record at commit-log offset %d (still, after "
+                        "%.0f s)", pos, now - when)
+        else:
+            log.warning("dispatch cannot read a record at commit-log offset %d: a record "
+                        "still being written (a slave's, cut by its master's end) or damage; "
+                        "retrying every second", pos)
 
     def _failed(self, e: BaseException) -> None:
         if self.error is None or type(self.error) is not type(e) or str(self.error) != str(e):
