@@ -74,3 +74,28 @@ def test_a_registration_flood_fills_its_own_queue_and_lookups_go_on(tmp_path: Pa
         assert lookups > 0
     finally:
         ns.stop()
+
+
+def test_one_connection_holds_about_max_pending_bytes_of_request_bodies(tmp_path: Path) -> None:
+    """A request being answered reserves its body against serverMaxPendingResponseBytes
+    (4 MiB): one connection pipelining 2.5 MiB registrations has two in the NameServer at a
+    time (the rest wait in the socket), so it neither holds 25 MiB of bodies nor fills the
+    registrations' queue (1 thread + 1 waiting) by itself."""
+    conf = tmp_path / "namesrv.properties"
+    conf.write_text("registerBrokerThreadPoolNums=1\nregisterBrokerThreadPoolQueueCapacity=1\n")
+    ns = start_namesrv(tmp_path, ["-c", str(conf)])
+    try:
+        body = register_body(100)
+        pad = (5 << 19) - len(body)            # 2.5 MiB: JSON whitespace after the object
+        assert pad > 0
+        body += b" " * pad
+        n = 10
+        with RawClient(ns.addr, timeout=120) as c:
+            c.send(b"".join(frame(REGISTER_BROKER, {
+                "brokerName": f"pipe{i}", "brokerAddr": f"10.3.0.{i}:10911",
+                "clusterName": "C", "haServerAddr": f"10.3.0.{i}:10912", "brokerId": 0,
+                "compressed": "false", "bodyCrc32": 0}, body) for i in range(n)))
+            codes = [c.read_response()[0]["code"] for _ in range(n)]
+        assert codes == [SUCCESS] * n, codes
+    finally:
+        ns.stop()

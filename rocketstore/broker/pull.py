@@ -121,7 +121,7 @@ class PullRequestHoldService:
             self.notifier.listeners_armed = True
         # a waiter that goes away (its connection closed) cancels: dropped then, not at the
         # deadline the request chose
-        parked.future.add_done_callback(lambda f: f.cancelled() and self._drop(parked))
+        parked.future.add_done_callback(lambda f: self._drop(parked) if f.cancelled() else None)
         # a message may have arrived between the read and the parking: look once now
         self._wake.set()
 

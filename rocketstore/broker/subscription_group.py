@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocketstore.common.constants import SYS_GROUP_PREFIX
-from rocketstore.store.topics import DataVersion, VersionedConfigTable, _version_from_bean
+from rocketstore.store.topics import (MAX_QUEUE_NUMS, DataVersion, VersionedConfigTable,
+                                     _version_from_bean)
 
 log = logging.getLogger("rocketstore.broker.subscription")
 
@@ -78,8 +79,14 @@ def _from_bean(name: str, bean: Any) -> SubscriptionGroupConfig:
 
 def from_bean(name: str, bean: Any) -> SubscriptionGroupConfig:
     """A ``SubscriptionGroupConfig`` from its fastjson form (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP's
-    body); absent fields take 4.9.8's defaults, a field of the wrong type raises ValueError."""
-    return _from_bean(name, bean)
+    body); absent fields take 4.9.8's defaults, a field of the wrong type raises ValueError,
+    and so does a ``retryQueueNums`` no topic may have (the group's %RETRY% topic gets that
+    many queues at the next heartbeat: out of 0..65,535 every heartbeat would fail)."""
+    config = _from_bean(name, bean)
+    if not 0 <= config.retry_queue_nums <= MAX_QUEUE_NUMS:
+        raise ValueError(f"subscriptionGroupTable[{name!r}]: retryQueueNums="
+                         f"{config.retry_queue_nums} is out of range 0..{MAX_QUEUE_NUMS}")
+    return config
 
 
 def _decode(doc: Any) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:

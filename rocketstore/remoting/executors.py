@@ -71,7 +71,6 @@ SETTINGS: dict[str, tuple[str, str]] = {
 }
 
 
-
 @dataclass(frozen=True)
 class KindTable:
     """How a server sorts requests into kinds: ``kind_by_code`` (codes absent: ``default``;
