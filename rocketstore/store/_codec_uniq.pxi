@@ -59,7 +59,6 @@ cdef class UniqIdGenerator:
         return buf[:32].decode("ascii")
 
 
-
 # -- a producer's send-time stamping -------------------------------------------------------------
 
 cdef bytes _WAIT_TRUE_PROP = b"WAIT\x01true\x02"

@@ -144,7 +144,6 @@ cdef class _PoolCommit(_LogCore):
                 pthread_mutex_unlock(&self.commit_mu)
 
 
-
 @cython.final
 cdef class _CopyGuard:
     """The commit log's copy lock as a context manager, for the pool's Python commits: the

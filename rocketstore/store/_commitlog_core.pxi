@@ -147,7 +147,6 @@ cdef inline void _deadline_in(timespec *t, int64_t ms) noexcept nogil:
         t.tv_nsec -= 1000000000
 
 
-
 # -- CommitLog's layers ------------------------------------------------------------------
 
 cdef class _LogCore:
