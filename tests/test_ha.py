@@ -346,8 +346,12 @@ def test_async_master_kill9_loss_window(tmp_path):
     end is on it, and the SEND_OK messages beyond (the window) are on the master's disk."""
     import importlib
     import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    bench_ha = importlib.import_module("bench_ha")
+    tools = str(Path(__file__).resolve().parent.parent / "tools")
+    sys.path.insert(0, tools)
+    try:
+        bench_ha = importlib.import_module("bench_ha")
+    finally:
+        sys.path.remove(tools)
     res = bench_ha.loss_window(tmp_path, rate=1000, seconds=1.5, file_size=FILE)
     assert len(res.ok) >= 1000 and res.failed > 0          # killed mid-stream
     assert res.slave_end > 0

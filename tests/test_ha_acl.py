@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml  # noqa: F401  (the broker's ACL needs it; the test extra installs pyyaml)
 
-pytest.importorskip("yaml")     # the acl extra; CI installs it with the test extra
-
-from rawwire import RawClient  # noqa: E402  (tests/rawwire.py)
-from servers import start_broker, start_namesrv  # noqa: E402  (tests/servers.py)
+from rawwire import RawClient  # tests/rawwire.py
+from servers import start_broker, start_namesrv  # tests/servers.py
 
 SUCCESS, UPDATE_TOPIC, UPDATE_OFFSET, UPDATE_GROUP, GET_BROKER_CONFIG = 0, 17, 15, 200, 26
 WAIT_S = 60.0           # a deadline for polling, never a timing assertion
