@@ -64,12 +64,22 @@ def test_raw_calls_status_frames_and_unimplemented(cluster):
     f = frames(15)                                  # nothing there: MESSAGE_NOT_FOUND
     assert [x.WhichOneof("content") for x in f] == ["status", "delivery_timestamp"]
     assert f[0].status.code == code("MESSAGE_NOT_FOUND")
+    # a 20 s long poll under a 6.2 s deadline: the proxy answers before the deadline (a late
+    # answer is DEADLINE_EXCEEDED for the client, and what it popped stays invisible)
+    r = pb.ReceiveMessageRequest(batch_size=4)
+    r.group.name, r.message_queue.topic.name, r.message_queue.id = "g_raw", "t_raw", -1
+    r.invisible_duration.seconds = 15
+    r.long_polling_timeout.seconds = 20
+    f = list(receive(r, metadata=META, timeout=6.2))
+    assert [x.WhichOneof("content") for x in f] == ["status", "delivery_timestamp"]
+    assert f[0].status.code == code("MESSAGE_NOT_FOUND")
 
     _, send = _stub(addr, "SendMessage", "SendMessageRequest", "SendMessageResponse")
     sr = pb.SendMessageRequest()
     m = sr.messages.add(body=b"raw")
     m.topic.name = "t_raw"
     m.system_properties.message_id = "01RAW"
+    m.system_properties.queue_id = -1               # advisory: the proxy picks the queue
     first = send(sr, metadata=META, timeout=10)
     assert first.status.code == code("OK")
     # a client retrying a send whose answer it lost sends the same message id again: stored
@@ -180,7 +190,7 @@ def test_acl_signed_clients_and_topic_permissions(client_venv, cluster, tmp_path
         req.topic.name = "t_raw"
         date = "20261126T134434Z"
 
-        def status(sk: str | None) -> tuple[int, str]:
+        def status(sk: str | None, date: str = date) -> tuple[int, str]:
             md = list(META) + [("x-mq-date-time", date)]
             if sk is not None:
                 md.append(("authorization", f"MQv2-HMAC-SHA1 Credential=rocketmq2, "
@@ -188,12 +198,14 @@ def test_acl_signed_clients_and_topic_permissions(client_venv, cluster, tmp_path
                                             f"Signature={sign(sk, date)}"))
             st = query(req, metadata=md, timeout=10).status
             return st.code, st.message
-        raw = {"ok": status("12345678"), "wrong": status("87654321"), "none": status(None)}
+        raw = {"ok": status("12345678"), "wrong": status("87654321"), "none": status(None),
+               # the Python client sends local time marked Z: any skew is accepted
+               "skewed": status("12345678", "19991231T235959Z")}
         ch.close()
     finally:
         assert proxy.stop() == 0
     unauthorized = pb.enum_value("Code", "UNAUTHORIZED")
-    assert raw["ok"][0] == pb.enum_value("Code", "OK")
+    assert raw["ok"][0] == raw["skewed"][0] == pb.enum_value("Code", "OK")
     assert raw["wrong"][0] == unauthorized and "signature" in raw["wrong"][1]
     assert raw["none"][0] == unauthorized
     assert r["ok"] == "sent"
