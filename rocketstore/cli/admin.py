@@ -128,9 +128,9 @@ def _cluster_list(args: argparse.Namespace) -> int:
                        "groups)")
 def _topic_list(args: argparse.Namespace) -> int:
     with _client(args) as admin:
-        topics = admin.topic_list()
         if getattr(args, "attributes", False):
-            return _topic_attributes(args, admin, topics)
+            return _topic_attributes(args, admin)
+        topics = admin.topic_list()
         if not getattr(args, "cluster_model", False):
             _emit(args, {"topicList": topics}, [(t,) for t in topics], ("topic",))
             return 0
@@ -156,17 +156,18 @@ def _topic_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _topic_attributes(args: argparse.Namespace, admin: Any, topics: list[str]) -> int:
-    """topicList -a: each topic's RocketMQ 5 attributes (message.type) as its brokers keep
-    them; a topic without any reads as NORMAL."""
+def _topic_attributes(args: argparse.Namespace, admin: Any) -> int:
+    """topicList -a: each topic's RocketMQ 5 attributes (message.type) as the master brokers
+    keep them (their topic tables, not the NameServer's list: what a broker has is shown at
+    once); a topic without any reads as NORMAL."""
     configs: dict[str, dict[str, Any]] = {}
     for name, addr in sorted(admin.master_addrs().items()):
         table = admin.topic_configs(addr).get("topicConfigTable") or {}
         for t, bean in table.items():
             configs.setdefault(t, {})[name] = bean.get("attributes") or {}
     doc, rows = [], []
-    for t in topics:
-        for broker, attrs in sorted(configs.get(t, {}).items()):
+    for t in sorted(configs):
+        for broker, attrs in sorted(configs[t].items()):
             doc.append({"topic": t, "brokerName": broker, "attributes": attrs})
             rows.append((t, broker, attrs.get("message.type", "NORMAL"),
                          ",".join(f"{k}={v}" for k, v in sorted(attrs.items())) or "-"))
