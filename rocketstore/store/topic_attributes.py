@@ -40,12 +40,12 @@ def parse_modification(text: str | None) -> dict[str, str]:
             key, _, value = item.partition("=")
             if not key.startswith("+") or not value:
                 raise InvalidArgumentError("attributes", text,
-                                           f"{item!r}: an add or change is +key=value")
+                                           f"{item!r}: expected +key=value or -key")
         else:
             key, value = item, ""
             if not key.startswith("-"):
                 raise InvalidArgumentError("attributes", text,
-                                           f"{item!r}: a removal is -key")
+                                           f"{item!r}: expected +key=value or -key")
         if key[1:] in {k[1:] for k in out}:
             raise InvalidArgumentError("attributes", text, f"{key[1:]!r} given twice")
         out[key] = value
