@@ -165,8 +165,9 @@ class MessagingService(ConsumeRpcs):
             return hit[1]
         kind = None
         r = await self.route(topic)
+        masters = r.broker_addrs if r is not None else {}
         for qd in (r.queue_datas if r is not None else ()):
-            if 0 not in r.broker_addrs.get(qd.broker_name, {}):
+            if 0 not in masters.get(qd.broker_name, {}):
                 continue
             try:
                 attrs = await asyncio.to_thread(self.transport.get_topic_attributes,
