@@ -15,6 +15,7 @@ from servers import ServerProcess, start_broker, start_namesrv
 TOPICS = ("t_normal", "t_fifo", "t_tx", "t_delay", "t_dlq", "t_cross", "t_inval", "t_async",
           "t_orphan", "t_restart", "t_raw", "t_push", "t_cpp", "t_race",
           "t_txc", "t_dl")
+TYPES = {"t_fifo": "FIFO", "t_tx": "TRANSACTION", "t_orphan": "TRANSACTION", "t_delay": "DELAY"}
 
 
 @pytest.fixture(scope="session")
@@ -42,8 +43,11 @@ def cluster(tmp_path_factory):
     try:
         with AdminClient(ns.addr) as admin:
             for t in TOPICS:
+                # RocketMQ 5's topic attribute, kept by the broker (no proxy option)
+                kind = TYPES.get(t)
                 admin.update_topic(t, read_queue_nums=4, write_queue_nums=4,
-                                   broker_addr=broker.addr)
+                                   broker_addr=broker.addr,
+                                   attributes=kind and f"+message.type={kind}")
         proxy = start_proxy(ns.addr, tmp / "proxy")
         state = {"ns": ns, "broker": broker, "proxy": proxy, "tmp": tmp}
         yield state
@@ -56,9 +60,7 @@ def cluster(tmp_path_factory):
 def start_proxy(ns: str, data_dir: Path) -> ServerProcess:
     return ServerProcess(["proxy", "--namesrv", ns, "--listen", "127.0.0.1:0", "--data-dir",
                           str(data_dir), "--fifo-group", "g_fifo", "--group-max-attempts",
-                          "g_dlq=2", "--message-type", "t_fifo=FIFO", "--message-type",
-                          "t_tx=TRANSACTION", "--message-type", "t_orphan=TRANSACTION",
-                          "--message-type", "t_delay=DELAY"])
+                          "g_dlq=2"])
 
 
 def run(client_venv, cluster, script: str, **kw) -> dict:

@@ -338,3 +338,28 @@ def test_bodies_in_fastjson_form():
     from rocketstore.errors import RemotingProtocolError
     with pytest.raises(RemotingProtocolError, match="not a message queue"):
         b.decode_consume_stats(b'{"offsetTable":{"nope":{}}}')
+
+
+def test_topic_message_type_attribute(cluster, capsys):
+    """updateTopic -a sets RocketMQ 5's message.type on the broker (what the gRPC proxy
+    serves, docs/grpc.md); topicList -a shows it, NORMAL for a topic without one; a wrong
+    value is a one-line error naming it."""
+    ns, addr = cluster
+    out = admin(capsys, "updateTopic", "-n", ns, "-b", addr, "-t", "AdminFifo", "-r", "2",
+                "-w", "2", "-a", "+message.type=FIFO")
+    assert out.splitlines()[2].split() == [addr, "AdminFifo", "2", "2", "6",
+                                           "message.type=FIFO"]
+    admin(capsys, "updateTopic", "-n", ns, "-b", addr, "-t", "AdminPlain", "-r", "2", "-w", "2")
+    until(lambda: {"AdminFifo", "AdminPlain"} <= set(
+        admin_json(capsys, "topicList", "-n", ns)["topicList"]), "topics registered")
+    rows = {r.split()[0]: r.split()[1:] for r in
+            admin(capsys, "topicList", "-n", ns, "-a").splitlines()[2:]}
+    assert rows["AdminFifo"] == ["broker-a", "FIFO", "message.type=FIFO"]
+    assert rows["AdminPlain"] == ["broker-a", "NORMAL", "-"]
+    p = run_cli("updateTopic", "-n", ns, "-b", addr, "-t", "AdminFifo", "-a",
+                "+message.type=ORDERED")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert "INVALID_PARAMETER" in p.stderr and "ORDERED" in p.stderr, p.stderr
+    doc = admin_json(capsys, "topicList", "-n", ns, "-a")
+    assert {"topic": "AdminFifo", "brokerName": "broker-a",
+            "attributes": {"message.type": "FIFO"}} in doc

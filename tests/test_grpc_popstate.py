@@ -43,3 +43,27 @@ def test_the_journal_is_compacted_while_running(tmp_path, monkeypatch):
     assert sorted(k[4] for k in r.inflight) == list(range(0, 2000, 10))
     assert r.cursors == {q: 2000}
     r.close()
+
+
+def test_queue_entries_are_the_queue_s_own_after_every_kind_of_change(tmp_path):
+    """queue_entries reads a per-queue index (not a scan of every in-flight entry): it must
+    match the table through pops, acks, nacks, drops and a replay."""
+    path = str(tmp_path / "pop.journal")
+    s = PopState(path)
+    qa, qb = ("g", "t", "broker-a", 0), ("g", "t", "broker-a", 1)
+    s.record_pops((qa, 4), [((*qa, i), InFlight(1000, 10**13, 1, i)) for i in range(4)])
+    s.record_pops((qb, 2), [((*qb, i), InFlight(1000, 10**13, 1, 50 + i)) for i in range(2)])
+    assert s.ack((*qa, 1), 1000, now=2000) is None
+    s.change_invisible((*qa, 3), 1000, now=3000, visible_at=9000)
+    s.drop((*qb, 0))
+    s.drop((*qb, 1))
+
+    def view(st: PopState) -> dict:
+        return {q: [(o, e.pop_time, e.visible_at) for o, e in st.queue_entries(q)]
+                for q in (qa, qb)}
+    want = {qa: [(0, 1000, 10**13), (2, 1000, 10**13), (3, 3000, 9000)], qb: []}
+    assert view(s) == want
+    s.close()
+    r = PopState(path)
+    assert view(r) == want
+    r.close()

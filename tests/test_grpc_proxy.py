@@ -103,11 +103,16 @@ def test_max_attempts_then_dead_letter_queue(client_venv, cluster):
 
 def test_fifo_group_in_order_and_redelivered_in_place(client_venv, cluster):
     r = run(client_venv, cluster, '''
-        p = Producer(CONFIG, ("t_fifo",))
+        p = Producer(CONFIG, ("t_fifo", "t_normal"))
         p.startup()
         for i in range(5):
             for g in ("ga", "gb"):
                 p.send(msg("t_fifo", f"{g}-{i}", group=g))
+        try:        # a NORMAL topic's queues do not accept FIFO: the client refuses locally
+            p.send(msg("t_normal", "misplaced", group="ga"))
+            misplaced = "sent"
+        except Exception as e:
+            misplaced = type(e).__name__ + ": " + str(e)
         p.shutdown()
         c = SimpleConsumer(CONFIG, "g_fifo", {"t_fifo": FilterExpression("*")}, 5)
         c.startup()
@@ -121,8 +126,9 @@ def test_fifo_group_in_order_and_redelivered_in_place(client_venv, cluster):
         for m in again:
             c.ack(m)
         c.shutdown()
-        out(got=[view(m) for m in got], again=[view(m) for m in again])
+        out(got=[view(m) for m in got], again=[view(m) for m in again], misplaced=misplaced)
     ''')
+    assert "IllegalArgument" in r["misplaced"], r["misplaced"]
     for g in ("ga", "gb"):
         seq = [m["body"] for m in r["got"] if m["group"] == g]
         assert seq == [f"{g}-{i}" for i in range(5)], seq       # per-group order

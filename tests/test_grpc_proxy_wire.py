@@ -64,12 +64,22 @@ def test_raw_calls_status_frames_and_unimplemented(cluster):
     f = frames(15)                                  # nothing there: MESSAGE_NOT_FOUND
     assert [x.WhichOneof("content") for x in f] == ["status", "delivery_timestamp"]
     assert f[0].status.code == code("MESSAGE_NOT_FOUND")
+    # a 20 s long poll under a 6.2 s deadline: the proxy answers before the deadline (a late
+    # answer is DEADLINE_EXCEEDED for the client, and what it popped stays invisible)
+    r = pb.ReceiveMessageRequest(batch_size=4)
+    r.group.name, r.message_queue.topic.name, r.message_queue.id = "g_raw", "t_raw", -1
+    r.invisible_duration.seconds = 15
+    r.long_polling_timeout.seconds = 20
+    f = list(receive(r, metadata=META, timeout=6.2))
+    assert [x.WhichOneof("content") for x in f] == ["status", "delivery_timestamp"]
+    assert f[0].status.code == code("MESSAGE_NOT_FOUND")
 
     _, send = _stub(addr, "SendMessage", "SendMessageRequest", "SendMessageResponse")
     sr = pb.SendMessageRequest()
     m = sr.messages.add(body=b"raw")
     m.topic.name = "t_raw"
     m.system_properties.message_id = "01RAW"
+    m.system_properties.queue_id = -1               # advisory: the proxy picks the queue
     first = send(sr, metadata=META, timeout=10)
     assert first.status.code == code("OK")
     # a client retrying a send whose answer it lost sends the same message id again: stored
@@ -180,7 +190,7 @@ def test_acl_signed_clients_and_topic_permissions(client_venv, cluster, tmp_path
         req.topic.name = "t_raw"
         date = "20261126T134434Z"
 
-        def status(sk: str | None) -> tuple[int, str]:
+        def status(sk: str | None, date: str = date) -> tuple[int, str]:
             md = list(META) + [("x-mq-date-time", date)]
             if sk is not None:
                 md.append(("authorization", f"MQv2-HMAC-SHA1 Credential=rocketmq2, "
@@ -188,12 +198,14 @@ def test_acl_signed_clients_and_topic_permissions(client_venv, cluster, tmp_path
                                             f"Signature={sign(sk, date)}"))
             st = query(req, metadata=md, timeout=10).status
             return st.code, st.message
-        raw = {"ok": status("12345678"), "wrong": status("87654321"), "none": status(None)}
+        raw = {"ok": status("12345678"), "wrong": status("87654321"), "none": status(None),
+               # the Python client sends local time marked Z: any skew is accepted
+               "skewed": status("12345678", "19991231T235959Z")}
         ch.close()
     finally:
         assert proxy.stop() == 0
     unauthorized = pb.enum_value("Code", "UNAUTHORIZED")
-    assert raw["ok"][0] == pb.enum_value("Code", "OK")
+    assert raw["ok"][0] == raw["skewed"][0] == pb.enum_value("Code", "OK")
     assert raw["wrong"][0] == unauthorized and "signature" in raw["wrong"][1]
     assert raw["none"][0] == unauthorized
     assert r["ok"] == "sent"
@@ -527,3 +539,94 @@ def test_recall_a_delay_message_before_its_time(cluster):
     ch.close()
     time.sleep(max(0.0, (due_ms + 2500) / 1000 - time.time()))
     assert "01RECALL" not in {m.uniq_key for m in _pull_topic(ns.addr, "t_delay")}
+
+
+def test_topic_message_type_is_kept_by_the_broker(tmp_path):
+    """A topic's RocketMQ 5 ``message.type`` lives in the broker's topic config: set through
+    UPDATE_AND_CREATE_TOPIC's ``attributes`` (raw frames, as mqadmin updateTopic -a sends it),
+    validated, written to topics.json, read by the proxy (no --message-type option) for
+    QueryRoute and the send type check, kept by an update that does not name it and by a
+    kill -9 and restart of the broker."""
+    import json
+    from rocketstore.proxy import protocol as pb
+    from rawwire import RawClient
+    code = lambda name: pb.enum_value("Code", name)     # noqa: E731
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(tmp_path / "store", ns.addr)
+    proxy = None
+    create = {"topic": "t_attr", "defaultTopic": "TBW102", "readQueueNums": 2,
+              "writeQueueNums": 2, "perm": 6, "topicFilterType": "SINGLE_TAG",
+              "topicSysFlag": 0, "order": "false"}
+    topics_json = tmp_path / "store" / "config" / "topics.json"
+    try:
+        with RawClient(broker.addr) as c:
+            for attrs, words in (("+message.type=BOGUS", ("message.type", "BOGUS", "FIFO")),
+                                 ("+queue.type=BatchCQ", ("unsupported", "queue.type")),
+                                 ("-message.type", ("created", "+key=value")),
+                                 ("message.type=FIFO", ("+key=value",)),
+                                 ("+message.type=MIXED", ("MIXED", "enableMixedMessageType"))):
+                h, _ = c.call(17, {**create, "attributes": attrs})
+                assert h["code"] == 29, (attrs, h)          # INVALID_PARAMETER
+                assert all(w in h.get("remark", "") for w in words), (attrs, h)
+            h, _ = c.call(351, {"topic": "t_attr"})
+            assert h["code"] == 17                          # TOPIC_NOT_EXIST: nothing created
+            h, _ = c.call(17, {**create, "attributes": "+message.type=FIFO"})
+            assert h["code"] == 0, h
+            h, body = c.call(351, {"topic": "t_attr"})
+            assert h["code"] == 0 and json.loads(body)["attributes"] == {"message.type": "FIFO"}
+        on_disk = json.loads(topics_json.read_text())["topicConfigTable"]["t_attr"]
+        assert on_disk["attributes"] == {"message.type": "FIFO"}
+
+        proxy = ServerProcess(["proxy", "--namesrv", ns.addr, "--listen", "127.0.0.1:0",
+                               "--data-dir", str(tmp_path / "proxy")])
+        ch, query = _stub(proxy.addr, "QueryRoute", "QueryRouteRequest", "QueryRouteResponse")
+        _, send = _stub(proxy.addr, "SendMessage", "SendMessageRequest", "SendMessageResponse")
+
+        def accepts() -> set:
+            req = pb.QueryRouteRequest()
+            req.topic.name = "t_attr"
+            resp = query(req, metadata=META, timeout=10)
+            assert resp.status.code == code("OK"), resp.status
+            return {tuple(q.accept_message_types) for q in resp.message_queues}
+
+        def send_one(group: str | None, mid: str) -> int:
+            sr = pb.SendMessageRequest()
+            m = sr.messages.add(body=b"x")
+            m.topic.name = "t_attr"
+            m.system_properties.message_id = mid
+            if group:
+                m.system_properties.message_group = group
+            return send(sr, metadata=META, timeout=10).status.code
+
+        assert accepts() == {(pb.enum_value("MessageType", "FIFO"),)}
+        assert send_one("g1", "01ATTR-1") == code("OK")
+        # a NORMAL message to a FIFO topic: refused as RocketMQ 5's proxy refuses it
+        assert send_one(None, "01ATTR-2") == code("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE")
+
+        # a 4.9-style update (no attributes header) changes the queues and keeps the type
+        with RawClient(broker.addr) as c:
+            h, _ = c.call(17, {**create, "readQueueNums": 4, "writeQueueNums": 4})
+            assert h["code"] == 0, h
+        on_disk = json.loads(topics_json.read_text())["topicConfigTable"]["t_attr"]
+        assert (on_disk["writeQueueNums"], on_disk["attributes"]) == (4, {"message.type": "FIFO"})
+
+        broker.kill()
+        broker = start_broker(tmp_path / "store", ns.addr)
+        with RawClient(broker.addr) as c:
+            h, body = c.call(351, {"topic": "t_attr"})
+            assert h["code"] == 0 and json.loads(body)["attributes"] == {"message.type": "FIFO"}
+            # removing the attribute makes it a NORMAL topic again
+            h, _ = c.call(17, {**create, "attributes": "-message.type"})
+            assert h["code"] == 0, h
+            h, body = c.call(351, {"topic": "t_attr"})
+            assert json.loads(body)["attributes"] == {}
+        deadline = time.monotonic() + 30                    # the proxy's cache: 5 s
+        while accepts() != {(pb.enum_value("MessageType", "NORMAL"),)}:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        assert send_one(None, "01ATTR-3") == code("OK")
+        ch.close()
+    finally:
+        for p in (proxy, broker, ns):
+            if p is not None:
+                p.stop()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import os
 import threading
 from pathlib import Path
@@ -347,3 +348,38 @@ def test_concurrent_updates_keep_file_and_counter_in_step(config_dir):
     again = reloaded(config_dir)
     assert again.all() == m.all()
     assert again.data_version == m.data_version
+
+
+def test_message_type_attribute_read_from_the_file(config_dir):
+    """RocketMQ 5 stores ``message.type`` under its plain key (TopicConfigManager applies the
+    ``+``/``-`` modification before storing); a 4.9.8 topic without attributes is NORMAL."""
+    from rocketstore.store import topic_attributes as ta
+    os.makedirs(config_dir)
+    Path(config_dir, TOPICS_FILE).write_text(
+        '{"dataVersion":{"counter":2,"timestamp":1393729865073},"topicConfigTable":{'
+        '"Old":{"perm":6,"readQueueNums":8,"topicFilterType":"SINGLE_TAG",'
+        '"topicName":"Old","writeQueueNums":8},'
+        '"Fifo":{"attributes":{"message.type":"FIFO"},"perm":6,"readQueueNums":8,'
+        '"topicName":"Fifo","writeQueueNums":8}}}')
+    m = reloaded(config_dir)
+    assert m.get("Old").attributes == {} and ta.message_type(m.get("Old").attributes) == "NORMAL"
+    assert ta.message_type(m.get("Fifo").attributes) == "FIFO"
+
+
+def test_attribute_modifications_follow_rocketmq_5():
+    from rocketstore.errors import InvalidArgumentError
+    from rocketstore.store import topic_attributes as ta
+    parse = ta.parse_modification
+    assert parse("+message.type=FIFO") == {"+message.type": "FIFO"}
+    assert ta.alter({}, parse("+message.type=DELAY"), create=True) == {"message.type": "DELAY"}
+    assert ta.alter({"message.type": "FIFO"}, parse("+message.type=NORMAL"),
+                    create=False) == {"message.type": "NORMAL"}
+    assert ta.alter({"message.type": "FIFO"}, parse("-message.type"), create=False) == {}
+    for text, create, words in (("+message.type=fifo", True, "one of"),
+                                ("+cleanup.policy=COMPACTION", True, "unsupported key"),
+                                ("-message.type", True, "only +key=value"),
+                                ("-message.type", False, "does not have it"),
+                                ("+message.type=FIFO,+message.type=DELAY", True, "twice"),
+                                ("+message.type", True, "+key=value")):
+        with pytest.raises(InvalidArgumentError, match=re.escape(words)):
+            ta.alter({}, parse(text), create=create)

@@ -73,6 +73,8 @@ class BrokerConfig:
     metrics_port: int = 0                        # Prometheus /metrics on broker_ip1 (0: off)
     # RocketMQ 5's local-mode proxy in the broker process (rocketstore.proxy; 0: off)
     grpc_server_port: int = 0
+    # RocketMQ 5's enableMixedMessageType: may a topic's message.type attribute be MIXED
+    enable_mixed_message_type: bool = False
     # request executors by kind (rocketstore.remoting.executors, docs/protocol.md "Limits"):
     # 4.9.8's thread counts and queue capacities; a full queue answers SYSTEM_BUSY. Send and
     # pull are answered on the event loop, their capacity bounds the requests in flight.

@@ -128,6 +128,8 @@ def _cluster_list(args: argparse.Namespace) -> int:
                        "groups)")
 def _topic_list(args: argparse.Namespace) -> int:
     with _client(args) as admin:
+        if getattr(args, "attributes", False):
+            return _topic_attributes(args, admin)
         topics = admin.topic_list()
         if not getattr(args, "cluster_model", False):
             _emit(args, {"topicList": topics}, [(t,) for t in topics], ("topic",))
@@ -151,6 +153,25 @@ def _topic_list(args: argparse.Namespace) -> int:
                 rows.append((cluster, t, g))
     _emit(args, [{"cluster": c, "topic": t, "consumerGroup": g} for c, t, g in rows], rows,
           ("#Cluster Name", "#Topic", "#Consumer Group"))
+    return 0
+
+
+def _topic_attributes(args: argparse.Namespace, admin: Any) -> int:
+    """topicList -a: each topic's RocketMQ 5 attributes (message.type) as the master brokers
+    keep them (their topic tables, not the NameServer's list: what a broker has is shown at
+    once); a topic without any reads as NORMAL."""
+    configs: dict[str, dict[str, Any]] = {}
+    for name, addr in sorted(admin.master_addrs().items()):
+        table = admin.topic_configs(addr).get("topicConfigTable") or {}
+        for t, bean in table.items():
+            configs.setdefault(t, {})[name] = bean.get("attributes") or {}
+    doc, rows = [], []
+    for t in sorted(configs):
+        for broker, attrs in sorted(configs[t].items()):
+            doc.append({"topic": t, "brokerName": broker, "attributes": attrs})
+            rows.append((t, broker, attrs.get("message.type", "NORMAL"),
+                         ",".join(f"{k}={v}" for k, v in sorted(attrs.items())) or "-"))
+    _emit(args, doc, rows, ("topic", "broker name", "message type", "attributes"))
     return 0
 
 
@@ -205,12 +226,16 @@ def _update_topic(args: argparse.Namespace) -> int:
     with _client(args) as admin:
         done = admin.update_topic(args.topic, read_queue_nums=args.read_queues,
                                   write_queue_nums=args.write_queues, perm=perm,
-                                  order=args.order, broker_addr=args.broker, cluster=args.cluster)
+                                  order=args.order, broker_addr=args.broker, cluster=args.cluster,
+                                  attributes=args.attributes)
+        attrs = {a: admin.topic_config(a, args.topic).get("attributes") or {} for a in done}
     doc = {"topic": args.topic, "readQueueNums": args.read_queues,
            "writeQueueNums": args.write_queues, "perm": perm, "order": args.order,
-           "brokers": done}
-    _emit(args, doc, [(a, args.topic, args.read_queues, args.write_queues, perm)
-                      for a in done], ("broker", "topic", "read queues", "write queues", "perm"))
+           "brokers": done, "attributes": attrs}
+    _emit(args, doc, [(a, args.topic, args.read_queues, args.write_queues, perm,
+                       ",".join(f"{k}={v}" for k, v in sorted(attrs[a].items())) or "-")
+                      for a in done],
+          ("broker", "topic", "read queues", "write queues", "perm", "attributes"))
     return 0
 
 
@@ -458,6 +483,9 @@ def _options(name: str, c: argparse.ArgumentParser) -> None:
         c.add_argument("-w", "--write-queues", type=int, default=8, help="write queues (8)")
         c.add_argument("-p", "--perm", help="2 write, 4 read, 6 read-write (6)")
         c.add_argument("-o", "--order", action="store_true", help="an ordered topic")
+        c.add_argument("-a", "--attributes", metavar="+KEY=VALUE,-KEY",
+                       help="RocketMQ 5 topic attributes to add, change (+) or remove (-), "
+                            "e.g. +message.type=FIFO")
     if name == "queryMsgById":
         c.add_argument("-i", "--msg-id", help="offset message id (or, with -t, client id)")
     if name in ("queryMsgByKey", "sendMessage"):
@@ -474,6 +502,8 @@ def _options(name: str, c: argparse.ArgumentParser) -> None:
     if name == "topicList":
         c.add_argument("-c", "--clusterModel", dest="cluster_model", action="store_true",
                        help="with each topic's cluster and consumer groups")
+        c.add_argument("-a", "--attributes", action="store_true",
+                       help="with each topic's RocketMQ 5 attributes (message.type) per broker")
     admin_more.options(name, c)
     if name == "sendMessage":
         c.add_argument("-p", "--body", help="message body (UTF-8)")

@@ -391,9 +391,10 @@ def register_proxy(sub) -> None:
                    help="deliveries before a group's message goes to %%DLQ%%GROUP (default 17: "
                         "retryMaxTimes 16 + 1); repeatable")
     p.add_argument("--message-type", action="append", metavar="TOPIC=TYPE",
-                   help="a topic's RocketMQ 5 message.type: NORMAL, FIFO, DELAY, TRANSACTION or "
-                        "MIXED (4.9 topics have none; default NORMAL as RocketMQ, '*=MIXED' "
-                        "changes the default); repeatable")
+                   help="override a topic's RocketMQ 5 message.type (NORMAL, FIFO, DELAY, "
+                        "TRANSACTION or MIXED; the broker's topic attribute otherwise, set with "
+                        "admin updateTopic -a +message.type=T); '*=T' for topics without one "
+                        "(default NORMAL, as RocketMQ); repeatable")
     p.add_argument("--acl-file", metavar="plain_acl.yml",
                    help="authenticate 5.x clients (MQv2-HMAC-SHA1) and check their topic and "
                         "group permissions against this plain ACL file (docs/acl.md)")

@@ -431,6 +431,17 @@ class TcpTransport(Transport):
             SEND_BACK_TIMEOUT_S)
         return RemotingResult(_code(r.code), r.remark)
 
+    def get_topic_attributes(self, broker_name: str, topic: str) -> dict[str, str] | None:
+        """The topic's RocketMQ 5 attributes at the broker's master (GET_TOPIC_CONFIG); None
+        when the broker does not have the topic or does not know the request (4.9)."""
+        r = self.client.invoke(self._master_addr(broker_name), RemotingCommand.request(
+            RequestCode.GET_TOPIC_CONFIG, {"topic": topic}), API_TIMEOUT_S)
+        if r.code != ResponseCode.SUCCESS or not r.body:
+            return None
+        doc = fastjson.loads(bytes(r.body))
+        attrs = doc.get("attributes") if isinstance(doc, dict) else None
+        return {str(k): str(v) for k, v in attrs.items()} if isinstance(attrs, dict) else {}
+
     def view_message(self, broker_name: str, commit_log_offset: int) -> MessageExt | None:
         r = self._invoke(broker_name, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID,
                                                               {"offset": commit_log_offset}))

@@ -68,6 +68,7 @@ class RequestCode(enum.IntEnum):
     QUERY_DATA_VERSION = 322
     SEND_REPLY_MESSAGE = 324
     SEND_REPLY_MESSAGE_V2 = 325
+    GET_TOPIC_CONFIG = 351          # RocketMQ 5 (a 5.x proxy reads a topic's message.type)
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
 
 

@@ -44,7 +44,10 @@ class PopState:
     def __init__(self, path: str) -> None:
         self.path = path
         self.cursors: dict[QueueKey, int] = {}
-        self.inflight: dict[Key, InFlight] = {}
+        self.inflight: dict[Key, InFlight] = {}       # change only through _set/_del
+        # the same entries by queue, so a receive looks at its queue's entries only (not at
+        # everything in flight in every group)
+        self._by_queue: dict[QueueKey, dict[int, InFlight]] = {}
         # open transactions: id -> [broker, queue offset, commit-log offset, offset msg id, ms]
         self.transactions: dict[str, list] = {}
         self._lock = threading.Lock()
@@ -69,10 +72,10 @@ class PopState:
                 if op == "c":
                     self.cursors[tuple(k)] = int(rec["n"])            # type: ignore[index]
                 elif op == "p":
-                    self.inflight[tuple(k)] = InFlight(               # type: ignore[index]
-                        int(rec["pt"]), int(rec["v"]), int(rec["a"]), int(rec.get("cl", -1)))
+                    self._set(tuple(k), InFlight(                     # type: ignore[arg-type]
+                        int(rec["pt"]), int(rec["v"]), int(rec["a"]), int(rec.get("cl", -1))))
                 elif op == "a":
-                    self.inflight.pop(tuple(k), None)                  # type: ignore[arg-type]
+                    self._del(tuple(k))                                # type: ignore[arg-type]
                 elif op == "t":
                     self.transactions[str(k)] = list(rec["v"])
                 elif op == "te":
@@ -115,6 +118,19 @@ class PopState:
         if self._lines > COMPACT_MIN_LINES and self._lines > 4 * self._live():
             self._compact()
 
+    def _set(self, k: Key, e: InFlight) -> None:
+        self.inflight[k] = e
+        self._by_queue.setdefault(k[:4], {})[k[4]] = e      # type: ignore[index]
+
+    def _del(self, k: Key) -> InFlight | None:
+        e = self.inflight.pop(k, None)
+        if e is not None:
+            q = self._by_queue[k[:4]]                       # type: ignore[index]
+            del q[k[4]]
+            if not q:
+                del self._by_queue[k[:4]]                   # type: ignore[arg-type]
+        return e
+
     def _live(self) -> int:
         return len(self.cursors) + len(self.inflight) + len(self.transactions)
 
@@ -128,7 +144,7 @@ class PopState:
                 self.cursors[cursor[0]] = cursor[1]
                 lines.append(self._cursor_line(*cursor))
             for k, e in pops:
-                self.inflight[k] = e
+                self._set(k, e)
                 lines.append(self._pop_line(k, e))
             self._write(lines)
             if sync and self._out is not None:
@@ -145,7 +161,7 @@ class PopState:
                 return "receipt handle is expired or already used"
             if e.visible_at <= now:
                 return "receipt handle is expired"
-            del self.inflight[k]
+            self._del(k)
             self._write([json.dumps({"op": "a", "k": list(k)}) + "\n"])
             return None
 
@@ -160,7 +176,7 @@ class PopState:
             if e.visible_at <= now:
                 return "receipt handle is expired"
             e = InFlight(max(now, pop_time + 1), visible_at, e.attempt, e.commit_log_offset)
-            self.inflight[k] = e
+            self._set(k, e)
             self._write([self._pop_line(k, e)])
             return e
 
@@ -192,14 +208,14 @@ class PopState:
 
     def drop(self, k: Key) -> None:
         with self._lock:
-            if self.inflight.pop(k, None) is not None:
+            if self._del(k) is not None:
                 self._write([json.dumps({"op": "a", "k": list(k)}) + "\n"])
 
     # -- queries ------------------------------------------------------------------------------
     def queue_entries(self, qk: QueueKey) -> list[tuple[int, InFlight]]:
-        """In-flight entries of one queue, by offset."""
+        """In-flight entries of one queue, by offset (that queue's only: not a scan of all)."""
         with self._lock:
-            return sorted((k[4], e) for k, e in self.inflight.items() if k[:4] == qk)
+            return sorted(self._by_queue.get(qk, {}).items())
 
     def next_visible(self) -> int | None:
         with self._lock:

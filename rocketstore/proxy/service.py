@@ -77,6 +77,7 @@ class MessagingService(ConsumeRpcs):
         self.settings: dict[str, Any] = {}
         self.streams: dict[str, asyncio.Queue[Any]] = {}
         self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
+        self._types: dict[str, tuple[float, str]] = {}      # topic -> (looked up, message.type)
         self._rr = 0
         # message id -> the first send's outcome (status code, message, offset), so a client
         # retrying a send whose answer it lost does not store the message twice
@@ -151,10 +152,36 @@ class MessagingService(ConsumeRpcs):
                            "no readable queue")
         return out
 
-    def message_type(self, topic: str) -> str:
-        """The topic's ``message.type`` (4.9 topics have none: the proxy's setting, else
-        NORMAL as in RocketMQ 5)."""
-        return self.cfg.message_types.get(topic, self.cfg.default_message_type)
+    async def message_type(self, topic: str) -> str:
+        """The topic's ``message.type``: the proxy's ``--message-type TOPIC=T`` if given, else
+        the attribute a master broker keeps with the topic (GET_TOPIC_CONFIG, as RocketMQ 5's
+        proxy reads it; cached for ``ROUTE_TTL_S``), else (a 4.9 topic or broker) the proxy's
+        ``'*=T'``, NORMAL by default as in RocketMQ 5."""
+        override = self.cfg.message_types.get(topic)
+        if override is not None:
+            return override
+        hit = self._types.get(topic)
+        if hit is not None and time.monotonic() - hit[0] < ROUTE_TTL_S:
+            return hit[1]
+        kind = None
+        r = await self.route(topic)
+        masters = r.broker_addrs if r is not None else {}
+        for qd in (r.queue_datas if r is not None else ()):
+            if 0 not in masters.get(qd.broker_name, {}):
+                continue
+            try:
+                attrs = await asyncio.to_thread(self.transport.get_topic_attributes,
+                                                qd.broker_name, topic)
+            except TransportError as e:
+                log.warning("topic config of %s at %s: %s", topic, qd.broker_name, e)
+                continue
+            if attrs is not None:
+                kind = attrs.get("message.type")
+                break
+        if kind not in ACCEPTS:
+            kind = self.cfg.default_message_type
+        self._types[topic] = (time.monotonic(), kind)
+        return kind
 
     def max_attempts(self, group: str) -> int:
         return self.cfg.max_attempts.get(group, self.cfg.default_max_attempts)
@@ -171,6 +198,7 @@ class MessagingService(ConsumeRpcs):
         if r is None:
             _status(resp.status, "TOPIC_NOT_FOUND", f"topic {topic} not found")
             return resp
+        accepts = ACCEPTS[await self.message_type(topic)]
         for qd in r.queue_datas:
             ids = r.broker_addrs.get(qd.broker_name, {})
             readable, writable = bool(qd.perm & 4), bool(qd.perm & 2)
@@ -185,7 +213,7 @@ class MessagingService(ConsumeRpcs):
                     mq.topic.resource_namespace = req.topic.resource_namespace
                     mq.broker.name, mq.broker.id = qd.broker_name, broker_id
                     mq.broker.endpoints.CopyFrom(req.endpoints)
-                    mq.accept_message_types.extend(ACCEPTS[self.message_type(topic)])
+                    mq.accept_message_types.extend(accepts)
         return _reply(resp, "OK")
 
     # -- Telemetry ----------------------------------------------------------------------------
@@ -322,7 +350,7 @@ class MessagingService(ConsumeRpcs):
         await asyncio.to_thread(self.registry.remove_consumer, group)
 
     # -- SendMessage --------------------------------------------------------------------------
-    def _validate_message(self, m: Any, topic: str) -> None:
+    def _validate_message(self, m: Any, topic: str, want: str) -> None:
         if m.topic.name != topic:
             raise RpcError("MESSAGE_CORRUPTED", "messages of one request must share a topic")
         if not m.body:
@@ -349,7 +377,6 @@ class MessagingService(ConsumeRpcs):
         kind = ("TRANSACTION" if sp.message_type == convert.TRANSACTION else
                 "DELAY" if sp.HasField("delivery_timestamp") else
                 "FIFO" if sp.HasField("message_group") and sp.message_group else "NORMAL")
-        want = self.message_type(topic)
         if want != "MIXED" and kind != want and not topic.startswith(("%RETRY%", "%DLQ%")):
             raise RpcError("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
                            f"a {kind} message cannot be sent to {topic}, a {want} topic")
@@ -363,8 +390,9 @@ class MessagingService(ConsumeRpcs):
             problem = topic_problem(topic)
             if problem:
                 raise RpcError("ILLEGAL_TOPIC", problem)
+            want = await self.message_type(topic)
             for m in req.messages:
-                self._validate_message(m, topic)
+                self._validate_message(m, topic, want)
             queues = await self._queues(topic, 2)
             peer = ctx.peer() or ""
             for m in req.messages:
@@ -491,9 +519,10 @@ class MessagingService(ConsumeRpcs):
         problem = topic_problem(topic)
         if problem:
             return _reply(resp, "ILLEGAL_TOPIC", problem)
-        if self.message_type(topic) not in ("DELAY", "MIXED"):
+        want = await self.message_type(topic)
+        if want not in ("DELAY", "MIXED"):
             return _reply(resp, "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
-                          f"{topic} is a {self.message_type(topic)} topic, not DELAY")
+                          f"{topic} is a {want} topic, not DELAY")
         try:
             resp.message_id = self.timer.recall(topic, req.recall_handle)
         except ValueError as e:

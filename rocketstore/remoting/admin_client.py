@@ -147,9 +147,10 @@ class AdminClient:
 
     def update_topic(self, topic: str, *, read_queue_nums: int = 8, write_queue_nums: int = 8,
                      perm: int = 6, order: bool = False, broker_addr: str | None = None,
-                     cluster: str | None = None) -> list[str]:
+                     cluster: str | None = None, attributes: str | None = None) -> list[str]:
         """Create or change ``topic`` on one broker, or on every master of ``cluster``;
-        returns the broker addresses done."""
+        returns the broker addresses done. ``attributes``: RocketMQ 5's modification string,
+        e.g. ``"+message.type=FIFO"`` (``rocketstore.store.topic_attributes``)."""
         if (broker_addr is None) == (cluster is None):
             raise AdminError("updateTopic", ResponseCode.INVALID_PARAMETER,
                              "give exactly one of a broker address (-b) or a cluster (-c)")
@@ -157,6 +158,8 @@ class AdminClient:
         fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queue_nums,
                   "writeQueueNums": write_queue_nums, "perm": perm,
                   "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": order}
+        if attributes:
+            fields["attributes"] = attributes
         for addr in addrs:
             self.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields,
                         what=f"updateTopic {topic} at {addr}")
@@ -338,6 +341,12 @@ class AdminClient:
         """GET_ALL_TOPIC_CONFIG: {"dataVersion", "topicConfigTable"} of one broker."""
         r = self.invoke(broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG,
                         what=f"topic configs at {broker_addr}")
+        return fastjson.loads(bytes(r.body))
+
+    def topic_config(self, broker_addr: str, topic: str) -> dict[str, Any]:
+        """GET_TOPIC_CONFIG (RocketMQ 5): one topic's config, with its ``attributes``."""
+        r = self.invoke(broker_addr, RequestCode.GET_TOPIC_CONFIG, {"topic": topic},
+                        what=f"topic config of {topic} at {broker_addr}")
         return fastjson.loads(bytes(r.body))
 
     def broker_consume_stats(self, broker_addr: str, order: bool = False

@@ -5,6 +5,8 @@
   UPDATE_AND_CREATE_TOPIC 17      create or change a topic (the broker then re-registers)
   DELETE_TOPIC_IN_BROKER 215      drop a topic's config (its stored messages age out)
   GET_TOPIC_STATS_INFO 202        min/max offset and last store time per queue
+  GET_TOPIC_CONFIG 351            one topic's config with its 5.x attributes (what RocketMQ 5's
+                                  proxy reads a topic's message.type from)
   GET_CONSUME_STATS 208           per queue: broker offset, the group's offset, last consumed time
   GET_CONSUMER_CONNECTION_LIST 203 the group's clients, subscriptions and consume settings
   QUERY_MESSAGE 12                messages by key (or client id) through the index
@@ -57,6 +59,7 @@ from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection
 from rocketstore.remoting.zerocopy import RecordBody
+from rocketstore.store import topic_attributes
 from rocketstore.store.topics import MULTI_TAG, SINGLE_TAG, TopicConfig
 
 if TYPE_CHECKING:
@@ -91,6 +94,7 @@ class AdminProcessor:
         return {R.UPDATE_AND_CREATE_TOPIC: self.update_topic,
                 R.DELETE_TOPIC_IN_BROKER: self.delete_topic,
                 R.GET_TOPIC_STATS_INFO: self.topic_stats,
+                R.GET_TOPIC_CONFIG: self.topic_config,
                 R.GET_CONSUME_STATS: self.consume_stats,
                 R.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
                 R.QUERY_MESSAGE: self.query_message,
@@ -134,12 +138,26 @@ class AdminProcessor:
         if filter_type not in (SINGLE_TAG, MULTI_TAG):
             return cmd.response(ResponseCode.INVALID_PARAMETER,
                                 f"topicFilterType {filter_type!r} is not SINGLE_TAG or MULTI_TAG")
+        current = self.broker.topic_manager.select(topic)
         try:
+            # RocketMQ 5: the header's modification applies to the topic's current attributes
+            # (properties a 4.9 request does not carry are kept, not dropped)
+            extra = dict(current.extra) if current is not None else {}
+            change = topic_attributes.parse_modification(r.attributes)
+            if change:
+                attrs = topic_attributes.alter(current.attributes if current else {}, change,
+                                               create=current is None)
+                if (attrs.get(topic_attributes.MESSAGE_TYPE) == topic_attributes.MIXED
+                        and not self.broker.config.enable_mixed_message_type):
+                    return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                        "MIXED message type is not supported (the broker's "
+                                        "enableMixedMessageType is false)")
+                extra["attributes"] = attrs
             tc = TopicConfig(topic, r.read_queue_nums, r.write_queue_nums, r.perm, filter_type,
-                             r.topic_sys_flag, r.order)
+                             r.topic_sys_flag, r.order, extra)
         except (TypeError, ValueError) as e:
             return cmd.response(ResponseCode.INVALID_PARAMETER, str(e))
-        if self.broker.topic_manager.select(topic) == tc:
+        if current == tc and current.extra == tc.extra:
             return cmd.response(ResponseCode.SUCCESS)       # unchanged: idempotent, as 5.x
         log.info("update or create topic %s from %s: %s", topic, conn.peer, tc)
         await self._blocking(self.broker.topic_manager.update, tc)
@@ -159,6 +177,21 @@ class AdminProcessor:
         log.info("delete topic %s from %s", topic, conn.peer)
         await self._blocking(self.broker.store.delete_topic, topic)
         return cmd.response(ResponseCode.SUCCESS)
+
+    def topic_config(self, conn: Connection, cmd: RemotingCommand,
+                     r: requests.TopicRef) -> RemotingCommand:
+        # RocketMQ 5's TopicConfigAndQueueMapping: the topic's config bean (with "attributes"
+        # when it has them) plus "mappingDetail" (static topics; none here)
+        tc = self.broker.topic_manager.select(r.topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                                f"No topic in this broker. topic: {r.topic}")
+        doc = dict(tc.extra)
+        doc.update(order=tc.order, perm=tc.perm, readQueueNums=tc.read_queue_nums,
+                   topicFilterType=tc.topic_filter_type, topicName=tc.topic_name,
+                   topicSysFlag=tc.topic_sys_flag, writeQueueNums=tc.write_queue_nums)
+        doc.setdefault("attributes", {})
+        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(doc).encode())
 
     def topic_stats(self, conn: Connection, cmd: RemotingCommand,
                     r: requests.TopicRef) -> RemotingCommand:

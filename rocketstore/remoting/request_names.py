@@ -35,6 +35,7 @@ NAME_FIELDS: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {
     R.UPDATE_AND_CREATE_TOPIC: (("topic",), ()),
     R.DELETE_TOPIC_IN_BROKER: (("topic",), ()),
     R.GET_TOPIC_STATS_INFO: (("topic",), ()),
+    R.GET_TOPIC_CONFIG: (("topic",), ()),
     R.GET_CONSUME_STATS: (("topic?",), ("consumerGroup",)),
     R.GET_CONSUMER_CONNECTION_LIST: ((), ("consumerGroup",)),
     R.INVOKE_BROKER_TO_RESET_OFFSET: (("topic",), ("group",)),

@@ -103,6 +103,7 @@ class TopicUpdate(NamedTuple):
     filter_type: str | None
     topic_sys_flag: int
     order: bool
+    attributes: str | None = None       # RocketMQ 5's "+message.type=FIFO,-key" (topic_attributes)
 
 
 class ConsumeStatsQuery(NamedTuple):
@@ -254,7 +255,8 @@ def _topic_update(cmd: RemotingCommand, peer: str) -> TopicUpdate:
     return TopicUpdate(cmd.require("topic"), cmd.int_field("readQueueNums", required=True),
                        cmd.int_field("writeQueueNums", required=True),
                        cmd.int_field("perm", required=True), cmd.field("topicFilterType"),
-                       cmd.int_field("topicSysFlag", 0), cmd.bool_field("order"))
+                       cmd.int_field("topicSysFlag", 0), cmd.bool_field("order"),
+                       cmd.field("attributes") or None)
 
 
 def _consume_stats(cmd: RemotingCommand, peer: str) -> ConsumeStatsQuery:
@@ -364,7 +366,7 @@ DECODERS: dict[int, Decoder] = {
     R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _nothing, R.DELETE_SUBSCRIPTIONGROUP: _sub_group_delete,
     R.GET_PRODUCER_CONNECTION_LIST: _producer_group, R.GET_CONSUMER_RUNNING_INFO: _running_info,
     R.GET_BROKER_CONFIG: _nothing, R.UPDATE_BROKER_CONFIG: _broker_config_update,
-    R.GET_ALL_TOPIC_CONFIG: _nothing,
+    R.GET_ALL_TOPIC_CONFIG: _nothing, R.GET_TOPIC_CONFIG: _topic_ref,
     R.GET_BROKER_CONSUME_STATS: _broker_consume_stats, R.CLEAN_UNUSED_TOPIC: _nothing,
     R.QUERY_TOPIC_CONSUME_BY_WHO: _topic_ref, R.VIEW_BROKER_STATS_DATA: _stats_query,
     # what a slave pulls from its master (docs/replication.md), with 21 and 201 above
@@ -438,6 +440,7 @@ TOUCHES: dict[int, Callable[[Any], list[Touch]]] = {
     R.UPDATE_AND_CREATE_TOPIC: lambda r: [(TOPIC, r.topic, 0)],
     R.DELETE_TOPIC_IN_BROKER: lambda r: [(TOPIC, r.topic, 0)],
     R.GET_TOPIC_STATS_INFO: lambda r: [(TOPIC, r.topic, 0)],
+    R.GET_TOPIC_CONFIG: lambda r: [(TOPIC, r.topic, 0)],
     R.GET_CONSUME_STATS: lambda r: ([(GROUP, r.group, 0)] + _opt(TOPIC, r.topic)
                                     + [(TOPIC, t, 0) for t in r.topic_list]),
     R.GET_CONSUMER_CONNECTION_LIST: lambda r: [(GROUP, r.group, 0)],

@@ -143,6 +143,13 @@ class TopicConfig:
         # a private copy: the caller's dict must not change a frozen config behind its back
         object.__setattr__(self, "extra", dict(self.extra))
 
+    @property
+    def attributes(self) -> dict[str, str]:
+        """RocketMQ 5's topic attributes (``extra["attributes"]``, e.g. ``{"message.type":
+        "FIFO"}``; ``rocketstore.store.topic_attributes``); empty for a 4.9 topic."""
+        raw = self.extra.get("attributes")
+        return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+
     def is_readable(self) -> bool:
         """PermName.isReadable: the READ bit (4) is set."""
         return bool(self.perm & PERM_READ)
