@@ -9,18 +9,18 @@ Requests to the master are raw frames signed here from the upstream rule (HmacSH
 """
 from __future__ import annotations
 
+import functools
 import base64
 import hashlib
 import hmac
 import json
-import time
 from pathlib import Path
 
 import pytest
 import yaml  # noqa: F401  (the broker's ACL needs it; the test extra installs pyyaml)
 
 from rawwire import RawClient  # tests/rawwire.py
-from servers import start_broker, start_namesrv  # tests/servers.py
+from servers import start_broker, start_namesrv, wait_until  # tests/servers.py
 
 SUCCESS, UPDATE_TOPIC, UPDATE_OFFSET, UPDATE_GROUP, GET_BROKER_CONFIG = 0, 17, 15, 200, 26
 WAIT_S = 60.0           # a deadline for polling, never a timing assertion
@@ -48,13 +48,7 @@ def _config(store: Path, name: str) -> dict:
     return fastjson.loads(p.read_text()) if p.exists() else {}
 
 
-def _wait(pred, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.2)
-    pytest.fail(f"not within {WAIT_S:g} s: {what}")
+_wait = functools.partial(wait_until, within=WAIT_S)   # tests/servers.py
 
 
 def test_slave_signs_its_sync_with_inner_credentials_and_without_them_is_refused(tmp_path):

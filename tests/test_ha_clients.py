@@ -15,6 +15,7 @@ message is on the slave, and what a user relies on is that consumers carry on th
 """
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -29,18 +30,12 @@ import pytest
 import rocketmq.client  # noqa: F401  (the test extra installs rocketmq==0.4.4)
 
 from rocketstore.client import Message, Producer, SendStatus
-from servers import ServerProcess, start_broker, start_namesrv  # noqa: E402
+from servers import ServerProcess, start_broker, start_namesrv, wait_until  # noqa: E402
 
 WAIT_S = 120.0          # a deadline for polling, never a timing assertion
 
 
-def _wait(pred, what: str, within: float = WAIT_S) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"not within {within:g} s: {what}")
+_wait = functools.partial(wait_until, within=WAIT_S)   # tests/servers.py
 
 
 def _config(store: Path, name: str) -> dict:

@@ -9,6 +9,7 @@ docstring). Refusals are raw frames (tests/rawwire.py).
 """
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import threading
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from rawwire import RawClient, props_string  # tests/rawwire.py
-from servers import start_broker, start_namesrv  # tests/servers.py
+from servers import start_broker, start_namesrv, wait_until  # tests/servers.py
 
 SEND_V2, PULL, QUERY_OFFSET, UPDATE_OFFSET, SEND_BATCH = 310, 11, 14, 15, 320
 UPDATE_TOPIC, DELETE_TOPIC, UPDATE_GROUP, DELETE_GROUP = 17, 215, 200, 207
@@ -34,13 +35,7 @@ MASTER_CONF = {"slaveReadEnable": "true", "accessMessageInMemoryMaxRatio": "0",
 SLAVE_CONF = {"brokerRole": "SLAVE", "brokerId": "1", "messageDelayLevel": "1s 1s 1s"}
 
 
-def _wait(pred, what: str, within: float = WAIT_S) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.2)
-    pytest.fail(f"not within {within:g} s: {what}")
+_wait = functools.partial(wait_until, within=WAIT_S)   # tests/servers.py
 
 
 def _send(c: RawClient, topic: str, body: bytes, props: dict[str, str] | None = None,

@@ -7,6 +7,7 @@ delivered, nothing written where the request pointed.
 """
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rawwire import RawClient, props_string  # tests/rawwire.py
-from servers import start_broker, start_namesrv  # tests/servers.py
+from servers import start_broker, start_namesrv, wait_until  # tests/servers.py
 
 SEND_V2, PULL, QUERY_OFFSET, UPDATE_OFFSET = 310, 11, 14, 15
 GET_MAX_OFFSET, VIEW_BY_ID, HEART_BEAT, SEND_BACK, END_TX, CHECK_TX = 30, 33, 34, 36, 37, 39
@@ -77,13 +78,7 @@ def _records(data: bytes) -> list[dict]:
     return out
 
 
-def _wait(pred, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"not within {WAIT_S:g} s: {what}")
+_wait = functools.partial(wait_until, within=WAIT_S)   # tests/servers.py
 
 
 @pytest.fixture
