@@ -347,7 +347,7 @@ class Broker:
     def send_wire(self, request: WireSend) -> Future:
         """``send_message`` of a send as decoded from the wire (``headers.WireSend``): the
         common shape is stored from its bytes without a ``Message`` (``SendMessageProcessor
-        .send_wire``), every other the way ``send_message`` does."""
+        .send_wire_now``), every other the way ``send_message`` does."""
         r = self.send_wire_now(request)
         return r if isinstance(r, Future) else done_future(r)
 

@@ -59,7 +59,7 @@ _FINISHED = "FINISHED"      # concurrent.futures' state of a future with a resul
 
 
 class _OneSend:
-    """What ``_count_send`` reads of a request, for ``Broker.send_one`` (which has none)."""
+    """What ``count_send`` reads of a request, for ``Broker.send_one`` (which has none)."""
 
     __slots__ = ("topic", "messages")
 
@@ -146,14 +146,14 @@ class BrokerMetrics:
         """Count a send once its response is known (at once, or at its flush acknowledgement
         under SYNC_FLUSH, which is then also timed)."""
         if getattr(fut, "_state", None) == _FINISHED:
-            self._count_send(request, fut._result)      # type: ignore[attr-defined]
+            self.count_send(request, fut._result)      # type: ignore[attr-defined]
             return
         t0 = time.perf_counter()
 
         def done(f: Future) -> None:
             self.flush_wait.add(time.perf_counter() - t0)
             if not f.cancelled() and f.exception() is None:
-                self._count_send(request, f.result())
+                self.count_send(request, f.result())
         fut.add_done_callback(done)
 
     def on_send_one(self, topic: str, msg: Any, answer: Any) -> None:
@@ -169,10 +169,7 @@ class BrokerMetrics:
             self._count_sized(topic, 1, 0, answer)
 
     def count_send(self, request: Any, response: Any) -> None:
-        """``on_send`` of a send answered at once (no future)."""
-        self._count_send(request, response)
-
-    def _count_send(self, request: Any, response: Any) -> None:
+        """Count a send by its response (``on_send`` of one answered at once, no future)."""
         sizes = getattr(request, "sizes", None)     # a wire send's, when known
         if sizes is not None:
             self._count_sized(request.topic, sizes[0], sizes[1], response)

@@ -175,19 +175,15 @@ class SendMessageProcessor:
 
     # -- the wire fast path ------------------------------------------------------------------
 
-    def send_wire(self, w: WireSend) -> Future:
-        """``send_wire_now`` as a Future."""
-        r = self.send_wire_now(w)
-        return r if isinstance(r, Future) else _done(r)
-
     def send_wire_now(self, w: WireSend) -> SendMessageResponse | Future:
         """A send as decoded from the wire: the response when it is known at once (the
-        common shape under ASYNC_FLUSH: no future per request), else a Future of it. The common shape (one message to a topic that is
-        not a retry topic, ASCII properties with no DELAY, TRAN_MSG or broker-only property,
-        flag fields within Java's int) is stored from its bytes: the properties string
-        rewritten as 4.9.8 stores it (``_wire.stored_properties``), the record written by
-        ``CommitLog.put_wire_async``, with no ``Message`` or property dict. Every other send
-        takes ``send_message`` with the request built from the same decoded fields."""
+        common shape under ASYNC_FLUSH: no future per request), else a Future of it. The
+        common shape (one message to a topic that is not a retry topic, ASCII properties
+        with no DELAY, TRAN_MSG or broker-only property, flag fields within Java's int) is
+        stored from its bytes: the properties string rewritten as 4.9.8 stores it
+        (``_wire.stored_properties``), the record written by ``CommitLog.put_wire_async``,
+        with no ``Message`` or property dict. Every other send takes ``send_message`` with
+        the request built from the same decoded fields."""
         if self._slave:
             return _done(self._slave_refusal())
         props = w.properties
@@ -209,12 +205,21 @@ class SendMessageProcessor:
         sys_flag = w.sys_flag
         if tc.topic_filter_type == MULTI_TAG:
             sys_flag |= int(SysFlag.MULTI_TAGS)
+        return self._put_stored(w.topic, queue_id, w.body, stored, w.flag, sys_flag,
+                                w.reconsume_times, w.born_timestamp, self._born_host(w), queue_id)
+
+    def _put_stored(self, topic: str, store_queue_id: int, body: bytes, stored: tuple[bytes, bool],
+                    flag: int, sys_flag: int, reconsume_times: int, born_timestamp: int,
+                    born_host: bytes, queue_id: int) -> SendMessageResponse | Future:
+        """One record from its stored properties (``stored_properties``' answer) by
+        ``CommitLog.put_wire_async``: the response, or its Future when a flush or replica
+        wait completes it (the wire's and the in-process send's common put)."""
         store = self.broker.store
         try:
             r = store.commit_log.put_wire_async(
-                w.topic, queue_id, w.body, stored[0], w.flag, sys_flag, w.reconsume_times,
-                w.born_timestamp, self._born_host(w), stored[1], store.put_acks,
-                self._transform(queue_id), True)
+                topic, store_queue_id, body, stored[0], flag, sys_flag, reconsume_times,
+                born_timestamp, born_host, stored[1], store.put_acks, self._transform(queue_id),
+                True)
         except InvalidMessageError as e:
             return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
         return put_response(r, queue_id) if type(r) is PutMessageResult else r
@@ -428,19 +433,10 @@ class SendMessageProcessor:
         stored = stored_properties(props, self._cluster_b, self.broker.next_uniq_id)
         if stored is None:
             return None
-        if queue_id is None:
-            queue_id = store_queue_id
-        store = self.broker.store
-        try:
-            r = store.commit_log.put_wire_async(
-                topic, store_queue_id, body, stored[0], flag, sys_flag, reconsume_times,
-                -1 if born_timestamp is None else born_timestamp, self._born_host_of(born_host),
-                stored[1], store.put_acks, self._transform(queue_id), True)
-        except InvalidMessageError as e:
-            return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
-        if type(r) is PutMessageResult:
-            return put_response(r, queue_id)
-        return r
+        return self._put_stored(topic, store_queue_id, body, stored, flag, sys_flag,
+                                reconsume_times, -1 if born_timestamp is None else born_timestamp,
+                                self._born_host_of(born_host),
+                                store_queue_id if queue_id is None else queue_id)
 
     def _put_plain(self, inner: MessageInner, user: dict[str, str], queue_id: int
                    ) -> SendMessageResponse | Future:

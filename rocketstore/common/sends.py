@@ -20,7 +20,7 @@ BATCH_ENTRY = struct.Struct(">iiiii")     # total size, magic, body crc, flag, b
 class WireSend:
     """A SEND_MESSAGE(_V2)/SEND_BATCH_MESSAGE request as decoded from its header, once: what
     the ACL and the name checks see (``topic``, ``producer_group``) and what the broker's send
-    path executes (``rocketstore.broker.send.SendMessageProcessor.send_wire``), the properties
+    path executes (``rocketstore.broker.send.SendMessageProcessor.send_wire_now``), the properties
     still the client's string and the body the frame's bytes (no ``Message`` yet)."""
 
     __slots__ = ("producer_group", "topic", "default_topic", "default_topic_queue_nums",
