@@ -10,6 +10,7 @@ import pytest
 from messaging_support import OK, LATER, Collector, make_topic, open_broker, wait_until
 from rocketstore.client import (ConsumeConcurrentlyStatus, LocalTransactionState, Message,
                                 Producer, PullConsumer, PushConsumer, TransactionProducer)
+from rocketstore.client.offset_store import ReadOffsetType
 from rocketstore.errors import MQClientError
 
 
@@ -289,3 +290,38 @@ def test_pull_consumer_small_cache_still_delivers_everything_in_order(broker):
         while len(got) < 100 and time.monotonic() < deadline:
             got.extend(m.queue_offset for m in pc.poll(1000))
     assert got == list(range(100))
+
+
+def test_slow_listener_calls_run_in_parallel_and_fast_ones_all_complete(broker):
+    """One pull's messages are consumed by one runner while the listener is fast; a slow
+    (I/O-bound) listener fans the pull out over the consume threads, as RocketMQ's one
+    task per consume request does."""
+    with Producer("pg", broker=broker) as p:
+        mq = make_topic(p, "TS", 1)[0]
+        p.send_batch([Message("TS", b"s%d" % i) for i in range(31)], message_queue=mq)
+    assert broker.store.wait_dispatched(10)
+    lock = threading.Lock()
+    running = [0]
+    peak = [0]
+    seen: list[bytes] = []
+
+    def listener(msgs, ctx):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+            seen.extend(bytes(m.body) for m in msgs)
+        return OK
+
+    c = consumer(broker, "gs", "TS", listener, consume_thread_nums=8)
+    try:
+        wait_until(lambda: len(seen) >= 32, what=lambda: f"32 messages ({len(seen)} so far)")
+        wait_until(lambda: c.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY) == 32,
+                   what="the offset after the last message")
+    finally:
+        c.shutdown()
+    assert sorted(seen) == sorted([b"create"] + [b"s%d" % i for i in range(31)])
+    assert len(seen) == 32                                  # each once
+    assert peak[0] >= 4, f"slow calls ran {peak[0]} at a time with 8 consume threads"

@@ -59,6 +59,9 @@ _CORRECTED = frozenset({GetMessageStatus.NO_MESSAGE_IN_QUEUE,
                         GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
                         GetMessageStatus.OFFSET_FOUND_NULL})
 
+#: a plain int: IntFlag's ``&`` builds an enum member per call, on every pull
+_PERM_READ = int(PermName.PERM_READ)
+
 
 def build_subscription_data(topic: str, sub_string: str | None,
                             sub_version: int = 0) -> SubscriptionData:
@@ -247,7 +250,7 @@ class PullMessageProcessor:
         """One pull; None when it was parked (``future`` completes later)."""
         b = self.broker
         cfg = b.config
-        if not PermName.PERM_READ & cfg.broker_permission:
+        if not _PERM_READ & cfg.broker_permission:
             return PullMessageResponse(ResponseCode.NO_PERMISSION, remark=(
                 f"the broker[{cfg.broker_ip1}] pulling message is forbidden"))
         sgc = b.subscription_groups.find(req.consumer_group)
@@ -263,7 +266,7 @@ class PullMessageProcessor:
         if tc is None:
             return PullMessageResponse(ResponseCode.TOPIC_NOT_EXIST, remark=(
                 f"topic[{req.topic}] not exist, apply first please!"))
-        if not tc.perm & PermName.PERM_READ:
+        if not tc.perm & _PERM_READ:
             return PullMessageResponse(ResponseCode.NO_PERMISSION, remark=(
                 f"the topic[{req.topic}] pulling message is forbidden"))
         if req.queue_id < 0 or req.queue_id >= tc.read_queue_nums:

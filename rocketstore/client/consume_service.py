@@ -8,8 +8,10 @@ queue and retries the same messages locally.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -98,39 +100,102 @@ class ConsumeServiceBase:
             return False
 
 
+class _ConsumeJob:
+    """One pull's messages, cut into listener calls of ``consume_message_batch_max_size``.
+
+    Runners on the consume pool take the calls in turn (``next(calls)`` is atomic under the
+    GIL). One runner does the whole job while the listener is fast, so a one-message
+    listener costs a call, not a task hand-off and two contended locks per message; a
+    listener slower than ``SLOW_CALL_S`` makes runners fan out over idle threads, so slow
+    (I/O-bound) listeners still get ``consume_thread_nums`` calls in parallel.
+    """
+
+    __slots__ = ("msgs", "pq", "mq", "bs", "n_calls", "calls", "runners")
+
+    def __init__(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
+                 bs: int) -> None:
+        self.msgs, self.pq, self.mq, self.bs = msgs, pq, mq, bs
+        self.n_calls = (len(msgs) + bs - 1) // bs
+        self.calls = itertools.count()
+        self.runners = 1
+
+
+#: A listener call slower than this fans a job out to more runners (an I/O-bound listener).
+SLOW_CALL_S = 0.0005
+#: A runner commits its finished messages at least this often (seconds).
+RUNNER_COMMIT_S = 1.0
+
+
 class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
+    def __init__(self, consumer: PushConsumer, listener: Callable[..., Any]) -> None:
+        super().__init__(consumer, listener)
+        self._threads = consumer.consume_thread_nums
+        self._slow = False       # the last listener calls were slow: fan jobs out at once
+
     def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                dispatch: bool) -> None:
-        bs = self.c.consume_message_batch_max_size
-        if len(msgs) <= bs:
-            self._submit(self._consume, msgs, pq, mq)
-        else:
-            for i in range(0, len(msgs), bs):
-                self._submit(self._consume, msgs[i:i + bs], pq, mq)
+        job = _ConsumeJob(msgs, pq, mq, self.c.consume_message_batch_max_size)
+        runners = min(job.n_calls, self._threads) if self._slow else 1
+        job.runners = runners
+        for _ in range(runners):
+            self._submit(self._run_job, job)
+
+    def _run_job(self, job: _ConsumeJob) -> None:
+        pq, mq, msgs, bs, n_calls = job.pq, job.mq, job.msgs, job.bs, job.n_calls
+        if mq.topic == self.retry_topic:
+            reset_retry_topic(msgs, mq, self.retry_topic)     # idempotent per job
+        listener = self.listener
+        clock = time.perf_counter
+        done: list[MessageExt] = []          # finished, not yet removed from the cache
+        last_commit = clock()
+        calls = job.calls
+        while True:
+            i = next(calls)
+            if i >= n_calls or pq.dropped:
+                break
+            chunk = msgs[i * bs:(i + 1) * bs]
+            ctx = ConsumeConcurrentlyContext(mq)
+            t0 = clock()
+            try:
+                status = listener(chunk, ctx)
+            except Exception:
+                log.exception("listener of %s failed on %d message(s) of %s: RECONSUME_LATER",
+                              self.c.group, len(chunk), mq)
+                status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+            t1 = clock()
+            slow = t1 - t0 > SLOW_CALL_S
+            if slow is not self._slow:
+                self._slow = slow
+            if slow and i + 1 < n_calls and job.runners < self._threads:
+                job.runners += 1                 # racy by design: only bounds the fan-out
+                self._submit(self._run_job, job)
+            if pq.dropped:      # the queue went to another consumer meanwhile: discard
+                return
+            if status is _SUCCESS and ctx.ack_index >= len(chunk) - 1:
+                done.extend(chunk)
+                if t1 - last_commit > RUNNER_COMMIT_S:
+                    self._finish(done, pq, mq)
+                    done = []
+                    last_commit = t1
+            else:
+                self.process_consume_result(status, ctx, chunk, pq, mq)
+        if done and not pq.dropped:
+            self._finish(done, pq, mq)
+
+    def _finish(self, done: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """Successes: out of the cache, the committed offset forward, a parked pull resumed."""
+        offset = pq.remove_message(done)
+        if offset >= 0:
+            self.c.offset_store.update_offset(mq, offset, True)
+        if pq.parked_pull is not None:
+            self.c.resume_parked_pull(pq)
 
     def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """One listener call on ``msgs`` (a send-back that failed, retried locally)."""
         if pq.dropped:
             return
-        if mq.topic == self.retry_topic:
-            reset_retry_topic(msgs, mq, self.retry_topic)
-        ctx = ConsumeConcurrentlyContext(mq)
-        try:
-            status = self.listener(msgs, ctx)
-        except Exception:
-            log.exception("listener of %s failed on %d message(s) of %s: RECONSUME_LATER",
-                          self.c.group, len(msgs), mq)
-            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        if pq.dropped:      # the queue went to another consumer meanwhile: discard
-            return
-        if status is _SUCCESS and ctx.ack_index >= len(msgs) - 1:
-            # the common case, without the send-back bookkeeping
-            offset = pq.remove_message(msgs)
-            if offset >= 0:
-                self.c.offset_store.update_offset(mq, offset, True)
-            if pq.parked_pull is not None:
-                self.c.resume_parked_pull(pq)
-            return
-        self.process_consume_result(status, ctx, msgs, pq, mq)
+        job = _ConsumeJob(msgs, pq, mq, max(1, len(msgs)))
+        self._run_job(job)
 
     def process_consume_result(self, status: Any, ctx: ConsumeConcurrentlyContext,
                                msgs: list[MessageExt], pq: ProcessQueue,
