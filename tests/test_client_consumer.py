@@ -325,3 +325,36 @@ def test_slow_listener_calls_run_in_parallel_and_fast_ones_all_complete(broker):
     assert sorted(seen) == sorted([b"create"] + [b"s%d" % i for i in range(31)])
     assert len(seen) == 32                                  # each once
     assert peak[0] >= 4, f"slow calls ran {peak[0]} at a time with 8 consume threads"
+
+
+def test_a_hung_listener_call_does_not_hold_back_the_rest_of_its_pull(broker):
+    """The first call of a pull blocks (a hung I/O call) after fast calls: the pull's other
+    messages are still consumed on other threads meanwhile, as with RocketMQ's task per
+    listener call."""
+    with Producer("pg", broker=broker) as p:
+        mq = make_topic(p, "TH", 1)[0]
+        p.send_batch([Message("TH", b"h%d" % i) for i in range(31)], message_queue=mq)
+    assert broker.store.wait_dispatched(10)
+    release = threading.Event()
+    seen: list[bytes] = []
+
+    def listener(msgs, ctx):
+        body = bytes(msgs[0].body)
+        if body == b"h5":
+            release.wait(30)
+        seen.append(body)
+        return OK
+
+    c = consumer(broker, "gh", "TH", listener, consume_thread_nums=4)
+    try:
+        wait_until(lambda: len(seen) >= 31,
+                   what=lambda: f"31 messages while h5 hangs ({len(seen)} so far)")
+        assert b"h5" not in seen
+        release.set()
+        wait_until(lambda: len(seen) >= 32, what="h5 after its release")
+        wait_until(lambda: c.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY) == 32,
+                   what="the offset after the last message")
+    finally:
+        release.set()
+        c.shutdown()
+    assert sorted(seen) == sorted([b"create"] + [b"h%d" % i for i in range(31)])

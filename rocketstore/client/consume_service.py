@@ -110,7 +110,8 @@ class _ConsumeJob:
     (I/O-bound) listeners still get ``consume_thread_nums`` calls in parallel.
     """
 
-    __slots__ = ("msgs", "pq", "mq", "bs", "n_calls", "calls", "runners")
+    __slots__ = ("msgs", "pq", "mq", "bs", "n_calls", "calls", "runners", "taken",
+                 "busy_since")
 
     def __init__(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                  bs: int) -> None:
@@ -118,12 +119,16 @@ class _ConsumeJob:
         self.n_calls = (len(msgs) + bs - 1) // bs
         self.calls = itertools.count()
         self.runners = 1
+        self.taken = 0            # calls taken so far (approximate: for the watchdog)
+        self.busy_since = 0.0     # perf_counter when a runner entered a call, 0 outside
 
 
 #: A listener call slower than this fans a job out to more runners (an I/O-bound listener).
 SLOW_CALL_S = 0.0005
 #: A runner commits its finished messages at least this often (seconds).
 RUNNER_COMMIT_S = 1.0
+#: How often the watchdog looks for a job whose call blocks the rest of its pull (ms).
+WATCH_MS = 50
 
 
 class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
@@ -131,12 +136,51 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
         super().__init__(consumer, listener)
         self._threads = consumer.consume_thread_nums
         self._slow = False       # the last listener calls were slow: fan jobs out at once
+        self._active: set[_ConsumeJob] = set()     # jobs with calls left, for the watchdog
+        self._watch_lock = threading.Lock()
+        self._watching = False
+        self._closed = False
+
+    def shutdown(self) -> None:
+        self._closed = True
+        super().shutdown()
+
+    def _arm_watchdog(self) -> None:
+        with self._watch_lock:
+            if not self._watching and not self._closed:
+                self._watching = True
+                self.c.instance.scheduler.schedule(WATCH_MS, self._watch)
+
+    def _watch(self) -> None:
+        """A call that has not returned after ``WATCH_MS`` (a hung or slow listener) must not
+        hold back the rest of its pull: its job gets one more runner, as long as threads and
+        calls are left. Re-armed while jobs are active."""
+        now = time.perf_counter()
+        for job in list(self._active):
+            if job.pq.dropped:
+                self._active.discard(job)
+                continue
+            since = job.busy_since
+            if (since and now - since > WATCH_MS / 1000.0 and job.taken < job.n_calls
+                    and job.runners < self._threads):
+                self._slow = True
+                job.runners += 1
+                self._submit(self._run_job, job)
+        with self._watch_lock:
+            self._watching = False
+            if self._active and not self._closed:
+                self._watching = True
+                self.c.instance.scheduler.schedule(WATCH_MS, self._watch)
 
     def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                dispatch: bool) -> None:
         job = _ConsumeJob(msgs, pq, mq, self.c.consume_message_batch_max_size)
         runners = min(job.n_calls, self._threads) if self._slow else 1
         job.runners = runners
+        if job.n_calls > 1:
+            self._active.add(job)
+            if not self._watching:
+                self._arm_watchdog()
         for _ in range(runners):
             self._submit(self._run_job, job)
 
@@ -152,10 +196,12 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
         while True:
             i = next(calls)
             if i >= n_calls or pq.dropped:
+                self._active.discard(job)
                 break
+            job.taken = i + 1
             chunk = msgs[i * bs:(i + 1) * bs]
             ctx = ConsumeConcurrentlyContext(mq)
-            t0 = clock()
+            t0 = job.busy_since = clock()
             try:
                 status = listener(chunk, ctx)
             except Exception:
@@ -163,6 +209,7 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
                               self.c.group, len(chunk), mq)
                 status = ConsumeConcurrentlyStatus.RECONSUME_LATER
             t1 = clock()
+            job.busy_since = 0.0
             slow = t1 - t0 > SLOW_CALL_S
             if slow is not self._slow:
                 self._slow = slow
