@@ -8,6 +8,7 @@ queue and retries the same messages locally.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import threading
@@ -111,7 +112,7 @@ class _ConsumeJob:
     """
 
     __slots__ = ("msgs", "pq", "mq", "bs", "n_calls", "calls", "runners", "taken",
-                 "busy_since")
+                 "busy_since", "done")
 
     def __init__(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                  bs: int) -> None:
@@ -121,6 +122,9 @@ class _ConsumeJob:
         self.runners = 1
         self.taken = 0            # calls taken so far (approximate: for the watchdog)
         self.busy_since = 0.0     # perf_counter when a runner entered a call, 0 outside
+        # consumed, not yet out of the cache: appended by runners, drained by whoever
+        # commits (deque appends and pops are atomic: nothing is lost between the two)
+        self.done: collections.deque[MessageExt] = collections.deque()
 
 
 #: A listener call slower than this fans a job out to more runners (an I/O-bound listener).
@@ -161,11 +165,13 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
                 self._active.discard(job)
                 continue
             since = job.busy_since
-            if (since and now - since > WATCH_MS / 1000.0 and job.taken < job.n_calls
-                    and job.runners < self._threads):
-                self._slow = True
-                job.runners += 1
-                self._submit(self._run_job, job)
+            if since and now - since > WATCH_MS / 1000.0:
+                # what the blocked runner consumed before its call leaves the cache now
+                self._commit(job)
+                if job.taken < job.n_calls and job.runners < self._threads:
+                    self._slow = True
+                    job.runners += 1
+                    self._submit(self._run_job, job)
         with self._watch_lock:
             self._watching = False
             if self._active and not self._closed:
@@ -190,7 +196,7 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
             reset_retry_topic(msgs, mq, self.retry_topic)     # idempotent per job
         listener = self.listener
         clock = time.perf_counter
-        done: list[MessageExt] = []          # finished, not yet removed from the cache
+        done = job.done
         last_commit = clock()
         calls = job.calls
         while True:
@@ -221,13 +227,29 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
             if status is _SUCCESS and ctx.ack_index >= len(chunk) - 1:
                 done.extend(chunk)
                 if t1 - last_commit > RUNNER_COMMIT_S:
-                    self._finish(done, pq, mq)
-                    done = []
+                    self._commit(job)
                     last_commit = t1
             else:
                 self.process_consume_result(status, ctx, chunk, pq, mq)
         if done and not pq.dropped:
-            self._finish(done, pq, mq)
+            self._commit(job)
+
+    def _commit(self, job: _ConsumeJob) -> None:
+        """The job's consumed messages so far: out of the cache, the committed offset
+        forward, a parked pull resumed."""
+        dq = job.done
+        n = len(dq)
+        if not n:
+            return
+        pop = dq.popleft
+        out: list[MessageExt] = []
+        try:                  # the watchdog and a runner may drain at once
+            for _ in range(n):
+                out.append(pop())
+        except IndexError:
+            pass
+        if out:
+            self._finish(out, job.pq, job.mq)
 
     def _finish(self, done: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """Successes: out of the cache, the committed offset forward, a parked pull resumed."""
