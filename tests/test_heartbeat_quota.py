@@ -1,0 +1,82 @@
+"""HEART_BEAT cannot grow the broker without bound (stricter than 4.9.8; docs/protocol.md).
+
+A heartbeat carries at most ``heartbeatMaxEntries`` consumer entries, producer entries and
+subscriptions per consumer (default 1000), and a heartbeat auto-creates subscription groups
+(each with its %RETRY% topic) only while the broker holds fewer than
+``autoCreateSubscriptionGroupMax`` groups (default 20000). Beyond either: the heartbeat is
+refused whole with a remark naming the setting, and nothing already stored is lost. Raw frames
+against a real broker process.
+"""
+from __future__ import annotations
+
+import json
+
+from rawwire import RawClient  # tests/rawwire.py
+from servers import start_broker, start_namesrv
+
+SUCCESS, SYSTEM_ERROR, GROUP_NOT_EXIST = 0, 1, 26
+HEART_BEAT, GET_ALL_TOPIC_CONFIG, GET_ALL_GROUPS = 34, 21, 201
+PRECREATED = 7                      # TOOLS_CONSUMER, ... (subscription_group.PRECREATED_GROUPS)
+
+
+def _consumer(group: str, topics: list[str]) -> dict:
+    return {"groupName": group, "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "unitMode": False,
+            "subscriptionDataSet": [{"topic": t, "subString": "*", "tagsSet": [], "codeSet": [],
+                                     "subVersion": 1} for t in topics]}
+
+
+def _beat(c: RawClient, groups: list[str], producers: list[str] = (),
+          topics: list[str] = ("T",)) -> dict:
+    body = json.dumps({"clientID": "c@1", "producerDataSet": [{"groupName": p} for p in producers],
+                       "consumerDataSet": [_consumer(g, list(topics)) for g in groups]}).encode()
+    h, _ = c.call(HEART_BEAT, {}, body)
+    return h
+
+
+def _groups(c: RawClient) -> set[str]:
+    h, body = c.call(GET_ALL_GROUPS, {})
+    assert h["code"] == SUCCESS, h
+    return set(json.loads(body)["subscriptionGroupTable"])
+
+
+def _topics(c: RawClient) -> set[str]:
+    h, body = c.call(GET_ALL_TOPIC_CONFIG, {})
+    assert h["code"] == SUCCESS, h
+    return set(json.loads(body)["topicConfigTable"])
+
+
+def test_heartbeat_entries_and_auto_created_groups_are_bounded(tmp_path):
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(tmp_path / "store", ns.addr,
+                          conf={"autoCreateSubscriptionGroupMax": str(PRECREATED + 6)})
+    try:
+        with RawClient(broker.addr) as c:
+            # the default per-heartbeat bound: 1001 consumer entries, producers, subscriptions
+            for kw in ({"groups": [f"G{i}" for i in range(1001)]},
+                       {"groups": [], "producers": [f"P{i}" for i in range(1001)]},
+                       {"groups": ["G0"], "topics": [f"T{i}" for i in range(1001)]}):
+                h = _beat(c, **kw)
+                assert h["code"] == SYSTEM_ERROR, h
+                assert "heartbeatMaxEntries" in h["remark"] and "1000" in h["remark"], h
+            assert "G0" not in _groups(c) and "%RETRY%G0" not in _topics(c)
+            # the broker-wide bound on auto-created groups
+            assert _beat(c, ["A1", "A2", "A3", "A4"])["code"] == SUCCESS
+            h = _beat(c, ["A1", "B1", "B2", "B3"])       # 11 + 3 new > 13: refused whole
+            assert h["code"] == GROUP_NOT_EXIST, h
+            assert "autoCreateSubscriptionGroupMax" in h["remark"] and "13" in h["remark"], h
+            groups = _groups(c)
+            assert {"A1", "A2", "A3", "A4"} <= groups and not {"B1", "B2", "B3"} & groups
+            assert "%RETRY%B1" not in _topics(c) and "%RETRY%A1" in _topics(c)
+            # the groups it holds keep working, and it fills up to the bound exactly
+            assert _beat(c, ["A1", "A2", "B1", "B2"])["code"] == SUCCESS
+            assert _beat(c, ["B3"])["code"] == GROUP_NOT_EXIST
+            assert len(_groups(c)) == PRECREATED + 6
+            assert _beat(c, ["A1", "A2", "A3", "A4", "B1", "B2"])["code"] == SUCCESS
+    finally:
+        assert broker.stop() == 0, broker.output[-3000:]
+        assert ns.stop() == 0
+    groups = json.loads((tmp_path / "store" / "config" / "subscriptionGroup.json").read_text())
+    assert {"A1", "A4", "B2"} <= set(groups["subscriptionGroupTable"])
+    assert "B3" not in groups["subscriptionGroupTable"]
