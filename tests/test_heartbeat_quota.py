@@ -15,7 +15,7 @@ from rawwire import RawClient  # tests/rawwire.py
 from servers import start_broker, start_namesrv
 
 SUCCESS, SYSTEM_ERROR, GROUP_NOT_EXIST = 0, 1, 26
-HEART_BEAT, GET_ALL_TOPIC_CONFIG, GET_ALL_GROUPS = 34, 21, 201
+HEART_BEAT, GET_ALL_TOPIC_CONFIG, GET_ALL_GROUPS, UPDATE_BROKER_CONFIG = 34, 21, 201, 25
 PRECREATED = 7                      # TOOLS_CONSUMER, ... (subscription_group.PRECREATED_GROUPS)
 
 
@@ -74,9 +74,16 @@ def test_heartbeat_entries_and_auto_created_groups_are_bounded(tmp_path):
             assert _beat(c, ["B3"])["code"] == GROUP_NOT_EXIST
             assert len(_groups(c)) == PRECREATED + 6
             assert _beat(c, ["A1", "A2", "A3", "A4", "B1", "B2"])["code"] == SUCCESS
+            # both bounds change at run time (updateBrokerConfig)
+            h, _ = c.call(UPDATE_BROKER_CONFIG, {},
+                          b"heartbeatMaxEntries=2\nautoCreateSubscriptionGroupMax=14\n")
+            assert h["code"] == SUCCESS, h
+            h = _beat(c, ["A1", "A2", "A3"])
+            assert h["code"] == SYSTEM_ERROR and "heartbeatMaxEntries=2" in h["remark"], h
+            assert _beat(c, ["B3"])["code"] == SUCCESS
     finally:
         assert broker.stop() == 0, broker.output[-3000:]
         assert ns.stop() == 0
     groups = json.loads((tmp_path / "store" / "config" / "subscriptionGroup.json").read_text())
     assert {"A1", "A4", "B2"} <= set(groups["subscriptionGroupTable"])
-    assert "B3" not in groups["subscriptionGroupTable"]
+    assert "B3" in groups["subscriptionGroupTable"]
