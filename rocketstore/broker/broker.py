@@ -398,7 +398,7 @@ class Broker:
         self._check_open()
         bad = _bad_names(request.topic, request.consumer_group, "consumer_group")
         if bad is not None:
-            fut = Future()
+            fut: Future = Future()
             fut.set_result(PullMessageResponse(bad.code, remark=bad.remark))
             return fut
         fut = self.pull_processor.pull(request)
