@@ -87,3 +87,34 @@ def test_heartbeat_entries_and_auto_created_groups_are_bounded(tmp_path):
     groups = json.loads((tmp_path / "store" / "config" / "subscriptionGroup.json").read_text())
     assert {"A1", "A4", "B2"} <= set(groups["subscriptionGroupTable"])
     assert "B3" in groups["subscriptionGroupTable"]
+
+
+def test_the_proxy_announces_more_groups_than_one_heartbeat_may_carry(tmp_path):
+    """The gRPC proxy carries all its clients' groups under one client id: it splits them
+    into heartbeats below the broker's default ``heartbeatMaxEntries``."""
+    from rocketstore.client.tcp import TcpTransport
+    from rocketstore.proxy.registry import HEARTBEAT_ENTRIES, Registry
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(tmp_path / "store", ns.addr)
+    transport = TcpTransport(ns.addr)
+    registry = Registry(transport, lambda *a: None)
+    try:
+        n = HEARTBEAT_ENTRIES + 1
+        assert n <= 1000 + 1
+        with RawClient(broker.addr) as c:
+            h, _ = c.call(UPDATE_BROKER_CONFIG, {}, f"heartbeatMaxEntries={HEARTBEAT_ENTRIES}"
+                          .encode())
+            assert h["code"] == SUCCESS, h
+            for i in range(n):
+                registry.add_consumer(f"PG{i}", {"T": "*"})
+            registry.heartbeat_now()
+            held = _groups(c)
+            assert {f"PG{i}" for i in range(n)} <= held
+            for g in ("PG0", f"PG{n - 1}"):
+                h, _ = c.call(38, {"consumerGroup": g})      # GET_CONSUMER_LIST_BY_GROUP
+                assert h["code"] == SUCCESS, (g, h)
+    finally:
+        registry.close()
+        transport.close()
+        assert broker.stop() == 0, broker.output[-3000:]
+        assert ns.stop() == 0
