@@ -28,8 +28,8 @@ def _consumer(group: str, topics: list[str]) -> dict:
 
 
 def _beat(c: RawClient, groups: list[str], producers: list[str] = (),
-          topics: list[str] = ("T",)) -> dict:
-    body = json.dumps({"clientID": "c@1", "producerDataSet": [{"groupName": p} for p in producers],
+          topics: list[str] = ("T",), client: str = "c@1") -> dict:
+    body = json.dumps({"clientID": client, "producerDataSet": [{"groupName": p} for p in producers],
                        "consumerDataSet": [_consumer(g, list(topics)) for g in groups]}).encode()
     h, _ = c.call(HEART_BEAT, {}, body)
     return h
@@ -116,5 +116,31 @@ def test_the_proxy_announces_more_groups_than_one_heartbeat_may_carry(tmp_path):
     finally:
         registry.close()
         transport.close()
+        assert broker.stop() == 0, broker.output[-3000:]
+        assert ns.stop() == 0
+
+
+def _consumer_ids(c: RawClient, group: str) -> list[str]:
+    h, body = c.call(38, {"consumerGroup": group})           # GET_CONSUMER_LIST_BY_GROUP
+    return sorted(json.loads(body)["consumerIdList"]) if h["code"] == SUCCESS else []
+
+
+def test_a_new_client_id_on_a_connection_replaces_the_old_one(tmp_path):
+    """One connection is one client: beats under ever new client IDs would otherwise leave
+    each old ID in its groups until the 120 s expiry (piling registrations up per connection,
+    ghosts in GET_CONSUMER_LIST_BY_GROUP)."""
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(tmp_path / "store", ns.addr)
+    try:
+        with RawClient(broker.addr) as c, RawClient(broker.addr) as other:
+            assert _beat(c, ["R1", "R2"], client="c@1")["code"] == SUCCESS
+            assert _beat(other, ["R1"], client="o@1")["code"] == SUCCESS
+            assert _consumer_ids(c, "R1") == ["c@1", "o@1"]
+            assert _beat(c, ["R3"], client="c@2")["code"] == SUCCESS
+            assert _consumer_ids(c, "R1") == ["o@1"] and _consumer_ids(c, "R2") == []
+            assert _consumer_ids(c, "R3") == ["c@2"]
+            assert _beat(c, ["R1"], client="c@2")["code"] == SUCCESS
+            assert _consumer_ids(c, "R1") == ["c@2", "o@1"]
+    finally:
         assert broker.stop() == 0, broker.output[-3000:]
         assert ns.stop() == 0

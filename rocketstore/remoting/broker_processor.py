@@ -319,7 +319,12 @@ class BrokerProcessor:
         except ValueError:
             conn.attributes["client_language"] = str(cmd.language)
         conn.attributes["client_version"] = cmd.version
+        old = conn.attributes.get("channel")
         channel = self._channel(conn, data.client_id)
+        if isinstance(old, TcpClientChannel) and old is not channel:
+            # a new clientID on this connection replaces the old one, which leaves its groups
+            # now: rotating IDs cannot pile registrations up on one connection until expiry
+            await self._blocking(self.broker.channel_closed, old)
         try:
             await self._blocking(self.broker.heartbeat, data, channel)
         except LimitExceededError as e:
