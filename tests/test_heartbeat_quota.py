@@ -100,7 +100,6 @@ def test_the_proxy_announces_more_groups_than_one_heartbeat_may_carry(tmp_path):
     registry = Registry(transport, lambda *a: None)
     try:
         n = HEARTBEAT_ENTRIES + 1
-        assert n <= 1000 + 1
         with RawClient(broker.addr) as c:
             h, _ = c.call(UPDATE_BROKER_CONFIG, {}, f"heartbeatMaxEntries={HEARTBEAT_ENTRIES}"
                           .encode())
