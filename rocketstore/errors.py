@@ -379,6 +379,22 @@ class AccessDeniedError(RocketStoreError, PermissionError):
         return self.reason
 
 
+class LimitExceededError(RocketStoreError):
+    """A request would take the broker past one of its bounds (``setting``, the broker.conf
+    name, at ``limit``); refused whole, nothing stored changed. ``code`` is the RocketMQ
+    response code the wire answers with."""
+
+    def __init__(self, setting: str, limit: int, reason: str, code: int) -> None:
+        super().__init__(setting, limit, reason)
+        self.setting = setting
+        self.limit = limit
+        self.reason = reason
+        self.code = code
+
+    def __str__(self) -> str:
+        return f"{self.reason} ({self.setting}={self.limit})"
+
+
 class SlaveStoreError(RocketStoreError):
     """A put on a SLAVE broker's store: its commit log takes only its master's bytes
     (replication, docs/replication.md); a put there is SERVICE_NOT_AVAILABLE."""

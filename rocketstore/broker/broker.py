@@ -41,7 +41,8 @@ from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransact
                                          ResponseCode,
                                          SendMessageRequest, SendMessageResponse,
                                          TopicRouteData)
-from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError, StoreClosedError
+from rocketstore.errors import (InvalidMessageError, InvalidMessageTypeError, LimitExceededError,
+                               StoreClosedError)
 from rocketstore.store import brokerprops, paths
 from rocketstore.store._codec import UniqIdGenerator
 from rocketstore.store._commitlog import done_future
@@ -116,8 +117,9 @@ class Broker:
         self._memory_limit = _PHYS_MEMORY * store.config.access_message_in_memory_max_ratio // 100
         store.enforce_topic_rules(False)        # RocketMQ's rules apply here instead
         self.topic_manager = BrokerTopicManager(store.topic_config_manager, config)
-        self.subscription_groups = SubscriptionGroupManager(paths.config_dir(store.root),
-                                                            config.auto_create_subscription_group)
+        self.subscription_groups = SubscriptionGroupManager(
+            paths.config_dir(store.root), config.auto_create_subscription_group,
+            config.auto_create_subscription_group_max)
         self.subscription_groups.load()
         self.consumer_manager = ConsumerManager(config.notify_consumer_ids_changed_enable,
                                                 config.channel_expired_timeout)
@@ -396,7 +398,7 @@ class Broker:
         self._check_open()
         bad = _bad_names(request.topic, request.consumer_group, "consumer_group")
         if bad is not None:
-            fut = Future()
+            fut: Future = Future()
             fut.set_result(PullMessageResponse(bad.code, remark=bad.remark))
             return fut
         fut = self.pull_processor.pull(request)
@@ -478,8 +480,28 @@ class Broker:
 
     def heartbeat(self, data: HeartbeatData, channel: Any) -> None:
         """``HEART_BEAT`` (MESSAGING.md 2.3): register the client's consumer groups (creating
-        their ``%RETRY%`` topics) and producer groups on ``channel``."""
+        their ``%RETRY%`` topics) and producer groups on ``channel``. ``LimitExceededError``
+        (nothing registered) past ``heartbeat_max_entries`` entries or when it would
+        auto-create groups past ``auto_create_subscription_group_max``."""
         self._check_open()
+        bound = self.config.heartbeat_max_entries
+        for what, n in (("consumerDataSet", len(data.consumers)),
+                        ("producerDataSet", len(data.producer_groups)),
+                        ("subscriptionDataSet", max((len(cd.subscriptions)
+                                                     for cd in data.consumers), default=0))):
+            if n > bound:
+                raise LimitExceededError("heartbeatMaxEntries", bound,
+                                         f"the heartbeat's {what} has {n} entries",
+                                         int(ResponseCode.SYSTEM_ERROR))
+        new = {cd.group_name for cd in data.consumers
+               if self.subscription_groups.get(cd.group_name) is None}
+        if new and self.subscription_groups.creatable(new) < len(new):
+            cap = self.subscription_groups.auto_create_max
+            raise LimitExceededError(
+                "autoCreateSubscriptionGroupMax", cap,
+                f"the broker holds {len(self.subscription_groups.all())} subscription groups: "
+                f"{len(new)} more may not be auto-created",
+                int(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
         for cd in data.consumers:
             names.check_group(cd.group_name, "consumers.group_name")
             for sd in cd.subscriptions:

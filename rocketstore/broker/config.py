@@ -68,6 +68,11 @@ class BrokerConfig:
     # on, NameServer registration): RocketMQ 5.3's innerClientAuthenticationCredentials, a JSON
     # object {"accessKey": ..., "secretKey": ...}; "" signs nothing. Never shown (repr, config).
     inner_client_authentication_credentials: str = field(default="", repr=False)
+    # bounds on what clients may make the broker hold (stricter than 4.9.8; docs/protocol.md):
+    # entries per HEART_BEAT (consumers, producers, subscriptions of one consumer), and the
+    # subscription groups past which nothing more is auto-created
+    heartbeat_max_entries: int = 1000
+    auto_create_subscription_group_max: int = 20_000
     # rocketstore's own (rocketstore.broker.metrics): counters on by default, /metrics opt-in
     metrics_enable: bool = True                  # per-topic/group counters, runtime info
     metrics_port: int = 0                        # Prometheus /metrics on broker_ip1 (0: off)
@@ -163,6 +168,7 @@ class BrokerConfig:
                      "long_polling_check_interval", "register_name_server_period",
                      "ha_send_heartbeat_interval", "ha_housekeeping_interval",
                      "ha_transfer_batch_size", "ha_slave_fallbehind_max", "slave_timeout",
+                     "heartbeat_max_entries", "auto_create_subscription_group_max",
                      *(f.name for f in fields(self) if f.name.endswith(
                          ("_thread_pool_nums", "_queue_capacity")) or f.name.startswith("server_"))):
             if getattr(self, name) <= 0:

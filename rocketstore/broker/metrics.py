@@ -43,7 +43,7 @@ from rocketstore.common.protocol import ResponseCode
 
 if TYPE_CHECKING:
     from rocketstore.broker.broker import Broker
-    from rocketstore.common.protocol import PullMessageRequest, SendMessageRequest
+    from rocketstore.common.protocol import PullMessageRequest
 
 log = logging.getLogger("rocketstore.broker.metrics")
 
@@ -142,9 +142,10 @@ class BrokerMetrics:
     # Every public method of a Future takes its condition lock (0.5-1 µs each on a loaded
     # machine, several per request): a finished future's state and value are read directly
     # instead, falling back to the public API where those attributes do not exist.
-    def on_send(self, request: SendMessageRequest, fut: Future) -> None:
+    def on_send(self, request: Any, fut: Future) -> None:
         """Count a send once its response is known (at once, or at its flush acknowledgement
-        under SYNC_FLUSH, which is then also timed)."""
+        under SYNC_FLUSH, which is then also timed). ``request``: any send shape with a
+        ``topic`` and ``messages`` or ``sizes`` (a request, a wire send, one message)."""
         if getattr(fut, "_state", None) == _FINISHED:
             self.count_send(request, fut._result)      # type: ignore[attr-defined]
             return

@@ -36,7 +36,8 @@ RUNTIME_SETTINGS: dict[str, str] = {camel(f): f for f in (
     "broker_permission", "reject_transaction_message", "start_accept_send_request_time_stamp",
     "auto_create_topic_enable", "auto_create_subscription_group", "long_polling_enable",
     "short_polling_time_mills", "notify_consumer_ids_changed_enable",
-    "transaction_time_out", "transaction_check_max", "transaction_check_interval")}
+    "transaction_time_out", "transaction_check_max", "transaction_check_interval",
+    "heartbeat_max_entries", "auto_create_subscription_group_max")}
 
 _lock = threading.Lock()
 
@@ -125,6 +126,7 @@ def apply(broker: Broker, new: Any) -> None:
     sp._broker_writable = bool(new.broker_permission & int(PermName.PERM_WRITE))
     broker.topic_manager.cfg = new
     broker.subscription_groups.auto_create = new.auto_create_subscription_group
+    broker.subscription_groups.auto_create_max = new.auto_create_subscription_group_max
     broker.consumer_manager.notify_enabled = new.notify_consumer_ids_changed_enable
     broker.pull_processor.hold.check_interval = (
         new.long_polling_check_interval if new.long_polling_enable

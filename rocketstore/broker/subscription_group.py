@@ -102,9 +102,13 @@ def _decode(doc: Any) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:
 class SubscriptionGroupManager(VersionedConfigTable):
     """Subscription group configs by name, persisted to ``subscriptionGroup.json`` on change."""
 
-    def __init__(self, config_dir: str | os.PathLike[str], auto_create: bool = True) -> None:
+    def __init__(self, config_dir: str | os.PathLike[str], auto_create: bool = True,
+                 auto_create_max: int = 20_000) -> None:
+        """``auto_create_max``: nothing is auto-created once the table holds this many groups
+        (however they were made), so clients cannot grow it without bound."""
         super().__init__(os.path.join(os.fspath(config_dir), SUBSCRIPTION_GROUP_FILE))
         self.auto_create = auto_create
+        self.auto_create_max = auto_create_max
         self._table: dict[str, SubscriptionGroupConfig] = {
             g: SubscriptionGroupConfig(g) for g in PRECREATED_GROUPS}
 
@@ -138,6 +142,14 @@ class SubscriptionGroupManager(VersionedConfigTable):
         with self._lock:
             return self._table.get(group)
 
+    def creatable(self, groups: set[str]) -> int:
+        """How many of ``groups`` (none held) ``find`` may still auto-create, the bound
+        permitting: ``len(groups)`` when all of them."""
+        with self._lock:
+            room = max(0, self.auto_create_max - len(self._table))
+        may = [g for g in groups if self.auto_create or g.startswith(SYS_GROUP_PREFIX)]
+        return len(groups) - len(may) + min(len(may), room)
+
     def all(self) -> dict[str, SubscriptionGroupConfig]:
         with self._lock:
             return dict(self._table)
@@ -151,6 +163,8 @@ class SubscriptionGroupManager(VersionedConfigTable):
                 return c
             if not (self.auto_create or group.startswith(SYS_GROUP_PREFIX)):
                 return None
+            if len(self._table) >= self.auto_create_max:
+                return None     # as auto-creation off; the heartbeat says why (Broker.heartbeat)
             c = SubscriptionGroupConfig(group)
             self._table[group] = c
             self._data_version = self._data_version.next_version()

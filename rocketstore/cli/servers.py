@@ -304,7 +304,19 @@ def _local_proxy(bc, store_dir: str, namesrv: list[str]):
     if not namesrv:
         raise CommandError("grpcServerPort needs namesrvAddr (--namesrv): the proxy finds the "
                            "broker's topics through the NameServer")
-    cfg = ProxyConfig(";".join(namesrv), os.path.join(store_dir, "proxy"))
+    acl_file = access_key = secret_key = None
+    if bc.acl_enable:
+        # the broker's own ACL file checks the 5.x clients, as the wire checks 4.x ones; the
+        # proxy reaches the broker through its ACL too, so it signs as the broker's inner client
+        creds = bc.inner_credentials
+        if creds is None:
+            raise CommandError("grpcServerPort with aclEnable=true needs "
+                               "innerClientAuthenticationCredentials: the in-broker proxy signs "
+                               "its requests to the broker with them (docs/grpc.md)")
+        acl_file = bc.acl_file or os.path.join(store_dir, "conf", "plain_acl.yml")
+        access_key, secret_key = creds.access_key, creds.secret_key
+    cfg = ProxyConfig(";".join(namesrv), os.path.join(store_dir, "proxy"), acl_file=acl_file,
+                      access_key=access_key, secret_key=secret_key)
     return LocalProxy(bc.broker_ip1, bc.grpc_server_port, cfg)
 
 

@@ -28,6 +28,9 @@ from rocketstore.errors import RocketStoreError
 log = logging.getLogger("rocketstore.proxy")
 
 HEARTBEAT_S = 10.0
+# groups per heartbeat: half the broker's default heartbeatMaxEntries (docs/protocol.md), so a
+# proxy holding many clients' groups is announced in several heartbeats, never refused whole
+HEARTBEAT_ENTRIES = 500
 
 
 class Registry:
@@ -97,12 +100,15 @@ class Registry:
             producers = sorted(self._producers)
         if not consumers and not producers:
             return
-        data = HeartbeatData(self.client_id, producers, consumers)
+        n = HEARTBEAT_ENTRIES
+        beats = [HeartbeatData(self.client_id, producers[i:i + n], consumers[i:i + n])
+                 for i in range(0, max(len(consumers), len(producers)), n)]
         for broker in self.transport.broker_names():
-            try:
-                self.transport.heartbeat(broker, data, self)
-            except RocketStoreError as e:
-                log.warning("heartbeat to %s failed: %s", broker, e)
+            for data in beats:
+                try:
+                    self.transport.heartbeat(broker, data, self)
+                except RocketStoreError as e:
+                    log.warning("heartbeat to %s failed: %s", broker, e)
 
     def _loop(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):

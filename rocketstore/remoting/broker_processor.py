@@ -24,6 +24,7 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerS
                                          PullMessageRequest, RemotingResult,
                                          ReplyMessageRequest, ResponseCode, SendMessageResponse,
                                          TransactionCommitType)
+from rocketstore.errors import LimitExceededError
 from rocketstore.remoting import admin_processor, fastjson, headers, request_names, requests
 from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
@@ -318,8 +319,16 @@ class BrokerProcessor:
         except ValueError:
             conn.attributes["client_language"] = str(cmd.language)
         conn.attributes["client_version"] = cmd.version
+        old = conn.attributes.get("channel")
         channel = self._channel(conn, data.client_id)
-        await self._blocking(self.broker.heartbeat, data, channel)
+        if isinstance(old, TcpClientChannel) and old is not channel:
+            # a new clientID on this connection replaces the old one, which leaves its groups
+            # now: rotating IDs cannot pile registrations up on one connection until expiry
+            await self._blocking(self.broker.channel_closed, old)
+        try:
+            await self._blocking(self.broker.heartbeat, data, channel)
+        except LimitExceededError as e:
+            return cmd.response(e.code, str(e))
         return cmd.response(ResponseCode.SUCCESS)
 
     async def unregister_client(self, conn: Connection, cmd: RemotingCommand,
