@@ -43,6 +43,10 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
     private ByteBuffer cq;                 // the consume-queue file holding unit `next`
     private long cqFirst = -1;             // its first unit's queue offset
     private File cqDir;
+    private StorePartition.Slice cur;
+    private boolean hashedTags;            // the slice's units carry tags hash codes
+    private ByteBuffer log;                // the commit-log file of the last unit read
+    private long logStart = -1;
     private ColumnarBatch batch;
 
     BatchReader(StorePartition part, ReadOptions options, String[] columnNames) {
@@ -89,6 +93,7 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
     public void close() {
         columns.close();
         logs.clear();
+        log = null;
         cq = null;
     }
 
@@ -97,6 +102,8 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
             return false;
         }
         StorePartition.Slice s = part.slices.get(slice);
+        cur = s;
+        hashedTags = tagCodes != null && !SCHEDULE_TOPIC.equals(s.topic());
         next = s.start();
         end = s.end();
         topicBytes = s.topic().getBytes(StandardCharsets.UTF_8);
@@ -123,12 +130,14 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
         if (size <= 0) {
             return;
         }
-        if (tagCodes != null && !SCHEDULE_TOPIC.equals(part.slices.get(slice).topic())
-                && !hasCode(cq.getLong(u + 12))) {
+        if (hashedTags && !hasCode(cq.getLong(u + 12))) {
             return;                         // the consume queue's tags code: no candidate
         }
         long fileStart = phy - Math.floorMod(phy, part.commitLogFileSize);
-        ByteBuffer log = logs.computeIfAbsent(fileStart, this::mapLog);
+        if (fileStart != logStart) {
+            log = logs.computeIfAbsent(fileStart, this::mapLog);
+            logStart = fileStart;
+        }
         int pos = (int) (phy - fileStart);
         if (log == null || phy < 0 || (long) pos + size > log.capacity()) {
             return;                         // gone (deleted) or not written
@@ -146,8 +155,7 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
             report(phy, Record.REASONS[why]);
             return;
         }
-        StorePartition.Slice s = part.slices.get(slice);
-        if (rc != size || rec.queueId != s.queueId() || rec.queueOffset != offset
+        if (rc != size || rec.queueId != cur.queueId() || rec.queueOffset != offset
                 || !sameBytes(log, rec.topic, rec.topicLen, topicBytes)) {
             return;                         // a damaged unit (or record): not this queue's
         }

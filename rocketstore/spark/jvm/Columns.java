@@ -23,6 +23,7 @@ final class Columns {
     private static final byte[] HEX = "0123456789ABCDEF".getBytes(StandardCharsets.US_ASCII);
 
     private final String[] names;
+    private final int[] kinds;             // index of each asked column in SCHEMA
     private final OnHeapColumnVector[] vectors;
     private final ColumnarBatch batch;
     private int rows;
@@ -39,6 +40,10 @@ final class Columns {
             fields[i] = RocketStoreSource.SCHEMA.apply(names[i]);
         }
         vectors = OnHeapColumnVector.allocateColumns(capacity, new StructType(fields));
+        kinds = new int[names.length];
+        for (int i = 0; i < names.length; i++) {
+            kinds[i] = RocketStoreSource.SCHEMA.fieldIndex(names[i]);
+        }
         batch = new ColumnarBatch(vectors);
     }
 
@@ -75,22 +80,22 @@ final class Columns {
         int row = rows++;
         for (int c = 0; c < names.length; c++) {
             WritableColumnVector v = vectors[c];
-            switch (names[c]) {
-                case "topic" -> v.putByteArray(row, topic, 0, topic.length);
-                case "queue_id" -> v.putInt(row, queueId);
-                case "queue_offset" -> v.putLong(row, r.queueOffset);
-                case "commitlog_offset" -> v.putLong(row, r.phyOffset);
-                case "msg_id" -> v.putByteArray(row, text, 0, msgId(r));
-                case "tags" -> putProp(v, row, r, TAGS);
-                case "keys" -> putKeys(v, row, r);
-                case "properties" -> putProps(v, row, r);
-                case "body" -> putBody(v, row, r);
-                case "born_timestamp" -> v.putLong(row, r.bornTs * 1000);
-                case "store_timestamp" -> v.putLong(row, r.storeTs * 1000);
-                case "born_host" -> v.putByteArray(row, text, 0, host(r.buf, r.bornHost, r.bornHostLen));
-                case "store_host" -> v.putByteArray(row, text, 0, host(r.buf, r.storeHost, r.storeHostLen));
-                case "reconsume_times" -> v.putInt(row, r.reconsumeTimes);
-                case "sys_flag" -> v.putInt(row, r.sysFlag);
+            switch (kinds[c]) {         // SCHEMA's order
+                case 0 -> v.putByteArray(row, topic, 0, topic.length);
+                case 1 -> v.putInt(row, queueId);
+                case 2 -> v.putLong(row, r.queueOffset);
+                case 3 -> v.putLong(row, r.phyOffset);
+                case 4 -> v.putByteArray(row, text, 0, msgId(r));
+                case 5 -> putProp(v, row, r, TAGS);
+                case 6 -> putKeys(v, row, r);
+                case 7 -> putProps(v, row, r);
+                case 8 -> putBody(v, row, r);
+                case 9 -> v.putLong(row, r.bornTs * 1000);
+                case 10 -> v.putLong(row, r.storeTs * 1000);
+                case 11 -> v.putByteArray(row, text, 0, host(r.buf, r.bornHost, r.bornHostLen));
+                case 12 -> v.putByteArray(row, text, 0, host(r.buf, r.storeHost, r.storeHostLen));
+                case 13 -> v.putInt(row, r.reconsumeTimes);
+                case 14 -> v.putInt(row, r.sysFlag);
                 default -> throw new IllegalStateException("no column " + names[c]);
             }
         }
