@@ -154,3 +154,17 @@ def test_the_jar_is_built_once_and_no_javac_is_a_clear_error(jvm, tmp_path, monk
     monkeypatch.setenv("ROCKETSTORE_CACHE", str(tmp_path / "cache"))
     with pytest.raises(JvmBuildError, match="javac"):
         jvmjar.jvm_jar()
+
+
+def test_pushed_filters_select_what_the_filters_select(jvm, mixed):
+    times = sorted(r[0] for r in _read(jvm, "rocketstore", mixed)
+                   .selectExpr("unix_micros(store_timestamp)").collect())
+    lo, hi = times[100], times[400]
+    where = (f"topic IN ('Orders', 'Audit') AND queue_id IN (1, 2) AND tags IN ('TagA', '标签') "
+             f"AND store_timestamp > timestamp_micros({lo}) "
+             f"AND store_timestamp <= timestamp_micros({hi})")
+    for w in (where, "tags = 'TagB' AND tags = 'TagA'", "topic = 'Orders' AND topic = 'Nope'"):
+        jv = _read(jvm, "rocketstore-jvm", mixed).where(w).orderBy("msg_id").collect()
+        py = _read(jvm, "rocketstore", mixed).where(w).orderBy("msg_id").collect()
+        assert jv == py
+        assert len(jv) > 0 or w != where

@@ -11,15 +11,20 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /** Builder, scan and batch of one read: the projection Spark pushes down decides which
- *  columns the readers fill (a count: none). */
-final class StoreScan implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, Batch {
+ *  columns the readers fill (a count: none); filters on topic, queue_id, tags and
+ *  store_timestamp narrow what is read (Spark still applies every filter to the rows). */
+final class StoreScan implements ScanBuilder, SupportsPushDownRequiredColumns,
+        SupportsPushDownFilters, Scan, Batch {
     private final ReadOptions options;
     private StructType required = RocketStoreSource.SCHEMA;
+    private Filter[] pushed = new Filter[0];
 
     StoreScan(ReadOptions options) {
         this.options = options;
@@ -28,6 +33,17 @@ final class StoreScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
     @Override
     public void pruneColumns(StructType requiredSchema) {
         required = requiredSchema;
+    }
+
+    @Override
+    public Filter[] pushFilters(Filter[] filters) {
+        pushed = Pushdown.apply(filters, options);
+        return filters;         // all of them are evaluated again on the rows
+    }
+
+    @Override
+    public Filter[] pushedFilters() {
+        return pushed;
     }
 
     @Override
@@ -42,7 +58,7 @@ final class StoreScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
 
     @Override
     public String description() {
-        return "rocketstore-jvm " + options.path;
+        return "rocketstore-jvm " + options.path + " PushedFilters: " + java.util.Arrays.toString(pushed);
     }
 
     @Override
