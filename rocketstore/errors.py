@@ -35,6 +35,7 @@ __all__ = [
     "RemotingProtocolError",
     "AclConfigError",
     "AccessDeniedError",
+    "JvmBuildError",
 ]
 
 
@@ -406,3 +407,8 @@ class SlaveStoreError(RocketStoreError):
     def __str__(self) -> str:
         return (f"{self.path}: this is a SLAVE's store (brokerRole=SLAVE): it takes only its "
                 "master's replicated bytes, send to the master")
+
+
+class JvmBuildError(RocketStoreError, RuntimeError):
+    """The JVM Spark reader (``rocketstore.spark.jvm_jar``) could not be built: no ``javac``
+    (a JDK 17+), no pyspark jars, or the compiler failed; the message says which."""

@@ -123,8 +123,14 @@ def spark():
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
+               .config("spark.python.worker.reuse", "true"))
+    from rocketstore.errors import JvmBuildError
+    from rocketstore.spark.jvmjar import configure
+    try:
+        session = configure(session)        # the JVM reader, format("rocketstore-jvm")
+    except JvmBuildError:                   # no JDK: test_spark_jvm fails naming it; the rest runs
+        pass
+    session = session.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -21,6 +21,8 @@
      partitions, rows per batch and columns: one real batch decoded once per task, then
      yielded again and again), i.e. the cost of Spark's Python data source path with no
      decode;
+   - the JVM reader (``format("rocketstore-jvm")``, a DSv2 source Spark tells the columns
+     a query uses: no ``columns`` option needed);
    - Spark reading the same rows from Parquet (written from the store once, untimed; it
      prunes columns by itself).
 Each write and query runs ``--repeat`` times, the sources interleaved (best kept, the range
@@ -53,8 +55,12 @@ def _session(cores: int, memory: str, arrow_batch: int):
     spark = (SparkSession.builder.master(f"local[{cores}]").appName("bench_spark")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", memory).config("spark.sql.shuffle.partitions", str(cores))
-             .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(arrow_batch))
-             .getOrCreate())
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(arrow_batch)))
+    try:                                    # the JVM reader, format("rocketstore-jvm")
+        from rocketstore.spark.jvmjar import configure
+    except ImportError:                     # a checkout (--code) from before it
+        configure = None
+    spark = (configure(spark) if configure is not None else spark).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -299,8 +305,13 @@ def main(argv: list[str] | None = None) -> None:
             "rocketstore": lambda cols: rs("rocketstore", None),
             "rocketstore pruned": lambda cols: rs("rocketstore", cols),
             "arrow_baseline pruned": lambda cols: rs("arrow_baseline", cols),
+            "rocketstore-jvm": lambda cols: spark.read.format("rocketstore-jvm").load(store),
             "parquet": lambda cols: spark.read.parquet(pq_store),
         }
+        try:
+            spark.read.format("rocketstore-jvm").load(store)
+        except Exception:                   # a checkout without the JVM reader
+            del sources["rocketstore-jvm"]
         for q, (cols, run) in queries.items():             # warm-up: every source, untimed
             for df in sources.values():
                 run(df(cols))
