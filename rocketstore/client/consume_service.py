@@ -248,12 +248,10 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
                 out.append(pop())
         except IndexError:
             pass
-        if out:
-            self._finish(out, job.pq, job.mq)
-
-    def _finish(self, done: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
-        """Successes: out of the cache, the committed offset forward, a parked pull resumed."""
-        offset = pq.remove_message(done)
+        if not out:
+            return
+        pq, mq = job.pq, job.mq
+        offset = pq.remove_message(out)
         if offset >= 0:
             self.c.offset_store.update_offset(mq, offset, True)
         if pq.parked_pull is not None:

@@ -11,11 +11,17 @@ import re
 from rocketstore.errors import InvalidNameError
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: names that passed (bounded: applications use few), so a check on every pull's offset
+#: commit is one set lookup, as rocketstore.common.names does for the wire's names
+_ok: set[str] = set()
+_OK_MAX = 65536
 
 
 def check_name(field: str, value: object) -> str:
     """``value`` if it is a storable name, else ``InvalidNameError`` (``TypeError`` for a
     non-str, ``InvalidNameError`` for an empty one)."""
+    if type(value) is str and value in _ok:
+        return value
     if not isinstance(value, str):
         raise TypeError(f"{field} must be a str, got {type(value).__name__}")
     if not value:
@@ -29,4 +35,6 @@ def check_name(field: str, value: object) -> str:
     if m:
         raise InvalidNameError(field, value, f"holds the control character {m.group()!r} "
                                              f"at {m.start()}")
+    if len(_ok) < _OK_MAX:
+        _ok.add(value)
     return value

@@ -156,7 +156,6 @@ class ConsumerOffsetManager:
         self._lock = threading.Lock()  # guards _table and the two counts
         self._persist_lock = threading.Lock()  # one snapshot+write at a time
         self._table: dict[str, dict[int, int]] = {}
-        self._keys: dict[tuple[str, str], str] = {}     # checked (group, topic) -> key
         # dirty when they differ; counts (not a flag) so a change made during a persist's
         # write is not marked clean by it, and a failed persist leaves the table dirty
         self._change_count = 0
@@ -371,15 +370,6 @@ class ConsumerOffsetManager:
                 self._cond.notify_all()
 
     def _key(self, group: str, topic: str) -> str:
-        # every pull commits: the names are checked once per (group, topic), bounded
-        try:
-            return self._keys[(group, topic)]
-        except (KeyError, TypeError):
-            pass
         _check_name("group", group)
         _check_name("topic", topic)
-        key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
-        if len(self._keys) >= 65536:
-            self._keys.clear()
-        self._keys[(group, topic)] = key
-        return key
+        return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
