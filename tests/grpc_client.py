@@ -40,6 +40,20 @@ def view(m):
                 props=dict(m.properties or {}), attempt=m.delivery_attempt,
                 group=m.message_group, type=m.message_type,
                 deliver=m.delivery_timestamp, topic=m.topic)
+def send_as(ak, sk, topic, body="signed"):
+    """One send by a producer signing as ak/sk: "sent", or the client's error as text."""
+    p = Producer(ClientConfiguration(ENDPOINT, Credentials(ak, sk)), (topic,))
+    try:
+        p.startup()
+        p.send(msg(topic, body))
+        return "sent"
+    except Exception as e:
+        return type(e).__name__ + ": " + str(e)
+    finally:
+        try:
+            p.shutdown()
+        except Exception:
+            pass
 def receive_until(consumer, want, invisible=15, limit=30.0, batch=32):
     got = []
     end = time.time() + limit

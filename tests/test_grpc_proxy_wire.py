@@ -162,20 +162,7 @@ def test_acl_signed_clients_and_topic_permissions(client_venv, cluster, tmp_path
                            "--data-dir", str(tmp_path / "proxy"), "--acl-file", str(acl)])
     try:
         r = client_venv.run('''
-            def attempt(ak, sk, topic):
-                config = ClientConfiguration(ENDPOINT, Credentials(ak, sk))
-                p = Producer(config, (topic,))
-                try:
-                    p.startup()
-                    p.send(msg(topic, "signed"))
-                    return "sent"
-                except Exception as e:
-                    return type(e).__name__ + ": " + str(e)
-                finally:
-                    try:
-                        p.shutdown()
-                    except Exception:
-                        pass
+            attempt = send_as
             out(ok=attempt("rocketmq2", "12345678", "t_raw"),
                 wrong_sk=attempt("rocketmq2", "87654321", "t_raw"),
                 no_creds=attempt("", "", "t_raw"),
