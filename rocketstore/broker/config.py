@@ -180,6 +180,10 @@ class BrokerConfig:
         """The credentials of ``inner_client_authentication_credentials``, or None."""
         return getattr(self, "_inner_credentials", None)
 
+    def acl_path(self, store_dir: str) -> str:
+        """The plain ACL file: ``aclFile``, else ``<store dir>/conf/plain_acl.yml``."""
+        return self.acl_file or os.path.join(store_dir, "conf", "plain_acl.yml")
+
     @property
     def broker_addr(self) -> str:
         """``brokerIP1:listenPort``, the address clients and offset ids use."""

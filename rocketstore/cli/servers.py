@@ -313,7 +313,7 @@ def _local_proxy(bc, store_dir: str, namesrv: list[str]):
             raise CommandError("grpcServerPort with aclEnable=true needs "
                                "innerClientAuthenticationCredentials: the in-broker proxy signs "
                                "its requests to the broker with them (docs/grpc.md)")
-        acl_file = bc.acl_file or os.path.join(store_dir, "conf", "plain_acl.yml")
+        acl_file = bc.acl_path(store_dir)
         access_key, secret_key = creds.access_key, creds.secret_key
     cfg = ProxyConfig(";".join(namesrv), os.path.join(store_dir, "proxy"), acl_file=acl_file,
                       access_key=access_key, secret_key=secret_key)

@@ -16,7 +16,6 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import logging
-import os
 import socket
 import zlib
 from typing import Any
@@ -198,7 +197,7 @@ class BrokerServer:
         if not bc.acl_enable:
             return None
         from rocketstore.acl import PlainAccessValidator
-        path = bc.acl_file or os.path.join(self.store_dir, "conf", "plain_acl.yml")
+        path = bc.acl_path(self.store_dir)
         log.info("ACL enabled: %s", path)
         return PlainAccessValidator(path)
 
