@@ -196,3 +196,119 @@ def test_unstamped_local_send_is_born_when_stored(broker):
     ext = broker.store.look_message_by_offset(int(r.msg_id[-16:], 16))
     assert ext.born_timestamp == ext.store_timestamp > 0
     assert ext.properties["UNIQ_KEY"] == "AC11000100002A9F0000000000000001"
+
+
+# -- the send lane: a producer's sends to one topic after the first (SendLane / FastSend) ----
+
+def _warm_lane(broker, group="pg_lane"):
+    """A broker lane whose checks passed once (its state cached)."""
+    lane = broker.send_lane(group, TOPIC)
+    assert lane.send(Message(TOPIC, b"first"), 0).code == ResponseCode.SUCCESS  # auto-creates
+    assert lane.send(Message(TOPIC, b"second"), 0).code == ResponseCode.SUCCESS
+    assert lane._state is not None
+    return lane
+
+
+def test_lane_sends_store_what_the_request_path_stores(broker):
+    """Sends after the first take the lane (``Producer._fast``); each shape stores the bytes
+    the request path stores (properties string in Java order, CLUSTER added, WAIT dropped),
+    only UNIQ_KEY differing."""
+    shapes = [dict(tags="TagA", keys=["k1", "k2"], flag=7, properties={"a": "1", "zz": "2"}),
+              dict(), dict(keys="one"), dict(properties={f"p{i}": str(i) for i in range(20)}),
+              dict(tags="t", properties={"WAIT": "false", "x": "y"})]
+    with Producer("pg_lane_bytes", broker=broker) as p:
+        p.send(Message(TOPIC, b"warm"))
+        assert TOPIC in p._fast
+        for shape in shapes:
+            msg = Message(TOPIC, b"payload", **shape)
+            r1 = p.send(msg)
+            prepared, _ = p._prepare(msg)
+            resp = broker.send_message(SendMessageRequest(
+                "pg_lane_bytes", TOPIC, r1.message_queue.queue_id, [prepared])).result(5)
+            a = stored(broker, r1)
+            b = broker.store.look_message_by_offset(int(resp.msg_id[-16:], 16))
+            assert a.properties["UNIQ_KEY"] == r1.msg_id != b.properties["UNIQ_KEY"]
+            strip = [k for k in a.properties_bytes.split(b"\x02") if not k.startswith(b"UNIQ")]
+            assert strip == [k for k in b.properties_bytes.split(b"\x02")
+                             if not k.startswith(b"UNIQ")], shape
+            assert (a.flag, a.sys_flag, bytes(a.body)) == (b.flag, b.sys_flag, bytes(b.body))
+            assert r1.queue_offset == a.queue_offset
+
+
+def test_lane_follows_a_changed_topic(broker):
+    """A lane caches its checks per topic configuration: once the topic shrinks to one
+    queue, a send to queue 2 is refused as the full path refuses it, and nothing is stored."""
+    from rocketstore.store.topics import TopicConfig
+    lane = _warm_lane(broker)
+    assert lane.send(Message(TOPIC, b"q2"), 2).code == ResponseCode.SUCCESS
+    before = broker.store.commit_log.get_max_offset()
+    broker.topic_manager.update(TopicConfig(TOPIC, read_queue_nums=1, write_queue_nums=1))
+    r = lane.send(Message(TOPIC, b"q2 after"), 2)
+    assert r.code == ResponseCode.SYSTEM_ERROR and "queueId[2] is illegal" in r.remark
+    assert broker.store.commit_log.get_max_offset() == before
+    assert lane.send(Message(TOPIC, b"q0"), 0).code == ResponseCode.SUCCESS
+
+
+def test_lane_follows_runtime_settings(broker):
+    """UPDATE_BROKER_CONFIG replaces the settings: a warm lane obeys the new accept time."""
+    from rocketstore.broker import runtime_config
+    lane = _warm_lane(broker)
+    code, _ = runtime_config.update(
+        broker, {"startAcceptSendRequestTimeStamp": str(Broker.now_ms() + 3_600_000)})
+    assert code == ResponseCode.SUCCESS
+    before = broker.store.commit_log.get_max_offset()
+    r = lane.send(Message(TOPIC, b"refused"), 0)
+    assert r.code == ResponseCode.SYSTEM_ERROR and "unable to service" in r.remark
+    assert broker.store.commit_log.get_max_offset() == before
+
+
+def test_lane_leaves_delay_transactions_and_broker_properties_to_the_full_path(broker):
+    """On a warm lane a DELAY still goes to SCHEDULE_TOPIC_XXXX, a broker-only property is
+    still refused, and a prepared transaction message is still a half message."""
+    lane = _warm_lane(broker)
+    r = lane.send(Message(TOPIC, b"later", properties={"DELAY": "1"}), 1)
+    assert r.code == ResponseCode.SUCCESS
+    ext = broker.store.look_message_by_offset(int(r.msg_id[-16:], 16))
+    assert ext.topic == "SCHEDULE_TOPIC_XXXX" and ext.properties["REAL_TOPIC"] == TOPIC
+    r = lane.send(Message(TOPIC, b"x", properties={"REAL_TOPIC": "Other"}), 1)
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "REAL_TOPIC" in r.remark
+    r = lane.send(Message(TOPIC, b"half", properties={"TRAN_MSG": "true", "PGROUP": "pg_lane"},
+                          sys_flag=0x4), 1)
+    assert r.code == ResponseCode.SUCCESS
+    ext = broker.store.look_message_by_offset(int(r.msg_id[-16:], 16))
+    assert ext.topic == "RMQ_SYS_TRANS_HALF_TOPIC" and ext.properties["REAL_QID"] == "1"
+
+
+def test_lane_sends_under_sync_flush_each_answer_after_its_sync(tmp_path):
+    b = Broker.open(tmp_path / "s", BrokerConfig(),
+                    StoreConfig(mapped_file_size_commit_log=4 << 20, flush_disk_type="SYNC_FLUSH"))
+    try:
+        with Producer("pg_lane_sync", broker=b) as p:
+            for i in range(20):
+                r = p.send(Message(TOPIC, b"durable %d" % i))
+                assert r.status is SendStatus.SEND_OK
+                assert b.store.commit_log.flushed_where > int(r.offset_msg_id[-16:], 16)
+            assert TOPIC in p._fast
+    finally:
+        b.close()
+
+
+def test_sends_from_threads_get_distinct_ids_and_offsets(broker):
+    """The sync send stamps UNIQ_KEY without a lock: 4 threads x 3,000 sends, every message
+    id and every (queue, offset) distinct, every message stored."""
+    results: list = []
+    with Producer("pg_lane_threads", broker=broker) as p:
+        p.send(Message(TOPIC, b"warm"))
+
+        def run() -> None:
+            results.extend(p.send(Message(TOPIC, b"t")) for _ in range(3000))
+        threads = [threading.Thread(target=run) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(results) == 12000
+    assert len({r.msg_id for r in results}) == 12000
+    assert len({(r.message_queue.queue_id, r.queue_offset) for r in results}) == 12000
+    broker.store.wait_dispatched(10)
+    assert sum(broker.store.get_max_offset_in_queue(TOPIC, q) for q in range(4)) == 12001

@@ -29,6 +29,7 @@ from rocketstore.broker.producer_manager import ProducerManager
 from rocketstore.broker.pull import PullMessageProcessor
 from rocketstore.broker.reply import ReplyMessageProcessor
 from rocketstore.broker.send import SendMessageProcessor
+from rocketstore.broker.send_lane import SendLane
 from rocketstore.broker.subscription_group import SubscriptionGroupManager
 from rocketstore.broker.topic_manager import BrokerTopicManager
 from rocketstore.common import constants as C
@@ -345,6 +346,14 @@ class Broker:
         if self.metrics is not None:
             self.metrics.on_send_one(topic, msg, r)
         return r
+
+    def send_lane(self, producer_group: str, topic: str,
+                  default_topic: str = C.AUTO_CREATE_TOPIC_KEY_TOPIC,
+                  default_topic_queue_nums: int = 4) -> SendLane:
+        """A ``SendLane``: ``send_one`` for one (group, topic), its per-topic checks made once
+        per topic configuration (the in-process producer's sync sends)."""
+        self._check_open()
+        return SendLane(self, producer_group, topic, default_topic, default_topic_queue_nums)
 
     def send_wire(self, request: WireSend) -> Future:
         """``send_message`` of a send as decoded from the wire (``headers.WireSend``): the

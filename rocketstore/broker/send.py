@@ -163,6 +163,7 @@ class SendMessageProcessor:
         self._broker_writable = bool(self.cfg.broker_permission & int(PermName.PERM_WRITE))
         self._cluster_b = self.cfg.broker_cluster_name.encode("utf-8")
         self._hosts: dict[str, bytes] = {}      # peer "ip:port" -> encoded born host
+        self._local_host = encode_host("127.0.0.1:0")   # a message with no born host
         self._responses: dict[int, functools.partial[SendMessageResponse]] = {}
         self._names_ok: set[tuple[str, str]] = set()    # (topic, group) pairs that passed
         # a SLAVE's store takes only its master's bytes: every send is refused up front,
@@ -437,6 +438,33 @@ class SendMessageProcessor:
                                 reconsume_times, -1 if born_timestamp is None else born_timestamp,
                                 self._born_host_of(born_host),
                                 store_queue_id if queue_id is None else queue_id)
+
+    def put_plain_message(self, topic: str, queue_id: int, msg: Message, sys_bits: int
+                          ) -> SendMessageResponse | Future | None:
+        """``send_one``'s byte path for a message whose send checks passed (``SendLane``): the
+        producer's properties string (``Message.send_properties``) rewritten as 4.9.8 stores it
+        and the record put; None when the message is not of the byte path's shape."""
+        stored = stored_properties(msg.send_properties(), self._cluster_b,
+                                   self.broker.next_uniq_id)
+        if stored is None:
+            return None
+        bt = msg.born_timestamp
+        host = msg.born_host
+        store = self.broker.store
+        transform = self._responses.get(queue_id) or self._transform(queue_id)
+        try:                # _put_stored, one call less per message
+            r = store.commit_log.put_wire_async(
+                topic, queue_id, msg.body, stored[0], msg.flag, msg.sys_flag | sys_bits, 0,
+                -1 if bt is None else bt,
+                self._local_host if host is None else self._born_host_of(host),
+                stored[1], store.put_acks, transform, True)
+        except InvalidMessageError as e:
+            return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
+        if type(r) is PutMessageResult:
+            if r.status is _PUT_OK:
+                return SendMessageResponse(_SUCCESS, None, r.msg_id, queue_id, r.queue_offset)
+            return put_response(r, queue_id)
+        return r
 
     def _put_plain(self, inner: MessageInner, user: dict[str, str], queue_id: int
                    ) -> SendMessageResponse | Future:

@@ -9,7 +9,7 @@ refusals come back as response codes, as over the wire; a closed broker or trans
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from rocketstore.client.transport import ClientChannel, Transport
 from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransactionRequest,
@@ -85,6 +85,14 @@ class InProcessTransport(Transport):
             return r.result(timeout_ms / 1000.0)
         except TimeoutError:
             raise TransportError(broker_name, f"send timed out after {timeout_ms} ms") from None
+
+    def send_lane(self, broker_name: str, producer_group: str, topic: str, default_topic: str,
+                  default_topic_queue_nums: int
+                  ) -> Callable[[Message, int], SendMessageResponse | Future[SendMessageResponse]]:
+        """The broker's ``SendLane.send`` for the pair (it raises ``StoreClosedError`` once the
+        broker is closed)."""
+        return self._b(broker_name).send_lane(producer_group, topic, default_topic,
+                                              default_topic_queue_nums).send
 
     def send_one_async(self, broker_name: str, producer_group: str, topic: str, queue_id: int,
                        msg: Message, default_topic: str, default_topic_queue_nums: int

@@ -16,6 +16,7 @@ from typing import Any, Generator, Iterable
 from rocketstore.acl.signature import SessionCredentials, credentials_from
 from rocketstore.client import reply, validators
 from rocketstore.client.compression import compressor
+from rocketstore.client.fast_send import FastSend
 from rocketstore.client.instance import (HEARTBEAT_BROKER_INTERVAL_MS,
                                          POLL_NAME_SERVER_INTERVAL_MS, ClientInstance,
                                          ClientTimers, build_client_id, transport_for)
@@ -84,6 +85,8 @@ class Producer(FutureSends):
         self.default_topic_queue_nums = default_topic_queue_nums
         self._instance: ClientInstance | None = None
         self._publish: dict[str, tuple[float, TopicPublishInfo]] = {}
+        # topic -> its fast sync sends over an in-process broker's send lane (fast_send.py)
+        self._fast: dict[str, FastSend] = {}
         self._inner = False
         # futures of sends not answered yet (send_async, send_future): what flush() waits for
         self._pending: set[Future] = set()
@@ -112,6 +115,7 @@ class Producer(FutureSends):
         inst, self._instance = self._instance, None
         if inst is None:
             return
+        self._fast.clear()
         if not self._inner:
             inst.unregister_producer(self.group)
         inst.release()
@@ -242,8 +246,14 @@ class Producer(FutureSends):
         ``MQClientError`` (bad message, no route), ``MQBrokerError`` (the broker refused) or
         ``TransportError``.
         """
-        prepared, uniq = self._prepare(msg)
         timeout = self.send_msg_timeout if timeout is None else timeout
+        if message_queue is None and selector is None and type(msg) is Message:
+            fast = self._fast.get(msg.topic)
+            if fast is not None:
+                result = fast.send(msg, timeout)
+                if result is not None:
+                    return result
+        prepared, uniq = self._prepare(msg)
         if message_queue is not None or selector is not None:
             mq = self._explicit_queue(msg, message_queue, selector, arg)
             return self._send_to_chosen_queue(mq, self._request(prepared, mq), timeout, uniq)
@@ -394,12 +404,29 @@ class Producer(FutureSends):
             if answer.code == _SUCCESS:
                 if strategy.send_latency_fault_enable:
                     strategy.update_fault_item(mq.broker_name, _ms_since(begin), False)
+                fast = self._fast.get(mq.topic)
+                if fast is None or fast.info is not info:
+                    self._install_fast(mq.topic, info, mq.broker_name)
                 return SendResult(_SEND_OK, uniq, answer.msg_id,
                                   mq if answer.queue_id == mq.queue_id else
                                   MessageQueue(mq.topic, mq.broker_name, answer.queue_id),
                                   answer.queue_offset, answer.transaction_id)
         return self._drive(self._retrying(prepared, uniq, None, timeout, (mq, begin, info)),
                            answer)
+
+    def _install_fast(self, topic: str, info: TopicPublishInfo, broker_name: str) -> None:
+        """After a sync send to ``topic`` succeeded: its next sends take ``FastSend`` while
+        ``info`` is the fresh publish list, when the transport has send lanes (in process)."""
+        hit = self._publish.get(topic)
+        if hit is None or hit[1] is not info:
+            return
+        lane = self.transport.send_lane(broker_name, self.group, topic, self.create_topic_key,
+                                        self.default_topic_queue_nums)
+        if lane is None:
+            return
+        if len(self._fast) >= 1024:         # bounded: a producer cycling topics rebuilds
+            self._fast.clear()
+        self._fast[topic] = FastSend(self, info, hit[0], lane, broker_name)
 
     def _drive(self, steps: Generator[Attempt, SendMessageResponse, SendResult],
                first: SendMessageResponse | TransportError | None) -> SendResult:

@@ -64,12 +64,14 @@ def stamp(msgs: list[Message]) -> tuple[list[Message], list[str]]:
 
 
 def stamp_one_message(msg: Message) -> tuple[Message, str]:
-    """``stamp`` of one message (the sync send's path: no lists)."""
-    with _uniq_lock:
-        gen = _uniq_gen
-        if gen is None:
-            gen = _new_uniq_gen()
-        return stamp_one(msg, gen)
+    """``stamp`` of one message (the sync send's path: no lists, no lock: ``stamp_one`` takes
+    its id from the generator in C code that holds the GIL throughout, which no other
+    thread can interleave)."""
+    gen = _uniq_gen
+    if gen is None:
+        with _uniq_lock:
+            gen = _uniq_gen if _uniq_gen is not None else _new_uniq_gen()
+    return stamp_one(msg, gen)
 
 
 def _new_uniq_gen() -> UniqIdGenerator:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
                                          EndTransactionRequest, HeartbeatData, MessageQueue,
@@ -80,6 +80,14 @@ class Transport(abc.ABC):
         return self.send_message(broker_name, SendMessageRequest(
             producer_group, topic, queue_id, [msg], default_topic=default_topic,
             default_topic_queue_nums=default_topic_queue_nums), timeout_ms)
+
+    def send_lane(self, broker_name: str, producer_group: str, topic: str, default_topic: str,
+                  default_topic_queue_nums: int
+                  ) -> Callable[[Message, int], SendMessageResponse | Future[SendMessageResponse]] | None:
+        """A function sending one stamped message of ``topic`` to a queue id (``send_one``
+        without the per-send topic checks: the broker's ``SendLane``); None when the transport
+        has none (over TCP every send is a request)."""
+        return None
 
     def send_one_async(self, broker_name: str, producer_group: str, topic: str, queue_id: int,
                        msg: Message, default_topic: str, default_topic_queue_nums: int

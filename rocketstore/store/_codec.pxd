@@ -202,6 +202,7 @@ cdef class Message:
     # encoded forms (built once at construction: a Message is immutable)
     cdef bytes _topic_b
     cdef bytes _props_b
+    cdef Py_ssize_t _user_len       # bytes of _props_b before TAGS/KEYS/DELAY; -1: verbatim
     cdef bytes _born_host_b
     cdef bint _has_uniq
     cdef bint _delayed              # has a DELAY property (not allowed in a batch)

@@ -218,6 +218,7 @@ cdef class Message:
         # properties bytes: user properties, then TAGS, KEYS and DELAY (order is free:
         # docs/format.md §1.4)
         plen = PyBytes_GET_SIZE(user_b)
+        self._user_len = plen
         if tags_b is not None:
             plen += 6 + PyBytes_GET_SIZE(tags_b)
         if keys_b is not None:
@@ -305,6 +306,7 @@ cdef class Message:
         cdef dict user = parse_properties(pb) if properties is None else properties
         m._user = user if user else None
         m._props_b = pb
+        m._user_len = -1            # not in the order of ``properties``
         m._has_uniq = True          # verbatim: the broker decides whether a UNIQ_KEY is there
         m._delayed = PROPERTY_DELAY in user
         m._no_wait = not wait
@@ -350,6 +352,13 @@ cdef class Message:
         if self._delay:
             out[PROPERTY_DELAY] = str(self._delay)
         return out
+
+    def send_properties(self):
+        """``encode_properties(self.properties)`` (the properties string a producer sends),
+        without building the dict: the encoded form kept in that order, when it is."""
+        if self._user_len >= 0:
+            return self._props_b
+        return _encode_properties(self.properties)
 
     cdef int _fill(self, RecordFields *f, const char **body_buf) except -1:
         """Fill the message's own fields of ``f`` (not offsets, times or store host)."""

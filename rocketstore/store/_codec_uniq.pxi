@@ -15,7 +15,9 @@ cdef class UniqIdGenerator:
     """Client message ids in RocketMQ's MessageClientIDSetter layout (docs/format.md §7).
 
     ip 4 bytes + pid 2 + instance hash 4 + ms since the start of the month 4 + counter 2,
-    as 32 uppercase hex chars. Not thread-safe: callers hold the put lock.
+    as 32 uppercase hex chars. ``next_into`` holds the GIL and runs no Python code (but at a
+    month's turn, where threads racing there compute the same month), so Python threads get
+    distinct ids without a lock; code that releases the GIL around it needs one.
     """
 
     def __init__(self, str ip="127.0.0.1", instance_hash=None):
@@ -124,7 +126,14 @@ cdef Message _stamped(Message m, UniqIdGenerator gen, int64_t now):
     c.born_timestamp = m.born_timestamp
     c.born_host = m.born_host
     c._topic_b = m._topic_b
-    c._props_b = m._props_b + extra
+    if m._user_len >= 0:
+        # inserted after the user properties, where ``properties`` has them, so that
+        # ``send_properties`` stays the encoded form
+        c._props_b = m._props_b[:m._user_len] + extra + m._props_b[m._user_len:]
+        c._user_len = m._user_len + PyBytes_GET_SIZE(extra)
+    else:
+        c._props_b = m._props_b + extra
+        c._user_len = -1
     if PyBytes_GET_SIZE(c._props_b) > RS_MAX_PROPERTIES_LEN:
         raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(c._props_b)} bytes encoded",
                                   f"exceed {RS_MAX_PROPERTIES_LEN} bytes",

@@ -351,6 +351,12 @@ class TopicConfigManager(VersionedConfigTable):
         with self._lock:
             return self._table.get(topic)
 
+    def peek(self, topic: str) -> TopicConfig | None:
+        """``get`` without the lock, for a per-message hot path: every change stores a new
+        immutable ``TopicConfig`` in one assignment (or swaps the table whole), so a reader
+        sees the old object or the new one, never a half-made one."""
+        return self._table.get(topic)
+
     def all(self) -> dict[str, TopicConfig]:
         """Every topic's configuration by name (a copy of the table)."""
         with self._lock:
