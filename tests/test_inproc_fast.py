@@ -312,3 +312,28 @@ def test_sends_from_threads_get_distinct_ids_and_offsets(broker):
     assert len({(r.message_queue.queue_id, r.queue_offset) for r in results}) == 12000
     broker.store.wait_dispatched(10)
     assert sum(broker.store.get_max_offset_in_queue(TOPIC, q) for q in range(4)) == 12001
+
+
+def test_async_sends_on_the_lane_keep_the_async_rules(tmp_path):
+    """After a sync send installed the lane, ``send_async`` takes it too: under SYNC_FLUSH
+    each future completes only once its record is on disk, and ``flush`` waits for them;
+    on a closed broker the future fails as the request path's does (retried, then raised)."""
+    b = Broker.open(tmp_path / "s", BrokerConfig(),
+                    StoreConfig(mapped_file_size_commit_log=4 << 20, flush_disk_type="SYNC_FLUSH"))
+    try:
+        with Producer("pg_lane_async", broker=b, retry_times_when_send_async_failed=1) as p:
+            p.send(Message(TOPIC, b"warm"))
+            assert TOPIC in p._fast
+            futs = [p.send_async(Message(TOPIC, b"a%d" % i)) for i in range(50)]
+            results = [f.result(10) for f in futs]
+            assert all(r.status is SendStatus.SEND_OK for r in results)
+            assert b.store.commit_log.flushed_where > max(
+                int(r.offset_msg_id[-16:], 16) for r in results)
+            assert len({r.msg_id for r in results}) == 50
+            b.close()
+            f = p.send_async(Message(TOPIC, b"late"))
+            with pytest.raises((TransportError, MQClientError)):
+                f.result(5)
+    finally:
+        if not b.closed:
+            b.close()

@@ -21,6 +21,7 @@ from rocketstore.common import Message, MessageQueue
 from rocketstore.common.protocol import SendMessageResponse
 from rocketstore.errors import StoreClosedError, TransportError
 from rocketstore.store._codec import stamp_one
+from rocketstore.store._commitlog import complete_future, pending_future
 
 if TYPE_CHECKING:
     from rocketstore.client.producer import Producer
@@ -42,23 +43,60 @@ class FastSend:
         self.lane = lane
         self.broker_name = broker_name
 
-    def send(self, msg: Message, timeout: int) -> SendResult | None:
-        """The send's result, or None when this path does not take the message (the caller
-        runs ``Producer.send``'s own path)."""
+    def _next(self, msg: Message, begin: float) -> MessageQueue | None:
+        """The queue for ``msg`` when this path takes it, else None."""
         p = self.producer
         n = len(msg.body)
-        begin = time.monotonic()
         if (not 0 < n < p.compress_msg_body_over_howmuch or n > p.max_message_size
                 or begin >= self.expires or p.fault_strategy.send_latency_fault_enable):
-            return None
-        gen = sending._uniq_gen
-        if gen is None:
             return None
         info = self.info
         mqs = info.message_queues
         mq = mqs[info.send_which_queue.increment_and_get() % len(mqs)]
-        if mq.broker_name != self.broker_name:
-            return None             # a route over several brokers: the transport's path
+        return mq if mq.broker_name == self.broker_name else None
+
+    def send_async(self, msg: Message) -> Future[SendResult] | None:
+        """``send_async``'s future (its retry rules: ``FutureSends``), or None when this path
+        does not take the message."""
+        begin = time.monotonic()
+        gen = sending._uniq_gen         # made by the producer's first send
+        if gen is None:
+            return None
+        mq = self._next(msg, begin)
+        if mq is None:
+            return None
+        m, uniq = stamp_one(msg, gen)
+        p = self.producer
+        out: Future[SendResult] = pending_future()
+        try:
+            answer = self.lane(m, mq.queue_id)
+        except StoreClosedError as e:
+            p._async_failed(out, TransportError(mq.broker_name, f"broker closed: {e}"), m,
+                            uniq, mq, self.info, p.retry_times_when_send_async_failed, begin)
+            return out
+        if type(answer) is SendMessageResponse and answer.code == 0:    # SUCCESS at once
+            complete_future(out, SendResult(
+                _SEND_OK, uniq, answer.msg_id,
+                mq if answer.queue_id == mq.queue_id else
+                MessageQueue(mq.topic, mq.broker_name, answer.queue_id),
+                answer.queue_offset, answer.transaction_id))
+        else:
+            p._async_answer(out, answer, m, uniq, mq, self.info,
+                            p.retry_times_when_send_async_failed, begin)
+        return out
+
+    def send(self, msg: Message, timeout: int) -> SendResult | None:
+        """The send's result, or None when this path does not take the message (the caller
+        runs ``Producer.send``'s own path)."""
+        begin = time.monotonic()
+        gen = sending._uniq_gen         # made by the producer's first send
+        if gen is None:
+            return None
+        mq = self._next(msg, begin)
+        if mq is None:
+            return None
+        p = self.producer
+        info = self.info
         m, uniq = stamp_one(msg, gen)
         r: SendMessageResponse | TransportError
         try:

@@ -167,6 +167,12 @@ class FutureSends:
         selection only); a broker refusal is the future's exception (RocketMQ's async rules;
         ``send_future`` keeps ``send``'s). No thread waits per send.
         """
+        if message_queue is None and selector is None and type(msg) is Message:
+            fast = self._fast.get(msg.topic)
+            if fast is not None:
+                done = fast.send_async(msg)
+                if done is not None:
+                    return self._track(done)
         # the store's future: its Condition is made only if someone waits before it is done
         # (an in-process send is done at once); thousands in flight stay cheap for the GC
         out: Future[SendResult] = pending_future()
@@ -199,13 +205,26 @@ class FutureSends:
                     mq.broker_name, self.group, mq.topic, mq.queue_id, prepared,
                     self.create_topic_key, self.default_topic_queue_nums)
         except Exception as e:
-            if isinstance(e, TransportError) and retries > 0 and info is not None:
-                self.fault_strategy.update_fault_item(mq.broker_name, _ms_since(started), True)
-                nxt = self.fault_strategy.select_one_message_queue(info, mq.broker_name)
-                self._send_async_attempt(out, prepared, uniq, nxt, info, retries - 1)
-                return
-            self._settle(out, exc=e)
+            self._async_failed(out, e, prepared, uniq, mq, info, retries, started)
             return
+        self._async_answer(out, fut, prepared, uniq, mq, info, retries, started)
+
+    def _async_failed(self, out: Future, e: Exception, prepared: Message, uniq: str,
+                      mq: MessageQueue, info: TopicPublishInfo | None, retries: int,
+                      started: float) -> None:
+        """An attempt the transport could not make: retried on another queue while retries
+        are left (a TransportError), else the future's exception."""
+        if isinstance(e, TransportError) and retries > 0 and info is not None:
+            self.fault_strategy.update_fault_item(mq.broker_name, _ms_since(started), True)
+            nxt = self.fault_strategy.select_one_message_queue(info, mq.broker_name)
+            self._send_async_attempt(out, prepared, uniq, nxt, info, retries - 1)
+            return
+        self._settle(out, exc=e)
+
+    def _async_answer(self, out: Future, fut: SendMessageResponse | Future, prepared: Message,
+                      uniq: str, mq: MessageQueue, info: TopicPublishInfo | None, retries: int,
+                      started: float) -> None:
+        """An attempt's answer (given at once) or its future: ``out`` completed from it."""
         if type(fut) is SendMessageResponse:    # answered at once: no future at all
             strategy = self.fault_strategy
             if strategy.send_latency_fault_enable:
