@@ -182,3 +182,22 @@ def test_two_producers_of_one_group_in_one_instance_are_refused(broker):
         with pytest.raises(MQClientError, match="has been created before"):
             Producer("pgx", broker=broker, instance_name="same").start()
         assert p1.send(Message("TopicA", b"x")).status is SendStatus.SEND_OK
+
+
+def test_batch_checks_name_the_entry_that_breaks_a_rule(broker, producer):
+    """The batch's checks run in C for a batch that passes them on its face; any entry that
+    breaks a rule (however far into the batch) still gets the producer's own error, and a
+    forbidden topic is refused though every entry looks plain."""
+    ok = [Message("TopicB", b"fine") for _ in range(40)]
+    with pytest.raises(MQClientError, match="body length is zero"):
+        producer.send_batch(ok + [Message("TopicB", b"")])
+    producer.max_message_size = 64
+    with pytest.raises(MQClientError, match="over the max message size 64"):
+        producer.send_batch(ok + [Message("TopicB", b"x" * 65)])
+    with pytest.raises(MQClientError, match="forbidden"):
+        producer.send_batch([Message("SCHEDULE_TOPIC_XXXX", b"a"),
+                             Message("SCHEDULE_TOPIC_XXXX", b"b")])
+    with pytest.raises(MQClientError, match="waitStoreMsgOK"):
+        producer.send_batch(ok + [Message("TopicB", b"b", properties={"WAIT": "false"})])
+    with pytest.raises(MQClientError, match="TimeDelayLevel"):
+        producer.send_batch(ok + [Message("TopicB", b"later", delay_level=3)])

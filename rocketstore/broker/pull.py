@@ -29,6 +29,7 @@ from rocketstore.common.constants import PermName
 from rocketstore.common.protocol import (MessageModel, PullMessageRequest, PullMessageResponse,
                                          ResponseCode, SubscriptionData)
 from rocketstore.store._codec import java_hash
+from rocketstore.store._commitlog import complete_future, pending_future
 from rocketstore.store.status import GetMessageStatus
 
 if TYPE_CHECKING:
@@ -239,10 +240,12 @@ class PullMessageProcessor:
         self.hold = PullRequestHoldService(self)
 
     def pull(self, request: PullMessageRequest) -> Future:
-        fut: Future = Future()
+        # the store's lazy future: a pull answered at once (the usual case) never builds
+        # the Condition a waiter, callback or a parked pull's completion needs
+        fut: Future = pending_future()
         resp = self.process(request, allow_suspend=True, future=fut)
         if resp is not None:
-            fut.set_result(resp)
+            complete_future(fut, resp)
         return fut
 
     def process(self, req: PullMessageRequest, allow_suspend: bool,

@@ -32,7 +32,7 @@ from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, RemotingRes
 from rocketstore.common.sends import BATCH_ENTRY, WireSend, send_request
 from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError
 from rocketstore.remoting._wire import stored_properties, wire_batch
-from rocketstore.store._codec import encode_host, encode_properties
+from rocketstore.store._codec import batch_body, encode_host, encode_properties
 from rocketstore.store.status import PutMessageStatus, SysFlag
 from rocketstore.store.topics import MULTI_TAG
 from rocketstore.store.types import Message, PutMessageResult
@@ -618,24 +618,12 @@ class SendMessageProcessor:
         (tests/test_wire_send.py). None: another shape (``_send_batch`` decides)."""
         if req.born_host is not None:
             return None
-        parts = []
-        for m in req.messages:
-            if (type(m) is not Message or type(m.body) is not bytes or m.sys_flag
-                    or m.born_timestamp is not None or m.born_host is not None
-                    or not _INT32_MIN <= m.flag <= _INT32_MAX):
-                return None
-            try:
-                pb = encode_properties(m.properties)
-            except (TypeError, UnicodeError):
-                return None
-            body = m.body
-            parts.append(BATCH_ENTRY.pack(22 + len(body) + len(pb), 0, 0, m.flag, len(body)))
-            parts.append(body)
-            parts.append(len(pb).to_bytes(2, "big"))
-            parts.append(pb)
+        body = batch_body(req.messages)         # one pass in C, None: not the shape
+        if body is None:
+            return None
         w = WireSend(req.producer_group, req.topic, req.default_topic,
                      req.default_topic_queue_nums, req.queue_id, 0, -1, 0, "",
-                     req.reconsume_times, req.max_reconsume_times, True, b"".join(parts), None)
+                     req.reconsume_times, req.max_reconsume_times, True, body, None)
         return self._wire_batch_put(w)
 
     # -- CONSUMER_SEND_MSG_BACK --------------------------------------------------------------

@@ -31,6 +31,7 @@ from rocketstore.client.sending import (  # noqa: F401
 from rocketstore.common import Message, MessageExt, MessageQueue, SendStatus
 from rocketstore.common import constants as C
 from rocketstore.common.protocol import SendMessageRequest, SendMessageResponse
+from rocketstore.store._codec import batch_plain
 from rocketstore.errors import MQBrokerError, MQClientError, TransportError
 
 log = logging.getLogger("rocketstore.client")
@@ -479,10 +480,24 @@ class Producer(FutureSends):
         msgs = list(msgs)
         if not msgs:
             raise MQClientError("send_batch: the batch is empty")
+        max_size = self.max_message_size
+        topic = batch_plain(msgs, max_size)
+        if topic is not None:
+            # every entry passed on its face (in C): the shared topic's name is checked once
+            validators.check_message(msgs[0], max_size)
+        else:
+            topic = self._check_batch_entries(msgs, max_size)
+        if topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
+            raise MQClientError("send_batch: retry group topic is not supported for batching")
+        out, keys = stamp(msgs)
+        return out, ",".join(keys)
+
+    @staticmethod
+    def _check_batch_entries(msgs: list[Message], max_size: int) -> str:
+        """``_prepare_batch``'s checks entry by entry, raising the first problem; the topic."""
         topic = msgs[0].topic
         wait = None
         check = validators.check_message
-        max_size = self.max_message_size
         for m in msgs:
             check(m, max_size)
             if m.topic != topic:
@@ -496,10 +511,7 @@ class Producer(FutureSends):
                 raise MQClientError("send_batch: the waitStoreMsgOK of the messages in one batch "
                                     "should be the same")
             wait = w
-        if topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
-            raise MQClientError("send_batch: retry group topic is not supported for batching")
-        out, keys = stamp(msgs)
-        return out, ",".join(keys)
+        return topic
 
 
 # TransactionProducer extends Producer: defined after it, importable from here as before

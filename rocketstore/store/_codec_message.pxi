@@ -95,6 +95,69 @@ def body_preview(body):
     return f"{bytes(body[:BODY_PREVIEW_BYTES])!r}...({n} bytes)"
 
 
+def batch_body(list msgs):
+    """The SEND_BATCH_MESSAGE body of ``msgs`` (``MessageDecoder.encodeMessages``: per entry
+    total size, magic 0, body CRC 0, flag, body length, body, properties length, properties in
+    the order of ``Message.properties``), in one buffer and one pass; None when an entry is not
+    of the in-process batch's common shape (a ``Message`` with no sys flag, born time or born
+    host of its own): the caller takes the map path."""
+    cdef Py_ssize_t total = 0, pos = 0, blen, plen, i
+    cdef Message m
+    cdef list props = []
+    cdef bytes pb, out
+    cdef char *w
+    for obj in msgs:
+        if type(obj) is not Message:
+            return None
+        m = <Message>obj
+        if m.sys_flag or m.born_timestamp is not None or m.born_host is not None:
+            return None
+        pb = m._props_b if m._user_len >= 0 else _encode_properties(m.properties)
+        plen = PyBytes_GET_SIZE(pb)
+        if plen > 32767:
+            return None
+        props.append(pb)
+        total += 22 + m._body_len + plen
+    out = PyBytes_FromStringAndSize(NULL, total)
+    w = PyBytes_AS_STRING(out)
+    for i in range(len(msgs)):
+        m = <Message>msgs[i]
+        pb = <bytes>props[i]
+        blen = m._body_len
+        plen = PyBytes_GET_SIZE(pb)
+        put_u32(w + pos, <uint32_t>(22 + blen + plen))
+        put_u32(w + pos + 4, 0)
+        put_u32(w + pos + 8, 0)
+        put_u32(w + pos + 12, <uint32_t>m.flag)
+        put_u32(w + pos + 16, <uint32_t>blen)
+        memcpy(w + pos + 20, PyBytes_AS_STRING(m._body), <size_t>blen)
+        pos += 20 + blen
+        put_u16(w + pos, <uint16_t>plen)
+        memcpy(w + pos + 2, PyBytes_AS_STRING(pb), <size_t>plen)
+        pos += 2 + plen
+    return out
+
+
+def batch_plain(list msgs, Py_ssize_t max_size):
+    """The topic of ``msgs`` when every entry passes a producer's batch checks on its face
+    (a ``Message``, the first one's topic, a body of 1 .. ``max_size`` bytes, no DELAY
+    property or level, the first one's WAIT), else None: the caller's own checks then name
+    what is wrong. The topic name itself is not checked here."""
+    cdef Message m, first
+    if not msgs or type(msgs[0]) is not Message:
+        return None
+    first = <Message>msgs[0]
+    for obj in msgs:
+        if type(obj) is not Message:
+            return None
+        m = <Message>obj
+        if (m._body_len == 0 or m._body_len > max_size or m._delayed
+                or m._no_wait != first._no_wait
+                or (m.topic is not first.topic and m.topic != first.topic)):
+            return None
+    return first.topic
+
+
 def _rebuild_message(topic, body, props, flag, sys_flag, reconsume_times, prepared, born_ts,
                      born_host):
     return Message(topic, body, properties=props, flag=flag, sys_flag=sys_flag,
