@@ -161,17 +161,18 @@ def test_telemetry_streams_are_bounded_and_a_client_leaves_with_its_stream(proxy
         assert set(svc.registry._producers) == {"t_lim_q0", "t_lim_p1", "t_lim_p2", "t_lim"}
 
         streams[1].close()
-        wait_until(lambda: "c@1" not in svc.streams and "c@1" not in svc.settings,
-                   "c@1's stream and settings gone", within=10)
-        assert set(svc.registry._producers) == {"t_lim_q0", "t_lim_p2", "t_lim"}  # c@2: t_lim
+        # its stream, settings and producer topic go; t_lim stays (c@2 produces it)
+        wait_until(lambda: "c@1" not in svc.streams and "c@1" not in svc.settings and
+                   set(svc.registry._producers) == {"t_lim_q0", "t_lim_p2", "t_lim"},
+                   "c@1's stream, settings and topics gone", within=10)
         newcomer = Telemetry(proxy.addr, "c@new")
         assert newcomer.settings(topics=["t_lim"]).status.code == _code("OK")
         streams[1] = newcomer
     finally:
         for s in streams:
             s.close()
-    wait_until(lambda: not svc.streams and not svc.settings, "every client gone", within=10)
-    assert svc.registry.sizes() == {"consumers": 0, "producers": 0, "holders": 0}
+    wait_until(lambda: not svc.streams and not svc.settings and svc.registry.sizes() == {
+        "consumers": 0, "producers": 0, "holders": 0}, "every client and topic gone", within=10)
 
 
 def test_settings_with_too_many_topics_or_bad_names_are_refused(proxy):
@@ -262,3 +263,18 @@ def test_limit_settings_are_checked():
         limits_from({"grpcMaxTopics": 3})
     with pytest.raises(InvalidConfigError, match="grpc_max_groups"):
         BrokerConfig(grpc_max_groups=0)
+
+
+def test_proxy_command_line_limits_are_checked(capsys, tmp_path):
+    """``rocketstore proxy --limit NAME=N``: an unknown name, a zero or a malformed item is a
+    one-line error (exit 2) naming it, before anything listens."""
+    from rocketstore.cli import main
+    base = ["proxy", "--namesrv", "127.0.0.1:1", "--listen", "127.0.0.1:0",
+            "--data-dir", str(tmp_path)]
+    for item, said in (("grpcMaxTopics=3", "unknown proxy limit 'grpcMaxTopics'"),
+                       ("grpcMaxClients=0", "grpcMaxClients=0: must be a positive integer"),
+                       ("grpcMaxClients", "expected NAME=N")):
+        assert main([*base, "--limit", item]) == 2
+        assert said in capsys.readouterr().err
+    assert main([*base, "--security-token", "t"]) == 2
+    assert "--security-token goes with --access-key" in capsys.readouterr().err

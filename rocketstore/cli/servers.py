@@ -375,6 +375,8 @@ def _proxy(args: argparse.Namespace) -> int:
     default_type = types.pop("*", "NORMAL")
     if bool(args.access_key) != bool(args.secret_key):
         raise CommandError("give both --access-key and --secret-key, or neither")
+    if args.security_token is not None and not args.access_key:
+        raise CommandError("--security-token goes with --access-key and --secret-key")
     given: dict[str, int] = {}
     for item in args.limit or ():
         key, sep, n = item.partition("=")
@@ -388,7 +390,8 @@ def _proxy(args: argparse.Namespace) -> int:
     cfg = ProxyConfig(args.namesrv, data_dir, fifo_groups=frozenset(args.fifo_group or ()),
                       max_attempts=attempts, acl_file=args.acl_file,
                       access_key=args.access_key, secret_key=args.secret_key,
-                      message_types=types, default_message_type=default_type, limits=limits)
+                      security_token=args.security_token, message_types=types,
+                      default_message_type=default_type, limits=limits)
     server = ProxyServer(host, port, cfg)
 
     async def main() -> None:
@@ -428,6 +431,8 @@ def register_proxy(sub) -> None:
                         "group permissions against this plain ACL file (docs/acl.md)")
     p.add_argument("--access-key", help="sign the proxy's requests to brokers with ACL on")
     p.add_argument("--secret-key", help="the secret key of --access-key")
+    p.add_argument("--security-token", help="a security token sent with --access-key's "
+                                            "signature (SecurityToken)")
     p.add_argument("--limit", action="append", metavar="NAME=N",
                    help="a bound on what clients make the proxy hold, by its broker.conf name "
                         "(grpcMaxClients, grpcMaxTopicsPerClient, grpcMaxGroups, "
