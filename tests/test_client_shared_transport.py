@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rawwire import RawClient  # tests/rawwire.py
 from servers import start_broker, start_namesrv
 
@@ -23,7 +25,7 @@ def _members(c: RawClient, group: str) -> list[str]:
 
 
 def test_clients_sharing_a_transport_keep_their_group_membership(tmp_path):
-    from rocketstore.client import Producer, PushConsumer
+    from rocketstore.client import Message, Producer, PushConsumer
     from rocketstore.client.tcp import TcpTransport
     from rocketstore.remoting.admin_client import AdminClient
     ns = start_namesrv(tmp_path)
@@ -50,7 +52,8 @@ def test_clients_sharing_a_transport_keep_their_group_membership(tmp_path):
                 inst.send_heartbeat_to_all_brokers()
                 assert (_members(raw, "GA"), _members(raw, "GB")) == (
                     [a.client_id], [b.client_id]), inst.client_id
-        producer.send(_msg())                           # the producer's own connection works
+        # the producer's own connection works
+        assert producer.send(Message("T_shared", b"hello")).status.name == "SEND_OK"
         # the clients' connections are their own: one client id each
         assert len({id(c.transport) for c in (a, b)} | {id(producer._instance.transport)}) == 3
         assert shared in (a.transport, b.transport, producer._instance.transport)
@@ -62,16 +65,9 @@ def test_clients_sharing_a_transport_keep_their_group_membership(tmp_path):
         assert ns.stop() == 0
 
 
-def _msg():
-    from rocketstore.client import Message
-    return Message("T_shared", b"hello")
-
-
 def test_a_transport_refuses_a_heartbeat_of_a_second_client_id(tmp_path):
     """Called directly, a TcpTransport carries one client id: a heartbeat under another one is
     refused before anything is sent, naming both ids."""
-    import pytest
-
     from rocketstore.client.tcp import TcpTransport
     from rocketstore.common.protocol import HeartbeatData
     from rocketstore.errors import MQClientError

@@ -97,10 +97,11 @@ def test_acl_without_inner_credentials_refuses_to_start(tmp_path):
 
 
 def test_local_proxy_signs_with_the_inner_security_token(tmp_path):
-    """``innerClientAuthenticationCredentials`` with a ``securityToken``: the in-broker proxy's
-    requests carry it as ``SecurityToken`` under the signature, as the wire's
+    """``innerClientAuthenticationCredentials`` with a ``securityToken``: the in-broker
+    proxy's requests carry it as ``SecurityToken`` under the signature, as the wire's
     SessionCredentials sends it. A listener posing as the NameServer reads the request the
-    proxy sends for a QueryRoute; the proxy is built from broker.conf settings."""
+    proxy sends for a QueryRoute; the proxy is built from broker.conf settings (its grpc*
+    limits too)."""
     import struct
     import threading
 
@@ -132,11 +133,15 @@ def test_local_proxy_signs_with_the_inner_security_token(tmp_path):
             got.append((json.loads(buf[8:8 + hlen]), buf[8 + hlen:4 + total]))
     server = threading.Thread(target=serve, daemon=True)
     server.start()
-    bc = BrokerConfig(grpc_server_port=_free_port(), acl_enable=True,
+    bc = BrokerConfig(grpc_server_port=_free_port(), acl_enable=True, grpc_max_clients=7,
+                      grpc_route_cache_max=9,
                       inner_client_authentication_credentials=json.dumps(
                           {"accessKey": ADMIN, "secretKey": SECRET,
                            "securityToken": "tok-123"}))
     local = _local_proxy(bc, str(store), ["127.0.0.1:%d" % fake_ns.getsockname()[1]])
+    # the broker.conf limits reach the proxy (grpcMaxClients=7, grpcRouteCacheMax=9)
+    limits = local.server.cfg.limits
+    assert (limits.max_clients, limits.route_cache_max, limits.max_groups) == (7, 9, 10_000)
     local.start()
     try:
         ch, query = _stub(local.addr, "QueryRoute", "QueryRouteRequest", "QueryRouteResponse")
