@@ -393,8 +393,10 @@ class MessagingService(ConsumeRpcs):
     async def _forget(self, cid: str) -> None:
         """A client left (NotifyClientTermination or its Telemetry stream ended): a consumer
         group none of the remaining clients uses leaves the brokers."""
-        if self.settings.pop(cid, None) is not None:
-            await asyncio.to_thread(self.registry.remove_client, cid)
+        self.settings.pop(cid, None)
+        # always: a stream closed while its settings were being registered (the reader was
+        # cancelled in the heartbeat) holds topics or a group but no settings entry
+        await asyncio.to_thread(self.registry.remove_client, cid)
 
     # -- SendMessage --------------------------------------------------------------------------
     def _validate_message(self, m: Any, topic: str, want: str) -> None:
