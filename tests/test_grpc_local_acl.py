@@ -94,3 +94,67 @@ def test_acl_without_inner_credentials_refuses_to_start(tmp_path):
     assert p.returncode != 0
     err = p.stderr + p.stdout
     assert "aclEnable" in err and "innerClientAuthenticationCredentials" in err, err
+
+
+def test_local_proxy_signs_with_the_inner_security_token(tmp_path):
+    """``innerClientAuthenticationCredentials`` with a ``securityToken``: the in-broker
+    proxy's requests carry it as ``SecurityToken`` under the signature, as the wire's
+    SessionCredentials sends it. A listener posing as the NameServer reads the request the
+    proxy sends for a QueryRoute; the proxy is built from broker.conf settings (its grpc*
+    limits too)."""
+    import struct
+    import threading
+
+    from grpc_support import _stub
+    from rocketstore.acl.signature import calc_signature, combine_request_content
+    from rocketstore.broker.config import BrokerConfig
+    from rocketstore.cli.servers import _local_proxy
+    from rocketstore.proxy import protocol as pb
+    store = tmp_path / "store"
+    (store / "conf").mkdir(parents=True)
+    (store / "conf" / "plain_acl.yml").write_text(
+        ACL_YML + 'globalWhiteRemoteAddresses: ["127.0.0.1"]\n')
+    fake_ns = socket.socket()
+    fake_ns.bind(("127.0.0.1", 0))
+    fake_ns.listen(1)
+    got: list = []
+
+    def serve() -> None:
+        conn, _ = fake_ns.accept()
+        with conn:
+            buf = b""
+            while len(buf) < 8 or len(buf) < 4 + struct.unpack(">i", buf[:4])[0]:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                buf += chunk
+            total, hlen = struct.unpack(">ii", buf[:8])
+            hlen &= 0xFFFFFF
+            got.append((json.loads(buf[8:8 + hlen]), buf[8 + hlen:4 + total]))
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    bc = BrokerConfig(grpc_server_port=_free_port(), acl_enable=True, grpc_max_clients=7,
+                      grpc_route_cache_max=9,
+                      inner_client_authentication_credentials=json.dumps(
+                          {"accessKey": ADMIN, "secretKey": SECRET,
+                           "securityToken": "tok-123"}))
+    local = _local_proxy(bc, str(store), ["127.0.0.1:%d" % fake_ns.getsockname()[1]])
+    # the broker.conf limits reach the proxy (grpcMaxClients=7, grpcRouteCacheMax=9)
+    limits = local.server.cfg.limits
+    assert (limits.max_clients, limits.route_cache_max, limits.max_groups) == (7, 9, 10_000)
+    local.start()
+    try:
+        ch, query = _stub(local.addr, "QueryRoute", "QueryRouteRequest", "QueryRouteResponse")
+        req = pb.QueryRouteRequest()
+        req.topic.name = "t_token"
+        query(req, metadata=(("x-mq-client-id", "tok@1"),), timeout=10)
+        ch.close()
+        server.join(10)
+        assert got, "the proxy sent nothing to its NameServer"
+        header, body = got[0]
+        ext = header["extFields"]
+        assert ext["AccessKey"] == ADMIN and ext["SecurityToken"] == "tok-123", ext
+        assert ext["Signature"] == calc_signature(combine_request_content(ext, body), SECRET)
+    finally:
+        local.stop()
+        fake_ns.close()

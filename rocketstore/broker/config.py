@@ -78,6 +78,15 @@ class BrokerConfig:
     metrics_port: int = 0                        # Prometheus /metrics on broker_ip1 (0: off)
     # RocketMQ 5's local-mode proxy in the broker process (rocketstore.proxy; 0: off)
     grpc_server_port: int = 0
+    # its bounds on what 5.x clients make it hold (rocketstore.proxy.limits.ProxyLimits, same
+    # defaults; docs/grpc.md "Limits")
+    grpc_max_clients: int = 10_000
+    grpc_max_topics_per_client: int = 1_000
+    grpc_max_groups: int = 10_000
+    grpc_max_subscriptions_per_group: int = 1_000
+    grpc_group_idle_millis: int = 120_000
+    grpc_route_cache_max: int = 20_000
+    grpc_max_pending_delay_messages: int = 1_000_000
     # RocketMQ 5's enableMixedMessageType: may a topic's message.type attribute be MIXED
     enable_mixed_message_type: bool = False
     # request executors by kind (rocketstore.remoting.executors, docs/protocol.md "Limits"):
@@ -170,7 +179,8 @@ class BrokerConfig:
                      "ha_transfer_batch_size", "ha_slave_fallbehind_max", "slave_timeout",
                      "heartbeat_max_entries", "auto_create_subscription_group_max",
                      *(f.name for f in fields(self) if f.name.endswith(
-                         ("_thread_pool_nums", "_queue_capacity")) or f.name.startswith("server_"))):
+                         ("_thread_pool_nums", "_queue_capacity"))
+                       or f.name.startswith(("server_", "grpc_max", "grpc_group", "grpc_route")))):
             if getattr(self, name) <= 0:
                 raise InvalidConfigError(name, getattr(self, name), "must be positive",
                                          "BrokerConfig")

@@ -296,6 +296,7 @@ def _broker(args: argparse.Namespace) -> int:
 def _local_proxy(bc, store_dir: str, namesrv: list[str]):
     """``grpcServerPort``: RocketMQ 5's proxy in the broker process (local mode)."""
     try:
+        from rocketstore.proxy.limits import CONF_KEYS, ProxyLimits
         from rocketstore.proxy.local import LocalProxy
         from rocketstore.proxy.service import ProxyConfig
     except ImportError as e:
@@ -304,7 +305,7 @@ def _local_proxy(bc, store_dir: str, namesrv: list[str]):
     if not namesrv:
         raise CommandError("grpcServerPort needs namesrvAddr (--namesrv): the proxy finds the "
                            "broker's topics through the NameServer")
-    acl_file = access_key = secret_key = None
+    acl_file = access_key = secret_key = security_token = None
     if bc.acl_enable:
         # the broker's own ACL file checks the 5.x clients, as the wire checks 4.x ones; the
         # proxy reaches the broker through its ACL too, so it signs as the broker's inner client
@@ -315,8 +316,12 @@ def _local_proxy(bc, store_dir: str, namesrv: list[str]):
                                "its requests to the broker with them (docs/grpc.md)")
         acl_file = bc.acl_path(store_dir)
         access_key, secret_key = creds.access_key, creds.secret_key
+        security_token = creds.security_token
+    limits = ProxyLimits(**{name: getattr(bc, "grpc_" + _snake(key[4:]))
+                            for name, key in CONF_KEYS.items()})
     cfg = ProxyConfig(";".join(namesrv), os.path.join(store_dir, "proxy"), acl_file=acl_file,
-                      access_key=access_key, secret_key=secret_key)
+                      access_key=access_key, secret_key=secret_key,
+                      security_token=security_token, limits=limits)
     return LocalProxy(bc.broker_ip1, bc.grpc_server_port, cfg)
 
 
@@ -345,6 +350,7 @@ def register_broker(sub) -> None:
 
 def _proxy(args: argparse.Namespace) -> int:
     try:
+        from rocketstore.proxy.limits import limits_from
         from rocketstore.proxy.server import ProxyServer
         from rocketstore.proxy.service import ProxyConfig
     except ImportError as e:
@@ -369,10 +375,23 @@ def _proxy(args: argparse.Namespace) -> int:
     default_type = types.pop("*", "NORMAL")
     if bool(args.access_key) != bool(args.secret_key):
         raise CommandError("give both --access-key and --secret-key, or neither")
+    if args.security_token is not None and not args.access_key:
+        raise CommandError("--security-token goes with --access-key and --secret-key")
+    given: dict[str, int] = {}
+    for item in args.limit or ():
+        key, sep, n = item.partition("=")
+        if not sep or not n.isdigit():
+            raise CommandError(f"--limit {item!r}: expected NAME=N, e.g. grpcMaxClients=10000")
+        given[key] = int(n)
+    try:
+        limits = limits_from(given)
+    except ValueError as e:
+        raise CommandError(f"--limit: {e}") from None
     cfg = ProxyConfig(args.namesrv, data_dir, fifo_groups=frozenset(args.fifo_group or ()),
                       max_attempts=attempts, acl_file=args.acl_file,
                       access_key=args.access_key, secret_key=args.secret_key,
-                      message_types=types, default_message_type=default_type)
+                      security_token=args.security_token, message_types=types,
+                      default_message_type=default_type, limits=limits)
     server = ProxyServer(host, port, cfg)
 
     async def main() -> None:
@@ -412,5 +431,12 @@ def register_proxy(sub) -> None:
                         "group permissions against this plain ACL file (docs/acl.md)")
     p.add_argument("--access-key", help="sign the proxy's requests to brokers with ACL on")
     p.add_argument("--secret-key", help="the secret key of --access-key")
+    p.add_argument("--security-token", help="a security token sent with --access-key's "
+                                            "signature (SecurityToken)")
+    p.add_argument("--limit", action="append", metavar="NAME=N",
+                   help="a bound on what clients make the proxy hold, by its broker.conf name "
+                        "(grpcMaxClients, grpcMaxTopicsPerClient, grpcMaxGroups, "
+                        "grpcMaxSubscriptionsPerGroup, grpcGroupIdleMillis, grpcRouteCacheMax, "
+                        "grpcMaxPendingDelayMessages; docs/grpc.md \"Limits\"); repeatable")
     add_logging_args(p)
     p.set_defaults(func=_proxy)

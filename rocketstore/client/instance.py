@@ -139,7 +139,9 @@ class ClientInstance:
         with cls._registry_lock:
             inst = cls._registry.get((client_id, key))
             if inst is None:
-                inst = cls(client_id, factory(), key, timers)
+                # one client id per connection: a transport another instance's id holds
+                # gives this one its own (Transport.for_client)
+                inst = cls(client_id, factory().for_client(client_id), key, timers)
                 cls._registry[(client_id, key)] = inst
                 inst._start()
             inst._refs += 1

@@ -31,7 +31,7 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerS
                                          RemotingResult, ResponseCode, SendMessageRequest,
                                          SendMessageResponse, TopicRouteData)
 from rocketstore.client.transport import ClientChannel, Transport
-from rocketstore.errors import TransportError
+from rocketstore.errors import MQClientError, TransportError
 from rocketstore.remoting import fastjson, headers
 from rocketstore.remoting.client import RemotingClient
 from rocketstore.common.codes import LanguageCode, RequestCode
@@ -161,6 +161,12 @@ class TcpTransport(Transport):
         if not addrs:
             raise TransportError(namesrv_addr, "no NameServer address")
         self.namesrv_addrs = addrs
+        self.credentials = credentials
+        # the client id this transport's connections carry: a broker takes a heartbeat under
+        # another id on a connection as the connection's client changing (the old id leaves
+        # every group), so one TcpTransport serves one client id, as one MQClientInstance
+        # has its own channels in RocketMQ's Java client
+        self.client_id: str | None = None
         self._ns_index = random.randrange(len(addrs))
         self._push = _PushProcessor(self)
         self.client = RemotingClient(self._push, rpc_hook=credentials.sign if credentials
@@ -171,6 +177,18 @@ class TcpTransport(Transport):
         self._learned_at = float("-inf")
         # (group, topic, broker name, queue id) -> the broker id the last pull answer named
         self._pull_from: dict[tuple[str, str, str, int], int] = {}
+
+    def for_client(self, client_id: str) -> TcpTransport:
+        """This transport for ``client_id`` if its connections carry no other client id (it
+        is claimed for it), else a new one to the same NameServers with the same credentials
+        (its own connections, closed by the client instance that uses it)."""
+        with self._lock:
+            if self.client_id in (None, client_id):
+                self.client_id = client_id
+                return self
+        other = TcpTransport(";".join(self.namesrv_addrs), credentials=self.credentials)
+        other.client_id = client_id
+        return other
 
     # -- addresses ----------------------------------------------------------------------------
     def _namesrv(self) -> str:
@@ -452,6 +470,17 @@ class TcpTransport(Transport):
 
     # -- group membership ---------------------------------------------------------------------
     def heartbeat(self, broker_name: str, data: HeartbeatData, channel: ClientChannel) -> None:
+        """``HEART_BEAT`` to the broker's nodes; ``MQClientError`` (nothing sent) when this
+        transport's connections carry another client id (see ``for_client``)."""
+        with self._lock:
+            if self.client_id is None:
+                self.client_id = data.client_id
+            elif data.client_id != self.client_id:
+                raise MQClientError(
+                    f"this TcpTransport's connections carry client id {self.client_id!r}; a "
+                    f"heartbeat of client id {data.client_id!r} on them would take "
+                    f"{self.client_id!r} out of its groups at every broker: use one "
+                    f"TcpTransport per client id (TcpTransport.for_client)")
         self.channel = channel
         body = headers.encode_heartbeat(data)
         # sendHeartbeatToAllBroker: a client with consumers tells every node (a slave serves

@@ -55,6 +55,11 @@ class Transport(abc.ABC):
     # callback (in process: the broker's own thread, which does not block on the client)
     inline_callbacks: bool = False
 
+    def for_client(self, client_id: str) -> Transport:
+        """The transport the client instance ``client_id`` uses: this one, unless its
+        connections already carry another client id (``TcpTransport``)."""
+        return self
+
     # routes
     @abc.abstractmethod
     def get_topic_route(self, topic: str) -> TopicRouteData | None:

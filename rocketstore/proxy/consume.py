@@ -13,7 +13,7 @@ from rocketstore.common import MessageExt
 from rocketstore.common.names import group_problem, topic_problem
 from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, PullMessageRequest,
                                          ResponseCode)
-from rocketstore.errors import TransportError
+from rocketstore.errors import LimitExceededError, TransportError
 from rocketstore.proxy import convert, protocol as pb
 from rocketstore.proxy.common import (AUTO_RENEW_INVISIBLE_MS, MAX_INVISIBLE_MS,
                                       MIN_INVISIBLE_MS, RENEW_AHEAD_MS, RENEW_EVERY_S,
@@ -23,6 +23,7 @@ from rocketstore.proxy.popstate import InFlight, Key
 
 if TYPE_CHECKING:
     from rocketstore.client.tcp import TcpTransport
+    from rocketstore.proxy.limits import TtlLru
     from rocketstore.proxy.popstate import PopState
     from rocketstore.proxy.registry import Registry
     from rocketstore.proxy.service import ProxyConfig
@@ -40,10 +41,10 @@ class ConsumeRpcs:
         registry: Registry
         streams: dict[str, asyncio.Queue[Any]]
         renewing: dict[Key, tuple[str, int]]
-        _pop_locks: dict[tuple[str, str], asyncio.Lock]
+        _pop_locks: dict[tuple[str, str], list[Any]]
         _wake: asyncio.Event
         _rr: int
-        _routes: dict[str, Any]
+        _routes: TtlLru[str, Any]
 
         async def _queues(self, topic: str, perm_bit: int) -> list[tuple[str, int]]: ...
         @staticmethod
@@ -97,7 +98,13 @@ class ConsumeRpcs:
             yield status(*error)
             yield stamp()
             return
-        if self.registry.add_consumer(group, {topic: expression}):
+        try:
+            new = self.registry.add_consumer(group, {topic: expression})
+        except LimitExceededError as e:
+            yield status("TOO_MANY_REQUESTS" if e.code == 42900 else "BAD_REQUEST", str(e))
+            yield stamp()
+            return
+        if new:
             await asyncio.to_thread(self.registry.heartbeat_now)
         batch = min(req.batch_size or 32, 32)
         deadline = time.monotonic() + poll_s
@@ -176,9 +183,16 @@ class ConsumeRpcs:
         then new ones, queue by queue from a rotating start. One pop at a time per group and
         topic: a pop reads cursors and entries across awaits (pulls), and two consumers of a
         group must not both take what they read."""
-        lock = self._pop_locks.setdefault((group, topic), asyncio.Lock())
-        async with lock:
-            return await self._pop(group, topic, expression, batch, invisible, renew_for)
+        key = (group, topic)
+        held = self._pop_locks.setdefault(key, [asyncio.Lock(), 0])
+        held[1] += 1                    # counted, not tested with locked(): a woken waiter
+        try:                            # holds no lock yet but must keep this one
+            async with held[0]:
+                return await self._pop(group, topic, expression, batch, invisible, renew_for)
+        finally:
+            held[1] -= 1
+            if not held[1]:
+                del self._pop_locks[key]
 
     async def _pop(self, group: str, topic: str, expression: str, batch: int, invisible: int,
                    renew_for: str | None) -> list[Any]:

@@ -24,18 +24,21 @@ from rocketstore.common.names import group_problem, topic_problem
 from rocketstore.common.protocol import (CheckTransactionStateRequest, EndTransactionRequest,
                                          ResponseCode, SendMessageRequest, TopicRouteData,
                                          TransactionCommitType)
-from rocketstore.errors import TransportError
+from rocketstore.errors import LimitExceededError, TransportError
 from rocketstore.proxy import convert, protocol as pb
 from rocketstore.proxy.auth import GrpcAuthenticator
 from rocketstore.proxy.common import (ACCEPTS, BACKOFF_S, C, DEDUP_MAX, DEDUP_WINDOW_S, MAX_BODY,
                                       MAX_DELAY_MS, PERM, ROUTE_TTL_S, _SEND_CODES, RpcError,
                                       _now, _offset_msg_commit_offset, _reply, _status)
 from rocketstore.proxy.consume import ConsumeRpcs
+from rocketstore.proxy.limits import CONF_KEYS, ProxyLimits, TtlLru
 from rocketstore.proxy.popstate import Key, PopState
 from rocketstore.proxy.registry import Registry
 from rocketstore.proxy.timer import DelayTimer
 
 log = logging.getLogger("rocketstore.proxy")
+# LimitExceededError.code (the registry's) -> the 5.x status it is answered with
+_LIMIT_CODES = {42900: "TOO_MANY_REQUESTS", 40000: "BAD_REQUEST"}
 
 class ProxyConfig:
     """What ``rocketstore proxy`` is told on its command line."""
@@ -44,10 +47,12 @@ class ProxyConfig:
                  max_attempts: dict[str, int] | None = None, default_max_attempts: int = 17,
                  acl_file: str | None = None, access_key: str | None = None,
                  secret_key: str | None = None, message_types: dict[str, str] | None = None,
-                 default_message_type: str = "NORMAL") -> None:
+                 default_message_type: str = "NORMAL", limits: ProxyLimits | None = None,
+                 security_token: str | None = None) -> None:
         """``acl_file``: check 5.x clients' signatures and permissions against this
-        ``plain_acl.yml``; ``access_key``/``secret_key``: sign the proxy's own requests to
-        brokers that have ACL on."""
+        ``plain_acl.yml``; ``access_key``/``secret_key`` (and ``security_token``, sent as the
+        wire's ``SecurityToken``): sign the proxy's own requests to brokers that have ACL on;
+        ``limits``: the bounds on what clients can make it hold (``ProxyLimits``)."""
         self.namesrv = namesrv
         self.message_types = dict(message_types or {})
         self.default_message_type = default_message_type
@@ -57,6 +62,8 @@ class ProxyConfig:
         self.acl_file = acl_file
         self.access_key = access_key
         self.secret_key = secret_key
+        self.security_token = security_token
+        self.limits = limits or ProxyLimits()
         self.data_dir = data_dir
         self.fifo_groups = fifo_groups
         self.max_attempts = dict(max_attempts or {})
@@ -69,15 +76,17 @@ class MessagingService(ConsumeRpcs):
     def __init__(self, cfg: ProxyConfig) -> None:
         self.cfg = cfg
         os.makedirs(cfg.data_dir, exist_ok=True)
-        creds = (SessionCredentials(cfg.access_key, cfg.secret_key)
+        creds = (SessionCredentials(cfg.access_key, cfg.secret_key, cfg.security_token)
                  if cfg.access_key and cfg.secret_key else None)
         self.transport = TcpTransport(cfg.namesrv, credentials=creds)
         self.auth = GrpcAuthenticator(cfg.acl_file) if cfg.acl_file else None
         self.state = PopState(os.path.join(cfg.data_dir, "pop.journal"))
         self.settings: dict[str, Any] = {}
         self.streams: dict[str, asyncio.Queue[Any]] = {}
-        self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
-        self._types: dict[str, tuple[float, str]] = {}      # topic -> (looked up, message.type)
+        # topic -> route / message.type; LRU, so names asked (real or not) never pile up
+        self._routes: TtlLru[str, TopicRouteData | None] = TtlLru(cfg.limits.route_cache_max,
+                                                                  ROUTE_TTL_S)
+        self._types: TtlLru[str, str] = TtlLru(cfg.limits.route_cache_max, ROUTE_TTL_S)
         self._rr = 0
         # message id -> the first send's outcome (status code, message, offset), so a client
         # retrying a send whose answer it lost does not store the message twice
@@ -86,9 +95,10 @@ class MessagingService(ConsumeRpcs):
         self._wake = asyncio.Event()
         self.timer = DelayTimer(self)
         self.renewing: dict[Key, tuple[str, int]] = {}      # key -> (client id, pop time)
-        self._pop_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        # (group, topic) -> its pop lock and how many pops use it (gone when none does)
+        self._pop_locks: dict[tuple[str, str], list[Any]] = {}
         self._renewer: asyncio.Task[None] | None = None
-        self.registry = Registry(self.transport, self._on_check)
+        self.registry = Registry(self.transport, self._on_check, cfg.limits)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
@@ -127,14 +137,14 @@ class MessagingService(ConsumeRpcs):
         return ""
 
     async def route(self, topic: str) -> TopicRouteData | None:
-        hit = self._routes.get(topic)
-        if hit is not None and time.monotonic() - hit[0] < ROUTE_TTL_S:
-            return hit[1]
+        hit, cached = self._routes.get(topic)
+        if hit:
+            return cached
         try:
             r = await asyncio.to_thread(self.transport.get_topic_route, topic)
         except TransportError as e:
             raise RpcError("PROXY_TIMEOUT", f"NameServer unreachable: {e}") from None
-        self._routes[topic] = (time.monotonic(), r)
+        self._routes.put(topic, r)
         return r
 
     async def _queues(self, topic: str, perm_bit: int) -> list[tuple[str, int]]:
@@ -160,9 +170,9 @@ class MessagingService(ConsumeRpcs):
         override = self.cfg.message_types.get(topic)
         if override is not None:
             return override
-        hit = self._types.get(topic)
-        if hit is not None and time.monotonic() - hit[0] < ROUTE_TTL_S:
-            return hit[1]
+        hit, cached = self._types.get(topic)
+        if hit and cached is not None:
+            return cached
         kind = None
         r = await self.route(topic)
         masters = r.broker_addrs if r is not None else {}
@@ -180,7 +190,7 @@ class MessagingService(ConsumeRpcs):
                 break
         if kind not in ACCEPTS:
             kind = self.cfg.default_message_type
-        self._types[topic] = (time.monotonic(), kind)
+        self._types.put(topic, kind)
         return kind
 
     def max_attempts(self, group: str) -> int:
@@ -253,7 +263,18 @@ class MessagingService(ConsumeRpcs):
             _status(cmd.status, "UNAUTHORIZED", why)
             yield cmd
             return
+        lim = self.cfg.limits
+        if cid not in self.streams and len(self.streams) >= lim.max_clients:
+            cmd = pb.TelemetryCommand()
+            _status(cmd.status, "TOO_MANY_REQUESTS",
+                    f"the proxy holds {len(self.streams)} clients' Telemetry streams "
+                    f"({CONF_KEYS['max_clients']}={lim.max_clients})")
+            yield cmd
+            return
         out: asyncio.Queue[Any] = asyncio.Queue()
+        old = self.streams.get(cid)
+        if old is not None:
+            old.put_nowait(None)            # one stream per client id: the newer one wins
         self.streams[cid] = out
 
         async def read() -> None:
@@ -263,9 +284,16 @@ class MessagingService(ConsumeRpcs):
                         if cmd.settings.WhichOneof("pub_sub") is None:
                             await out.put(grpc.StatusCode.INVALID_ARGUMENT)
                             return
-                        self.settings[cid] = cmd.settings
-                        await self._register(cmd.settings)
                         reply = pb.TelemetryCommand()
+                        if self.streams.get(cid) is not out:
+                            return                  # replaced by a newer stream
+                        try:
+                            await self._register(cid, cmd.settings)
+                        except RpcError as e:       # nothing registered, the stream stays
+                            _status(reply.status, e.code, str(e))
+                            await out.put(reply)
+                            continue
+                        self.settings[cid] = cmd.settings
                         _status(reply.status, "OK")
                         reply.settings.CopyFrom(self.merged_settings(cmd.settings))
                         await out.put(reply)
@@ -289,14 +317,39 @@ class MessagingService(ConsumeRpcs):
                 del self.streams[cid]
                 await self._forget(cid)
 
-    async def _register(self, s: Any) -> None:
-        """Announce a client's producer topics / consumer group to the brokers."""
+    def _check_settings(self, s: Any) -> None:
+        """Names and sizes of a client's settings, checked before any table holds them."""
+        lim = self.cfg.limits
         if s.WhichOneof("pub_sub") == "publishing":
-            new = self.registry.add_producer([t.name for t in s.publishing.topics])
+            topics = [t.name for t in s.publishing.topics]
         else:
-            sub = s.subscription
-            new = self.registry.add_consumer(sub.group.name, {
-                e.topic.name: (e.expression.expression or "*") for e in sub.subscriptions})
+            problem = group_problem(s.subscription.group.name)
+            if problem:
+                raise RpcError("ILLEGAL_CONSUMER_GROUP", problem)
+            topics = [e.topic.name for e in s.subscription.subscriptions]
+        if len(topics) > lim.max_topics_per_client:
+            raise RpcError("BAD_REQUEST", f"the settings name {len(topics)} topics "
+                                          f"({CONF_KEYS['max_topics_per_client']}="
+                                          f"{lim.max_topics_per_client})")
+        for t in topics:
+            problem = topic_problem(t)
+            if problem:
+                raise RpcError("ILLEGAL_TOPIC", problem)
+
+    async def _register(self, cid: str, s: Any) -> None:
+        """Announce a client's producer topics / consumer group to the brokers; ``RpcError``
+        (nothing registered) for bad names or past a limit."""
+        self._check_settings(s)
+        try:
+            if s.WhichOneof("pub_sub") == "publishing":
+                new = self.registry.set_producer(cid, [t.name for t in s.publishing.topics])
+            else:
+                sub = s.subscription
+                new = self.registry.add_consumer(sub.group.name, {
+                    e.topic.name: (e.expression.expression or "*") for e in sub.subscriptions},
+                    holder=cid)
+        except LimitExceededError as e:
+            raise RpcError(_LIMIT_CODES[e.code], str(e)) from None
         if new:
             await asyncio.to_thread(self.registry.heartbeat_now)
 
@@ -340,14 +393,10 @@ class MessagingService(ConsumeRpcs):
     async def _forget(self, cid: str) -> None:
         """A client left (NotifyClientTermination or its Telemetry stream ended): a consumer
         group none of the remaining clients uses leaves the brokers."""
-        s = self.settings.pop(cid, None)
-        if s is None or s.WhichOneof("pub_sub") != "subscription":
-            return
-        group = s.subscription.group.name
-        if any(o.WhichOneof("pub_sub") == "subscription" and o.subscription.group.name == group
-               for o in self.settings.values()):
-            return
-        await asyncio.to_thread(self.registry.remove_consumer, group)
+        self.settings.pop(cid, None)
+        # always: a stream closed while its settings were being registered (the reader was
+        # cancelled in the heartbeat) holds topics or a group but no settings entry
+        await asyncio.to_thread(self.registry.remove_client, cid)
 
     # -- SendMessage --------------------------------------------------------------------------
     def _validate_message(self, m: Any, topic: str, want: str) -> None:
@@ -493,6 +542,12 @@ class MessagingService(ConsumeRpcs):
     # -- QueryAssignment ----------------------------------------------------------------------
     async def query_assignment(self, req: Any, ctx: Any) -> Any:
         resp = pb.QueryAssignmentResponse()
+        problem = topic_problem(req.topic.name)
+        if problem:
+            return _reply(resp, "ILLEGAL_TOPIC", problem)
+        problem = group_problem(req.group.name)
+        if problem:
+            return _reply(resp, "ILLEGAL_CONSUMER_GROUP", problem)
         try:
             queues = await self._queues(req.topic.name, 4)
         except RpcError as e:

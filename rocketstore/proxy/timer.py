@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rocketstore.common import Message
 from rocketstore.common.protocol import PullMessageRequest, ResponseCode, SendMessageRequest
 from rocketstore.proxy.common import _status
+from rocketstore.proxy.limits import CONF_KEYS
 from rocketstore.proxy.popstate import InFlight
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class DelayTimer:
         self.svc = svc
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
+        # delay messages waiting (recounted every round, counted up by each schedule)
+        self.pending = sum(1 for k in svc.state.inflight if k[0] == TIMER_GROUP)
 
     async def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
@@ -74,6 +77,13 @@ class DelayTimer:
 
     async def schedule(self, msg: Message, broker: str, qid: int, deliver_ms: int,
                        entry: Any) -> None:
+        cap = self.svc.cfg.limits.max_pending_delay_messages
+        if self.pending >= cap:
+            _status(entry.status, "TOO_MANY_REQUESTS",
+                    f"{self.pending} delay messages are waiting "
+                    f"({CONF_KEYS['max_pending_delay_messages']}={cap})")
+            return
+        self.pending += 1                   # before the await: concurrent sends count too
         props = dict(msg.properties)
         stored = Message(TIMER_TOPIC, msg.body, properties=props, sys_flag=msg.sys_flag,
                          born_timestamp=msg.born_timestamp)
@@ -81,6 +91,7 @@ class DelayTimer:
             broker, SendMessageRequest(producer_group=msg.topic, topic=TIMER_TOPIC, queue_id=0,
                                        messages=[stored], default_topic_queue_nums=1)))
         if r.code != ResponseCode.SUCCESS:
+            self.pending -= 1
             _status(entry.status, "INTERNAL_SERVER_ERROR",
                     f"storing a delay message: code {int(r.code)} {r.remark or ''}")
             return
@@ -108,6 +119,7 @@ class DelayTimer:
     def _due(self, now: int) -> tuple[list[tuple[Any, InFlight]], int | None]:
         with self.svc.state._lock:
             mine = [(k, e) for k, e in self.svc.state.inflight.items() if k[0] == TIMER_GROUP]
+        self.pending = len(mine)
         due = sorted(((k, e) for k, e in mine if e.visible_at <= now),
                      key=lambda ke: ke[1].visible_at)
         later = min((e.visible_at for _, e in mine if e.visible_at > now), default=None)
