@@ -264,6 +264,19 @@ class ConsumeRpcs:
         return out
 
     @staticmethod
+    def _bad_names(group: str, topic: str) -> tuple[str, str] | None:
+        """(code, message) for a receipt-handle RPC naming an invalid group or topic: the
+        journal holds entries of valid names only (and the delay timer's, under a name no
+        client can give), so none of them is reachable through another name."""
+        why = group_problem(group)
+        if why is not None:
+            return "ILLEGAL_CONSUMER_GROUP", why
+        why = topic_problem(topic)
+        if why is not None:
+            return "ILLEGAL_TOPIC", why
+        return None
+
+    @staticmethod
     def handle(k: Key, e: InFlight, invisible: int, fifo: bool) -> str:
         """RocketMQ's receipt-handle layout: start offset, pop time, invisible ms, revive
         queue (999 = FIFO), topic type, broker, queue id, queue offset, commit-log offset."""
@@ -297,6 +310,9 @@ class ConsumeRpcs:
     async def ack_message(self, req: Any, ctx: Any) -> Any:
         resp = pb.AckMessageResponse()
         group, topic = req.group.name, req.topic.name
+        bad = self._bad_names(group, topic)
+        if bad is not None:
+            return _reply(resp, *bad)
         codes = set()
         for entry in req.entries:
             out = resp.entries.add(message_id=entry.message_id,
@@ -326,6 +342,9 @@ class ConsumeRpcs:
         if not 0 <= d <= MAX_INVISIBLE_MS:
             return _reply(resp, "ILLEGAL_INVISIBLE_TIME",
                            f"invisible duration {d} ms is over {MAX_INVISIBLE_MS}")
+        bad = self._bad_names(req.group.name, req.topic.name)
+        if bad is not None:
+            return _reply(resp, *bad)
         parsed = self.parse_handle(req.receipt_handle, req.group.name, req.topic.name)
         if parsed is None:
             return _reply(resp, "INVALID_RECEIPT_HANDLE", "malformed receipt handle")
@@ -339,6 +358,9 @@ class ConsumeRpcs:
 
     async def forward_to_dlq(self, req: Any, ctx: Any) -> Any:
         resp = pb.ForwardMessageToDeadLetterQueueResponse()
+        bad = self._bad_names(req.group.name, req.topic.name)
+        if bad is not None:
+            return _reply(resp, *bad)
         parsed = self.parse_handle(req.receipt_handle, req.group.name, req.topic.name)
         if parsed is None:
             return _reply(resp, "INVALID_RECEIPT_HANDLE", "malformed receipt handle")

@@ -16,6 +16,7 @@ acked.
 """
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import threading
@@ -48,6 +49,9 @@ class PopState:
         # the same entries by queue, so a receive looks at its queue's entries only (not at
         # everything in flight in every group)
         self._by_queue: dict[QueueKey, dict[int, InFlight]] = {}
+        # (visible_at, key) of every entry set, stale ones (changed or gone) dropped lazily:
+        # ``next_visible`` without a scan of everything in flight
+        self._heap: list[tuple[int, Key]] = []
         # open transactions: id -> [broker, queue offset, commit-log offset, offset msg id, ms]
         self.transactions: dict[str, list] = {}
         self._lock = threading.Lock()
@@ -121,6 +125,14 @@ class PopState:
     def _set(self, k: Key, e: InFlight) -> None:
         self.inflight[k] = e
         self._by_queue.setdefault(k[:4], {})[k[4]] = e      # type: ignore[index]
+        self._push(e.visible_at, k)
+
+    def _push(self, visible_at: int, k: Key) -> None:
+        heap = self._heap
+        heapq.heappush(heap, (visible_at, k))
+        if len(heap) > 2 * len(self.inflight) + 1024:       # mostly stale: rebuilt, O(1) amortized
+            self._heap = [(x.visible_at, key) for key, x in self.inflight.items()]
+            heapq.heapify(self._heap)
 
     def _del(self, k: Key) -> InFlight | None:
         e = self.inflight.pop(k, None)
@@ -187,6 +199,7 @@ class PopState:
             if e is None or e.pop_time != pop_time:
                 return False
             e.visible_at = visible_at
+            self._push(visible_at, k)                       # the old position goes stale
             self._write([self._pop_line(k, e)])
             return True
 
@@ -218,8 +231,17 @@ class PopState:
             return sorted(self._by_queue.get(qk, {}).items())
 
     def next_visible(self) -> int | None:
+        """The earliest time an entry becomes visible (None: nothing in flight), from the
+        heap: a long-polling receive asks this every round, so it must not scan."""
         with self._lock:
-            return min((e.visible_at for e in self.inflight.values()), default=None)
+            heap, inflight = self._heap, self.inflight
+            while heap:
+                v, k = heap[0]
+                e = inflight.get(k)
+                if e is not None and e.visible_at == v:
+                    return v
+                heapq.heappop(heap)
+            return None
 
     def close(self) -> None:
         if self._out is not None:

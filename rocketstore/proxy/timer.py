@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import heapq
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("rocketstore.proxy.timer")
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
-TIMER_GROUP = "__timer__"
+# the journal's group of the timer's entries: a name no client can give (``#`` is not a group
+# name character), so no Ack, ChangeInvisibleDuration, receive or DLQ forward of a client can
+# reach a waiting delay message. Journals written before used "__timer__" (a valid group name):
+# their timer entries are moved to this name at start.
+TIMER_GROUP = "#timer"
+_OLD_TIMER_GROUP = "__timer__"
 PULL_GROUP = "CID_RMQ_SYS_PROXY_TIMER"
 
 
@@ -58,8 +64,35 @@ class DelayTimer:
         self.svc = svc
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
-        # delay messages waiting (recounted every round, counted up by each schedule)
-        self.pending = sum(1 for k in svc.state.inflight if k[0] == TIMER_GROUP)
+        self._migrate()
+        # (deliver ms, key) of the waiting delay messages; an entry recalled or delivered
+        # meanwhile is stale and dropped when it comes up: a round looks at what is due, not
+        # at everything in flight
+        self._heap: list[tuple[int, Any]] = []
+        self.pending = 0                    # delay messages waiting
+        self._rebuild()
+
+    def _migrate(self) -> None:
+        """Timer entries of a journal written under the old group name, moved to
+        ``TIMER_GROUP`` (journaled before the old ones are dropped: nothing is lost)."""
+        state = self.svc.state
+        with state._lock:
+            old = [(k, e) for k, e in state.inflight.items()
+                   if k[0] == _OLD_TIMER_GROUP and e.pop_time == 0 and e.commit_log_offset == -1]
+        if old:
+            state.record_pops(None, [((TIMER_GROUP, *k[1:]), e) for k, e in old], sync=True)
+            for k, _ in old:
+                state.drop(k)
+            log.info("moved %d delay messages of the journal to the timer's group", len(old))
+
+    def _rebuild(self) -> None:
+        """The heap and count from the journal (at start, and when mostly stale)."""
+        state = self.svc.state
+        with state._lock:
+            self._heap = [(e.visible_at, k) for k, e in state.inflight.items()
+                          if k[0] == TIMER_GROUP]
+        heapq.heapify(self._heap)
+        self.pending = len(self._heap)
 
     async def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
@@ -98,6 +131,7 @@ class DelayTimer:
         key = (TIMER_GROUP, msg.topic, broker, qid, r.queue_offset)
         # fsynced: the journal holds the only copy of the schedule
         self.svc.state.record_pops(None, [(key, InFlight(0, deliver_ms, 0, -1))], sync=True)
+        heapq.heappush(self._heap, (deliver_ms, key))
         _status(entry.status, "OK")
         entry.message_id = entry.transaction_id = props["UNIQ_KEY"]
         entry.offset = r.queue_offset
@@ -113,28 +147,50 @@ class DelayTimer:
             raise ValueError(f"the recall handle is for topic {key[1]}, not {topic}")
         if key not in self.svc.state.inflight:
             raise LookupError("the delay message was delivered or recalled already")
-        self.svc.state.drop(key)
+        self._forget(key)
         return uniq
 
+    def _forget(self, k: Any) -> None:
+        """Drop a waiting delay message's entry (delivered, recalled or gone)."""
+        if k in self.svc.state.inflight:
+            self.svc.state.drop(k)
+            self.pending -= 1
+
     def _due(self, now: int) -> tuple[list[tuple[Any, InFlight]], int | None]:
-        with self.svc.state._lock:
-            mine = [(k, e) for k, e in self.svc.state.inflight.items() if k[0] == TIMER_GROUP]
-        self.pending = len(mine)
-        due = sorted(((k, e) for k, e in mine if e.visible_at <= now),
-                     key=lambda ke: ke[1].visible_at)
-        later = min((e.visible_at for _, e in mine if e.visible_at > now), default=None)
-        return due, later
+        """The entries due by ``now``, earliest first, and the next deliver time after them:
+        taken off the heap (a delivery that fails puts its entry back), stale ones skipped."""
+        heap, inflight = self._heap, self.svc.state.inflight
+        if len(heap) > 2 * self.pending + 1024:
+            self._rebuild()
+            heap = self._heap
+        due: list[tuple[Any, InFlight]] = []
+        while heap:
+            v, k = heap[0]
+            e = inflight.get(k)
+            if e is None or e.visible_at != v:
+                heapq.heappop(heap)                 # recalled, delivered or moved: stale
+                continue
+            if v > now:
+                return due, v
+            heapq.heappop(heap)
+            due.append((k, e))
+        return due, None
 
     async def _run(self) -> None:
         while True:
             now = int(time.time() * 1000)
             due, later = self._due(now)
-            for k, _ in due:
+            for i, (k, e) in enumerate(due):
                 try:
-                    await self._deliver(k)
+                    delivered = await self._deliver(k)
                 except Exception:                # noqa: BLE001 - retried on the next round
                     log.exception("delivering delay message %s", k)
+                    delivered = False
+                if not delivered:
+                    for k2, e2 in due[i:]:          # back on the heap, tried next round
+                        heapq.heappush(self._heap, (e2.visible_at, k2))
                     await asyncio.sleep(1)
+                    break
             wait = 1.0 if later is None else min(1.0, max(0.01, (later - now) / 1000))
             self._kick.clear()
             try:
@@ -142,7 +198,8 @@ class DelayTimer:
             except asyncio.TimeoutError:
                 pass
 
-    async def _deliver(self, k: Any) -> None:
+    async def _deliver(self, k: Any) -> bool:
+        """Deliver one due message; False when it could not be read yet (tried again)."""
         broker, offset = k[2], k[4]
         r = await asyncio.wrap_future(self.svc.transport.pull_message(broker, PullMessageRequest(
             consumer_group=PULL_GROUP, topic=TIMER_TOPIC, queue_id=0, queue_offset=offset,
@@ -151,8 +208,9 @@ class DelayTimer:
                 r.messages[0].queue_offset != offset:
             if r.code in (ResponseCode.PULL_OFFSET_MOVED,) or (r.code == ResponseCode.SUCCESS):
                 log.warning("delay message at %s/%d is gone; dropped", broker, offset)
-                self.svc.state.drop(k)
-            return
+                self._forget(k)
+                return True
+            return False
         ext = r.messages[0]
         props = ext.properties
         topic, qid = k[1], k[3]
@@ -163,5 +221,6 @@ class DelayTimer:
                                        messages=[msg])))
         if s.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"re-put to {topic}/{qid}: code {int(s.code)} {s.remark}")
-        self.svc.state.drop(k)
+        self._forget(k)
         self.svc.wake()
+        return True
