@@ -2,8 +2,10 @@
 broker + ``rocketstore proxy`` per module, raw gRPC stubs built from our own protocol tables."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+from typing import Any, Iterator
 
 import grpc
 import pytest
@@ -90,3 +92,41 @@ def _stub(addr: str, rpc: str, req_cls: str, resp_cls: str, stream: bool = False
 
 
 META = (("x-mq-client-id", "raw@1@0@test"), ("x-mq-language", "PYTHON"))
+
+
+def md(cid: str) -> tuple:
+    """The metadata of a 5.x client call under client id ``cid``."""
+    return (("x-mq-client-id", cid), ("x-mq-language", "PYTHON"))
+
+
+def status_code(name: str) -> int:
+    """A 5.x ``Code`` by name."""
+    from rocketstore.proxy import protocol as pb
+    return pb.enum_value("Code", name)
+
+
+@contextlib.contextmanager
+def local_proxy(tmp: Path, topics: dict[str, str], **config: Any) -> Iterator[tuple[Any, Any]]:
+    """A NameServer and a broker (processes) with ``topics`` (name -> message.type, "" for
+    none; two queues each) and the proxy serving gRPC on its own thread (``LocalProxy``, as in
+    the broker), so a test can look at its tables: ``(local proxy, NameServer)``."""
+    from rocketstore.proxy.local import LocalProxy
+    from rocketstore.proxy.service import ProxyConfig
+    from rocketstore.remoting.admin_client import AdminClient
+    ns = start_namesrv(tmp)
+    broker = start_broker(tmp / "store", ns.addr)
+    local = None
+    try:
+        with AdminClient(ns.addr) as admin:
+            for topic, kind in topics.items():
+                admin.update_topic(topic, read_queue_nums=2, write_queue_nums=2,
+                                   broker_addr=broker.addr,
+                                   attributes=f"+message.type={kind}" if kind else None)
+        local = LocalProxy("127.0.0.1", 0, ProxyConfig(ns.addr, str(tmp / "proxy"), **config))
+        local.start()
+        yield local, ns
+    finally:
+        if local is not None:
+            local.stop()
+        for p in (broker, ns):
+            assert p.stop() == 0, p.output[-3000:]

@@ -28,6 +28,21 @@ def frame(code: int, ext_fields: dict[str, Any] | None = None, body: bytes = b""
     return struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
 
 
+def recv_frame(conn: socket.socket, buf: bytes = b""
+               ) -> tuple[dict[str, Any], bytes, bytes] | None:
+    """One frame read from ``conn`` (a server side: a fake NameServer or master) after what
+    ``buf`` holds already: (decoded JSON header, body, bytes left over), None when the peer
+    closed first."""
+    while len(buf) < 4 or len(buf) < 4 + struct.unpack(">i", buf[:4])[0]:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    total, hlen = struct.unpack(">ii", buf[:8])
+    hlen &= 0xFFFFFF
+    return json.loads(buf[8:8 + hlen]), buf[8 + hlen:4 + total], buf[4 + total:]
+
+
 def props_string(props: dict[str, str]) -> str:
     """RocketMQ's properties string: name \\x01 value \\x02 ..."""
     return "".join(f"{k}\x01{v}\x02" for k, v in props.items())

@@ -102,10 +102,10 @@ def test_local_proxy_signs_with_the_inner_security_token(tmp_path):
     SessionCredentials sends it. A listener posing as the NameServer reads the request the
     proxy sends for a QueryRoute; the proxy is built from broker.conf settings (its grpc*
     limits too)."""
-    import struct
     import threading
 
     from grpc_support import _stub
+    from rawwire import recv_frame
     from rocketstore.acl.signature import calc_signature, combine_request_content
     from rocketstore.broker.config import BrokerConfig
     from rocketstore.cli.servers import _local_proxy
@@ -122,15 +122,9 @@ def test_local_proxy_signs_with_the_inner_security_token(tmp_path):
     def serve() -> None:
         conn, _ = fake_ns.accept()
         with conn:
-            buf = b""
-            while len(buf) < 8 or len(buf) < 4 + struct.unpack(">i", buf[:4])[0]:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                buf += chunk
-            total, hlen = struct.unpack(">ii", buf[:8])
-            hlen &= 0xFFFFFF
-            got.append((json.loads(buf[8:8 + hlen]), buf[8 + hlen:4 + total]))
+            frame = recv_frame(conn)
+            if frame is not None:
+                got.append(frame[:2])
     server = threading.Thread(target=serve, daemon=True)
     server.start()
     bc = BrokerConfig(grpc_server_port=_free_port(), acl_enable=True, grpc_max_clients=7,

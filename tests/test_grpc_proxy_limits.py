@@ -14,48 +14,24 @@ import time
 import grpc
 import pytest
 
-from grpc_support import _stub
-from servers import start_broker, start_namesrv, wait_until
+from grpc_support import _stub, local_proxy, md, status_code
+from servers import wait_until
 
 LIMITS = dict(max_clients=3, max_topics_per_client=5, max_groups=4,
               max_subscriptions_per_group=3, group_idle_ms=1000, route_cache_max=50,
               max_pending_delay_messages=2)
 
 
-def _md(cid: str) -> tuple:
-    return (("x-mq-client-id", cid), ("x-mq-language", "PYTHON"))
-
-
-def _code(name: str) -> int:
-    from rocketstore.proxy import protocol as pb
-    return pb.enum_value("Code", name)
+_md, _code = md, status_code
 
 
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory):
     from rocketstore.proxy.limits import ProxyLimits
-    from rocketstore.proxy.local import LocalProxy
-    from rocketstore.proxy.service import ProxyConfig
-    from rocketstore.remoting.admin_client import AdminClient
-    tmp = tmp_path_factory.mktemp("grpc_limits")
-    ns = start_namesrv(tmp)
-    broker = start_broker(tmp / "store", ns.addr)
-    local = None
-    try:
-        with AdminClient(ns.addr) as admin:
-            admin.update_topic("t_lim", read_queue_nums=2, write_queue_nums=2,
-                               broker_addr=broker.addr)
-            admin.update_topic("t_lim_delay", read_queue_nums=2, write_queue_nums=2,
-                               broker_addr=broker.addr, attributes="+message.type=DELAY")
-        local = LocalProxy("127.0.0.1", 0, ProxyConfig(ns.addr, str(tmp / "proxy"),
-                                                       limits=ProxyLimits(**LIMITS)))
-        local.start()
+    with local_proxy(tmp_path_factory.mktemp("grpc_limits"),
+                     {"t_lim": "", "t_lim_delay": "DELAY"},
+                     limits=ProxyLimits(**LIMITS)) as (local, _):
         yield local
-    finally:
-        if local is not None:
-            local.stop()
-        for p in (broker, ns):
-            assert p.stop() == 0, p.output[-3000:]
 
 
 class Telemetry:

@@ -14,42 +14,19 @@ import types
 
 import pytest
 
-from grpc_support import _pull_all, _stub
-from servers import start_broker, start_namesrv, wait_until
+from grpc_support import _pull_all, _stub, local_proxy, md, status_code
+from servers import wait_until
 
 TOPIC = "t_tg_delay"
 
 
-def _md(cid: str) -> tuple:
-    return (("x-mq-client-id", cid), ("x-mq-language", "PYTHON"))
-
-
-def _code(name: str) -> int:
-    from rocketstore.proxy import protocol as pb
-    return pb.enum_value("Code", name)
+_md, _code = md, status_code
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    from rocketstore.proxy.local import LocalProxy
-    from rocketstore.proxy.service import ProxyConfig
-    from rocketstore.remoting.admin_client import AdminClient
-    tmp = tmp_path_factory.mktemp("grpc_timer")
-    ns = start_namesrv(tmp)
-    broker = start_broker(tmp / "store", ns.addr)
-    local = None
-    try:
-        with AdminClient(ns.addr) as admin:
-            admin.update_topic(TOPIC, read_queue_nums=1, write_queue_nums=1,
-                               broker_addr=broker.addr, attributes="+message.type=DELAY")
-        local = LocalProxy("127.0.0.1", 0, ProxyConfig(ns.addr, str(tmp / "proxy")))
-        local.start()
-        yield local, ns
-    finally:
-        if local is not None:
-            local.stop()
-        for p in (broker, ns):
-            assert p.stop() == 0, p.output[-3000:]
+    with local_proxy(tmp_path_factory.mktemp("grpc_timer"), {TOPIC: "DELAY"}) as both:
+        yield both
 
 
 def test_no_client_can_ack_move_or_forward_a_waiting_delay_message(cluster):
@@ -96,7 +73,8 @@ def test_no_client_can_ack_move_or_forward_a_waiting_delay_message(cluster):
     for c in (ach, cch, fch):
         c.close()
     assert keys[0] in svc.state.inflight
-    wait_until(lambda: any(bytes(x.body) == b"due in 3 s" for x in _pull_all(ns.addr, TOPIC)),
+    wait_until(lambda: any(bytes(x.body) == b"due in 3 s"
+                           for x in _pull_all(ns.addr, TOPIC, qid)),
                "the delay message delivered to its queue", 30)
     wait_until(lambda: keys[0] not in svc.state.inflight, "the timer entry dropped", 10)
 

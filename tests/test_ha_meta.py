@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rawwire import RawClient, props_string  # tests/rawwire.py
+from rawwire import RawClient, props_string, recv_frame  # tests/rawwire.py
 from servers import start_broker, start_namesrv, wait_until  # tests/servers.py
 
 SEND_V2, PULL, QUERY_OFFSET, UPDATE_OFFSET, SEND_BATCH = 310, 11, 14, 15, 320
@@ -469,16 +469,11 @@ class _FakeMaster:
         buf = b""
         with conn:
             while True:
-                while len(buf) < 4 or len(buf) < 4 + struct.unpack(">i", buf[:4])[0]:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                total, hlen = struct.unpack(">ii", buf[:8])
-                hlen &= 0xFFFFFF
-                header = json.loads(buf[8:8 + hlen])
-                body_len = total - 4 - hlen
-                buf = buf[4 + total:]
+                got = recv_frame(conn, buf)
+                if got is None:
+                    return
+                header, request_body, buf = got
+                body_len = len(request_body)
                 code = header["code"]
                 self.seen.append((port, code, header.get("extFields") or {}, body_len))
                 body = bodies.get(code, b"")

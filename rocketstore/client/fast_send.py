@@ -75,11 +75,7 @@ class FastSend:
                             uniq, mq, self.info, p.retry_times_when_send_async_failed, begin)
             return out
         if type(answer) is SendMessageResponse and answer.code == 0:    # SUCCESS at once
-            complete_future(out, SendResult(
-                _SEND_OK, uniq, answer.msg_id,
-                mq if answer.queue_id == mq.queue_id else
-                MessageQueue(mq.topic, mq.broker_name, answer.queue_id),
-                answer.queue_offset, answer.transaction_id))
+            complete_future(out, _sent(answer, mq, uniq))
         else:
             p._async_answer(out, answer, m, uniq, mq, self.info,
                             p.retry_times_when_send_async_failed, begin)
@@ -110,8 +106,13 @@ class FastSend:
             r = TransportError(mq.broker_name, f"send timed out after {timeout} ms")
         else:
             if r.code == 0:                             # SUCCESS
-                return SendResult(_SEND_OK, uniq, r.msg_id,
-                                  mq if r.queue_id == mq.queue_id else
-                                  MessageQueue(mq.topic, mq.broker_name, r.queue_id),
-                                  r.queue_offset, r.transaction_id)
+                return _sent(r, mq, uniq)
         return p._drive(p._retrying(m, uniq, None, timeout, (mq, begin, info)), r)
+
+
+def _sent(r: SendMessageResponse, mq: MessageQueue, uniq: str) -> SendResult:
+    """The SEND_OK result of a SUCCESS answer (the queue object reused when the broker kept it)."""
+    return SendResult(_SEND_OK, uniq, r.msg_id,
+                      mq if r.queue_id == mq.queue_id else
+                      MessageQueue(mq.topic, mq.broker_name, r.queue_id),
+                      r.queue_offset, r.transaction_id)
