@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from rocketstore.errors import InvalidConfigError
 from rocketstore.common.constants import PermName
+from rocketstore.proxy.limits import ProxyLimits as _LIMITS     # no grpc import: plain data
 
 if TYPE_CHECKING:
     from rocketstore.acl.signature import SessionCredentials
@@ -78,15 +79,15 @@ class BrokerConfig:
     metrics_port: int = 0                        # Prometheus /metrics on broker_ip1 (0: off)
     # RocketMQ 5's local-mode proxy in the broker process (rocketstore.proxy; 0: off)
     grpc_server_port: int = 0
-    # its bounds on what 5.x clients make it hold (rocketstore.proxy.limits.ProxyLimits, same
-    # defaults; docs/grpc.md "Limits")
-    grpc_max_clients: int = 10_000
-    grpc_max_topics_per_client: int = 1_000
-    grpc_max_groups: int = 10_000
-    grpc_max_subscriptions_per_group: int = 1_000
-    grpc_group_idle_millis: int = 120_000
-    grpc_route_cache_max: int = 20_000
-    grpc_max_pending_delay_messages: int = 1_000_000
+    # its bounds on what 5.x clients make it hold (docs/grpc.md "Limits"): ProxyLimits'
+    # defaults, defined there once
+    grpc_max_clients: int = _LIMITS.max_clients
+    grpc_max_topics_per_client: int = _LIMITS.max_topics_per_client
+    grpc_max_groups: int = _LIMITS.max_groups
+    grpc_max_subscriptions_per_group: int = _LIMITS.max_subscriptions_per_group
+    grpc_group_idle_millis: int = _LIMITS.group_idle_ms
+    grpc_route_cache_max: int = _LIMITS.route_cache_max
+    grpc_max_pending_delay_messages: int = _LIMITS.max_pending_delay_messages
     # RocketMQ 5's enableMixedMessageType: may a topic's message.type attribute be MIXED
     enable_mixed_message_type: bool = False
     # request executors by kind (rocketstore.remoting.executors, docs/protocol.md "Limits"):

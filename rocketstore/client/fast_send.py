@@ -43,29 +43,32 @@ class FastSend:
         self.lane = lane
         self.broker_name = broker_name
 
-    def _next(self, msg: Message, begin: float) -> MessageQueue | None:
-        """The queue for ``msg`` when this path takes it, else None."""
+    def _take(self, msg: Message) -> tuple[float, MessageQueue, Message, str] | None:
+        """(start time, queue, stamped message, UNIQ_KEY) when this path takes ``msg``, else
+        None."""
         p = self.producer
         n = len(msg.body)
-        if (not 0 < n < p.compress_msg_body_over_howmuch or n > p.max_message_size
-                or begin >= self.expires or p.fault_strategy.send_latency_fault_enable):
+        begin = time.monotonic()
+        gen = sending._uniq_gen         # made by the producer's first send
+        if (gen is None or not 0 < n < p.compress_msg_body_over_howmuch
+                or n > p.max_message_size or begin >= self.expires
+                or p.fault_strategy.send_latency_fault_enable):
             return None
         info = self.info
         mqs = info.message_queues
         mq = mqs[info.send_which_queue.increment_and_get() % len(mqs)]
-        return mq if mq.broker_name == self.broker_name else None
+        if mq.broker_name != self.broker_name:
+            return None             # a route over several brokers: the transport's path
+        m, uniq = stamp_one(msg, gen)
+        return begin, mq, m, uniq
 
     def send_async(self, msg: Message) -> Future[SendResult] | None:
         """``send_async``'s future (its retry rules: ``FutureSends``), or None when this path
         does not take the message."""
-        begin = time.monotonic()
-        gen = sending._uniq_gen         # made by the producer's first send
-        if gen is None:
+        taken = self._take(msg)
+        if taken is None:
             return None
-        mq = self._next(msg, begin)
-        if mq is None:
-            return None
-        m, uniq = stamp_one(msg, gen)
+        begin, mq, m, uniq = taken
         p = self.producer
         out: Future[SendResult] = pending_future()
         try:
@@ -84,16 +87,11 @@ class FastSend:
     def send(self, msg: Message, timeout: int) -> SendResult | None:
         """The send's result, or None when this path does not take the message (the caller
         runs ``Producer.send``'s own path)."""
-        begin = time.monotonic()
-        gen = sending._uniq_gen         # made by the producer's first send
-        if gen is None:
+        taken = self._take(msg)
+        if taken is None:
             return None
-        mq = self._next(msg, begin)
-        if mq is None:
-            return None
+        begin, mq, m, uniq = taken
         p = self.producer
-        info = self.info
-        m, uniq = stamp_one(msg, gen)
         r: SendMessageResponse | TransportError
         try:
             answer = self.lane(m, mq.queue_id)
@@ -107,7 +105,7 @@ class FastSend:
         else:
             if r.code == 0:                             # SUCCESS
                 return _sent(r, mq, uniq)
-        return p._drive(p._retrying(m, uniq, None, timeout, (mq, begin, info)), r)
+        return p._drive(p._retrying(m, uniq, None, timeout, (mq, begin, self.info)), r)
 
 
 def _sent(r: SendMessageResponse, mq: MessageQueue, uniq: str) -> SendResult:
