@@ -29,11 +29,12 @@ def cluster(tmp_path_factory):
         yield both
 
 
-def test_no_client_can_ack_move_or_forward_a_waiting_delay_message(cluster):
+def test_no_client_can_ack_move_forward_or_recall_a_waiting_delay_message(cluster):
     """Ack, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue naming the timer's
     old group (a valid name: no such entry any more) or its journal group (not a valid name)
-    with a receipt handle forged from the timer's queue offset are refused, and the delay
-    message still arrives in its queue when due."""
+    with a receipt handle forged from the timer's queue offset are refused, so is a
+    RecallMessage whose handle has the right offset but not the message's id or deliver
+    time, and the delay message still arrives in its queue when due."""
     from rocketstore.proxy import convert, protocol as pb
     from rocketstore.proxy.timer import TIMER_GROUP
     local, ns = cluster
@@ -70,7 +71,18 @@ def test_no_client_can_ack_move_or_forward_a_waiting_delay_message(cluster):
         f = pb.ForwardMessageToDeadLetterQueueRequest()
         f.group.name, f.topic.name, f.receipt_handle = group, TOPIC, forged
         assert forward(f, metadata=_md("c@hostile"), timeout=10).status.code == _code(expected)
-    for c in (ach, cch, fch):
+    # RecallMessage with handles forged from the guessable journal key: the deliver time or
+    # the message id is not the waiting message's
+    from rocketstore.proxy.timer import recall_handle
+    rch, recall = _stub(local.addr, "RecallMessage", "RecallMessageRequest",
+                        "RecallMessageResponse")
+    deliver_ms = svc.state.inflight[keys[0]].visible_at
+    for forged_handle in (recall_handle(keys[0], deliver_ms, "01GUESSEDMESSAGEID"),
+                          recall_handle(keys[0], deliver_ms + 1, "01TIMERGUARD0001")):
+        rq = pb.RecallMessageRequest(recall_handle=forged_handle)
+        rq.topic.name = TOPIC
+        assert recall(rq, metadata=_md("c@hostile"), timeout=10).status.code == _code("NOT_FOUND")
+    for c in (ach, cch, fch, rch):
         c.close()
     assert keys[0] in svc.state.inflight
     wait_until(lambda: any(bytes(x.body) == b"due in 3 s"

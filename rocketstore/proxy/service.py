@@ -579,7 +579,7 @@ class MessagingService(ConsumeRpcs):
             return _reply(resp, "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
                           f"{topic} is a {want} topic, not DELAY")
         try:
-            resp.message_id = self.timer.recall(topic, req.recall_handle)
+            resp.message_id = await self.timer.recall(topic, req.recall_handle)
         except ValueError as e:
             return _reply(resp, "BAD_REQUEST", str(e))
         except LookupError as e:

@@ -49,12 +49,13 @@ def recall_handle(key: Any, deliver_ms: int, uniq: str) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode()
 
 
-def parse_recall_handle(handle: str) -> tuple[Any, str]:
+def parse_recall_handle(handle: str) -> tuple[Any, int, str]:
+    """(journal key, deliver ms, UNIQ_KEY) of a recall handle; ``ValueError`` if malformed."""
     try:
         f = base64.urlsafe_b64decode(handle.encode()).decode().split(" ")
         if len(f) != 7 or f[0] != "v1":
             raise ValueError
-        return (TIMER_GROUP, f[1], f[2], int(f[5]), int(f[6])), f[4]
+        return (TIMER_GROUP, f[1], f[2], int(f[5]), int(f[6])), int(f[3]), f[4]
     except (ValueError, UnicodeDecodeError, binascii.Error):
         raise ValueError("malformed recall handle") from None
 
@@ -138,17 +139,40 @@ class DelayTimer:
         entry.recall_handle = recall_handle(key, deliver_ms, props["UNIQ_KEY"])
         self._kick.set()
 
-    def recall(self, topic: str, handle: str) -> str:
+    async def recall(self, topic: str, handle: str) -> str:
         """Cancel a delay message not yet delivered; its message id. Raises ``ValueError``
-        for a handle that is not one of ours, ``LookupError`` when it is gone (delivered or
-        recalled)."""
-        key, uniq = parse_recall_handle(handle)
+        for a handle that is not one of ours, ``LookupError`` when no delay message waits
+        under it (delivered, recalled, or a handle forged from a guessed timer-queue offset:
+        its deliver time and message id must be the waiting message's)."""
+        key, deliver_ms, uniq = parse_recall_handle(handle)
         if key[1] != topic:
             raise ValueError(f"the recall handle is for topic {key[1]}, not {topic}")
-        if key not in self.svc.state.inflight:
+        e = self.svc.state.inflight.get(key)
+        if e is None:
+            raise LookupError("the delay message was delivered or recalled already")
+        if e.visible_at != deliver_ms or await self._stored_uniq(key) != uniq:
+            raise LookupError("no delay message waits under this recall handle")
+        if key not in self.svc.state.inflight:      # delivered while its id was read
             raise LookupError("the delay message was delivered or recalled already")
         self._forget(key)
         return uniq
+
+    async def _stored_uniq(self, k: Any) -> str | None:
+        """The UNIQ_KEY of the timer queue's message behind journal key ``k`` (None: gone or
+        unreadable now)."""
+        _, ext = await self._stored(k)
+        return None if ext is None else ext.properties.get("UNIQ_KEY")
+
+    async def _stored(self, k: Any) -> tuple[bool, Any]:
+        """(answered, message) of the timer queue's record behind journal key ``k``:
+        (True, None) when the broker says it is gone, (False, None) when it cannot say now."""
+        broker, offset = k[2], k[4]
+        r = await asyncio.wrap_future(self.svc.transport.pull_message(broker, PullMessageRequest(
+            consumer_group=PULL_GROUP, topic=TIMER_TOPIC, queue_id=0, queue_offset=offset,
+            max_msg_nums=1, sys_flag=0x4, subscription="*")))
+        if r.code == ResponseCode.SUCCESS and r.messages and r.messages[0].queue_offset == offset:
+            return True, r.messages[0]
+        return r.code in (ResponseCode.PULL_OFFSET_MOVED, ResponseCode.SUCCESS), None
 
     def _forget(self, k: Any) -> None:
         """Drop a waiting delay message's entry (delivered, recalled or gone)."""
@@ -201,17 +225,12 @@ class DelayTimer:
     async def _deliver(self, k: Any) -> bool:
         """Deliver one due message; False when it could not be read yet (tried again)."""
         broker, offset = k[2], k[4]
-        r = await asyncio.wrap_future(self.svc.transport.pull_message(broker, PullMessageRequest(
-            consumer_group=PULL_GROUP, topic=TIMER_TOPIC, queue_id=0, queue_offset=offset,
-            max_msg_nums=1, sys_flag=0x4, subscription="*")))
-        if r.code != ResponseCode.SUCCESS or not r.messages or \
-                r.messages[0].queue_offset != offset:
-            if r.code in (ResponseCode.PULL_OFFSET_MOVED,) or (r.code == ResponseCode.SUCCESS):
+        answered, ext = await self._stored(k)
+        if ext is None:
+            if answered:
                 log.warning("delay message at %s/%d is gone; dropped", broker, offset)
                 self._forget(k)
-                return True
-            return False
-        ext = r.messages[0]
+            return answered
         props = ext.properties
         topic, qid = k[1], k[3]
         msg = Message(topic, bytes(ext.stored_body), properties=props, sys_flag=ext.sys_flag,
