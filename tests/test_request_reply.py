@@ -183,3 +183,17 @@ def test_async_producer_request_and_send_reply(store_dir):
                 finally:
                     c.shutdown()
     assert asyncio.run(main()) == b"re:aio"
+
+
+def test_a_reply_after_plain_sends_to_the_reply_topic_is_still_a_reply(store_dir):
+    """Plain messages sent to the reply topic (which takes the in-process send lane after the
+    first) do not make a later reply a plain send: it still goes as SEND_REPLY_MESSAGE_V2,
+    here refused because its requester is not connected."""
+    with open_broker(store_dir) as b, Producer("rpc-server", broker=b) as server:
+        for i in range(3):
+            assert server.send(Message(REPLY_TOPIC, b"plain %d" % i)).status.name == "SEND_OK"
+        orphan = create_reply_message(Message("Rpc", b"q", properties={
+            "CLUSTER": "DefaultCluster", "CORRELATION_ID": "c-2", "REPLY_TO_CLIENT": "gone@2",
+            "TTL": "3000"}), b"late")
+        with pytest.raises(MQBrokerError, match="channel of <gone@2> not found"):
+            server.send(orphan)

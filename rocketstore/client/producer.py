@@ -419,8 +419,8 @@ class Producer(FutureSends):
         """After a sync send to ``topic`` succeeded: its next sends take ``FastSend`` while
         ``info`` is the fresh publish list, when the transport has send lanes (in process)."""
         hit = self._publish.get(topic)
-        if hit is None or hit[1] is not info:
-            return
+        if hit is None or hit[1] is not info or topic.endswith(reply.REPLY_TOPIC_SUFFIX):
+            return              # (a reply topic's replies go with their own request code)
         lane = self.transport.send_lane(broker_name, self.group, topic, self.create_topic_key,
                                         self.default_topic_queue_nums)
         if lane is None:
