@@ -87,6 +87,8 @@ class BrokerConfig:
     grpc_group_idle_millis: int = 120_000
     grpc_route_cache_max: int = 20_000
     grpc_max_pending_delay_messages: int = 1_000_000
+    grpc_max_polling_receives: int = 100_000
+    grpc_max_polling_receives_per_connection: int = 1_024
     # RocketMQ 5's enableMixedMessageType: may a topic's message.type attribute be MIXED
     enable_mixed_message_type: bool = False
     # request executors by kind (rocketstore.remoting.executors, docs/protocol.md "Limits"):

@@ -97,6 +97,9 @@ class MessagingService(ConsumeRpcs):
         self.renewing: dict[Key, tuple[str, int]] = {}      # key -> (client id, pop time)
         # (group, topic) -> its pop lock and how many pops use it (gone when none does)
         self._pop_locks: dict[tuple[str, str], list[Any]] = {}
+        # ReceiveMessage calls in progress, by gRPC peer (a connection), and in all
+        self.polling_receives: dict[str, int] = {}
+        self.polling_total = 0
         self._renewer: asyncio.Task[None] | None = None
         self.registry = Registry(self.transport, self._on_check, cfg.limits)
         self._loop: asyncio.AbstractEventLoop | None = None
