@@ -497,7 +497,11 @@ class Broker:
         for what, n in (("consumerDataSet", len(data.consumers)),
                         ("producerDataSet", len(data.producer_groups)),
                         ("subscriptionDataSet", max((len(cd.subscriptions)
-                                                     for cd in data.consumers), default=0))):
+                                                     for cd in data.consumers), default=0)),
+                        # a subscription's tags: each held (and hashed) per client and group
+                        ("subscriptionDataSet entry's tagsSet",
+                         max((len(sd.tags_set) for cd in data.consumers
+                              for sd in cd.subscriptions), default=0))):
             if n > bound:
                 raise LimitExceededError("heartbeatMaxEntries", bound,
                                          f"the heartbeat's {what} has {n} entries",
