@@ -117,6 +117,10 @@ class BrokerConfig:
     # long-poll pulls one connection may have held at once (past it: SYSTEM_BUSY); they do
     # not count as in flight. A consumer holds one per queue it reads from this broker
     server_max_held_pulls: int = 1024
+    # and the bytes they keep (rocketstore.remoting.broker_processor.held_pull_bytes: ~1 KiB
+    # plus twice the subscription expression), per connection and in all; past it: SYSTEM_BUSY
+    server_max_held_pull_bytes: int = 8 << 20
+    max_held_pull_bytes: int = 256 << 20
     # request header limits (rocketstore's; RocketMQ only bounds the 16 MiB frame)
     server_max_header_bytes: int = 256 << 10
     server_max_ext_fields: int = 1024
@@ -180,6 +184,7 @@ class BrokerConfig:
                      "ha_send_heartbeat_interval", "ha_housekeeping_interval",
                      "ha_transfer_batch_size", "ha_slave_fallbehind_max", "slave_timeout",
                      "heartbeat_max_entries", "auto_create_subscription_group_max",
+                     "max_held_pull_bytes",
                      *(f.name for f in fields(self) if f.name.endswith(
                          ("_thread_pool_nums", "_queue_capacity"))
                        or f.name.startswith(("server_", "grpc_max", "grpc_group", "grpc_route")))):
