@@ -506,6 +506,15 @@ class Broker:
                 raise LimitExceededError("heartbeatMaxEntries", bound,
                                          f"the heartbeat's {what} has {n} entries",
                                          int(ResponseCode.SYSTEM_ERROR))
+        # a client's producer groups, across its heartbeats: each one it names stays for the
+        # channel expiry (120 s) after its last mention, so fresh names per beat piled up
+        if data.producer_groups:
+            cap = self.config.client_max_producer_groups
+            n = self.producer_manager.groups_after(channel, data.producer_groups)
+            if n > cap:
+                raise LimitExceededError("clientMaxProducerGroups", cap,
+                                         f"this client would be in {n} producer groups",
+                                         int(ResponseCode.SYSTEM_ERROR))
         new = {cd.group_name for cd in data.consumers
                if self.subscription_groups.get(cd.group_name) is None}
         if new and self.subscription_groups.creatable(new) < len(new):

@@ -72,6 +72,9 @@ class BrokerConfig:
     # entries per HEART_BEAT (consumers, producers, subscriptions of one consumer), and the
     # subscription groups past which nothing more is auto-created
     heartbeat_max_entries: int = 1000
+    # producer groups one client (connection) is in, across its heartbeats (rocketstore's
+    # own; the gRPC proxy announces up to grpcMaxGroups producer topics as one client)
+    client_max_producer_groups: int = 20_000
     auto_create_subscription_group_max: int = 20_000
     # rocketstore's own (rocketstore.broker.metrics): counters on by default, /metrics opt-in
     metrics_enable: bool = True                  # per-topic/group counters, runtime info
@@ -184,7 +187,7 @@ class BrokerConfig:
                      "ha_send_heartbeat_interval", "ha_housekeeping_interval",
                      "ha_transfer_batch_size", "ha_slave_fallbehind_max", "slave_timeout",
                      "heartbeat_max_entries", "auto_create_subscription_group_max",
-                     "max_held_pull_bytes",
+                     "max_held_pull_bytes", "client_max_producer_groups",
                      *(f.name for f in fields(self) if f.name.endswith(
                          ("_thread_pool_nums", "_queue_capacity"))
                        or f.name.startswith(("server_", "grpc_max", "grpc_group", "grpc_route")))):
