@@ -297,6 +297,43 @@ def test_long_polling_receives_are_bounded_per_connection_and_in_all(proxy):
         ch.close()
 
 
+def test_filter_expressions_with_more_tags_than_a_heartbeat_entry_are_refused(proxy):
+    """The brokers refuse a heartbeat whose subscription has more than heartbeatMaxEntries
+    tags, whole: one client's filter must not keep the other groups of the proxy's heartbeat
+    from being announced. Past 500 tags (the proxy's heartbeat entries) a ReceiveMessage or
+    the settings are ILLEGAL_FILTER_EXPRESSION, and nothing is registered."""
+    from rocketstore.proxy import protocol as pb
+    svc = proxy.server.service
+    tags = " || ".join(f"tag{i}" for i in range(501))
+    ch, receive = _stub(proxy.addr, "ReceiveMessage", "ReceiveMessageRequest",
+                        "ReceiveMessageResponse", stream=True)
+    r = pb.ReceiveMessageRequest(batch_size=4)
+    r.group.name, r.message_queue.topic.name = "g_tags", "t_lim"
+    r.invisible_duration.seconds = 15
+    r.long_polling_timeout.seconds = 5
+    r.filter_expression.type = pb.enum_value("FilterType", "TAG")
+    r.filter_expression.expression = tags
+    s = list(receive(r, metadata=_md("c@tags"), timeout=10))[0].status
+    assert s.code == _code("ILLEGAL_FILTER_EXPRESSION") and "501 tags" in s.message, s
+    ch.close()
+    tel = Telemetry(proxy.addr, "c@tags")
+    try:
+        cmd = pb.TelemetryCommand()
+        cmd.settings.client_type = pb.enum_value("ClientType", "SIMPLE_CONSUMER")
+        cmd.settings.subscription.group.name = "g_tags"
+        e = cmd.settings.subscription.subscriptions.add()
+        e.topic.name = "t_lim"
+        e.expression.expression = tags
+        with tel._ready:
+            tel._out.append(cmd)
+            tel._ready.notify()
+        reply = next(tel.replies)
+        assert reply.status.code == _code("ILLEGAL_FILTER_EXPRESSION"), reply
+    finally:
+        tel.close()
+    assert "g_tags" not in svc.registry._consumers
+
+
 def test_limit_settings_are_checked():
     """Each limit must be a positive integer, in ProxyConfig, broker.conf and --limit."""
     from rocketstore.broker.config import BrokerConfig

@@ -21,6 +21,7 @@ from rocketstore.proxy.common import (AUTO_RENEW_INVISIBLE_MS, MAX_INVISIBLE_MS,
                                       _status, _tag_matches)
 from rocketstore.proxy.limits import CONF_KEYS
 from rocketstore.proxy.popstate import InFlight, Key
+from rocketstore.proxy.registry import filter_problem
 
 if TYPE_CHECKING:
     from rocketstore.client.tcp import TcpTransport
@@ -97,6 +98,9 @@ class ConsumeRpcs:
             if req.filter_expression.type not in (0, TAG):
                 error = ("ILLEGAL_FILTER_EXPRESSION", "only TAG filters are supported")
             expression = req.filter_expression.expression or "*"
+            why = filter_problem(expression)
+            if why and not error:
+                error = ("ILLEGAL_FILTER_EXPRESSION", why)
         if error:
             yield status(*error)
             yield stamp()
