@@ -19,7 +19,8 @@ from servers import wait_until
 
 LIMITS = dict(max_clients=3, max_topics_per_client=5, max_groups=4,
               max_subscriptions_per_group=3, group_idle_ms=1000, route_cache_max=50,
-              max_pending_delay_messages=2)
+              max_pending_delay_messages=2, max_polling_receives=3,
+              max_polling_receives_per_connection=2)
 
 
 _md, _code = md, status_code
@@ -226,6 +227,87 @@ def test_waiting_delay_messages_are_bounded(proxy):
     assert "grpcMaxPendingDelayMessages=2" in codes[2][1]
     assert svc.timer.pending == 2
     ch.close()
+
+
+def test_long_polling_receives_are_bounded_per_connection_and_in_all(proxy):
+    """ReceiveMessage calls waiting for messages: a connection holds at most
+    grpcMaxPollingReceivesPerConnection, the proxy at most grpcMaxPollingReceives; the next is
+    TOO_MANY_REQUESTS naming the setting, and a receive that ends frees its place."""
+    from rocketstore.proxy import protocol as pb
+    svc = proxy.server.service
+    stubs = []
+    for _ in range(3):       # three TCP connections (channels share one by default)
+        ch = grpc.insecure_channel(proxy.addr, options=[("grpc.use_local_subchannel_pool", 1)])
+        stubs.append((ch, ch.unary_stream(
+            f"/{pb.SERVICE}/ReceiveMessage",
+            request_serializer=pb.ReceiveMessageRequest.SerializeToString,
+            response_deserializer=pb.ReceiveMessageResponse.FromString)))
+
+    def start(i: int):
+        r = pb.ReceiveMessageRequest(batch_size=4)
+        r.group.name, r.message_queue.topic.name = "g_poll", "t_lim"
+        r.invisible_duration.seconds = 15
+        r.long_polling_timeout.seconds = 20      # t_lim is empty: each call waits
+        return stubs[i][1](r, metadata=_md(f"c@poll{i}"), timeout=30)
+
+    def polling() -> int:
+        return svc.polling_total
+
+    held = [start(0), start(0)]
+    wait_until(lambda: polling() == 2, "2 receives polling", 10)
+    s = next(start(0)).status                    # a third on the same connection
+    assert s.code == _code("TOO_MANY_REQUESTS"), s
+    assert "grpcMaxPollingReceivesPerConnection=2" in s.message, s
+    held.append(start(1))                        # another connection: accepted
+    wait_until(lambda: polling() == 3, "3 receives polling", 10)
+    s = next(start(2)).status                    # a third connection, the proxy is full
+    assert s.code == _code("TOO_MANY_REQUESTS") and "grpcMaxPollingReceives=3" in s.message, s
+    held.pop(0).cancel()                         # a receive that ends frees its place
+    wait_until(lambda: polling() == 2, "2 receives polling", 10)
+    held.append(start(2))
+    wait_until(lambda: polling() == 3, "3 receives polling", 10)
+    for call in held:
+        call.cancel()
+    wait_until(lambda: polling() == 0 and not svc.polling_receives, "no receive polling", 10)
+    for ch, _ in stubs:
+        ch.close()
+
+
+def test_filter_expressions_with_more_tags_than_a_heartbeat_entry_are_refused(proxy):
+    """The brokers refuse a heartbeat whose subscription has more than heartbeatMaxEntries
+    tags, whole: one client's filter must not keep the other groups of the proxy's heartbeat
+    from being announced. Past 500 tags (the proxy's heartbeat entries) a ReceiveMessage or
+    the settings are ILLEGAL_FILTER_EXPRESSION, and nothing is registered."""
+    from rocketstore.proxy import protocol as pb
+    svc = proxy.server.service
+    tags = " || ".join(f"tag{i}" for i in range(501))
+    ch, receive = _stub(proxy.addr, "ReceiveMessage", "ReceiveMessageRequest",
+                        "ReceiveMessageResponse", stream=True)
+    r = pb.ReceiveMessageRequest(batch_size=4)
+    r.group.name, r.message_queue.topic.name = "g_tags", "t_lim"
+    r.invisible_duration.seconds = 15
+    r.long_polling_timeout.seconds = 5
+    r.filter_expression.type = pb.enum_value("FilterType", "TAG")
+    r.filter_expression.expression = tags
+    s = list(receive(r, metadata=_md("c@tags"), timeout=10))[0].status
+    assert s.code == _code("ILLEGAL_FILTER_EXPRESSION") and "501 tags" in s.message, s
+    ch.close()
+    tel = Telemetry(proxy.addr, "c@tags")
+    try:
+        cmd = pb.TelemetryCommand()
+        cmd.settings.client_type = pb.enum_value("ClientType", "SIMPLE_CONSUMER")
+        cmd.settings.subscription.group.name = "g_tags"
+        e = cmd.settings.subscription.subscriptions.add()
+        e.topic.name = "t_lim"
+        e.expression.expression = tags
+        with tel._ready:
+            tel._out.append(cmd)
+            tel._ready.notify()
+        reply = next(tel.replies)
+        assert reply.status.code == _code("ILLEGAL_FILTER_EXPRESSION"), reply
+    finally:
+        tel.close()
+    assert "g_tags" not in svc.registry._consumers
 
 
 def test_limit_settings_are_checked():

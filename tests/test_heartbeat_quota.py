@@ -12,25 +12,30 @@ from __future__ import annotations
 import json
 
 from rawwire import RawClient  # tests/rawwire.py
-from servers import start_broker, start_namesrv
+from servers import start_broker, start_namesrv, wait_until
 
 SUCCESS, SYSTEM_ERROR, GROUP_NOT_EXIST = 0, 1, 26
 HEART_BEAT, GET_ALL_TOPIC_CONFIG, GET_ALL_GROUPS, UPDATE_BROKER_CONFIG = 34, 21, 201, 25
+PULL_MESSAGE, UPDATE_AND_CREATE_TOPIC, FLAG_SUBSCRIPTION = 11, 17, 0x4
+PULL_NOT_FOUND, SUBSCRIPTION_PARSE_FAILED = 19, 23
+GET_PRODUCER_CONNECTION_LIST, UNREGISTER_CLIENT = 204, 35
 PRECREATED = 7                      # TOOLS_CONSUMER, ... (subscription_group.PRECREATED_GROUPS)
 
 
-def _consumer(group: str, topics: list[str]) -> dict:
+def _consumer(group: str, topics: list[str], tags: list[str] = ()) -> dict:
     return {"groupName": group, "consumeType": "CONSUME_PASSIVELY",
             "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
             "unitMode": False,
-            "subscriptionDataSet": [{"topic": t, "subString": "*", "tagsSet": [], "codeSet": [],
+            "subscriptionDataSet": [{"topic": t, "subString": "||".join(tags) or "*",
+                                     "tagsSet": list(tags), "codeSet": [],
                                      "subVersion": 1} for t in topics]}
 
 
 def _beat(c: RawClient, groups: list[str], producers: list[str] = (),
-          topics: list[str] = ("T",), client: str = "c@1") -> dict:
+          topics: list[str] = ("T",), client: str = "c@1", tags: list[str] = ()) -> dict:
     body = json.dumps({"clientID": client, "producerDataSet": [{"groupName": p} for p in producers],
-                       "consumerDataSet": [_consumer(g, list(topics)) for g in groups]}).encode()
+                       "consumerDataSet": [_consumer(g, list(topics), tags)
+                                           for g in groups]}).encode()
     h, _ = c.call(HEART_BEAT, {}, body)
     return h
 
@@ -87,6 +92,82 @@ def test_heartbeat_entries_and_auto_created_groups_are_bounded(tmp_path):
     groups = json.loads((tmp_path / "store" / "config" / "subscriptionGroup.json").read_text())
     assert {"A1", "A4", "B2"} <= set(groups["subscriptionGroupTable"])
     assert "B3" in groups["subscriptionGroupTable"]
+
+
+def _producers(c: RawClient, group: str) -> list[str]:
+    h, body = c.call(GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group})
+    return sorted(x["clientId"] for x in json.loads(body)["connectionSet"]) \
+        if h["code"] == SUCCESS else []
+
+
+def test_a_client_is_in_at_most_client_max_producer_groups(tmp_path):
+    """A producer group a client named stays registered for the channel expiry (120 s) after
+    its last heartbeat naming it, so fresh names per beat piled up (1,000 per beat: ~8 MiB/s
+    of one connection). Across its heartbeats a client is in at most
+    ``clientMaxProducerGroups``; a beat past it is refused whole, naming the setting."""
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(tmp_path / "store", ns.addr, conf={"clientMaxProducerGroups": "5"})
+    try:
+        with RawClient(broker.addr) as c, RawClient(broker.addr) as other:
+            assert _beat(c, [], ["P0", "P1", "P2"])["code"] == SUCCESS
+            assert _beat(c, [], ["P3", "P4"])["code"] == SUCCESS
+            h = _beat(c, [], ["P0", "P5"])
+            assert h["code"] == SYSTEM_ERROR, h
+            assert "would be in 6 producer groups (clientMaxProducerGroups=5)" in h["remark"], h
+            assert _producers(c, "P5") == [] and _producers(c, "P4") == ["c@1"]
+            assert _beat(c, [], ["P0", "P1", "P2", "P3", "P4"])["code"] == SUCCESS
+            # per client: another connection has its own
+            assert _beat(other, [], ["P0", "Q1", "Q2", "Q3", "Q4"], client="o@1")["code"] \
+                == SUCCESS
+            assert _producers(c, "P0") == ["c@1", "o@1"]
+            # a group left makes room
+            h, _ = c.call(UNREGISTER_CLIENT, {"clientID": "c@1", "producerGroup": "P4"})
+            assert h["code"] == SUCCESS, h
+            assert _beat(c, [], ["P5"])["code"] == SUCCESS
+            assert _producers(c, "P4") == [] and _producers(c, "P5") == ["c@1"]
+        # a closed connection leaves every group it was in
+        with RawClient(broker.addr) as c:
+            wait_until(lambda: _producers(c, "P0") == [] and _producers(c, "Q1") == [],
+                       "the closed connections' producer groups gone", 10)
+    finally:
+        assert broker.stop() == 0, broker.output[-3000:]
+        assert ns.stop() == 0
+
+
+def test_a_subscription_carries_at_most_heartbeat_max_entries_tags(tmp_path):
+    """A subscription's tags are entries too: a heartbeat subscription with more than
+    ``heartbeatMaxEntries`` tags is refused whole (SYSTEM_ERROR), and so is a pull whose own
+    subscription expression has more (SUBSCRIPTION_PARSE_FAILED), before its tags are split and
+    hashed on the event loop or held with the pull (a 250 KB expression is ~30,000 tags)."""
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(tmp_path / "store", ns.addr)
+    tags = [f"tag{i}" for i in range(1001)]
+    try:
+        with RawClient(broker.addr) as c:
+            h = _beat(c, ["GT"], tags=tags)
+            assert h["code"] == SYSTEM_ERROR, h
+            assert "tagsSet has 1001 entries (heartbeatMaxEntries=1000)" in h["remark"], h
+            assert "GT" not in _groups(c)
+            assert _beat(c, ["GT"], tags=tags[:1000])["code"] == SUCCESS
+            h, _ = c.call(UPDATE_AND_CREATE_TOPIC, {
+                "topic": "TT", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6,
+                "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
+            assert h["code"] == SUCCESS, h
+
+            def pull(expression: str) -> dict:
+                h, _ = c.call(PULL_MESSAGE, {
+                    "consumerGroup": "GT", "topic": "TT", "queueId": 0, "queueOffset": 0,
+                    "maxMsgNums": 32, "sysFlag": FLAG_SUBSCRIPTION, "commitOffset": 0,
+                    "suspendTimeoutMillis": 0, "subscription": expression, "subVersion": 0})
+                return h
+            h = pull("||".join(tags))
+            assert h["code"] == SUBSCRIPTION_PARSE_FAILED, h
+            assert "1001 tags (heartbeatMaxEntries=1000)" in h["remark"], h
+            assert pull(" || ".join(tags[:1000]))["code"] == PULL_NOT_FOUND
+            assert pull("*")["code"] == PULL_NOT_FOUND
+    finally:
+        assert broker.stop() == 0, broker.output[-3000:]
+        assert ns.stop() == 0
 
 
 def test_the_proxy_announces_more_groups_than_one_heartbeat_may_carry(tmp_path):

@@ -53,13 +53,14 @@ def send(c: RawClient, body: bytes = b"x") -> dict:
     return header
 
 
-def pull_frame(opaque: int, offset: int, suspend_ms: int) -> bytes:
+def pull_frame(opaque: int, offset: int, suspend_ms: int, subscription: str = "*",
+               **extra: str) -> bytes:
     """A pull of queue 0 from ``offset`` that the broker holds when nothing is there."""
     return frame(PULL_MESSAGE, {
         "consumerGroup": "CG_held", "topic": TOPIC, "queueId": 0, "queueOffset": offset,
         "maxMsgNums": 32, "sysFlag": SUSPEND_SUB, "commitOffset": 0,
-        "suspendTimeoutMillis": suspend_ms, "subscription": "*", "subVersion": 0},
-        opaque=opaque)
+        "suspendTimeoutMillis": suspend_ms, "subscription": subscription, "subVersion": 0,
+        **extra}, opaque=opaque)
 
 
 def max_offset(c: RawClient) -> dict:
@@ -67,10 +68,11 @@ def max_offset(c: RawClient) -> dict:
     return header
 
 
-def pull_is_held(c: RawClient, opaque: int, offset: int, suspend_ms: int) -> dict | None:
+def pull_is_held(c: RawClient, opaque: int, offset: int, suspend_ms: int,
+                 subscription: str = "*") -> dict | None:
     """Send a pull, then a GET_MAX_OFFSET: None when the pull was held (the second request is
     answered first), else the pull's answer."""
-    c.send(pull_frame(opaque, offset, suspend_ms))
+    c.send(pull_frame(opaque, offset, suspend_ms, subscription))
     ask = opaque + 100_000
     c.send(frame(GET_MAX_OFFSET, {"topic": TOPIC, "queueId": 0}, opaque=ask))
     first, _ = c.read_response()
@@ -142,3 +144,46 @@ def test_held_pulls_per_broker_are_bounded_and_a_closed_connection_frees_its_own
         send(producer)
         codes = [b.read_response()[0]["code"] for _ in range(3)]
         assert codes == [SUCCESS] * 3
+
+
+def rss_mib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) >> 10 for line in f if line.startswith("VmRSS"))
+
+
+def test_the_bytes_held_pulls_keep_are_bounded(cluster) -> None:
+    """What held pulls keep is bounded in bytes, per connection (serverMaxHeldPullBytes) and
+    in all (maxHeldPullBytes), counted from their subscription (twice: the expression and its
+    tags) plus 1 KiB; past either the pull is SYSTEM_BUSY naming it. The rest of a held pull's
+    header is not kept: 1,024 held pulls with 256 KiB headers held ~260 MiB before."""
+    broker = cluster({"serverMaxHeldPullBytes": "600000", "maxHeldPullBytes": "1400000"})
+    big = "a" * 250_000                 # one tag: counted 1024 + 16 (names) + 2 * 250,000
+    with RawClient(broker.addr) as b, RawClient(broker.addr) as c, \
+            RawClient(broker.addr) as d, RawClient(broker.addr) as producer:
+        end = int(send(producer)["extFields"]["queueOffset"]) + 1
+        a = RawClient(broker.addr)
+        assert pull_is_held(a, 1, end, 600_000, big) is None
+        busy = pull_is_held(a, 2, end, 600_000, big)
+        assert busy is not None and busy["code"] == SYSTEM_BUSY, busy
+        assert "serverMaxHeldPullBytes 600000" in busy["remark"], busy
+        assert pull_is_held(a, 3, end, 600_000) is None           # a small one still fits
+        assert pull_is_held(b, 4, end, 600_000, big) is None
+        busy = pull_is_held(c, 5, end, 600_000, big)                # 1,504,162 in all
+        assert busy is not None and busy["code"] == SYSTEM_BUSY, busy
+        assert "maxHeldPullBytes 1400000" in busy["remark"], busy
+        # 256 held pulls whose headers carry 250 KB of fields nobody reads: not kept
+        before = rss_mib(broker.proc.pid)
+        for i in range(256):
+            d.send(pull_frame(100 + i, end, 600_000, junk="j" * 250_000))
+        assert max_offset(d)["code"] == SUCCESS    # answered after every pull was held
+        grown = rss_mib(broker.proc.pid) - before
+        assert grown < 32, f"the broker grew {grown} MiB holding 256 pulls (64 MB of headers)"
+        # a closed connection's held pulls free their bytes
+        a.close()
+        deadline = time.monotonic() + 10.0
+        answer = pull_is_held(c, 6, end, 600_000, big)
+        while answer is not None and time.monotonic() < deadline:
+            assert answer["code"] == SYSTEM_BUSY, answer
+            time.sleep(0.05)
+            answer = pull_is_held(c, 7, end, 600_000, big)
+        assert answer is None, "the closed connection's held pull bytes were not freed"

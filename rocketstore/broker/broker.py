@@ -497,10 +497,23 @@ class Broker:
         for what, n in (("consumerDataSet", len(data.consumers)),
                         ("producerDataSet", len(data.producer_groups)),
                         ("subscriptionDataSet", max((len(cd.subscriptions)
-                                                     for cd in data.consumers), default=0))):
+                                                     for cd in data.consumers), default=0)),
+                        # a subscription's tags: each held (and hashed) per client and group
+                        ("subscriptionDataSet entry's tagsSet",
+                         max((len(sd.tags_set) for cd in data.consumers
+                              for sd in cd.subscriptions), default=0))):
             if n > bound:
                 raise LimitExceededError("heartbeatMaxEntries", bound,
                                          f"the heartbeat's {what} has {n} entries",
+                                         int(ResponseCode.SYSTEM_ERROR))
+        # a client's producer groups, across its heartbeats: each one it names stays for the
+        # channel expiry (120 s) after its last mention, so fresh names per beat piled up
+        if data.producer_groups:
+            cap = self.config.client_max_producer_groups
+            n = self.producer_manager.groups_after(channel, data.producer_groups)
+            if n > cap:
+                raise LimitExceededError("clientMaxProducerGroups", cap,
+                                         f"this client would be in {n} producer groups",
                                          int(ResponseCode.SYSTEM_ERROR))
         new = {cd.group_name for cd in data.consumers
                if self.subscription_groups.get(cd.group_name) is None}

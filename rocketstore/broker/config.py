@@ -73,6 +73,9 @@ class BrokerConfig:
     # entries per HEART_BEAT (consumers, producers, subscriptions of one consumer), and the
     # subscription groups past which nothing more is auto-created
     heartbeat_max_entries: int = 1000
+    # producer groups one client (connection) is in, across its heartbeats (rocketstore's
+    # own; the gRPC proxy announces up to grpcMaxGroups producer topics as one client)
+    client_max_producer_groups: int = 20_000
     auto_create_subscription_group_max: int = 20_000
     # rocketstore's own (rocketstore.broker.metrics): counters on by default, /metrics opt-in
     metrics_enable: bool = True                  # per-topic/group counters, runtime info
@@ -88,6 +91,8 @@ class BrokerConfig:
     grpc_group_idle_millis: int = _LIMITS.group_idle_ms
     grpc_route_cache_max: int = _LIMITS.route_cache_max
     grpc_max_pending_delay_messages: int = _LIMITS.max_pending_delay_messages
+    grpc_max_polling_receives: int = _LIMITS.max_polling_receives
+    grpc_max_polling_receives_per_connection: int = _LIMITS.max_polling_receives_per_connection
     # RocketMQ 5's enableMixedMessageType: may a topic's message.type attribute be MIXED
     enable_mixed_message_type: bool = False
     # request executors by kind (rocketstore.remoting.executors, docs/protocol.md "Limits"):
@@ -116,6 +121,10 @@ class BrokerConfig:
     # long-poll pulls one connection may have held at once (past it: SYSTEM_BUSY); they do
     # not count as in flight. A consumer holds one per queue it reads from this broker
     server_max_held_pulls: int = 1024
+    # and the bytes they keep (rocketstore.remoting.broker_processor.held_pull_bytes: ~1 KiB
+    # plus twice the subscription expression), per connection and in all; past it: SYSTEM_BUSY
+    server_max_held_pull_bytes: int = 8 << 20
+    max_held_pull_bytes: int = 256 << 20
     # request header limits (rocketstore's; RocketMQ only bounds the 16 MiB frame)
     server_max_header_bytes: int = 256 << 10
     server_max_ext_fields: int = 1024
@@ -179,6 +188,7 @@ class BrokerConfig:
                      "ha_send_heartbeat_interval", "ha_housekeeping_interval",
                      "ha_transfer_batch_size", "ha_slave_fallbehind_max", "slave_timeout",
                      "heartbeat_max_entries", "auto_create_subscription_group_max",
+                     "max_held_pull_bytes", "client_max_producer_groups",
                      *(f.name for f in fields(self) if f.name.endswith(
                          ("_thread_pool_nums", "_queue_capacity"))
                        or f.name.startswith(("server_", "grpc_max", "grpc_group", "grpc_route")))):

@@ -21,6 +21,9 @@ class ProducerManager:
         self._lock = threading.Lock()
         self._groups: dict[str, dict[Any, ClientChannelInfo]] = {}
         self._clients: dict[str, Any] = {}
+        # channel -> its groups: a client's groups are bounded (``groups_after``), and a
+        # closing channel leaves its own groups without a walk over every group
+        self._by_channel: dict[Any, set[str]] = {}
         self._counter = itertools.count(1)
 
     def register_producer(self, group: str, info: ClientChannelInfo) -> None:
@@ -29,6 +32,7 @@ class ProducerManager:
             old = channels.get(info.channel)
             if old is None:
                 channels[info.channel] = info
+                self._by_channel.setdefault(info.channel, set()).add(group)
                 log.info("new producer connected, group %s client %s", group, info.client_id)
             else:
                 old.last_update_timestamp = now_ms()
@@ -44,10 +48,27 @@ class ProducerManager:
                 del self._groups[group]
             if info is not None:
                 self._clients.pop(info.client_id, None)
+                self._unindex(channel, group)
+
+    def _unindex(self, channel: Any, group: str) -> None:
+        mine = self._by_channel.get(channel)
+        if mine is not None:
+            mine.discard(group)
+            if not mine:
+                del self._by_channel[channel]
+
+    def groups_after(self, channel: Any, groups: list[str]) -> int:
+        """How many producer groups ``channel`` would be in once ``groups`` are registered."""
+        with self._lock:
+            mine = self._by_channel.get(channel, set())
+            return len(mine) + len(set(groups) - mine)
 
     def do_channel_close_event(self, channel: Any) -> None:
         with self._lock:
-            for group, channels in list(self._groups.items()):
+            for group in self._by_channel.pop(channel, ()):
+                channels = self._groups.get(group)
+                if channels is None:
+                    continue
                 info = channels.pop(channel, None)
                 if info is not None:
                     self._clients.pop(info.client_id, None)
@@ -63,6 +84,7 @@ class ProducerManager:
                     if now - info.last_update_timestamp > self.channel_expired_ms:
                         del channels[ch]
                         self._clients.pop(info.client_id, None)
+                        self._unindex(ch, group)
                         dropped.append((group, info.client_id))
                 if not channels:
                     del self._groups[group]

@@ -37,7 +37,8 @@ RUNTIME_SETTINGS: dict[str, str] = {camel(f): f for f in (
     "auto_create_topic_enable", "auto_create_subscription_group", "long_polling_enable",
     "short_polling_time_mills", "notify_consumer_ids_changed_enable",
     "transaction_time_out", "transaction_check_max", "transaction_check_interval",
-    "heartbeat_max_entries", "auto_create_subscription_group_max")}
+    "heartbeat_max_entries", "auto_create_subscription_group_max",
+    "client_max_producer_groups")}
 
 _lock = threading.Lock()
 

@@ -437,6 +437,8 @@ def register_proxy(sub) -> None:
                    help="a bound on what clients make the proxy hold, by its broker.conf name "
                         "(grpcMaxClients, grpcMaxTopicsPerClient, grpcMaxGroups, "
                         "grpcMaxSubscriptionsPerGroup, grpcGroupIdleMillis, grpcRouteCacheMax, "
-                        "grpcMaxPendingDelayMessages; docs/grpc.md \"Limits\"); repeatable")
+                        "grpcMaxPendingDelayMessages, grpcMaxPollingReceives, "
+                        "grpcMaxPollingReceivesPerConnection; docs/grpc.md \"Limits\"); "
+                        "repeatable")
     add_logging_args(p)
     p.set_defaults(func=_proxy)

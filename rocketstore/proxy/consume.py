@@ -19,7 +19,9 @@ from rocketstore.proxy.common import (AUTO_RENEW_INVISIBLE_MS, MAX_INVISIBLE_MS,
                                       MIN_INVISIBLE_MS, RENEW_AHEAD_MS, RENEW_EVERY_S,
                                       RENEW_GONE_MS, RENEW_MAX_MS, TAG, RpcError, _now, _reply,
                                       _status, _tag_matches)
+from rocketstore.proxy.limits import CONF_KEYS
 from rocketstore.proxy.popstate import InFlight, Key
+from rocketstore.proxy.registry import filter_problem
 
 if TYPE_CHECKING:
     from rocketstore.client.tcp import TcpTransport
@@ -42,6 +44,8 @@ class ConsumeRpcs:
         streams: dict[str, asyncio.Queue[Any]]
         renewing: dict[Key, tuple[str, int]]
         _pop_locks: dict[tuple[str, str], list[Any]]
+        polling_receives: dict[str, int]
+        polling_total: int
         _wake: asyncio.Event
         _rr: int
         _routes: TtlLru[str, Any]
@@ -94,10 +98,50 @@ class ConsumeRpcs:
             if req.filter_expression.type not in (0, TAG):
                 error = ("ILLEGAL_FILTER_EXPRESSION", "only TAG filters are supported")
             expression = req.filter_expression.expression or "*"
+            why = filter_problem(expression)
+            if why and not error:
+                error = ("ILLEGAL_FILTER_EXPRESSION", why)
         if error:
             yield status(*error)
             yield stamp()
             return
+        # each receive in progress is a task, a wait and a re-pop of its queues on every new
+        # message: bounded per connection (a client may open streams without end on one) and
+        # in all (client ids and connections cost a client nothing)
+        peer = ctx.peer() or ""
+        lim = self.cfg.limits
+        held = self.polling_receives.get(peer, 0)
+        full = None
+        if held >= lim.max_polling_receives_per_connection:
+            full = (f"this connection has {held} ReceiveMessage calls waiting "
+                    f"({CONF_KEYS['max_polling_receives_per_connection']}="
+                    f"{lim.max_polling_receives_per_connection})")
+        elif self.polling_total >= lim.max_polling_receives:
+            full = (f"the proxy holds {self.polling_total} ReceiveMessage calls waiting "
+                    f"({CONF_KEYS['max_polling_receives']}={lim.max_polling_receives})")
+        if full:
+            yield status("TOO_MANY_REQUESTS", full)
+            yield stamp()
+            return
+        self.polling_receives[peer] = held + 1
+        self.polling_total += 1
+        try:
+            async for r in self._receive(req, ctx, group, topic, expression, invisible, poll_s,
+                                         status, stamp):
+                yield r
+        finally:
+            self.polling_total -= 1
+            left = self.polling_receives[peer] - 1
+            if left:
+                self.polling_receives[peer] = left
+            else:
+                del self.polling_receives[peer]
+
+    async def _receive(self, req: Any, ctx: Any, group: str, topic: str, expression: str,
+                       invisible: int, poll_s: float, status: Any, stamp: Any
+                       ) -> AsyncIterator[Any]:
+        """ReceiveMessage once its request passed the checks: register the consumer, then
+        pop until messages are found or the long-polling time is up."""
         try:
             new = self.registry.add_consumer(group, {topic: expression})
         except LimitExceededError as e:

@@ -42,6 +42,11 @@ class ProxyLimits:
     # delay messages waiting in the proxy's timer (each an entry in memory and the journal);
     # past it a DELAY send is TOO_MANY_REQUESTS, as RocketMQ 5's timer flow control
     max_pending_delay_messages: int = 1_000_000
+    # ReceiveMessage calls in progress (each a task waiting up to its long-polling time,
+    # woken by every new message, re-popping its queues each time): in all, and per gRPC
+    # connection. Past either: TOO_MANY_REQUESTS, nothing registered
+    max_polling_receives: int = 100_000
+    max_polling_receives_per_connection: int = 1_024
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -55,7 +60,9 @@ CONF_KEYS = {"max_clients": "grpcMaxClients", "max_topics_per_client": "grpcMaxT
              "max_groups": "grpcMaxGroups",
              "max_subscriptions_per_group": "grpcMaxSubscriptionsPerGroup",
              "group_idle_ms": "grpcGroupIdleMillis", "route_cache_max": "grpcRouteCacheMax",
-             "max_pending_delay_messages": "grpcMaxPendingDelayMessages"}
+             "max_pending_delay_messages": "grpcMaxPendingDelayMessages",
+             "max_polling_receives": "grpcMaxPollingReceives",
+             "max_polling_receives_per_connection": "grpcMaxPollingReceivesPerConnection"}
 
 
 def limits_from(values: dict[str, int]) -> ProxyLimits:

@@ -35,6 +35,17 @@ HEARTBEAT_S = 10.0
 HEARTBEAT_ENTRIES = 500
 
 
+def filter_problem(expression: str) -> str | None:
+    """Why a TAG filter cannot be announced, or None: the brokers refuse a heartbeat whose
+    subscription has more than heartbeatMaxEntries tags, whole, with every other group it
+    carries (counted before any split)."""
+    n = expression.count("||") + 1
+    if n > HEARTBEAT_ENTRIES:
+        return (f"the filter expression has {n} tags (at most {HEARTBEAT_ENTRIES}: the "
+                "brokers' heartbeatMaxEntries bounds a subscription's tags)")
+    return None
+
+
 class Registry:
     """Consumer groups and producer groups announced to every broker; a ``ClientChannel``."""
 

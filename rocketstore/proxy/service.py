@@ -33,7 +33,7 @@ from rocketstore.proxy.common import (ACCEPTS, BACKOFF_S, C, DEDUP_MAX, DEDUP_WI
 from rocketstore.proxy.consume import ConsumeRpcs
 from rocketstore.proxy.limits import CONF_KEYS, ProxyLimits, TtlLru
 from rocketstore.proxy.popstate import Key, PopState
-from rocketstore.proxy.registry import Registry
+from rocketstore.proxy.registry import Registry, filter_problem
 from rocketstore.proxy.timer import DelayTimer
 
 log = logging.getLogger("rocketstore.proxy")
@@ -97,6 +97,9 @@ class MessagingService(ConsumeRpcs):
         self.renewing: dict[Key, tuple[str, int]] = {}      # key -> (client id, pop time)
         # (group, topic) -> its pop lock and how many pops use it (gone when none does)
         self._pop_locks: dict[tuple[str, str], list[Any]] = {}
+        # ReceiveMessage calls in progress, by gRPC peer (a connection), and in all
+        self.polling_receives: dict[str, int] = {}
+        self.polling_total = 0
         self._renewer: asyncio.Task[None] | None = None
         self.registry = Registry(self.transport, self._on_check, cfg.limits)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -327,6 +330,10 @@ class MessagingService(ConsumeRpcs):
             if problem:
                 raise RpcError("ILLEGAL_CONSUMER_GROUP", problem)
             topics = [e.topic.name for e in s.subscription.subscriptions]
+            for e in s.subscription.subscriptions:
+                why = filter_problem(e.expression.expression)
+                if why:
+                    raise RpcError("ILLEGAL_FILTER_EXPRESSION", why)
         if len(topics) > lim.max_topics_per_client:
             raise RpcError("BAD_REQUEST", f"the settings name {len(topics)} topics "
                                           f"({CONF_KEYS['max_topics_per_client']}="

@@ -29,6 +29,7 @@ from rocketstore.remoting import admin_processor, fastjson, headers, request_nam
 from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection, Parked
+from rocketstore.remoting.executors import BUSY_REMARK
 from rocketstore.remoting.zerocopy import RecordBody
 from rocketstore.store._codec import encode_record
 
@@ -43,6 +44,16 @@ PUSH_REPLY_TIMEOUT_S = 10.0          # Broker2Client.callClient
 
 # codes not served on the VIP port (listenPort - 2): RocketMQ registers no pull processor there
 NOT_ON_VIP = frozenset({RequestCode.PULL_MESSAGE})
+# what a held pull keeps besides its subscription (its request, future, hold entry, task)
+HELD_PULL_BASE_BYTES = 1024
+HELD_BYTES = "held_pull_bytes"      # Connection.attributes: what its held pulls keep
+
+
+def held_pull_bytes(request: PullMessageRequest) -> int:
+    """What a held pull is counted to keep: a base, its names, and its subscription twice
+    (the expression and its split tags). The frame's other header fields are dropped."""
+    return (HELD_PULL_BASE_BYTES + len(request.consumer_group) + len(request.topic)
+            + 2 * len(request.subscription or ""))
 
 
 class TcpClientChannel:
@@ -143,6 +154,7 @@ class BrokerProcessor:
         self.vip = vip
         self.executor = executor
         self.acl = acl         # checks every request before dispatch when the broker's ACL is on
+        self.held_pull_bytes = 0    # what every connection's held pulls keep (held_pull_bytes)
         R = RequestCode
         # code -> handler(conn, cmd, decoded request)
         self._handlers: dict[int, Callable[[Connection, RemotingCommand, Any], Any]] = {
@@ -251,6 +263,41 @@ class BrokerProcessor:
         fut = self.broker.pull_message(request)
         if fut.done():
             return headers.encode_pull_response(cmd, fut.result())
+        # held: bounded by what it keeps, per connection and in all (the count alone let a
+        # connection pin 1,024 headers of 256 KiB)
+        size = held_pull_bytes(request)
+        mine = cast(int, conn.attributes.get(HELD_BYTES, 0))
+        cfg = self.broker.config
+        full = None
+        if mine + size > cfg.server_max_held_pull_bytes:
+            full = (f"held pulls of this connection keep {mine} + {size} bytes > "
+                    f"serverMaxHeldPullBytes {cfg.server_max_held_pull_bytes}")
+        elif self.held_pull_bytes + size > cfg.max_held_pull_bytes:
+            full = (f"held pulls keep {self.held_pull_bytes} + {size} bytes > "
+                    f"maxHeldPullBytes {cfg.max_held_pull_bytes}")
+        if full is not None:
+            fut.cancel()            # the hold service drops it now
+            return cmd.response(ResponseCode.SYSTEM_BUSY, BUSY_REMARK.format(full))
+        conn.attributes[HELD_BYTES] = mine + size
+        self.held_pull_bytes += size
+        loop = asyncio.get_running_loop()
+
+        def release() -> None:
+            conn.attributes[HELD_BYTES] = cast(int, conn.attributes[HELD_BYTES]) - size
+            self.held_pull_bytes -= size
+
+        def released(_: Any) -> None:
+            # the broker's future always ends (answered, cancelled, or at its deadline), even
+            # when the task below is cancelled before it ever ran
+            try:
+                loop.call_soon_threadsafe(release)
+            except RuntimeError:        # the loop closed: nothing to account any more
+                pass
+        fut.add_done_callback(released)
+        # the answer needs the request's opaque and flag only: the rest of its header (up to
+        # serverMaxHeaderBytes) is not kept for as long as the pull is held
+        cmd.ext_fields = {}
+        cmd.remark = None
 
         # held until a message arrives or its time is up: Parked, so the connection goes on
         # with its other requests, and a closed connection cancels it
