@@ -4,14 +4,14 @@ only on the pair made once.
 ``SendMessageProcessor.send_one`` runs 4.9.8's whole send order on every message: the
 accept-time guard, the name rules, the topic lookup (or its auto-creation), the queue range,
 then the byte path or the map path. For a producer sending message after message to the same
-topic, everything but the accept-time guard, the queue range and the put depends on the topic's
-configuration and the broker's settings alone, and both are immutable objects: a lane remembers
-the two objects its last full send passed with and, while the topic manager and the send
-processor still hold those very objects, stores a plain send in one step. (The accept-time
-guard only ever opens: once a send passed it, later ones do.) Anything else -- a changed or deleted topic, a queue
-out of range, a message the byte path does not take (DELAY, a transaction, a broker-only
-property, non-ASCII properties, a compressed or unusual body) -- goes through ``send_one``, so
-the rules and the refusals stay in one place.
+topic, all of that but the queue range and the put depends only on the topic's configuration
+and the broker's settings, and both are immutable objects (the accept-time guard only ever
+opens: once a send passed it, later ones do). So a lane remembers the two objects its last
+full send passed with and, while the topic manager and the send processor still hold those
+very objects, stores a plain send in one step. Anything else -- a changed or deleted topic, new
+settings, a queue out of range, a message the byte path does not take (DELAY, a transaction, a
+broker-only property, non-ASCII properties) -- goes through ``send_one``, so the rules and the
+refusals stay in one place.
 """
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ class SendLane:
             b.metrics.on_send_one(self.topic, msg, r)
         return r
 
-    def _full(self, msg: Message, queue_id: int, tc: TopicConfig | None) -> SendMessageResponse | Future:
+    def _full(self, msg: Message, queue_id: int, tc: TopicConfig | None
+              ) -> SendMessageResponse | Future:
         """``Broker.send_one``'s whole path; its checks passed, the lane takes the next send
         of this topic configuration itself."""
         cfg = self.broker.send_processor.cfg
