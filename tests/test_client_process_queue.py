@@ -82,3 +82,16 @@ def test_out_of_order_put_is_resorted():
     pq.put_message(msgs([3, 4]))              # after a reset to an earlier offset
     assert pq.cached_offsets() == [3, 4, 5, 6]
     assert [x.queue_offset for x in pq.take_messages(4)] == [3, 4, 5, 6]
+
+
+def test_a_pull_overlapping_messages_taken_by_an_orderly_consume_adds_only_the_new_ones():
+    """Every message taken (the cache's order empty), then a pull from an earlier offset (a
+    re-pull after a rebalance): the taken offsets are not cached twice; counts stay right."""
+    pq = ProcessQueue()
+    pq.put_message(msgs([10, 11]))
+    assert [x.queue_offset for x in pq.take_messages(2)] == [10, 11]
+    pq.put_message(msgs([10, 11, 12]))
+    assert pq.cached_offsets() == [12]
+    assert pq.msg_count == 3 and pq.msg_size == 30
+    assert pq.commit() == 12
+    assert pq.msg_count == 1 and pq.remove_message(msgs([12])) == 13

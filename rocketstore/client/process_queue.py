@@ -12,6 +12,7 @@ import time
 from typing import Iterable
 
 from rocketstore.common import MessageExt
+from rocketstore.store._codec import drop_consumed, pulled_offsets
 
 # rocketmq.client.rebalance.lockMaxLiveTime / pull.pullMaxIdleTime
 REBALANCE_LOCK_MAX_LIVE_TIME_MS = 30000
@@ -47,12 +48,26 @@ class ProcessQueue:
     def put_message(self, msgs: list[MessageExt]) -> bool:
         """Add pulled messages (an offset already present is ignored). True when an orderly
         consume task should be dispatched (messages waiting and none running)."""
+        bulk = pulled_offsets(msgs) if msgs else None
         with self._lock:
             tree, order = self._tree, self._order
+            last = order[-1] if order else -1
+            if bulk is not None and bulk[0][0] > last and not self._consuming:
+                # the usual pull: offsets after everything cached (every cached offset is in
+                # the deque, which ascends), none taken by an orderly consume: in bulk
+                offs, size = bulk
+                tree.update(zip(offs, msgs))
+                order.extend(offs)
+                self.msg_count += len(offs)
+                self.msg_size += size
+                self.queue_offset_max = max(self.queue_offset_max, offs[-1])
+                dispatch = not self.consuming
+                if dispatch:
+                    self.consuming = True
+                return dispatch
             added = 0
             size = 0
             resort = False
-            last = order[-1] if order else -1
             for m in msgs:
                 off = m.queue_offset
                 if off in tree or off in self._consuming:
@@ -89,12 +104,7 @@ class ProcessQueue:
             tree = self._tree
             if not tree:
                 return -1
-            removed = 0
-            size = 0
-            for m in msgs:
-                if tree.pop(m.queue_offset, None) is not None:
-                    removed += 1
-                    size += m.body_size
+            removed, size = drop_consumed(tree, msgs)
             self.msg_count -= removed
             self.msg_size -= size
             self.last_consume_timestamp = now_ms()
