@@ -29,7 +29,7 @@ from rocketstore.common import names
 from rocketstore.common.constants import PermName
 from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, RemotingResult,
                                          ResponseCode, SendMessageRequest, SendMessageResponse)
-from rocketstore.common.sends import BATCH_ENTRY, WireSend, send_request
+from rocketstore.common.sends import WireSend, send_request
 from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError
 from rocketstore.remoting._wire import stored_properties, wire_batch
 from rocketstore.store._codec import batch_body, encode_host, encode_properties
@@ -163,7 +163,6 @@ class SendMessageProcessor:
         self._broker_writable = bool(self.cfg.broker_permission & int(PermName.PERM_WRITE))
         self._cluster_b = self.cfg.broker_cluster_name.encode("utf-8")
         self._hosts: dict[str, bytes] = {}      # peer "ip:port" -> encoded born host
-        self._local_host = encode_host("127.0.0.1:0")   # a message with no born host
         self._responses: dict[int, functools.partial[SendMessageResponse]] = {}
         self._names_ok: set[tuple[str, str]] = set()    # (topic, group) pairs that passed
         # a SLAVE's store takes only its master's bytes: every send is refused up front,
@@ -449,22 +448,9 @@ class SendMessageProcessor:
         if stored is None:
             return None
         bt = msg.born_timestamp
-        host = msg.born_host
-        store = self.broker.store
-        transform = self._responses.get(queue_id) or self._transform(queue_id)
-        try:                # _put_stored, one call less per message
-            r = store.commit_log.put_wire_async(
-                topic, queue_id, msg.body, stored[0], msg.flag, msg.sys_flag | sys_bits, 0,
-                -1 if bt is None else bt,
-                self._local_host if host is None else self._born_host_of(host),
-                stored[1], store.put_acks, transform, True)
-        except InvalidMessageError as e:
-            return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
-        if type(r) is PutMessageResult:
-            if r.status is _PUT_OK:
-                return SendMessageResponse(_SUCCESS, None, r.msg_id, queue_id, r.queue_offset)
-            return put_response(r, queue_id)
-        return r
+        return self._put_stored(topic, queue_id, msg.body, stored, msg.flag,
+                                msg.sys_flag | sys_bits, 0, -1 if bt is None else bt,
+                                self._born_host_of(msg.born_host), queue_id)
 
     def _put_plain(self, inner: MessageInner, user: dict[str, str], queue_id: int
                    ) -> SendMessageResponse | Future:

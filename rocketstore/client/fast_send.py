@@ -14,13 +14,11 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Callable
 
-from rocketstore.client import sending
 from rocketstore.client.selector import TopicPublishInfo
-from rocketstore.client.sending import _SEND_OK, SendResult
+from rocketstore.client.sending import _SEND_OK, SendResult, stamp_one_message
 from rocketstore.common import Message, MessageQueue
 from rocketstore.common.protocol import SendMessageResponse
 from rocketstore.errors import StoreClosedError, TransportError
-from rocketstore.store._codec import stamp_one
 from rocketstore.store._commitlog import complete_future, pending_future
 
 if TYPE_CHECKING:
@@ -49,8 +47,7 @@ class FastSend:
         p = self.producer
         n = len(msg.body)
         begin = time.monotonic()
-        gen = sending._uniq_gen         # made by the producer's first send
-        if (gen is None or not 0 < n < p.compress_msg_body_over_howmuch
+        if (not 0 < n < p.compress_msg_body_over_howmuch
                 or n > p.max_message_size or begin >= self.expires
                 or p.fault_strategy.send_latency_fault_enable):
             return None
@@ -59,7 +56,7 @@ class FastSend:
         mq = mqs[info.send_which_queue.increment_and_get() % len(mqs)]
         if mq.broker_name != self.broker_name:
             return None             # a route over several brokers: the transport's path
-        m, uniq = stamp_one(msg, gen)
+        m, uniq = stamp_one_message(msg)
         return begin, mq, m, uniq
 
     def send_async(self, msg: Message) -> Future[SendResult] | None:

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Callable, TextIO
 
 COMPACT_MIN_LINES = 10_000
 TRANSACTION_KEEP_MS = 24 * 3600 * 1000
@@ -39,6 +39,52 @@ class InFlight:
     commit_log_offset: int
 
 
+class VisibleHeap:
+    """``(visible_at, key)`` of a ``PopState``'s in-flight entries (those ``select`` takes),
+    earliest first, so what is due next is found without walking everything in flight. An
+    entry changed or gone since it was pushed is stale: dropped when it reaches the top, and
+    the heap is rebuilt from the table once mostly stale (bounded, O(1) amortized)."""
+
+    def __init__(self, state: PopState, select: Callable[[Key], bool] | None = None) -> None:
+        self._state = state             # read at each use: the table is ``state.inflight``
+        self._select = select
+        self._heap: list[tuple[int, Key]] = []
+        self.rebuild()
+
+    def rebuild(self) -> int:
+        """The heap from the table; the number of entries it holds."""
+        sel = self._select
+        self._heap = [(e.visible_at, k) for k, e in self._state.inflight.items()
+                      if sel is None or sel(k)]
+        heapq.heapify(self._heap)
+        return len(self._heap)
+
+    def push(self, visible_at: int, k: Key, live: int) -> None:
+        """Add an entry (or its new visibility); ``live``: entries really held, for the
+        rebuild."""
+        heapq.heappush(self._heap, (visible_at, k))
+        if len(self._heap) > 2 * live + 1024:
+            self.rebuild()
+
+    def first(self) -> tuple[int, Key] | None:
+        """The earliest live entry (stale ones above it dropped), left on the heap."""
+        heap, inflight = self._heap, self._state.inflight
+        while heap:
+            v, k = heap[0]
+            e = inflight.get(k)
+            if e is not None and e.visible_at == v:
+                return v, k
+            heapq.heappop(heap)
+        return None
+
+    def pop(self) -> None:
+        """Drop the entry ``first`` returned."""
+        heapq.heappop(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
 class PopState:
     """Cursors and in-flight entries, journaled to ``path``."""
 
@@ -49,9 +95,8 @@ class PopState:
         # the same entries by queue, so a receive looks at its queue's entries only (not at
         # everything in flight in every group)
         self._by_queue: dict[QueueKey, dict[int, InFlight]] = {}
-        # (visible_at, key) of every entry set, stale ones (changed or gone) dropped lazily:
-        # ``next_visible`` without a scan of everything in flight
-        self._heap: list[tuple[int, Key]] = []
+        # every entry by visibility: ``next_visible`` without a scan of everything in flight
+        self._heap = VisibleHeap(self)
         # open transactions: id -> [broker, queue offset, commit-log offset, offset msg id, ms]
         self.transactions: dict[str, list] = {}
         self._lock = threading.Lock()
@@ -125,14 +170,7 @@ class PopState:
     def _set(self, k: Key, e: InFlight) -> None:
         self.inflight[k] = e
         self._by_queue.setdefault(k[:4], {})[k[4]] = e      # type: ignore[index]
-        self._push(e.visible_at, k)
-
-    def _push(self, visible_at: int, k: Key) -> None:
-        heap = self._heap
-        heapq.heappush(heap, (visible_at, k))
-        if len(heap) > 2 * len(self.inflight) + 1024:       # mostly stale: rebuilt, O(1) amortized
-            self._heap = [(x.visible_at, key) for key, x in self.inflight.items()]
-            heapq.heapify(self._heap)
+        self._heap.push(e.visible_at, k, len(self.inflight))
 
     def _del(self, k: Key) -> InFlight | None:
         e = self.inflight.pop(k, None)
@@ -199,7 +237,7 @@ class PopState:
             if e is None or e.pop_time != pop_time:
                 return False
             e.visible_at = visible_at
-            self._push(visible_at, k)                       # the old position goes stale
+            self._heap.push(visible_at, k, len(self.inflight))   # the old position goes stale
             self._write([self._pop_line(k, e)])
             return True
 
@@ -234,14 +272,8 @@ class PopState:
         """The earliest time an entry becomes visible (None: nothing in flight), from the
         heap: a long-polling receive asks this every round, so it must not scan."""
         with self._lock:
-            heap, inflight = self._heap, self.inflight
-            while heap:
-                v, k = heap[0]
-                e = inflight.get(k)
-                if e is not None and e.visible_at == v:
-                    return v
-                heapq.heappop(heap)
-            return None
+            top = self._heap.first()
+            return None if top is None else top[0]
 
     def close(self) -> None:
         if self._out is not None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import heapq
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,7 @@ from rocketstore.common import Message
 from rocketstore.common.protocol import PullMessageRequest, ResponseCode, SendMessageRequest
 from rocketstore.proxy.common import _status
 from rocketstore.proxy.limits import CONF_KEYS
-from rocketstore.proxy.popstate import InFlight
+from rocketstore.proxy.popstate import InFlight, VisibleHeap
 
 if TYPE_CHECKING:
     from rocketstore.proxy.service import MessagingService
@@ -66,12 +65,11 @@ class DelayTimer:
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._migrate()
-        # (deliver ms, key) of the waiting delay messages; an entry recalled or delivered
-        # meanwhile is stale and dropped when it comes up: a round looks at what is due, not
-        # at everything in flight
-        self._heap: list[tuple[int, Any]] = []
-        self.pending = 0                    # delay messages waiting
-        self._rebuild()
+        # the waiting delay messages by deliver time: a round looks at what is due, not at
+        # everything in flight (one recalled or delivered meanwhile is dropped when it surfaces)
+        with svc.state._lock:
+            self._heap = VisibleHeap(svc.state, lambda k: k[0] == TIMER_GROUP)
+        self.pending = len(self._heap)      # delay messages waiting
 
     def _migrate(self) -> None:
         """Timer entries of a journal written under the old group name, moved to
@@ -85,15 +83,6 @@ class DelayTimer:
             for k, _ in old:
                 state.drop(k)
             log.info("moved %d delay messages of the journal to the timer's group", len(old))
-
-    def _rebuild(self) -> None:
-        """The heap and count from the journal (at start, and when mostly stale)."""
-        state = self.svc.state
-        with state._lock:
-            self._heap = [(e.visible_at, k) for k, e in state.inflight.items()
-                          if k[0] == TIMER_GROUP]
-        heapq.heapify(self._heap)
-        self.pending = len(self._heap)
 
     async def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
@@ -132,7 +121,7 @@ class DelayTimer:
         key = (TIMER_GROUP, msg.topic, broker, qid, r.queue_offset)
         # fsynced: the journal holds the only copy of the schedule
         self.svc.state.record_pops(None, [(key, InFlight(0, deliver_ms, 0, -1))], sync=True)
-        heapq.heappush(self._heap, (deliver_ms, key))
+        self._heap.push(deliver_ms, key, self.pending)
         _status(entry.status, "OK")
         entry.message_id = entry.transaction_id = props["UNIQ_KEY"]
         entry.offset = r.queue_offset
@@ -184,20 +173,13 @@ class DelayTimer:
         """The entries due by ``now``, earliest first, and the next deliver time after them:
         taken off the heap (a delivery that fails puts its entry back), stale ones skipped."""
         heap, inflight = self._heap, self.svc.state.inflight
-        if len(heap) > 2 * self.pending + 1024:
-            self._rebuild()
-            heap = self._heap
         due: list[tuple[Any, InFlight]] = []
-        while heap:
-            v, k = heap[0]
-            e = inflight.get(k)
-            if e is None or e.visible_at != v:
-                heapq.heappop(heap)                 # recalled, delivered or moved: stale
-                continue
+        while (top := heap.first()) is not None:
+            v, k = top
             if v > now:
                 return due, v
-            heapq.heappop(heap)
-            due.append((k, e))
+            heap.pop()
+            due.append((k, inflight[k]))
         return due, None
 
     async def _run(self) -> None:
@@ -212,7 +194,7 @@ class DelayTimer:
                     delivered = False
                 if not delivered:
                     for k2, e2 in due[i:]:          # back on the heap, tried next round
-                        heapq.heappush(self._heap, (e2.visible_at, k2))
+                        self._heap.push(e2.visible_at, k2, self.pending)
                     await asyncio.sleep(1)
                     break
             wait = 1.0 if later is None else min(1.0, max(0.01, (later - now) / 1000))
