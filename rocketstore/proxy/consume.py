@@ -145,7 +145,7 @@ class ConsumeRpcs:
         try:
             new = self.registry.add_consumer(group, {topic: expression})
         except LimitExceededError as e:
-            yield status("TOO_MANY_REQUESTS" if e.code == 42900 else "BAD_REQUEST", str(e))
+            yield status(pb.enum_name("Code", e.code), str(e))
             yield stamp()
             return
         if new:

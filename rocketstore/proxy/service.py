@@ -37,8 +37,6 @@ from rocketstore.proxy.registry import Registry, filter_problem
 from rocketstore.proxy.timer import DelayTimer
 
 log = logging.getLogger("rocketstore.proxy")
-# LimitExceededError.code (the registry's) -> the 5.x status it is answered with
-_LIMIT_CODES = {42900: "TOO_MANY_REQUESTS", 40000: "BAD_REQUEST"}
 
 class ProxyConfig:
     """What ``rocketstore proxy`` is told on its command line."""
@@ -356,7 +354,7 @@ class MessagingService(ConsumeRpcs):
                     e.topic.name: (e.expression.expression or "*") for e in sub.subscriptions},
                     holder=cid)
         except LimitExceededError as e:
-            raise RpcError(_LIMIT_CODES[e.code], str(e)) from None
+            raise RpcError(pb.enum_name("Code", e.code), str(e)) from None   # the 5.x status
         if new:
             await asyncio.to_thread(self.registry.heartbeat_now)
 
