@@ -15,6 +15,8 @@ from rocketstore.client import (ConsumeConcurrentlyStatus, Message, MessageQueue
 from rocketstore.common import ResponseCode
 from rocketstore.common.protocol import SendMessageRequest
 from rocketstore.errors import MQBrokerError, MQClientError, TransportError
+from rocketstore.store.status import PutMessageStatus
+from rocketstore.store.types import PutMessageResult
 
 TOPIC = "FastTopic"
 
@@ -200,12 +202,24 @@ def test_unstamped_local_send_is_born_when_stored(broker):
 
 # -- the send lane: a producer's sends to one topic after the first (SendLane / FastSend) ----
 
+def _code(answer):
+    """A lane's answer as a response code: a send stored at once answers its
+    ``PutMessageResult`` (PUT_OK), any other the broker's response."""
+    if isinstance(answer, PutMessageResult):
+        assert answer.status is PutMessageStatus.PUT_OK
+        return ResponseCode.SUCCESS
+    return answer.code
+
+
 def _warm_lane(broker, group="pg_lane"):
     """A broker lane whose checks passed once (its state cached)."""
     lane = broker.send_lane(group, TOPIC)
-    assert lane.send(Message(TOPIC, b"first"), 0).code == ResponseCode.SUCCESS  # auto-creates
-    assert lane.send(Message(TOPIC, b"second"), 0).code == ResponseCode.SUCCESS
-    assert lane._state is not None
+    assert not lane.warm
+    assert _code(lane.send(Message(TOPIC, b"first"), 0)) == ResponseCode.SUCCESS  # auto-creates
+    assert not lane.warm        # the topic it created is taken from the next send on
+    assert _code(lane.send(Message(TOPIC, b"second"), 0)) == ResponseCode.SUCCESS
+    assert lane.warm
+    assert isinstance(lane.send(Message(TOPIC, b"third"), 0), PutMessageResult)
     return lane
 
 
@@ -240,13 +254,13 @@ def test_lane_follows_a_changed_topic(broker):
     queue, a send to queue 2 is refused as the full path refuses it, and nothing is stored."""
     from rocketstore.store.topics import TopicConfig
     lane = _warm_lane(broker)
-    assert lane.send(Message(TOPIC, b"q2"), 2).code == ResponseCode.SUCCESS
+    assert _code(lane.send(Message(TOPIC, b"q2"), 2)) == ResponseCode.SUCCESS
     before = broker.store.commit_log.get_max_offset()
     broker.topic_manager.update(TopicConfig(TOPIC, read_queue_nums=1, write_queue_nums=1))
     r = lane.send(Message(TOPIC, b"q2 after"), 2)
     assert r.code == ResponseCode.SYSTEM_ERROR and "queueId[2] is illegal" in r.remark
     assert broker.store.commit_log.get_max_offset() == before
-    assert lane.send(Message(TOPIC, b"q0"), 0).code == ResponseCode.SUCCESS
+    assert _code(lane.send(Message(TOPIC, b"q0"), 0)) == ResponseCode.SUCCESS
 
 
 def test_lane_follows_runtime_settings(broker):
@@ -267,14 +281,14 @@ def test_lane_leaves_delay_transactions_and_broker_properties_to_the_full_path(b
     still refused, and a prepared transaction message is still a half message."""
     lane = _warm_lane(broker)
     r = lane.send(Message(TOPIC, b"later", properties={"DELAY": "1"}), 1)
-    assert r.code == ResponseCode.SUCCESS
+    assert _code(r) == ResponseCode.SUCCESS
     ext = broker.store.look_message_by_offset(int(r.msg_id[-16:], 16))
     assert ext.topic == "SCHEDULE_TOPIC_XXXX" and ext.properties["REAL_TOPIC"] == TOPIC
     r = lane.send(Message(TOPIC, b"x", properties={"REAL_TOPIC": "Other"}), 1)
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "REAL_TOPIC" in r.remark
     r = lane.send(Message(TOPIC, b"half", properties={"TRAN_MSG": "true", "PGROUP": "pg_lane"},
                           sys_flag=0x4), 1)
-    assert r.code == ResponseCode.SUCCESS
+    assert _code(r) == ResponseCode.SUCCESS
     ext = broker.store.look_message_by_offset(int(r.msg_id[-16:], 16))
     assert ext.topic == "RMQ_SYS_TRANS_HALF_TOPIC" and ext.properties["REAL_QID"] == "1"
 
@@ -289,6 +303,7 @@ def test_lane_sends_under_sync_flush_each_answer_after_its_sync(tmp_path):
                 assert r.status is SendStatus.SEND_OK
                 assert b.store.commit_log.flushed_where > int(r.offset_msg_id[-16:], 16)
             assert TOPIC in p._fast
+        assert b.metrics.counters()[0][TOPIC] == 20     # answered later, counted once each
     finally:
         b.close()
 
@@ -312,6 +327,10 @@ def test_sends_from_threads_get_distinct_ids_and_offsets(broker):
     assert len({(r.message_queue.queue_id, r.queue_offset) for r in results}) == 12000
     broker.store.wait_dispatched(10)
     assert sum(broker.store.get_max_offset_in_queue(TOPIC, q) for q in range(4)) == 12001
+    # the lane counts in C without a lock: none of the 12,001 puts lost in the metrics
+    puts, put_bytes, failed, _, _ = broker.metrics.counters()
+    assert (puts[TOPIC], put_bytes[TOPIC], failed.get(TOPIC, 0)) == (12001, 4 + 12000, 0)
+    assert broker.metrics.stats_counters()[("TOPIC_PUT_NUMS", TOPIC)] == 12001
 
 
 def test_async_sends_on_the_lane_keep_the_async_rules(tmp_path):

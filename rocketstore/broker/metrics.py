@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from rocketstore.store.cleanup import partition_used_ratio
 from rocketstore.broker.stats_windows import StatsWindows
 from rocketstore.common.protocol import ResponseCode
+from rocketstore.remoting._wire import PutCounter
 
 if TYPE_CHECKING:
     from rocketstore.broker.broker import Broker
@@ -122,6 +123,8 @@ class BrokerMetrics:
         self.put_msgs: dict[str, int] = {}
         self.put_bytes: dict[str, int] = {}
         self.put_failed: dict[str, int] = {}
+        # the in-process send lanes' counts, per topic (counted in C: no lock per send)
+        self._lane_puts: dict[str, PutCounter] = {}
         self.get_msgs: dict[tuple[str, str], int] = {}
         self.get_bytes: dict[tuple[str, str], int] = {}
         self.flush_wait = LatencyHistogram()
@@ -168,6 +171,25 @@ class BrokerMetrics:
                 self.put_bytes[topic] = self.put_bytes.get(topic, 0) + size
         else:
             self._count_sized(topic, 1, 0, answer)
+
+    def put_counter(self, topic: str) -> PutCounter:
+        """The counter a ``SendLane`` of ``topic`` adds its stored sends to (one per topic,
+        shared by the topic's lanes; read with the dict counters)."""
+        with self._lock:
+            c = self._lane_puts.get(topic)
+            if c is None:
+                c = self._lane_puts[topic] = PutCounter()
+            return c
+
+    def _puts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Copies of (put msgs, put bytes) per topic, the lanes' counts included (under the
+        lock)."""
+        msgs, size = dict(self.put_msgs), dict(self.put_bytes)
+        for t, c in self._lane_puts.items():
+            if c.msgs:
+                msgs[t] = msgs.get(t, 0) + c.msgs
+                size[t] = size.get(t, 0) + c.size
+        return msgs, size
 
     def count_send(self, request: Any, response: Any) -> None:
         """Count a send by its response (``on_send`` of one answered at once, no future)."""
@@ -221,8 +243,8 @@ class BrokerMetrics:
                                 dict[tuple[str, str], int], dict[tuple[str, str], int]]:
         """Copies of (put msgs, put bytes, failed sends, get msgs, get bytes)."""
         with self._lock:
-            return (dict(self.put_msgs), dict(self.put_bytes), dict(self.put_failed),
-                    dict(self.get_msgs), dict(self.get_bytes))
+            return (*self._puts(), dict(self.put_failed), dict(self.get_msgs),
+                    dict(self.get_bytes))
 
     def stats_counters(self) -> dict[tuple[str, str], int]:
         """The counters under RocketMQ's stats item names and keys (``BrokerStatsManager``):
@@ -245,7 +267,7 @@ class BrokerMetrics:
         """(put msgs/s per topic, get msgs/s per (group, topic)) over the last 10-20 s."""
         now = time.monotonic()
         with self._lock:
-            puts, gets = dict(self.put_msgs), dict(self.get_msgs)
+            puts, gets = self._puts()[0], dict(self.get_msgs)
             if now - self._newer.t >= RATE_WINDOW_S:
                 self._older, self._newer = self._newer, _Snapshot(now, puts, gets)
             base = self._older

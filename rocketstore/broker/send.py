@@ -438,20 +438,6 @@ class SendMessageProcessor:
                                 self._born_host_of(born_host),
                                 store_queue_id if queue_id is None else queue_id)
 
-    def put_plain_message(self, topic: str, queue_id: int, msg: Message, sys_bits: int
-                          ) -> SendMessageResponse | Future | None:
-        """``send_one``'s byte path for a message whose send checks passed (``SendLane``): the
-        producer's properties string (``Message.send_properties``) rewritten as 4.9.8 stores it
-        and the record put; None when the message is not of the byte path's shape."""
-        stored = stored_properties(msg.send_properties(), self._cluster_b,
-                                   self.broker.next_uniq_id)
-        if stored is None:
-            return None
-        bt = msg.born_timestamp
-        return self._put_stored(topic, queue_id, msg.body, stored, msg.flag,
-                                msg.sys_flag | sys_bits, 0, -1 if bt is None else bt,
-                                self._born_host_of(msg.born_host), queue_id)
-
     def _put_plain(self, inner: MessageInner, user: dict[str, str], queue_id: int
                    ) -> SendMessageResponse | Future:
         """The put of a send with no DELAY and no TRAN_MSG: the same stored string as the map

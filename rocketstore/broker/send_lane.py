@@ -18,59 +18,46 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
+from rocketstore.broker.send import put_response
 from rocketstore.common import constants as C
-from rocketstore.common.protocol import SendMessageResponse
-from rocketstore.store.status import SysFlag
+from rocketstore.common.protocol import ResponseCode, SendMessageResponse
+from rocketstore.errors import InvalidMessageError
+from rocketstore.remoting._wire import LaneCore
+from rocketstore.store.status import PutMessageStatus, SysFlag
 from rocketstore.store.topics import MULTI_TAG, TopicConfig
-from rocketstore.store.types import Message
+from rocketstore.store.types import Message, PutMessageResult
 
 if TYPE_CHECKING:
     from rocketstore.broker.broker import Broker
 
 
-class SendLane:
+class SendLane(LaneCore):
     """``Broker.send_one`` for one (producer group, topic), made by ``Broker.send_lane``.
 
-    Thread-safe: its state is one reference, replaced whole."""
-
-    __slots__ = ("broker", "group", "topic", "default_topic", "default_topic_queue_nums",
-                 "_table", "_state")
+    ``send`` (``LaneCore``, in C) stores a plain send in one step while the topic config and
+    the settings object are those its last full send passed with, and comes back to ``_full``
+    otherwise. Thread-safe: its state is replaced whole while the GIL is held."""
 
     def __init__(self, broker: Broker, group: str, topic: str, default_topic: str,
                  default_topic_queue_nums: int) -> None:
+        sp = broker.send_processor
+        metrics = broker.metrics
+        super().__init__(
+            topic, broker.topic_manager.table.peek, sp, broker._check_open,
+            broker.store.commit_log.put_wire_async, broker.store.put_acks, sp._transform,
+            put_response, _illegal, broker.next_uniq_id, sp._born_host_of, PutMessageResult,
+            PutMessageStatus.PUT_OK, sp._cluster_b, sp._born_host_of(None),
+            None if metrics is None else metrics.put_counter(topic),
+            None if metrics is None else metrics.on_send_one)
         self.broker = broker
         self.group = group
-        self.topic = topic
         self.default_topic = default_topic
         self.default_topic_queue_nums = default_topic_queue_nums
-        self._table = broker.topic_manager.table.peek
-        # what the last full send passed with: (topic config, broker config, queue bound,
-        # sys flag bits); a runtime settings change replaces the broker config object
-        self._state: tuple[TopicConfig, object, int, int] | None = None
-
-    def send(self, msg: Message, queue_id: int) -> SendMessageResponse | Future:
-        """Send ``msg`` (already stamped by the producer) to ``queue_id``: the response, or
-        its Future when a flush or replica wait completes it (as ``Broker.send_one``)."""
-        b = self.broker
-        sp = b.send_processor
-        state = self._state
-        tc = self._table(self.topic)
-        if (state is None or tc is not state[0] or sp.cfg is not state[1]
-                or not 0 <= queue_id < state[2]
-                or type(msg) is not Message or msg.prepared_transaction_offset):
-            return self._full(msg, queue_id, tc)
-        b._check_open()
-        r = sp.put_plain_message(self.topic, queue_id, msg, state[3])
-        if r is None:                           # not the byte path's shape
-            return self._full(msg, queue_id, tc)
-        if b.metrics is not None:
-            b.metrics.on_send_one(self.topic, msg, r)
-        return r
 
     def _full(self, msg: Message, queue_id: int, tc: TopicConfig | None
               ) -> SendMessageResponse | Future:
-        """``Broker.send_one``'s whole path; its checks passed, the lane takes the next send
-        of this topic configuration itself."""
+        """``Broker.send_one``'s whole path; when its checks passed, the lane takes the next
+        send of this topic configuration itself."""
         cfg = self.broker.send_processor.cfg
         r = self.broker.send_one(self.group, self.topic, queue_id, msg, self.default_topic,
                                  self.default_topic_queue_nums)
@@ -78,7 +65,10 @@ class SendLane:
         # check with ``tc``; a topic this send auto-created is taken from the next send on
         stored = isinstance(r, Future) or type(r) is SendMessageResponse and r.code == 0
         if stored and tc is not None and not self.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
-            self._state = (tc, cfg, max(tc.write_queue_nums, tc.read_queue_nums),
-                           int(SysFlag.MULTI_TAGS) if tc.topic_filter_type == MULTI_TAG else 0)
+            self._keep(tc, cfg, max(tc.write_queue_nums, tc.read_queue_nums),
+                       int(SysFlag.MULTI_TAGS) if tc.topic_filter_type == MULTI_TAG else 0)
         return r
 
+
+def _illegal(e: InvalidMessageError) -> SendMessageResponse:
+    return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))

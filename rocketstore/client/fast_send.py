@@ -10,7 +10,6 @@ case, and any answer but SUCCESS, returns to the producer's own path, which keep
 """
 from __future__ import annotations
 
-import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Callable
 
@@ -19,45 +18,29 @@ from rocketstore.client.sending import _SEND_OK, SendResult, stamp_one_message
 from rocketstore.common import Message, MessageQueue
 from rocketstore.common.protocol import SendMessageResponse
 from rocketstore.errors import StoreClosedError, TransportError
-from rocketstore.store._commitlog import complete_future, pending_future
+from rocketstore.remoting._wire import FastSendCore
+from rocketstore.store._commitlog import PutMessageResult, complete_future, pending_future
 
 if TYPE_CHECKING:
     from rocketstore.client.producer import Producer
 
-Lane = Callable[[Message, int], "SendMessageResponse | Future[SendMessageResponse]"]
+# the broker's SendLane.send: a PutMessageResult when stored at once, else send_one's answer
+Lane = Callable[[Message, int],
+                "PutMessageResult | SendMessageResponse | Future[SendMessageResponse]"]
 
 
-class FastSend:
+class FastSend(FastSendCore):
     """One topic's fast sends for one producer (``Producer._fast``), valid until ``expires``
-    (``time.monotonic()``: the publish list's age limit)."""
-
-    __slots__ = ("producer", "info", "expires", "lane", "broker_name")
+    (``time.monotonic()``: the publish list's age limit). ``send`` (``FastSendCore``, in C)
+    stamps, picks the next queue and calls the lane; every answer but a put stored at once
+    comes back to ``_answered``."""
 
     def __init__(self, producer: Producer, info: TopicPublishInfo, fetched_at: float,
                  lane: Lane, broker_name: str) -> None:
-        self.producer = producer
-        self.info = info
-        self.expires = fetched_at + producer.timers.poll_name_server_interval / 1000
-        self.lane = lane
-        self.broker_name = broker_name
-
-    def _take(self, msg: Message) -> tuple[float, MessageQueue, Message, str] | None:
-        """(start time, queue, stamped message, UNIQ_KEY) when this path takes ``msg``, else
-        None."""
-        p = self.producer
-        n = len(msg.body)
-        begin = time.monotonic()
-        if (not 0 < n < p.compress_msg_body_over_howmuch
-                or n > p.max_message_size or begin >= self.expires
-                or p.fault_strategy.send_latency_fault_enable):
-            return None
-        info = self.info
-        mqs = info.message_queues
-        mq = mqs[info.send_which_queue.increment_and_get() % len(mqs)]
-        if mq.broker_name != self.broker_name:
-            return None             # a route over several brokers: the transport's path
-        m, uniq = stamp_one_message(msg)
-        return begin, mq, m, uniq
+        super().__init__(producer, info,
+                         fetched_at + producer.timers.poll_name_server_interval / 1000,
+                         lane, broker_name, stamp_one_message, SendResult, _SEND_OK,
+                         PutMessageResult)
 
     def send_async(self, msg: Message) -> Future[SendResult] | None:
         """``send_async``'s future (its retry rules: ``FutureSends``), or None when this path
@@ -74,27 +57,29 @@ class FastSend:
             p._async_failed(out, TransportError(mq.broker_name, f"broker closed: {e}"), m,
                             uniq, mq, self.info, p.retry_times_when_send_async_failed, begin)
             return out
-        if type(answer) is SendMessageResponse and answer.code == 0:    # SUCCESS at once
+        if type(answer) is PutMessageResult:                    # stored at once
+            complete_future(out, SendResult(_SEND_OK, uniq, answer.msg_id, mq,
+                                            answer.queue_offset, None))
+        elif type(answer) is SendMessageResponse and answer.code == 0:  # SUCCESS at once
             complete_future(out, _sent(answer, mq, uniq))
         else:
             p._async_answer(out, answer, m, uniq, mq, self.info,
                             p.retry_times_when_send_async_failed, begin)
         return out
 
-    def send(self, msg: Message, timeout: int) -> SendResult | None:
-        """The send's result, or None when this path does not take the message (the caller
-        runs ``Producer.send``'s own path)."""
-        taken = self._take(msg)
-        if taken is None:
-            return None
-        begin, mq, m, uniq = taken
+    def _answered(self, answer: SendMessageResponse | Future[SendMessageResponse]
+                  | StoreClosedError, m: Message, uniq: str, mq: MessageQueue, begin: float,
+                  timeout: int) -> SendResult:
+        """A sync send's answer other than a put stored at once: a response, or its Future
+        (SYNC_FLUSH: completed after the group commit), or the error of a closed broker;
+        anything but SUCCESS takes the producer's retry rules."""
         p = self.producer
         r: SendMessageResponse | TransportError
         try:
-            answer = self.lane(m, mq.queue_id)
-            # SYNC_FLUSH: a Future, completed after the group commit
+            if isinstance(answer, StoreClosedError):
+                raise answer
             r = answer if type(answer) is SendMessageResponse else \
-                answer.result(timeout / 1000.0)     # type: ignore[union-attr]
+                answer.result(timeout / 1000.0)
         except StoreClosedError as e:
             r = TransportError(mq.broker_name, f"broker closed: {e}")
         except TimeoutError:

@@ -20,7 +20,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 
-from rocketstore.errors import RemotingProtocolError
+from rocketstore.errors import InvalidMessageError, RemotingProtocolError, StoreClosedError
 from libc.string cimport memchr, memcmp, memcpy
 
 cdef enum:
@@ -754,3 +754,6 @@ def send_header(dict ext not None, keys, tuple required not None,
         max_obj = max_rt
     return (ext[keys[0]], ext[keys[1]], ext[keys[2]], dtqn, queue_id, sys_flag, born, flag,
             ext.get(keys[8]) or "", reconsume, max_obj, batch)
+
+
+include "_wire_lane.pxi"

@@ -18,7 +18,7 @@ stamp (``_codec_uniq.pxi``), ``Message`` (``_codec_message.pxi``), ``MessageExt`
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
-from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t, uint8_t, uint16_t
 from libc.string cimport memcpy, memcmp, memchr
 

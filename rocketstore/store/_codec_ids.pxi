@@ -37,11 +37,25 @@ cdef str decode_host(const char *p, int n):
     return f"[{ipaddress.IPv6Address(p[:16]).compressed}]:{port}"
 
 
+cdef const char *_HEX_UPPER = b"0123456789ABCDEF"
+
+
 cpdef str format_msg_id(bytes host_bytes, int64_t phy_offset):
     """Offset message id: store host address + port + commit-log offset, uppercase hex."""
-    cdef char buf[8]
-    put_u64(buf, <uint64_t>phy_offset)
-    return (host_bytes + buf[:8]).hex().upper()
+    # written in place: every send's result carries one (no joined bytes, hex, upper copies)
+    cdef char buf[64]
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(host_bytes), i
+    cdef const uint8_t *h = <const uint8_t *>PyBytes_AS_STRING(host_bytes)
+    cdef uint64_t off = <uint64_t>phy_offset
+    if n > 24:
+        raise InvalidMessageError("host", repr(host_bytes), "expected 8 or 20 address bytes")
+    for i in range(n):
+        buf[2 * i] = _HEX_UPPER[h[i] >> 4]
+        buf[2 * i + 1] = _HEX_UPPER[h[i] & 15]
+    for i in range(16):
+        buf[2 * n + 15 - i] = _HEX_UPPER[off & 15]
+        off >>= 4
+    return PyUnicode_DecodeASCII(buf, 2 * n + 16, NULL)
 
 
 _HEX_DIGITS = "0123456789abcdefABCDEF"

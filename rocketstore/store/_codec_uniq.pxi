@@ -96,23 +96,45 @@ def stamp_one(Message m not None, UniqIdGenerator gen not None):
 
 cdef Message _stamped(Message m, UniqIdGenerator gen, int64_t now):
     """``m`` with UNIQ_KEY and WAIT=true added where absent (``m`` itself when it has both)."""
-    cdef char buf[32]
+    # every sync send pays this: the two properties are written into one new properties
+    # string, with no intermediate bytes objects
+    cdef char extra[52]             # "UNIQ_KEY\x01" + 32 hex + "\x02" + "WAIT\x01true\x02"
+    cdef Py_ssize_t elen = 0, plen, cut
     cdef bint need_uniq = not (m._user and PROPERTY_UNIQ_KEY in m._user)
     cdef bint need_wait = not (m._user and "WAIT" in m._user)
     cdef dict user
-    cdef bytes extra
+    cdef bytes props
+    cdef char *w
+    cdef const char *src
     cdef Message c
     if not need_uniq and not need_wait:
         return m
     user = dict(m._user) if m._user else {}
-    extra = b""
     if need_uniq:
-        gen.next_into(buf, now)
-        user[PROPERTY_UNIQ_KEY] = buf[:32].decode("ascii")
-        extra = UNIQ_KEY_HEAD + buf[:32] + b"\x02"
+        memcpy(extra, b"UNIQ_KEY\x01", 9)
+        gen.next_into(extra + 9, now)
+        extra[41] = 2
+        elen = 42
+        user[PROPERTY_UNIQ_KEY] = PyUnicode_DecodeASCII(extra + 9, 32, NULL)
     if need_wait:
+        memcpy(extra + elen, b"WAIT\x01true\x02", 10)
+        elen += 10
         user["WAIT"] = "true"
-        extra += _WAIT_TRUE_PROP
+    # inserted after the user properties, where ``properties`` has them, so that
+    # ``send_properties`` stays the encoded form (appended to a verbatim string)
+    src = PyBytes_AS_STRING(m._props_b)
+    plen = PyBytes_GET_SIZE(m._props_b)
+    cut = m._user_len if m._user_len >= 0 else plen
+    if plen + elen > RS_MAX_PROPERTIES_LEN:
+        raise InvalidMessageError("properties", f"{plen + elen} bytes encoded",
+                                  f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
+                                  limit=RS_MAX_PROPERTIES_LEN,
+                                  status="PROPERTIES_SIZE_EXCEEDED")
+    props = PyBytes_FromStringAndSize(NULL, plen + elen)
+    w = PyBytes_AS_STRING(props)
+    memcpy(w, src, <size_t>cut)
+    memcpy(w + cut, extra, <size_t>elen)
+    memcpy(w + cut + elen, src + cut, <size_t>(plen - cut))
     c = Message.__new__(Message)
     c.topic = m.topic
     c._body = m._body
@@ -126,19 +148,8 @@ cdef Message _stamped(Message m, UniqIdGenerator gen, int64_t now):
     c.born_timestamp = m.born_timestamp
     c.born_host = m.born_host
     c._topic_b = m._topic_b
-    if m._user_len >= 0:
-        # inserted after the user properties, where ``properties`` has them, so that
-        # ``send_properties`` stays the encoded form
-        c._props_b = m._props_b[:m._user_len] + extra + m._props_b[m._user_len:]
-        c._user_len = m._user_len + PyBytes_GET_SIZE(extra)
-    else:
-        c._props_b = m._props_b + extra
-        c._user_len = -1
-    if PyBytes_GET_SIZE(c._props_b) > RS_MAX_PROPERTIES_LEN:
-        raise InvalidMessageError("properties", f"{PyBytes_GET_SIZE(c._props_b)} bytes encoded",
-                                  f"exceed {RS_MAX_PROPERTIES_LEN} bytes",
-                                  limit=RS_MAX_PROPERTIES_LEN,
-                                  status="PROPERTIES_SIZE_EXCEEDED")
+    c._props_b = props
+    c._user_len = m._user_len + elen if m._user_len >= 0 else -1
     c._born_host_b = m._born_host_b
     c._has_uniq = True
     c._delayed = m._delayed
