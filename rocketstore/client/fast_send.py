@@ -79,7 +79,7 @@ class FastSend(FastSendCore):
             if isinstance(answer, StoreClosedError):
                 raise answer
             r = answer if type(answer) is SendMessageResponse else \
-                answer.result(timeout / 1000.0)
+                answer.result(timeout / 1000.0)     # type: ignore[union-attr]
         except StoreClosedError as e:
             r = TransportError(mq.broker_name, f"broker closed: {e}")
         except TimeoutError:

@@ -9,7 +9,7 @@ refusals come back as response codes, as over the wire; a closed broker or trans
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rocketstore.client.transport import ClientChannel, Transport
 from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, EndTransactionRequest,
@@ -88,9 +88,10 @@ class InProcessTransport(Transport):
 
     def send_lane(self, broker_name: str, producer_group: str, topic: str, default_topic: str,
                   default_topic_queue_nums: int
-                  ) -> Callable[[Message, int], SendMessageResponse | Future[SendMessageResponse]]:
-        """The broker's ``SendLane.send`` for the pair (it raises ``StoreClosedError`` once the
-        broker is closed)."""
+                  ) -> Callable[[Message, int], Any]:
+        """The broker's ``SendLane.send`` for the pair: a ``PutMessageResult`` for a put stored
+        at once, else ``send_one``'s answer (it raises ``StoreClosedError`` once the broker is
+        closed)."""
         return self._b(broker_name).send_lane(producer_group, topic, default_topic,
                                               default_topic_queue_nums).send
 

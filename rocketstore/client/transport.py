@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
                                          EndTransactionRequest, HeartbeatData, MessageQueue,
@@ -88,10 +88,11 @@ class Transport(abc.ABC):
 
     def send_lane(self, broker_name: str, producer_group: str, topic: str, default_topic: str,
                   default_topic_queue_nums: int
-                  ) -> Callable[[Message, int], SendMessageResponse | Future[SendMessageResponse]] | None:
+                  ) -> Callable[[Message, int], Any] | None:
         """A function sending one stamped message of ``topic`` to a queue id (``send_one``
-        without the per-send topic checks: the broker's ``SendLane``); None when the transport
-        has none (over TCP every send is a request)."""
+        without the per-send topic checks: the broker's ``SendLane``; a ``PutMessageResult``
+        answers a put stored at once); None when the transport has none (over TCP every send
+        is a request)."""
         return None
 
     def send_one_async(self, broker_name: str, producer_group: str, topic: str, queue_id: int,

@@ -13,3 +13,34 @@ def split_frames(buf: bytearray, max_frame: int, max_header: int, max_ext_fields
                  ) -> tuple[list[Any], int, bool]: ...
 def send_header(ext: dict[str, str | None], keys: Sequence[str], required: tuple[str, ...],
                 version: int) -> tuple[Any, ...] | None: ...
+
+class PutCounter:
+    msgs: int
+    size: int
+
+class LaneCore:
+    topic: str
+    def __init__(self, topic: str, peek: Callable[[str], Any], processor: Any,
+                 check_open: Callable[[], None], put: Callable[..., Any], acks: Any,
+                 transform_of: Callable[[int], Any], response_of: Callable[[Any, int], Any],
+                 illegal: Callable[[Any], Any], uniq_id: Callable[[], str],
+                 born_host_of: Callable[[str | None], bytes], result_type: type,
+                 put_ok: Any, cluster: bytes, local_host: bytes,
+                 counter: PutCounter | None, on_send: Callable[[str, Any, Any], None] | None
+                 ) -> None: ...
+    @property
+    def warm(self) -> bool: ...
+    def _keep(self, tc: Any, cfg: Any, bound: int, sys_bits: int) -> None: ...
+    def send(self, msg: Any, queue_id: int) -> Any: ...
+
+class FastSendCore:
+    producer: Any
+    info: Any
+    expires: float
+    lane: Callable[[Any, int], Any]
+    broker_name: str
+    def __init__(self, producer: Any, info: Any, expires: float, lane: Callable[[Any, int], Any],
+                 broker_name: str, stamp: Callable[[Any], tuple[Any, str]], result: type,
+                 send_ok: Any, stored_type: type) -> None: ...
+    def _take(self, msg: Any) -> tuple[float, Any, Any, str] | None: ...
+    def send(self, msg: Any, timeout: int) -> Any: ...
