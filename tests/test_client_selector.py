@@ -78,7 +78,7 @@ def test_round_robin_and_retry_on_another_broker():
 
 def test_thread_local_index_masks_and_is_per_thread():
     idx = ThreadLocalIndex()
-    idx._local.v = 0x7FFFFFFF
+    idx.set_current(0x7FFFFFFF)
     assert idx.increment_and_get() == 0            # Integer.MIN_VALUE & 0x7FFFFFFF
     assert idx.increment_and_get() == 1
     out = []
@@ -86,3 +86,30 @@ def test_thread_local_index_masks_and_is_per_thread():
     t.start()
     t.join()
     assert 0 <= out[0] <= 0x7FFFFFFF
+    assert idx.increment_and_get() == 2             # this thread's count went on alone
+    idx.set_current(0xFFFFFFFF)
+    assert idx.increment_and_get() == 0             # the int wraps
+
+
+def test_thread_local_index_counts_on_per_thread_past_its_table():
+    """Each thread's calls are consecutive, for more threads than the index's table holds
+    (it starts afresh past 64) and with threads alive at once."""
+    idx = ThreadLocalIndex()
+    seen: list[tuple[int, int, int]] = []
+    gate = threading.Barrier(8)
+
+    def run() -> None:
+        a = idx.increment_and_get()
+        gate.wait()                 # 8 threads hold entries at once
+        b = idx.increment_and_get()
+        c = idx.increment_and_get()
+        seen.append((a, b, c))
+    for _ in range(25):             # 200 threads in all
+        threads = [threading.Thread(target=run) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(seen) == 200
+    for a, b, c in seen:
+        assert 0 <= a <= 0x7FFFFFFF and c == (b + 1) & 0x7FFFFFFF

@@ -43,7 +43,7 @@ class SendLane(LaneCore):
         sp = broker.send_processor
         metrics = broker.metrics
         super().__init__(
-            topic, broker.topic_manager.table.peek, sp, broker._check_open,
+            topic, broker.topic_manager.table, sp, broker,
             broker.store.commit_log.put_wire_async, broker.store.put_acks, sp._transform,
             put_response, _illegal, broker.next_uniq_id, sp._born_host_of, PutMessageResult,
             PutMessageStatus.PUT_OK, sp._cluster_b, sp._born_host_of(None),

@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Callable
 
 from rocketstore.client.selector import TopicPublishInfo
-from rocketstore.client.sending import _SEND_OK, SendResult, stamp_one_message
+from rocketstore.client.sending import _SEND_OK, SendResult, uniq_generator
 from rocketstore.common import Message, MessageQueue
 from rocketstore.common.protocol import SendMessageResponse
 from rocketstore.errors import StoreClosedError, TransportError
@@ -39,7 +39,7 @@ class FastSend(FastSendCore):
                  lane: Lane, broker_name: str) -> None:
         super().__init__(producer, info,
                          fetched_at + producer.timers.poll_name_server_interval / 1000,
-                         lane, broker_name, stamp_one_message, SendResult, _SEND_OK,
+                         lane, broker_name, uniq_generator(), SendResult, _SEND_OK,
                          PutMessageResult)
 
     def send_async(self, msg: Message) -> Future[SendResult] | None:

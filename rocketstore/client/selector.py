@@ -8,28 +8,11 @@ remainder, ``abs``.
 from __future__ import annotations
 
 import random
-import threading
 from typing import Any, Protocol
 
 from rocketstore.common import Message, MessageQueue, PermName, java_hash
 from rocketstore.common.protocol import TopicRouteData
-
-
-class ThreadLocalIndex:
-    """Each thread starts at a random non-negative int and pre-increments (``& 0x7FFFFFFF``)."""
-
-    __slots__ = ("_local",)
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-
-    def increment_and_get(self) -> int:
-        v = getattr(self._local, "v", None)
-        if v is None:
-            v = random.getrandbits(31)
-        v = (v + 1) & 0xFFFFFFFF          # Java int wrap, then the mask below
-        self._local.v = v
-        return v & 0x7FFFFFFF
+from rocketstore.remoting._wire import ThreadLocalIndex
 
 
 class TopicPublishInfo:

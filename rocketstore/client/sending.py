@@ -68,10 +68,13 @@ def stamp_one_message(msg: Message) -> tuple[Message, str]:
     its id from the generator in C code that holds the GIL throughout, which no other
     thread can interleave)."""
     gen = _uniq_gen
-    if gen is None:
-        with _uniq_lock:
-            gen = _uniq_gen if _uniq_gen is not None else _new_uniq_gen()
-    return stamp_one(msg, gen)
+    return stamp_one(msg, gen if gen is not None else uniq_generator())
+
+
+def uniq_generator() -> UniqIdGenerator:
+    """The process's UNIQ_KEY generator (one per process, as Java's MessageClientIDSetter)."""
+    with _uniq_lock:
+        return _uniq_gen if _uniq_gen is not None else _new_uniq_gen()
 
 
 def _new_uniq_gen() -> UniqIdGenerator:

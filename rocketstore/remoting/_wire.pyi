@@ -20,8 +20,8 @@ class PutCounter:
 
 class LaneCore:
     topic: str
-    def __init__(self, topic: str, peek: Callable[[str], Any], processor: Any,
-                 check_open: Callable[[], None], put: Callable[..., Any], acks: Any,
+    def __init__(self, topic: str, topics: Any, processor: Any,
+                 broker: Any, put: Callable[..., Any], acks: Any,
                  transform_of: Callable[[int], Any], response_of: Callable[[Any, int], Any],
                  illegal: Callable[[Any], Any], uniq_id: Callable[[], str],
                  born_host_of: Callable[[str | None], bytes], result_type: type,
@@ -40,7 +40,11 @@ class FastSendCore:
     lane: Callable[[Any, int], Any]
     broker_name: str
     def __init__(self, producer: Any, info: Any, expires: float, lane: Callable[[Any, int], Any],
-                 broker_name: str, stamp: Callable[[Any], tuple[Any, str]], result: type,
+                 broker_name: str, gen: Any, result: type,
                  send_ok: Any, stored_type: type) -> None: ...
     def _take(self, msg: Any) -> tuple[float, Any, Any, str] | None: ...
     def send(self, msg: Any, timeout: int) -> Any: ...
+
+class ThreadLocalIndex:
+    def increment_and_get(self) -> int: ...
+    def set_current(self, value: int) -> None: ...

@@ -8,7 +8,7 @@
 # with: both are immutable and replaced whole on change, so an identity test per send is the
 # whole check. Everything else returns to the Python subclass's ``_full``.
 
-from rocketstore.store._codec cimport Message
+from rocketstore.store._codec cimport Message, UniqIdGenerator, now_ms, stamped_message
 
 
 @cython.final
@@ -23,9 +23,10 @@ cdef class LaneCore:
     """The fast part of ``SendLane.send`` (its Python subclass supplies ``_full`` and sets the
     state through ``_keep``)."""
     cdef readonly str topic
-    cdef object _peek               # the topic table's peek: topic -> TopicConfig or None
+    cdef object _topics             # the TopicTable (its ``_table`` dict read as ``peek`` does)
     cdef object _processor          # SendMessageProcessor (its ``cfg`` is the settings object)
-    cdef object _check_open         # the broker's: raises StoreClosedError once closed
+    cdef object _broker             # its ``_closed`` is read per send (``_check_open``)
+    cdef list _transforms           # by queue id: ``transform_of``'s answers
     cdef object _put                # CommitLog.put_wire_async
     cdef object _acks
     cdef object _transform_of       # queue id -> the response transform of a deferred answer
@@ -45,14 +46,15 @@ cdef class LaneCore:
     cdef int _bound
     cdef int _sys_bits
 
-    def __init__(self, str topic not None, peek, processor, check_open, put, acks,
+    def __init__(self, str topic not None, topics, processor, broker, put, acks,
                  transform_of, response_of, illegal, uniq_id, born_host_of, result_type,
                  put_ok, bytes cluster not None, bytes local_host not None,
                  PutCounter counter, on_send):
         self.topic = topic
-        self._peek = peek
+        self._topics = topics
+        self._transforms = []
         self._processor = processor
-        self._check_open = check_open
+        self._broker = broker
         self._put = put
         self._acks = acks
         self._transform_of = transform_of
@@ -87,14 +89,16 @@ cdef class LaneCore:
         when it was stored at once (PUT_OK, counted), else what ``send_one`` answers (a
         response, or its Future when a flush or replica wait completes it)."""
         cdef Message m
-        cdef object tc = self._peek(self.topic)
+        # TopicTable.peek: a change stores a new config in one assignment or swaps the table
+        cdef object tc = self._topics._table.get(self.topic)
         if (self._tc is None or tc is not self._tc or self._processor.cfg is not self._cfg
                 or not 0 <= queue_id < self._bound or type(msg) is not Message):
             return self._full(msg, queue_id, tc)
         m = <Message>msg
         if m.prepared_transaction_offset or type(m._body) is not bytes:
             return self._full(msg, queue_id, tc)
-        self._check_open()
+        if self._broker._closed:
+            self._broker._check_open()          # raises StoreClosedError
         r = self._put_plain(m, queue_id)
         if r is None:                       # not the byte path's shape
             return self._full(msg, queue_id, tc)
@@ -105,7 +109,7 @@ cdef class LaneCore:
         cdef bytes uniq_b, stored, host
         cdef _Map pm
         cdef bint wait
-        cdef object bt, r
+        cdef object bt, r, transform
         cdef PutCounter c
         if not _plain(PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props)):
             return None
@@ -123,10 +127,17 @@ cdef class LaneCore:
         stored = _serialize(&pm, NULL, 0)
         host = self._local_host if m.born_host is None else self._born_host_of(m.born_host)
         bt = m.born_timestamp
+        if queue_id < len(self._transforms):
+            transform = self._transforms[queue_id]
+        else:
+            transform = self._transform_of(queue_id)
+            if queue_id < 1024:
+                while len(self._transforms) <= queue_id:
+                    self._transforms.append(self._transform_of(len(self._transforms)))
         try:
             r = self._put(self.topic, queue_id, m._body, stored, m.flag,
                           m.sys_flag | self._sys_bits, 0, -1 if bt is None else bt, host, wait,
-                          self._acks, self._transform_of(queue_id), True)
+                          self._acks, transform, True)
         except InvalidMessageError as e:
             r = self._illegal(e)
             if self._on_send is not None:
@@ -147,7 +158,59 @@ cdef class LaneCore:
 
 # -- the producer's end: FastSend (rocketstore.client.fast_send) -----------------------------
 
+from cpython.pythread cimport PyThread_get_thread_ident
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+import random as _random
+
+
+cdef enum:
+    _INDEX_SLOTS = 64               # threads one index tracks before it starts afresh
+
+
+@cython.final
+cdef class ThreadLocalIndex:
+    """RocketMQ's ``ThreadLocalIndex`` (a producer's round robin over a topic's queues): each
+    thread starts at a random non-negative int and pre-increments, Java int wrap, ``&
+    0x7FFFFFFF``. Kept by thread id in a small open-addressing table in C (a send reads and
+    writes no Python object); past 64 threads the table is cleared and every thread starts
+    afresh at a random index, which round robin allows."""
+    cdef unsigned long _ids[_INDEX_SLOTS]
+    cdef uint32_t _vals[_INDEX_SLOTS]
+    cdef bint _used[_INDEX_SLOTS]
+
+    cdef uint32_t *_slot(self, unsigned long ident) except NULL:
+        cdef int h = <int>((ident * <unsigned long>0x9E3779B97F4A7C15) >> 58), i, k
+        for i in range(_INDEX_SLOTS):
+            k = (h + i) & (_INDEX_SLOTS - 1)
+            if not self._used[k]:
+                break
+            if self._ids[k] == ident:
+                return &self._vals[k]
+        else:
+            for k in range(_INDEX_SLOTS):
+                self._used[k] = False
+            k = h
+        self._used[k] = True
+        self._ids[k] = ident
+        self._vals[k] = <uint32_t>_random.getrandbits(31)
+        return &self._vals[k]
+
+    def increment_and_get(self):
+        cdef uint32_t *v = self._slot(PyThread_get_thread_ident())
+        v[0] += 1                       # Java int wrap
+        return v[0] & 0x7FFFFFFF
+
+    cdef inline uint32_t next_c(self) except? 0xFFFFFFFF:
+        cdef uint32_t *v = self._slot(PyThread_get_thread_ident())
+        v[0] += 1
+        return v[0] & 0x7FFFFFFF
+
+    def set_current(self, uint32_t value):
+        """Make ``value`` the calling thread's last index (the next is ``value + 1``)."""
+        self._slot(PyThread_get_thread_ident())[0] = value
+
+
+cdef str PROPERTY_UNIQ_KEY_S = "UNIQ_KEY"
 
 
 cdef inline double _monotonic() noexcept nogil:
@@ -165,61 +228,77 @@ cdef class FastSendCore:
     cdef readonly double expires        # time.monotonic() past which the publish list is old
     cdef readonly object lane           # the broker's SendLane.send
     cdef readonly str broker_name
-    cdef object _mqs
-    cdef object _index
-    cdef object _stamp                  # stamp_one_message
+    cdef list _mqs
+    cdef object _index                  # ThreadLocalIndex (the publish list's)
+    cdef list _qids                     # queue id of each of _mqs
+    cdef bint _one_broker               # every queue of _mqs is on ``broker_name``
+    cdef UniqIdGenerator _gen           # the process's UNIQ_KEY generator (stamp_one_message's)
     cdef object _result                 # SendResult
     cdef object _send_ok
     cdef object _stored_type            # PutMessageResult
 
     def __init__(self, producer, info, double expires, lane, str broker_name not None,
-                 stamp, result, send_ok, stored_type):
+                 UniqIdGenerator gen not None, result, send_ok, stored_type):
         self.producer = producer
         self.info = info
         self.expires = expires
         self.lane = lane
         self.broker_name = broker_name
-        self._mqs = info.message_queues
+        self._mqs = list(info.message_queues)
         self._index = info.send_which_queue
-        self._stamp = stamp
+        self._qids = [mq.queue_id for mq in self._mqs]
+        self._one_broker = all(mq.broker_name == broker_name for mq in self._mqs)
+        self._gen = gen
         self._result = result
         self._send_ok = send_ok
         self._stored_type = stored_type
 
-    def _take(self, msg):
-        """(start time, queue, stamped message, UNIQ_KEY) when this path takes ``msg``, else
-        None."""
+    cdef Message _pick(self, object msg, Py_ssize_t *which, double *begin):
+        """The stamped message and its queue's index in ``which`` when this path takes
+        ``msg``, else None."""
         cdef Message m
-        cdef double begin
         cdef Py_ssize_t n
+        cdef object idx
         if type(msg) is not Message:
             return None
         m = <Message>msg
         p = self.producer
         n = m._body_len
-        begin = _monotonic()
+        begin[0] = _monotonic()
         if (not 0 < n < p.compress_msg_body_over_howmuch or n > p.max_message_size
-                or begin >= self.expires or p.fault_strategy.send_latency_fault_enable):
+                or begin[0] >= self.expires or p.fault_strategy.send_latency_fault_enable
+                or not self._one_broker or not self._mqs):
+            return None         # (a route over several brokers: the transport's path)
+        idx = self._index
+        which[0] = ((<ThreadLocalIndex>idx).next_c() if type(idx) is ThreadLocalIndex
+                    else idx.increment_and_get()) % len(self._mqs)
+        # stamp_one_message: the id is made while the GIL is held, so threads need no lock
+        return stamped_message(m, self._gen, now_ms())
+
+    def _take(self, msg):
+        """(start time, queue, stamped message, UNIQ_KEY) when this path takes ``msg``, else
+        None."""
+        cdef Py_ssize_t i = 0
+        cdef double begin = 0
+        cdef Message stamped = self._pick(msg, &i, &begin)
+        if stamped is None:
             return None
-        mqs = self._mqs
-        mq = mqs[self._index.increment_and_get() % len(mqs)]
-        if mq.broker_name != self.broker_name:
-            return None             # a route over several brokers: the transport's path
-        stamped, uniq = self._stamp(msg)
-        return begin, mq, stamped, uniq
+        return begin, self._mqs[i], stamped, stamped._user[PROPERTY_UNIQ_KEY_S]
 
     def send(self, msg, int timeout):
         """The send's result, or None when this path does not take the message (the caller
         runs ``Producer.send``'s own path)."""
-        taken = self._take(msg)
-        if taken is None:
+        cdef Py_ssize_t i = 0
+        cdef double begin = 0
+        cdef Message stamped = self._pick(msg, &i, &begin)
+        if stamped is None:
             return None
-        begin, mq, stamped, uniq = <tuple>taken
         try:
-            answer = self.lane(stamped, mq.queue_id)
+            answer = self.lane(stamped, self._qids[i])
         except StoreClosedError as e:
             answer = e                                  # retried as a transport error
+        uniq = stamped._user[PROPERTY_UNIQ_KEY_S]
         if type(answer) is self._stored_type:           # stored at once
-            return self._result(self._send_ok, uniq, answer.msg_id, mq, answer.queue_offset,
-                                None)
-        return self._answered(answer, stamped, uniq, mq, begin, timeout)
+            return self._result(self._send_ok, uniq, answer.msg_id, self._mqs[i],
+                                answer.queue_offset, None)
+        return self._answered(answer, stamped, uniq, self._mqs[i], begin, timeout)

@@ -255,5 +255,7 @@ cdef class MessageExt:
 
 
 cpdef str format_msg_id(bytes host_bytes, int64_t phy_offset)
+# a producer's send-time stamp of one message (UNIQ_KEY, WAIT=true where absent)
+cdef Message stamped_message(Message m, UniqIdGenerator gen, int64_t now)
 cdef bytes _check_topic(object topic)
 cpdef bytes encode_host(str host)

@@ -81,7 +81,7 @@ def stamp_for_send(list msgs, UniqIdGenerator gen not None):
     for obj in msgs:
         if type(obj) is not Message:
             raise InvalidMessageTypeError("message", "Message", type(obj).__name__)
-        c = _stamped(<Message>obj, gen, now)
+        c = stamped_message(<Message>obj, gen, now)
         out.append(c)
         keys.append(c._user[PROPERTY_UNIQ_KEY])
     return out, keys
@@ -90,11 +90,11 @@ def stamp_for_send(list msgs, UniqIdGenerator gen not None):
 def stamp_one(Message m not None, UniqIdGenerator gen not None):
     """``stamp_for_send`` of one message: ``(message as sent, its UNIQ_KEY)`` (the sync
     send's path: no lists)."""
-    cdef Message c = _stamped(m, gen, now_ms())
+    cdef Message c = stamped_message(m, gen, now_ms())
     return c, c._user[PROPERTY_UNIQ_KEY]
 
 
-cdef Message _stamped(Message m, UniqIdGenerator gen, int64_t now):
+cdef Message stamped_message(Message m, UniqIdGenerator gen, int64_t now):
     """``m`` with UNIQ_KEY and WAIT=true added where absent (``m`` itself when it has both)."""
     # every sync send pays this: the two properties are written into one new properties
     # string, with no intermediate bytes objects
