@@ -1,4 +1,4 @@
-"""FastSend: a producer's sync sends to one topic over a broker's ``SendLane`` (in process).
+"""FastSend: a producer's sends to one topic over a broker's ``SendLane`` (in process).
 
 ``Producer.send`` with no chosen queue validates, stamps, compresses, looks the publish list
 up, picks a queue and asks the transport, then builds the result, over a dozen Python calls.
@@ -19,7 +19,8 @@ from rocketstore.common import Message, MessageQueue
 from rocketstore.common.protocol import SendMessageResponse
 from rocketstore.errors import StoreClosedError, TransportError
 from rocketstore.remoting._wire import FastSendCore
-from rocketstore.store._commitlog import PutMessageResult, complete_future, pending_future
+from rocketstore.store._commitlog import (PutMessageResult, complete_future, done_future,
+                                          pending_future)
 
 if TYPE_CHECKING:
     from rocketstore.client.producer import Producer
@@ -31,35 +32,27 @@ Lane = Callable[[Message, int],
 
 class FastSend(FastSendCore):
     """One topic's fast sends for one producer (``Producer._fast``), valid until ``expires``
-    (``time.monotonic()``: the publish list's age limit). ``send`` (``FastSendCore``, in C)
-    stamps, picks the next queue and calls the lane; every answer but a put stored at once
-    comes back to ``_answered``."""
+    (``time.monotonic()``: the publish list's age limit). ``send`` and ``send_async``
+    (``FastSendCore``, in C) stamp, pick the next queue and call the lane; every answer but a
+    put stored at once comes back to ``_answered`` / ``_async_answered``."""
 
     def __init__(self, producer: Producer, info: TopicPublishInfo, fetched_at: float,
                  lane: Lane, broker_name: str) -> None:
         super().__init__(producer, info,
                          fetched_at + producer.timers.poll_name_server_interval / 1000,
                          lane, broker_name, uniq_generator(), SendResult, _SEND_OK,
-                         PutMessageResult)
+                         PutMessageResult, done_future)
 
-    def send_async(self, msg: Message) -> Future[SendResult] | None:
-        """``send_async``'s future (its retry rules: ``FutureSends``), or None when this path
-        does not take the message."""
-        taken = self._take(msg)
-        if taken is None:
-            return None
-        begin, mq, m, uniq = taken
+    def _async_answered(self, answer: SendMessageResponse | Future[SendMessageResponse]
+                        | StoreClosedError, m: Message, uniq: str, mq: MessageQueue,
+                        begin: float) -> Future[SendResult]:
+        """``send_async``'s future for an answer other than a put stored at once (its retry
+        rules: ``FutureSends``)."""
         p = self.producer
         out: Future[SendResult] = pending_future()
-        try:
-            answer = self.lane(m, mq.queue_id)
-        except StoreClosedError as e:
-            p._async_failed(out, TransportError(mq.broker_name, f"broker closed: {e}"), m,
+        if isinstance(answer, StoreClosedError):
+            p._async_failed(out, TransportError(mq.broker_name, f"broker closed: {answer}"), m,
                             uniq, mq, self.info, p.retry_times_when_send_async_failed, begin)
-            return out
-        if type(answer) is PutMessageResult:                    # stored at once
-            complete_future(out, SendResult(_SEND_OK, uniq, answer.msg_id, mq,
-                                            answer.queue_offset, None))
         elif type(answer) is SendMessageResponse and answer.code == 0:  # SUCCESS at once
             complete_future(out, _sent(answer, mq, uniq))
         else:

@@ -236,9 +236,10 @@ cdef class FastSendCore:
     cdef object _result                 # SendResult
     cdef object _send_ok
     cdef object _stored_type            # PutMessageResult
+    cdef object _done_future            # value -> a completed future (the store's AckFuture)
 
     def __init__(self, producer, info, double expires, lane, str broker_name not None,
-                 UniqIdGenerator gen not None, result, send_ok, stored_type):
+                 UniqIdGenerator gen not None, result, send_ok, stored_type, done_future):
         self.producer = producer
         self.info = info
         self.expires = expires
@@ -252,6 +253,7 @@ cdef class FastSendCore:
         self._result = result
         self._send_ok = send_ok
         self._stored_type = stored_type
+        self._done_future = done_future
 
     cdef Message _pick(self, object msg, Py_ssize_t *which, double *begin):
         """The stamped message and its queue's index in ``which`` when this path takes
@@ -302,3 +304,21 @@ cdef class FastSendCore:
             return self._result(self._send_ok, uniq, answer.msg_id, self._mqs[i],
                                 answer.queue_offset, None)
         return self._answered(answer, stamped, uniq, self._mqs[i], begin, timeout)
+
+    def send_async(self, msg):
+        """``send_async``'s future (completed at once for a put stored at once), or None when
+        this path does not take the message."""
+        cdef Py_ssize_t i = 0
+        cdef double begin = 0
+        cdef Message stamped = self._pick(msg, &i, &begin)
+        if stamped is None:
+            return None
+        try:
+            answer = self.lane(stamped, self._qids[i])
+        except StoreClosedError as e:
+            answer = e                                  # retried as a transport error
+        uniq = stamped._user[PROPERTY_UNIQ_KEY_S]
+        if type(answer) is self._stored_type:           # stored at once
+            return self._done_future(self._result(self._send_ok, uniq, answer.msg_id,
+                                                  self._mqs[i], answer.queue_offset, None))
+        return self._async_answered(answer, stamped, uniq, self._mqs[i], begin)
