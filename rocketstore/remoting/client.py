@@ -20,6 +20,7 @@ from typing import Any, cast
 from rocketstore.errors import TransportError
 from rocketstore.remoting.command import FLAG_ONEWAY, RemotingCommand
 from rocketstore.remoting.connection import Connection, Processor
+from rocketstore.remoting.direct import ClientConnection
 from rocketstore.remoting.server import LoopThread
 
 log = logging.getLogger("rocketstore.remoting")
@@ -57,6 +58,8 @@ class RemotingClient:
         self._outbox: list[tuple[str, bytes, int, Any, float]] = []
         self._outbox_lock = threading.Lock()
         self._flush_scheduled = False
+        self._flushing = False      # the loop is writing frames it took from the outbox
+        self._connect_waiting = 0   # frames waiting for their connection to open
 
     async def _connection(self, addr: str) -> Connection:
         conn = self._conns.get(addr)
@@ -72,7 +75,7 @@ class RemotingClient:
             host, port = split_addr(addr)
             try:
                 _, made = await asyncio.wait_for(
-                    loop.create_connection(lambda: Connection(self.processor), host, port),
+                    loop.create_connection(lambda: ClientConnection(self.processor), host, port),
                     self.connect_timeout)
                 conn = cast(Connection, made)
             except (OSError, asyncio.TimeoutError) as e:
@@ -97,8 +100,16 @@ class RemotingClient:
         # while the loop is busy go out in one writelines per connection (one wake-up).
         if self.rpc_hook is not None:
             self.rpc_hook(cmd.ext_fields, cmd.body)
-        item = (addr, cmd.encode(), cmd.opaque, fut, timeout)
+        frame = cmd.encode()
+        item = (addr, frame, cmd.opaque, fut, timeout)
         with self._outbox_lock:
+            if not self._outbox and not self._flushing and not self._connect_waiting:
+                # nothing queued ahead: this thread writes it (no loop wake-up, rocketstore.
+                # remoting.direct); else behind the queued frames, in order
+                conn = self._conns.get(addr)
+                if (type(conn) is ClientConnection
+                        and conn.write_direct(frame, cmd.opaque, fut, timeout)):
+                    return
             self._outbox.append(item)
             if self._flush_scheduled:
                 return
@@ -109,11 +120,21 @@ class RemotingClient:
         with self._outbox_lock:
             items, self._outbox = self._outbox, []
             self._flush_scheduled = False
+            self._flushing = True
+        try:
+            self._write_outbox(items)
+        finally:
+            with self._outbox_lock:
+                self._flushing = False
+
+    def _write_outbox(self, items: list[tuple[str, bytes, int, Any, float]]) -> None:
         by_conn: dict[Connection, list[bytes]] = {}
         for addr, frame, opaque, fut, timeout in items:
             conn = self._live(addr)
             if conn is None:
                 # first use of the address (or it dropped): connect, then send
+                with self._outbox_lock:
+                    self._connect_waiting += 1
                 asyncio.ensure_future(self._connect_and_send(addr, frame, opaque, fut, timeout))
                 continue
             if fut is not None:
@@ -126,15 +147,19 @@ class RemotingClient:
                                 fut: concurrent.futures.Future[RemotingCommand] | None,
                                 timeout: float) -> None:
         try:
-            conn = await self._connection(addr)
-        except BaseException as e:
-            if fut is not None and not fut.done():
-                fut.set_exception(e if isinstance(e, TransportError)
-                                  else TransportError(addr, f"connect failed: {e}"))
-            return
-        if fut is not None:
-            conn.expect(opaque, fut, timeout)
-        conn.write_frames([frame])
+            try:
+                conn = await self._connection(addr)
+            except BaseException as e:
+                if fut is not None and not fut.done():
+                    fut.set_exception(e if isinstance(e, TransportError)
+                                      else TransportError(addr, f"connect failed: {e}"))
+                return
+            if fut is not None:
+                conn.expect(opaque, fut, timeout)
+            conn.write_frames([frame])
+        finally:
+            with self._outbox_lock:
+                self._connect_waiting -= 1
 
     def invoke_async(self, addr: str, cmd: RemotingCommand,
                      timeout: float = 3.0) -> concurrent.futures.Future[RemotingCommand]:
