@@ -6,7 +6,10 @@ heard from for ``broker_expire_s`` (120 s), one whose connection closes, or one 
 unregisters loses its address, and a broker name left without any address loses its queue
 data (topics left with no broker disappear). Re-registration only adds or updates topics: it
 never removes a topic a broker still registers with (docs/protocol.md §2.16, messaging §11).
-One lock guards every table: registrations are rare and route queries cheap.
+One lock guards every table: route queries (on the event loop) take it briefly. A master's
+registration applies its topics in steps of ``APPLY_STEP``, the lock released between steps, so
+a broker with 200,000 topics does not hold every route lookup for the whole table (~200 ms);
+registrations themselves run one at a time (their own lock, taken only on the pool's threads).
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from typing import Any
 from rocketstore.common.protocol import QueueData
 
 BROKER_EXPIRE_S = 120.0
+# topics of a registration applied per hold of the tables' lock (a few ms at most)
+APPLY_STEP = 1000
 
 
 @dataclass
@@ -52,6 +57,7 @@ class RouteInfoManager:
     def __init__(self, broker_expire_s: float = BROKER_EXPIRE_S) -> None:
         self.broker_expire_s = broker_expire_s
         self._lock = threading.Lock()
+        self._register_lock = threading.Lock()    # one registration at a time
         self.topic_queue_table: dict[str, dict[str, QueueData]] = {}
         self.broker_addr_table: dict[str, BrokerData] = {}
         self.cluster_addr_table: dict[str, set[str]] = {}
@@ -71,6 +77,19 @@ class RouteInfoManager:
                                          int(tc.get("writeQueueNums", 0)),
                                          int(tc.get("perm", 6)), int(tc.get("topicSysFlag", 0))))
                        for topic, tc in topic_configs.items()] if broker_id == 0 else []
+        with self._register_lock:
+            result, live, apply = self._register_locked(cluster, broker_addr, broker_name,
+                                                        broker_id, ha_server_addr, data_version,
+                                                        channel, now)
+            if apply:
+                self._apply_topics(broker_addr, broker_name, live, queue_datas)
+        return result
+
+    def _register_locked(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int,
+                         ha_server_addr: str, data_version: dict[str, Any], channel: object,
+                         now: float) -> tuple[tuple[str | None, str | None], BrokerLive, bool]:
+        """The broker's address and liveness: (the slave's answer, its live entry, whether
+        its topics are to be applied)."""
         with self._lock:
             self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
             bd = self.broker_addr_table.get(broker_name)
@@ -83,20 +102,32 @@ class RouteInfoManager:
             first = bd.broker_addrs.get(broker_id) != broker_addr or first
             bd.broker_addrs[broker_id] = broker_addr
             prev = self.broker_live_table.get(broker_addr)
-            if broker_id == 0 and (first or prev is None or prev.data_version != data_version):
-                table = self.topic_queue_table
-                for topic, qd in queue_datas:
-                    table.setdefault(topic, {})[broker_name] = qd
-            self.broker_live_table[broker_addr] = BrokerLive(now, data_version, ha_server_addr,
-                                                             channel)
+            apply = broker_id == 0 and (first or prev is None or
+                                        prev.data_version != data_version)
+            live = self.broker_live_table[broker_addr] = BrokerLive(now, data_version,
+                                                                    ha_server_addr, channel)
             if broker_id != 0:
                 # RouteInfoManager: both addresses only of a master that is registered and
                 # alive; otherwise the slave learns them at a later registration
                 master = bd.broker_addrs.get(0)
-                live = self.broker_live_table.get(master) if master is not None else None
-                if live is not None:
-                    return live.ha_server_addr, master
-            return None, None
+                m = self.broker_live_table.get(master) if master is not None else None
+                if m is not None:
+                    return (m.ha_server_addr, master), live, apply
+            return (None, None), live, apply
+
+    def _apply_topics(self, broker_addr: str, broker_name: str, live: BrokerLive,
+                      queue_datas: list[tuple[str, QueueData]]) -> None:
+        """Put a master's queue data into the topic table, ``APPLY_STEP`` topics per hold of
+        the lock; a broker that left between two steps (unregistered, connection closed,
+        expired: its live entry is no longer ``live``) had its topics dropped, and the steps
+        left are not applied."""
+        table = self.topic_queue_table
+        for i in range(0, len(queue_datas), APPLY_STEP):
+            with self._lock:
+                if self.broker_live_table.get(broker_addr) is not live:
+                    return
+                for topic, qd in queue_datas[i:i + APPLY_STEP]:
+                    table.setdefault(topic, {})[broker_name] = qd
 
     def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str,
                           broker_id: int) -> None:
@@ -186,7 +217,8 @@ class RouteInfoManager:
 
     def topic_list(self) -> list[str]:
         with self._lock:
-            return sorted(self.topic_queue_table)
+            names = list(self.topic_queue_table)     # one C copy; sorted outside the lock
+        return sorted(names)
 
     def delete_topic(self, topic: str) -> None:
         with self._lock:
