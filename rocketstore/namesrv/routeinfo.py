@@ -10,6 +10,9 @@ One lock guards every table: route queries (on the event loop) take it briefly. 
 registration applies its topics in steps of ``APPLY_STEP``, the lock released between steps, so
 a broker with 200,000 topics does not hold every route lookup for the whole table (~200 ms);
 registrations themselves run one at a time (their own lock, taken only on the pool's threads).
+Each broker name's topics are indexed, so a broker leaving (anyone can register as one and
+close the connection, on the event loop) or a write-perm change costs that broker's topics,
+not a walk of the whole table.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from rocketstore.common.protocol import QueueData
@@ -59,6 +63,7 @@ class RouteInfoManager:
         self._lock = threading.Lock()
         self._register_lock = threading.Lock()    # one registration at a time
         self.topic_queue_table: dict[str, dict[str, QueueData]] = {}
+        self._topics_of: dict[str, set[str]] = {}     # broker name -> its topics in the table
         self.broker_addr_table: dict[str, BrokerData] = {}
         self.cluster_addr_table: dict[str, set[str]] = {}
         self.broker_live_table: dict[str, BrokerLive] = {}
@@ -126,8 +131,10 @@ class RouteInfoManager:
             with self._lock:
                 if self.broker_live_table.get(broker_addr) is not live:
                     return
+                mine = self._topics_of.setdefault(broker_name, set())
                 for topic, qd in queue_datas[i:i + APPLY_STEP]:
                     table.setdefault(topic, {})[broker_name] = qd
+                    mine.add(topic)
 
     def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str,
                           broker_id: int) -> None:
@@ -155,11 +162,13 @@ class RouteInfoManager:
             names.discard(broker_name)
             if not names:
                 del self.cluster_addr_table[cluster]
-        for topic in list(self.topic_queue_table):
-            qds = self.topic_queue_table[topic]
-            qds.pop(broker_name, None)
-            if not qds:
-                del self.topic_queue_table[topic]
+        table = self.topic_queue_table
+        for topic in self._topics_of.pop(broker_name, ()):
+            qds = table.get(topic)
+            if qds is not None:
+                qds.pop(broker_name, None)
+                if not qds:
+                    del table[topic]
 
     def scan_not_active_brokers(self) -> list[str]:
         """Remove brokers not refreshed within ``broker_expire_s``; returns their addresses."""
@@ -222,28 +231,28 @@ class RouteInfoManager:
 
     def delete_topic(self, topic: str) -> None:
         with self._lock:
-            self.topic_queue_table.pop(topic, None)
+            for name in self.topic_queue_table.pop(topic, {}):
+                self._topics_of.get(name, set()).discard(topic)
 
     def add_write_perm(self, broker_name: str) -> int:
         """Set the write bit of every topic on a broker (undo ``wipe_write_perm``); returns
         how many. 4.9.8's ``addWritePermOfBroker`` sets perm 6 whatever the topic's was, which
         takes TBW102's INHERIT bit off its route: here the other bits are kept."""
-        n = 0
-        with self._lock:
-            for qds in self.topic_queue_table.values():
-                qd = qds.get(broker_name)
-                if qd is not None:
-                    qds[broker_name] = dataclasses.replace(qd, perm=qd.perm | 2)
-                    n += 1
-        return n
+        return self._change_perm(broker_name, lambda perm: perm | 2)
 
     def wipe_write_perm(self, broker_name: str) -> int:
         """Clear the write bit of every topic on a broker (drain it); returns how many."""
+        return self._change_perm(broker_name, lambda perm: perm & ~2)
+
+    def _change_perm(self, broker_name: str, change: Callable[[int], int]) -> int:
         n = 0
         with self._lock:
-            for qds in self.topic_queue_table.values():
-                qd = qds.get(broker_name)
-                if qd is not None:
-                    qds[broker_name] = dataclasses.replace(qd, perm=qd.perm & ~2)
-                    n += 1
+            table = self.topic_queue_table
+            for topic in self._topics_of.get(broker_name, ()):
+                qds = table.get(topic)
+                if qds is None or broker_name not in qds:
+                    continue
+                qd = qds[broker_name]
+                qds[broker_name] = dataclasses.replace(qd, perm=change(qd.perm))
+                n += 1
         return n
