@@ -84,3 +84,39 @@ def test_a_transport_refuses_a_heartbeat_of_a_second_client_id(tmp_path):
         t.close()
         assert broker.stop() == 0, broker.output[-3000:]
         assert ns.stop() == 0
+
+
+def test_a_users_transport_stays_open_when_a_client_using_it_shuts_down(tmp_path):
+    """A transport the user made and handed to clients is the user's: a client shutting down
+    closes only connections it made itself. The user's own calls on it go on working, so do
+    the other clients and a client started on it again; the user closes it last."""
+    from rocketstore.client import Message, Producer
+    from rocketstore.client.tcp import TcpTransport
+    from rocketstore.remoting.admin_client import AdminClient
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(tmp_path / "store", ns.addr)
+    shared = TcpTransport(ns.addr)
+    clients: list = []
+    try:
+        with AdminClient(ns.addr) as admin:
+            admin.update_topic("T_own", read_queue_nums=2, write_queue_nums=2,
+                               broker_addr=broker.addr)
+        first = Producer("PG_own1", broker=shared, instance_name="inst-1").start()
+        other = Producer("PG_own2", broker=shared, instance_name="inst-2").start()
+        clients += [first, other]
+        assert first._instance.transport is shared          # the first id uses it
+        assert first.send(Message("T_own", b"a")).status.name == "SEND_OK"
+        first.shutdown()
+        clients.remove(first)
+        assert other.send(Message("T_own", b"b")).status.name == "SEND_OK"
+        assert shared.get_topic_route("T_own") is not None  # the user's own call
+        again = Producer("PG_own1", broker=shared, instance_name="inst-1").start()
+        clients.append(again)
+        assert again._instance.transport is shared
+        assert again.send(Message("T_own", b"c")).status.name == "SEND_OK"
+    finally:
+        for c in reversed(clients):
+            c.shutdown()
+        shared.close()
+        assert broker.stop() == 0, broker.output[-3000:]
+        assert ns.stop() == 0

@@ -337,3 +337,39 @@ def test_proxy_command_line_limits_are_checked(capsys, tmp_path):
         assert said in capsys.readouterr().err
     assert main([*base, "--security-token", "t"]) == 2
     assert "--security-token goes with --access-key" in capsys.readouterr().err
+
+
+def test_notify_client_termination_only_ends_the_callers_own_client(proxy):
+    """NotifyClientTermination names its client by the ``x-mq-client-id`` header, which any
+    caller can set: from another connection, naming a consumer's id and group, it is
+    FORBIDDEN and the consumer keeps its settings and its group; from the connection of the
+    client's own Telemetry stream it ends the client (settings gone, group left)."""
+    from rocketstore.proxy import protocol as pb
+    svc = proxy.server.service
+    victim = Telemetry(proxy.addr, "c@victim")
+    other = grpc.insecure_channel(proxy.addr, options=[("grpc.use_local_subchannel_pool", 1)])
+    try:
+        assert victim.settings(group="g_victim", topics=["t_lim"]).status.code == _code("OK")
+        req = pb.NotifyClientTerminationRequest()
+        req.group.name = "g_victim"
+        method = f"/{pb.SERVICE}/NotifyClientTermination"
+        kw = dict(request_serializer=pb.NotifyClientTerminationRequest.SerializeToString,
+                  response_deserializer=pb.NotifyClientTerminationResponse.FromString)
+        s = other.unary_unary(method, **kw)(req, metadata=_md("c@victim"), timeout=10).status
+        assert s.code == _code("FORBIDDEN"), s
+        assert "c@victim" in s.message and "connection" in s.message, s.message
+        assert "c@victim" in svc.settings and "g_victim" in svc.registry._consumers
+        assert svc.registry._holders.get("g_victim") == {"c@victim"}
+
+        own = victim.ch.unary_unary(method, **kw)(req, metadata=_md("c@victim"), timeout=10)
+        assert own.status.code == _code("OK"), own.status
+        wait_until(lambda: "c@victim" not in svc.settings and
+                   "g_victim" not in svc.registry._consumers, "c@victim ended", within=10)
+        # a client whose stream is gone has nothing left to end: OK from anywhere
+        victim.close()
+        wait_until(lambda: "c@victim" not in svc.streams, "c@victim's stream gone", within=10)
+        s = other.unary_unary(method, **kw)(req, metadata=_md("c@victim"), timeout=10).status
+        assert s.code == _code("OK"), s
+    finally:
+        victim.close()
+        other.close()

@@ -224,3 +224,31 @@ def test_a_new_client_id_on_a_connection_replaces_the_old_one(tmp_path):
     finally:
         assert broker.stop() == 0, broker.output[-3000:]
         assert ns.stop() == 0
+
+
+def test_dropped_subscriptions_are_one_warning_per_heartbeat_and_rate_limited(tmp_path):
+    """A topic absent from a member's heartbeat leaves its group's subscriptions, which the
+    broker warns about. A client alternating a heartbeat with 300 topics and one without them
+    wrote 300 warning lines per beat (1000 groups x 1000 topics: a million); now a heartbeat
+    that drops any is one warning naming the client, the count and the first few, and a
+    connection gets at most one such warning a minute (what is held back is counted into its
+    next one). Another connection's drops are warned on their own."""
+    ns = start_namesrv(tmp_path)
+    broker = start_broker(tmp_path / "store", ns.addr)
+    topics = [f"Drop{i}" for i in range(300)]
+    try:
+        with RawClient(broker.addr) as c, RawClient(broker.addr) as other:
+            for _ in range(5):
+                assert _beat(c, ["GD"], topics=topics)["code"] == SUCCESS
+                assert _beat(c, ["GD"], topics=["T"])["code"] == SUCCESS
+            assert _beat(other, ["GE"], topics=topics, client="c@2")["code"] == SUCCESS
+            assert _beat(other, ["GE"], topics=["T"], client="c@2")["code"] == SUCCESS
+    finally:
+        assert broker.stop() == 0
+        ns.stop()
+    lines = [line for line in broker.output.splitlines()
+             if "WARNING rocketstore.broker.consumers" in line]
+    assert len(lines) == 2, "\n".join(lines[:5]) + f"\n... {len(lines)} lines"
+    first, second = lines
+    assert "c@1" in first and "300" in first and "GD/Drop0" in first, first
+    assert "c@2" in second and "300" in second and "GE/Drop0" in second, second

@@ -1,6 +1,7 @@
 """The NameServer over real sockets: registration, routes, liveness, KV config, bad frames."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -96,6 +97,125 @@ def test_reregistration_updates_but_never_removes_topics(client, ns):
     # same data version: the topic table is not re-read
     register(client, ns, topics={"T": topic_cfg("T", 1)}, counter=2)
     assert route(client, ns, "T")[1]["queueDatas"][0]["writeQueueNums"] == 8
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class _ProbedLock:
+    """The route tables' lock, with ``probe()`` run on each release by a registration thread
+    while that registration's topics are partly applied (the first topic in the table, the
+    last not yet): what other connections get at that moment."""
+
+    def __init__(self, routes, first: str, last: str, probe) -> None:
+        self.inner, self.routes, self.first, self.last = routes._lock, routes, first, last
+        self.probe, self.fired = probe, False
+
+    def __enter__(self) -> None:
+        self.inner.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.release()
+        table = self.routes.topic_queue_table
+        if not self.fired and not _on_event_loop() and self.first in table \
+                and self.last not in table:
+            self.fired = True
+            self.probe()
+
+
+def test_route_lookups_are_answered_while_a_big_registration_is_applied(client, ns):
+    """A master registering thousands of topics does not hold the route tables for all of
+    them at once: a GET_ROUTEINFO_BY_TOPIC on another connection is answered while the
+    registration is half applied (4.9.8 holds its write lock over the whole table; 200,000
+    topics held every route lookup ~200 ms here), and the registration then completes."""
+    from rawwire import RawClient
+    register(client, ns, name="broker-s", addr="10.0.0.9:10911",
+             topics={"Small": topic_cfg("Small")})
+    n = 5000
+    seen = []
+
+    def lookup() -> None:
+        with RawClient(ns.addr) as c:
+            h, body = c.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Small"})
+        seen.append((h["code"], json.loads(body)["brokerDatas"][0]["brokerName"],
+                     f"Big{n - 1}" in ns.routes.topic_queue_table))
+
+    ns.routes._lock = _ProbedLock(ns.routes, "Big0", f"Big{n - 1}", lookup)
+    r = register(client, ns, topics={f"Big{i}": topic_cfg(f"Big{i}") for i in range(n)})
+    assert r.code == ResponseCode.SUCCESS
+    assert seen == [(ResponseCode.SUCCESS, "broker-s", False)]   # answered mid-registration
+    assert route(client, ns, f"Big{n - 1}")[0] == ResponseCode.SUCCESS
+    assert len(ns.routes.topic_list()) == n + 1
+
+
+def test_a_broker_leaving_mid_registration_keeps_none_of_its_topics(client, ns):
+    """The registration is applied in steps: a broker that unregisters (or whose connection
+    closes, or expires) between two steps loses its topics, and the steps left do not bring
+    them back."""
+    n = 5000
+    ns.routes._lock = _ProbedLock(ns.routes, "Big0", f"Big{n - 1}", lambda: (
+        ns.routes.unregister_broker("DefaultCluster", "10.0.0.1:10911", "broker-a", 0)))
+    r = register(client, ns, topics={f"Big{i}": topic_cfg(f"Big{i}") for i in range(n)})
+    assert r.code == ResponseCode.SUCCESS
+    assert ns.routes._lock.fired
+    assert ns.routes.topic_list() == []
+    assert route(client, ns, f"Big{n - 1}")[0] == ResponseCode.TOPIC_NOT_EXIST
+
+
+class _WalkCountingTable(dict):
+    """The topic table, counting how often it is walked whole."""
+    walks = 0
+
+    def __iter__(self):
+        type(self).walks += 1
+        return super().__iter__()
+
+    def keys(self):
+        type(self).walks += 1
+        return super().keys()
+
+    def items(self):
+        type(self).walks += 1
+        return super().items()
+
+    def values(self):
+        type(self).walks += 1
+        return super().values()
+
+
+def test_a_broker_leaving_touches_only_its_own_topics(loop, client, ns):
+    """Any peer can register as a broker and close its connection; that removal runs on the
+    event loop, under the route lock. It costs the leaving broker's topics, not the whole
+    table: walking 200,000 topics for a one-topic broker held every lookup ~60 ms per
+    connect-register-close. The other brokers' routes stay, and so do write-perm changes."""
+    _WalkCountingTable.walks = 0
+    ns.routes.topic_queue_table = _WalkCountingTable()
+    register(client, ns, topics={f"Keep{i}": topic_cfg(f"Keep{i}") for i in range(2000)})
+    for i in range(3):
+        c = RemotingClient(loop=loop)
+        register(c, ns, name="broker-z", addr="10.0.0.5:10911", topics={
+            "Shared": topic_cfg("Shared"), f"Z{i}": topic_cfg(f"Z{i}")}, counter=i + 1)
+        assert route(client, ns, f"Z{i}")[0] == ResponseCode.SUCCESS
+        c.close()
+        deadline = time.monotonic() + 5
+        while route(client, ns, f"Z{i}")[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert route(client, ns, f"Z{i}")[0] == ResponseCode.TOPIC_NOT_EXIST
+    assert route(client, ns, "Shared")[0] == ResponseCode.TOPIC_NOT_EXIST
+    assert route(client, ns, "Keep1999")[0] == ResponseCode.SUCCESS
+    # the broker's own topics only, for the perm codes and DELETE_TOPIC_IN_NAMESRV too
+    assert ns.routes.wipe_write_perm("broker-a") == 2000
+    assert route(client, ns, "Keep7")[1]["queueDatas"][0]["perm"] == 4
+    assert ns.routes.add_write_perm("broker-a") == 2000
+    ns.routes.delete_topic("Keep7")
+    assert route(client, ns, "Keep7")[0] == ResponseCode.TOPIC_NOT_EXIST
+    assert ns.routes.wipe_write_perm("broker-a") == 1999
+    assert _WalkCountingTable.walks == 0
 
 
 def test_slave_gets_master_addresses_and_appears_in_the_route(client, ns):

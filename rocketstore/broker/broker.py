@@ -531,6 +531,7 @@ class Broker:
         for group in data.producer_groups:
             names.check_group(group, "producer_groups")
         info = ClientChannelInfo(channel, data.client_id)
+        dropped: list[tuple[str, str]] = []     # one warning for the whole heartbeat
         for cd in data.consumers:
             sgc = self.subscription_groups.find(cd.group_name)
             notify = True
@@ -541,7 +542,9 @@ class Broker:
                     int(PermName.PERM_WRITE | PermName.PERM_READ), 1 if cd.unit_mode else 0)
             self.consumer_manager.register_consumer(
                 cd.group_name, ClientChannelInfo(channel, data.client_id), cd.consume_type,
-                cd.message_model, cd.consume_from_where, list(cd.subscriptions), notify)
+                cd.message_model, cd.consume_from_where, list(cd.subscriptions), notify,
+                dropped)
+        self.consumer_manager.drop_warnings.report(channel, data.client_id, dropped)
         for group in data.producer_groups:
             self.producer_manager.register_producer(group, info)
 

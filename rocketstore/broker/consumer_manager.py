@@ -2,7 +2,8 @@
 
 A group's subscription table is last-writer-wins across its members: a heartbeat adds the
 topics it names, replaces a topic's subscription only with a newer ``sub_version``, and
-removes the topics it does not name. A change (new channel, topic added or removed) sends
+removes the topics it does not name (one warning per heartbeat, at most one per connection a
+minute: ``DropWarnings``). A change (new channel, topic added or removed) sends
 ``NOTIFY_CONSUMER_IDS_CHANGED`` to every member when the broker and the group allow it;
 so does an unregister or a closed channel. Channels not refreshed for 120 s are dropped by the
 housekeeping scan, without a notification (the others notice at their next rebalance).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,6 +21,46 @@ from rocketstore.common.protocol import (ConsumeFromWhere, ConsumeType, MessageM
                                          SubscriptionData)
 
 log = logging.getLogger("rocketstore.broker.consumers")
+
+DROP_WARN_INTERVAL_S = 60.0     # at most one dropped-subscriptions warning per channel
+DROP_WARN_NAMED = 5             # dropped subscriptions a warning names
+
+
+class DropWarnings:
+    """Subscriptions dropped by heartbeats, warned about once per heartbeat (how many, the
+    first few) and at most once per channel every ``interval_s``; what is held back is
+    counted into that channel's next warning. A line per dropped topic let a client that
+    alternates two heartbeats write a million lines per beat (1,000 groups of 1,000 topics)."""
+
+    def __init__(self, interval_s: float = DROP_WARN_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        # channel -> [time of its last warning (monotonic), drops held back since]
+        self._state: dict[Any, list[float]] = {}
+
+    def report(self, channel: Any, client_id: str, dropped: list[tuple[str, str]]) -> None:
+        """One heartbeat of ``client_id`` on ``channel`` dropped these (group, topic)."""
+        if not dropped:
+            return
+        now = time.monotonic()
+        with self._lock:
+            st = self._state.get(channel)
+            if st is not None and now - st[0] < self.interval_s:
+                st[1] += len(dropped)
+                return
+            held = int(st[1]) if st is not None else 0
+            self._state[channel] = [now, 0]
+        named = ", ".join(f"{g}/{t}" for g, t in dropped[:DROP_WARN_NAMED])
+        log.warning("heartbeat of %s dropped %d subscriptions (group/topic absent from it): "
+                    "%s%s%s", client_id, len(dropped), named,
+                    ", ..." if len(dropped) > DROP_WARN_NAMED else "",
+                    f"; {held} more dropped by its heartbeats since its last such warning"
+                    if held else "")
+
+    def forget(self, channel: Any) -> None:
+        """The channel is gone (closed or expired)."""
+        with self._lock:
+            self._state.pop(channel, None)
 
 
 class ConsumerGroupInfo:
@@ -51,7 +93,10 @@ class ConsumerGroupInfo:
         old.last_update_timestamp = now_ms()
         return False
 
-    def update_subscription(self, subs: Iterable[SubscriptionData]) -> bool:
+    def update_subscription(self, subs: Iterable[SubscriptionData],
+                            dropped: list[tuple[str, str]] | None = None) -> bool:
+        """Apply a member's subscriptions; the (group, topic) pairs it removes are appended to
+        ``dropped``. Returns whether the table changed."""
         updated = False
         named = set()
         for sub in subs:
@@ -63,8 +108,8 @@ class ConsumerGroupInfo:
             elif sub.sub_version > old.sub_version:
                 self.subscription_table[sub.topic] = sub
         for topic in [t for t in self.subscription_table if t not in named]:
-            log.warning("group %s drops subscription of %s (absent from a heartbeat)",
-                        self.group_name, topic)
+            if dropped is not None:
+                dropped.append((self.group_name, topic))
             del self.subscription_table[topic]
             updated = True
         self.last_update_timestamp = now_ms()
@@ -89,6 +134,7 @@ class ConsumerManager:
         self.channel_expired_ms = channel_expired_ms
         self._lock = threading.RLock()
         self._table: dict[str, ConsumerGroupInfo] = {}
+        self.drop_warnings = DropWarnings()
 
     def get_consumer_group_info(self, group: str) -> ConsumerGroupInfo | None:
         with self._lock:
@@ -105,16 +151,22 @@ class ConsumerManager:
 
     def register_consumer(self, group: str, info: ClientChannelInfo, consume_type: ConsumeType,
                           message_model: MessageModel, consume_from_where: ConsumeFromWhere,
-                          subs: list[SubscriptionData], notify: bool) -> bool:
-        """Add or refresh a member; returns whether the group changed."""
+                          subs: list[SubscriptionData], notify: bool,
+                          dropped: list[tuple[str, str]] | None = None) -> bool:
+        """Add or refresh a member; returns whether the group changed. Subscriptions it
+        drops are appended to ``dropped`` for the caller to report (one heartbeat, one
+        warning: ``drop_warnings``); without it they are reported here."""
+        mine: list[tuple[str, str]] = [] if dropped is None else dropped
         with self._lock:
             g = self._table.get(group)
             if g is None:
                 g = self._table[group] = ConsumerGroupInfo(group, consume_type, message_model,
                                                            consume_from_where)
             r1 = g.update_channel(info, consume_type, message_model, consume_from_where)
-            r2 = g.update_subscription(subs)
+            r2 = g.update_subscription(subs, mine)
             channels = g.all_channels()
+        if dropped is None:
+            self.drop_warnings.report(info.channel, info.client_id, mine)
         if (r1 or r2) and notify:
             self._notify(group, channels)
         return r1 or r2
@@ -133,6 +185,7 @@ class ConsumerManager:
     def do_channel_close_event(self, channel: Any) -> None:
         """A client's connection closed: remove it from every group and tell the others."""
         changed = []
+        self.drop_warnings.forget(channel)
         with self._lock:
             for name, g in list(self._table.items()):
                 if g.channel_info_table.pop(channel, None) is not None:
@@ -154,6 +207,7 @@ class ConsumerManager:
                         log.warning("consumer %s of group %s expired (no heartbeat for %d ms)",
                                     info.client_id, name, now - info.last_update_timestamp)
                         del g.channel_info_table[ch]
+                        self.drop_warnings.forget(ch)
                         dropped.append((name, info.client_id))
                 if not g.channel_info_table:
                     del self._table[name]

@@ -87,6 +87,17 @@ def build_client_id(instance_name: str | None, change_default: bool) -> str:
     return f"{local_address()}@{name}"
 
 
+class SuppliedTransport:
+    """The factory of a transport the user made and passed (``broker=transport``): the user's
+    to close, so a client instance using it leaves it open when it shuts down."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    def __call__(self) -> Transport:
+        return self.transport
+
+
 def transport_for(broker: Any, namesrv_addr: str | None, credentials: Any = None
                   ) -> tuple[object, Callable[[], Transport]]:
     """(key, factory) of the transport of exactly one of ``broker`` / ``namesrv_addr``;
@@ -107,7 +118,7 @@ def transport_for(broker: Any, namesrv_addr: str | None, credentials: Any = None
         raise MQClientError("credentials sign requests to a broker over TCP: give "
                             "namesrv_addr= (an in-process broker has no access control)")
     if isinstance(broker, Transport):
-        return id(broker), lambda: broker
+        return id(broker), SuppliedTransport(broker)
 
     def make() -> Transport:
         from rocketstore.client.inprocess import InProcessTransport
@@ -141,7 +152,12 @@ class ClientInstance:
             if inst is None:
                 # one client id per connection: a transport another instance's id holds
                 # gives this one its own (Transport.for_client)
-                inst = cls(client_id, factory().for_client(client_id), key, timers)
+                base = factory()
+                transport = base.for_client(client_id)
+                # the user's own transport stays open; one made here (or by for_client) is
+                # the instance's to close
+                owns = not isinstance(factory, SuppliedTransport) or transport is not base
+                inst = cls(client_id, transport, key, timers, owns_transport=owns)
                 cls._registry[(client_id, key)] = inst
                 inst._start()
             inst._refs += 1
@@ -156,9 +172,11 @@ class ClientInstance:
         self._shutdown()
 
     def __init__(self, client_id: str, transport: Transport, key: object,
-                 timers: ClientTimers | None = None) -> None:
+                 timers: ClientTimers | None = None, *, owns_transport: bool = True) -> None:
+        """``owns_transport``: close ``transport`` at shutdown (False for the user's own)."""
         self.client_id = client_id
         self.transport = transport
+        self._owns_transport = owns_transport
         self.timers = timers or ClientTimers()
         self._seen_routes: dict[str, tuple] = {}     # topic -> route summary, for the poll
         self._key = key
@@ -193,7 +211,8 @@ class ClientInstance:
         self.pull_service.shutdown()
         if self._rebalance_thread.is_alive():
             self._rebalance_thread.join()
-        self.transport.close()
+        if self._owns_transport:
+            self.transport.close()
 
     # -- groups -------------------------------------------------------------------------------
     def register_producer(self, group: str, producer: Any) -> None:

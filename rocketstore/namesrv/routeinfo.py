@@ -6,7 +6,13 @@ heard from for ``broker_expire_s`` (120 s), one whose connection closes, or one 
 unregisters loses its address, and a broker name left without any address loses its queue
 data (topics left with no broker disappear). Re-registration only adds or updates topics: it
 never removes a topic a broker still registers with (docs/protocol.md §2.16, messaging §11).
-One lock guards every table: registrations are rare and route queries cheap.
+One lock guards every table: route queries (on the event loop) take it briefly. A master's
+registration applies its topics in steps of ``APPLY_STEP``, the lock released between steps, so
+a broker with 200,000 topics does not hold every route lookup for the whole table (~200 ms);
+registrations themselves run one at a time (their own lock, taken only on the pool's threads).
+Each broker name's topics are indexed, so a broker leaving (anyone can register as one and
+close the connection, on the event loop) or a write-perm change costs that broker's topics,
+not a walk of the whole table.
 """
 from __future__ import annotations
 
@@ -14,11 +20,14 @@ import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from rocketstore.common.protocol import QueueData
 
 BROKER_EXPIRE_S = 120.0
+# topics of a registration applied per hold of the tables' lock (a few ms at most)
+APPLY_STEP = 1000
 
 
 @dataclass
@@ -52,7 +61,9 @@ class RouteInfoManager:
     def __init__(self, broker_expire_s: float = BROKER_EXPIRE_S) -> None:
         self.broker_expire_s = broker_expire_s
         self._lock = threading.Lock()
+        self._register_lock = threading.Lock()    # one registration at a time
         self.topic_queue_table: dict[str, dict[str, QueueData]] = {}
+        self._topics_of: dict[str, set[str]] = {}     # broker name -> its topics in the table
         self.broker_addr_table: dict[str, BrokerData] = {}
         self.cluster_addr_table: dict[str, set[str]] = {}
         self.broker_live_table: dict[str, BrokerLive] = {}
@@ -71,6 +82,19 @@ class RouteInfoManager:
                                          int(tc.get("writeQueueNums", 0)),
                                          int(tc.get("perm", 6)), int(tc.get("topicSysFlag", 0))))
                        for topic, tc in topic_configs.items()] if broker_id == 0 else []
+        with self._register_lock:
+            result, live, apply = self._register_locked(cluster, broker_addr, broker_name,
+                                                        broker_id, ha_server_addr, data_version,
+                                                        channel, now)
+            if apply:
+                self._apply_topics(broker_addr, broker_name, live, queue_datas)
+        return result
+
+    def _register_locked(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int,
+                         ha_server_addr: str, data_version: dict[str, Any], channel: object,
+                         now: float) -> tuple[tuple[str | None, str | None], BrokerLive, bool]:
+        """The broker's address and liveness: (the slave's answer, its live entry, whether
+        its topics are to be applied)."""
         with self._lock:
             self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
             bd = self.broker_addr_table.get(broker_name)
@@ -83,20 +107,34 @@ class RouteInfoManager:
             first = bd.broker_addrs.get(broker_id) != broker_addr or first
             bd.broker_addrs[broker_id] = broker_addr
             prev = self.broker_live_table.get(broker_addr)
-            if broker_id == 0 and (first or prev is None or prev.data_version != data_version):
-                table = self.topic_queue_table
-                for topic, qd in queue_datas:
-                    table.setdefault(topic, {})[broker_name] = qd
-            self.broker_live_table[broker_addr] = BrokerLive(now, data_version, ha_server_addr,
-                                                             channel)
+            apply = broker_id == 0 and (first or prev is None or
+                                        prev.data_version != data_version)
+            live = self.broker_live_table[broker_addr] = BrokerLive(now, data_version,
+                                                                    ha_server_addr, channel)
             if broker_id != 0:
                 # RouteInfoManager: both addresses only of a master that is registered and
                 # alive; otherwise the slave learns them at a later registration
                 master = bd.broker_addrs.get(0)
-                live = self.broker_live_table.get(master) if master is not None else None
-                if live is not None:
-                    return live.ha_server_addr, master
-            return None, None
+                m = self.broker_live_table.get(master) if master is not None else None
+                if m is not None:
+                    return (m.ha_server_addr, master), live, apply
+            return (None, None), live, apply
+
+    def _apply_topics(self, broker_addr: str, broker_name: str, live: BrokerLive,
+                      queue_datas: list[tuple[str, QueueData]]) -> None:
+        """Put a master's queue data into the topic table, ``APPLY_STEP`` topics per hold of
+        the lock; a broker that left between two steps (unregistered, connection closed,
+        expired: its live entry is no longer ``live``) had its topics dropped, and the steps
+        left are not applied."""
+        table = self.topic_queue_table
+        for i in range(0, len(queue_datas), APPLY_STEP):
+            with self._lock:
+                if self.broker_live_table.get(broker_addr) is not live:
+                    return
+                mine = self._topics_of.setdefault(broker_name, set())
+                for topic, qd in queue_datas[i:i + APPLY_STEP]:
+                    table.setdefault(topic, {})[broker_name] = qd
+                    mine.add(topic)
 
     def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str,
                           broker_id: int) -> None:
@@ -124,11 +162,13 @@ class RouteInfoManager:
             names.discard(broker_name)
             if not names:
                 del self.cluster_addr_table[cluster]
-        for topic in list(self.topic_queue_table):
-            qds = self.topic_queue_table[topic]
-            qds.pop(broker_name, None)
-            if not qds:
-                del self.topic_queue_table[topic]
+        table = self.topic_queue_table
+        for topic in self._topics_of.pop(broker_name, ()):
+            qds = table.get(topic)
+            if qds is not None:
+                qds.pop(broker_name, None)
+                if not qds:
+                    del table[topic]
 
     def scan_not_active_brokers(self) -> list[str]:
         """Remove brokers not refreshed within ``broker_expire_s``; returns their addresses."""
@@ -186,32 +226,33 @@ class RouteInfoManager:
 
     def topic_list(self) -> list[str]:
         with self._lock:
-            return sorted(self.topic_queue_table)
+            names = list(self.topic_queue_table)     # one C copy; sorted outside the lock
+        return sorted(names)
 
     def delete_topic(self, topic: str) -> None:
         with self._lock:
-            self.topic_queue_table.pop(topic, None)
+            for name in self.topic_queue_table.pop(topic, {}):
+                self._topics_of.get(name, set()).discard(topic)
 
     def add_write_perm(self, broker_name: str) -> int:
         """Set the write bit of every topic on a broker (undo ``wipe_write_perm``); returns
         how many. 4.9.8's ``addWritePermOfBroker`` sets perm 6 whatever the topic's was, which
         takes TBW102's INHERIT bit off its route: here the other bits are kept."""
-        n = 0
-        with self._lock:
-            for qds in self.topic_queue_table.values():
-                qd = qds.get(broker_name)
-                if qd is not None:
-                    qds[broker_name] = dataclasses.replace(qd, perm=qd.perm | 2)
-                    n += 1
-        return n
+        return self._change_perm(broker_name, lambda perm: perm | 2)
 
     def wipe_write_perm(self, broker_name: str) -> int:
         """Clear the write bit of every topic on a broker (drain it); returns how many."""
+        return self._change_perm(broker_name, lambda perm: perm & ~2)
+
+    def _change_perm(self, broker_name: str, change: Callable[[int], int]) -> int:
         n = 0
         with self._lock:
-            for qds in self.topic_queue_table.values():
-                qd = qds.get(broker_name)
-                if qd is not None:
-                    qds[broker_name] = dataclasses.replace(qd, perm=qd.perm & ~2)
-                    n += 1
+            table = self.topic_queue_table
+            for topic in self._topics_of.get(broker_name, ()):
+                qds = table.get(topic)
+                if qds is None or broker_name not in qds:
+                    continue
+                qd = qds[broker_name]
+                qds[broker_name] = dataclasses.replace(qd, perm=change(qd.perm))
+                n += 1
         return n

@@ -81,6 +81,9 @@ class MessagingService(ConsumeRpcs):
         self.state = PopState(os.path.join(cfg.data_dir, "pop.journal"))
         self.settings: dict[str, Any] = {}
         self.streams: dict[str, asyncio.Queue[Any]] = {}
+        # client id -> the gRPC peer (connection) of its Telemetry stream: the header names a
+        # client, the connection proves it (NotifyClientTermination)
+        self.stream_peers: dict[str, str] = {}
         # topic -> route / message.type; LRU, so names asked (real or not) never pile up
         self._routes: TtlLru[str, TopicRouteData | None] = TtlLru(cfg.limits.route_cache_max,
                                                                   ROUTE_TTL_S)
@@ -277,6 +280,7 @@ class MessagingService(ConsumeRpcs):
         if old is not None:
             old.put_nowait(None)            # one stream per client id: the newer one wins
         self.streams[cid] = out
+        self.stream_peers[cid] = ctx.peer() or ""
 
         async def read() -> None:
             try:
@@ -316,6 +320,7 @@ class MessagingService(ConsumeRpcs):
             reader.cancel()
             if self.streams.get(cid) is out:
                 del self.streams[cid]
+                self.stream_peers.pop(cid, None)
                 await self._forget(cid)
 
     def _check_settings(self, s: Any) -> None:
@@ -391,8 +396,19 @@ class MessagingService(ConsumeRpcs):
         return _reply(resp, "OK")
 
     async def notify_client_termination(self, req: Any, ctx: Any) -> Any:
-        await self._forget(self.client_id(ctx))
+        """End the calling client: only from the connection its Telemetry stream is on (any
+        caller can put another client's id in ``x-mq-client-id``); a client without a stream
+        holds nothing (it left with the stream), so that is OK from anywhere."""
         resp = pb.NotifyClientTerminationResponse()
+        cid = self.client_id(ctx)
+        held = self.stream_peers.get(cid)
+        if held is None:
+            return _reply(resp, "OK")
+        if held != (ctx.peer() or ""):
+            return _reply(resp, "FORBIDDEN",
+                          f"client {cid}'s Telemetry stream is on another connection: a client "
+                          "can only end itself, on the connection of its own stream")
+        await self._forget(cid)
         return _reply(resp, "OK")
 
     async def _forget(self, cid: str) -> None:

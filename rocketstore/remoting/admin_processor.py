@@ -337,10 +337,13 @@ class AdminProcessor:
                             body=RecordBody.of(msgs))    # views of the mapping, no copy
 
     # -- what a slave copies (with GET_ALL_TOPIC_CONFIG and GET_ALL_SUBSCRIPTIONGROUP_CONFIG) --
-    async def all_consumer_offset(self, conn: Connection, cmd: RemotingCommand,
-                                  r: None) -> RemotingCommand:
+    def all_consumer_offset(self, conn: Connection, cmd: RemotingCommand,
+                            r: None) -> RemotingCommand:
+        # a plain function, so copy and encoding both run on the admin pool: an async
+        # handler's code before its first await runs on the event loop (13 ms of copying per
+        # 320,000 entries, with every connection's sends and pulls waiting)
         table = self.broker.store.consumer_offset_manager.table()
-        body = await self._blocking(fastjson.dumps_int_keys, {"offsetTable": table})
+        body = fastjson.dumps_int_keys({"offsetTable": table})
         return cmd.response(ResponseCode.SUCCESS, body=body.encode())
 
     def all_delay_offset(self, conn: Connection, cmd: RemotingCommand,
