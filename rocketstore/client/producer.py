@@ -88,6 +88,7 @@ class Producer(FutureSends):
         self._publish: dict[str, tuple[float, TopicPublishInfo]] = {}
         # topic -> its fast sync sends over an in-process broker's send lane (fast_send.py)
         self._fast: dict[str, FastSend] = {}
+        self._lanes = True          # the transport may have send lanes (in process)
         self._inner = False
         # futures of sends not answered yet (send_async, send_future): what flush() waits for
         self._pending: set[Future] = set()
@@ -109,6 +110,7 @@ class Producer(FutureSends):
             inst.release()
             raise
         self._instance = inst
+        self._lanes = True
         return self
 
     def shutdown(self) -> None:
@@ -405,9 +407,10 @@ class Producer(FutureSends):
             if answer.code == _SUCCESS:
                 if strategy.send_latency_fault_enable:
                     strategy.update_fault_item(mq.broker_name, _ms_since(begin), False)
-                fast = self._fast.get(mq.topic)
-                if fast is None or fast.info is not info:
-                    self._install_fast(mq.topic, info, mq.broker_name)
+                if self._lanes:
+                    fast = self._fast.get(mq.topic)
+                    if fast is None or fast.info is not info:
+                        self._install_fast(mq.topic, info, mq.broker_name)
                 return SendResult(_SEND_OK, uniq, answer.msg_id,
                                   mq if answer.queue_id == mq.queue_id else
                                   MessageQueue(mq.topic, mq.broker_name, answer.queue_id),
@@ -424,6 +427,7 @@ class Producer(FutureSends):
         lane = self.transport.send_lane(broker_name, self.group, topic, self.create_topic_key,
                                         self.default_topic_queue_nums)
         if lane is None:
+            self._lanes = False     # a transport without lanes (TCP): not asked again
             return
         if len(self._fast) >= 1024:         # bounded: a producer cycling topics rebuilds
             self._fast.clear()
