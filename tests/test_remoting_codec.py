@@ -204,3 +204,23 @@ def test_send_header_numbers_read_in_c_as_the_strict_reader_does(text, want):
             w.sys_flag, w.born_timestamp, w.flag, w.properties, w.reconsume_times,
             w.max_reconsume_times, w.batch, w.body, w.born_host) == \
         ("pg", "T", "TBW102", 4, 1, 0, want, 0, "K\x01v\x02", 2, 5, False, b"b", "1.2.3.4:5")
+
+
+def test_the_tcp_clients_batch_body_in_c_equals_the_entry_by_entry_encoding():
+    """``send_batch`` over TCP builds its SEND_BATCH_MESSAGE body in one C pass
+    (``batch_body``); it is byte for byte what the entry-by-entry encoder writes, which the
+    fixture tests hold to 4.9.8's ``MessageDecoder.encodeMessages``."""
+    from rocketstore.client.sending import stamp
+    from rocketstore.common import Message
+    from rocketstore.client.tcp import properties_string
+    from rocketstore.remoting.headers import encode_batch_body
+    from rocketstore.store._codec import batch_body, encode_properties
+    msgs = [Message("T", b"body %d" % i, tags="tag", keys=["k1", "k2"],
+                    properties={"x": "1", "zz": "\u00e9t\u00e9", "WAIT": "false"}, flag=i)
+            for i in range(5)] + [Message("T", b"q"), Message("T", b"\x00" * 300, keys="one")]
+    stamped, _ = stamp(msgs)
+    for batch in (msgs, stamped):
+        assert [properties_string(m) for m in batch] == \
+            [encode_properties(m.properties).decode() for m in batch]
+        assert batch_body(batch) == encode_batch_body(
+            [(bytes(m.body), m.flag, properties_string(m)) for m in batch])

@@ -37,7 +37,7 @@ from rocketstore.remoting.client import RemotingClient
 from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.records import decode_records
-from rocketstore.store._codec import encode_properties
+from rocketstore.store._codec import batch_body, encode_properties
 from rocketstore.store._codec import as_client_messages
 
 T = TypeVar("T")
@@ -77,7 +77,10 @@ def _code(code: int) -> ResponseCode:
 
 
 def properties_string(msg: Message) -> str:
-    return encode_properties(msg.properties).decode("utf-8")
+    """The properties string a producer sends (``Message.send_properties``: the encoded form
+    the message keeps, no dict built)."""
+    return (msg.send_properties() if type(msg) is Message
+            else encode_properties(msg.properties)).decode("utf-8")
 
 
 class _PushProcessor:
@@ -302,8 +305,10 @@ class TcpTransport(Transport):
     def _send_command(self, request: SendMessageRequest) -> RemotingCommand:
         msgs = request.messages
         if request.batch:
-            body = headers.encode_batch_body([(bytes(m.body), m.flag, properties_string(m))
-                                              for m in msgs])
+            # one pass in C for the common shape (plain Messages), entry by entry otherwise
+            built = batch_body(msgs)
+            body = built if built is not None else headers.encode_batch_body(
+                [(bytes(m.body), m.flag, properties_string(m)) for m in msgs])
             first = msgs[0]
             props, sys_flag, flag = "", 0, 0
             code = RequestCode.SEND_BATCH_MESSAGE
