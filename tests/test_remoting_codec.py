@@ -224,3 +224,32 @@ def test_the_tcp_clients_batch_body_in_c_equals_the_entry_by_entry_encoding():
             [encode_properties(m.properties).decode() for m in batch]
         assert batch_body(batch) == encode_batch_body(
             [(bytes(m.body), m.flag, properties_string(m)) for m in batch])
+
+
+def test_headers_written_in_c_are_what_the_json_module_writes():
+    """``header_json`` writes a text-only header in C; the bytes are json.dumps' (separators
+    without spaces, non-ASCII kept) for every character class a field may hold: control
+    characters (the properties' \\x01/\\x02), quotes, backslashes, non-ASCII, astral."""
+    import json
+    import random
+    from rocketstore.remoting._wire import encode_header
+    dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+    rnd = random.Random(7)
+    alphabet = [chr(c) for c in range(0, 0x80)] + ["\u00e9", "\u4e2d", "\U0001F600", "\u2028"]
+    for i in range(300):
+        ext = {"".join(rnd.choices(alphabet, k=rnd.randrange(1, 6))):
+               "".join(rnd.choices(alphabet, k=rnd.randrange(0, 40))) for _ in range(rnd.randrange(0, 8))}
+        remark = None if i % 3 else "".join(rnd.choices(alphabet, k=rnd.randrange(0, 20)))
+        cmd = RemotingCommand(rnd.randrange(0, 400), opaque=rnd.randrange(0, 1 << 31),
+                              flag=rnd.randrange(0, 4), remark=remark, ext_fields=ext)
+        want = {"code": cmd.code, "extFields": ext, "flag": cmd.flag, "language": "JAVA",
+                "opaque": cmd.opaque, "serializeTypeCurrentRPC": "JSON", "version": cmd.version}
+        if remark is not None:
+            want["remark"] = remark
+        assert cmd.header_json() == dumps(want).encode()
+        assert encode_header(cmd.code, ext, cmd.flag, "JAVA", cmd.opaque, cmd.version,
+                             remark) == dumps(want).encode()
+    # a field that is not text is left to the json module (a number stays a JSON number)
+    assert encode_header(10, {"a": 1}, 0, "JAVA", 1, 1, None) is None
+    assert RemotingCommand(10, ext_fields={"a": 1}).header_json().startswith(
+        b'{"code":10,"extFields":{"a":1},')

@@ -319,12 +319,20 @@ class TcpTransport(Transport):
             code = (RequestCode.SEND_REPLY_MESSAGE_V2 if request.reply
                     else RequestCode.SEND_MESSAGE_V2)
         born = first.born_timestamp if first.born_timestamp is not None else int(time.time() * 1000)
-        ext: dict[str, Any] = {
+        # the header fields as RemotingCommand.request makes them (Java's text of each value,
+        # None left out), built directly: one per send
+        ext: dict[str, str] = {
             "a": request.producer_group, "b": request.topic, "c": request.default_topic,
-            "d": request.default_topic_queue_nums, "e": request.queue_id, "f": sys_flag,
-            "g": born, "h": flag, "i": props, "j": request.reconsume_times, "k": False,
-            "l": request.max_reconsume_times, "m": request.batch}
-        return RemotingCommand.request(code, ext, body)
+            "d": str(request.default_topic_queue_nums), "e": str(request.queue_id),
+            "f": str(sys_flag), "g": str(born), "h": str(flag), "i": props,
+            "j": str(request.reconsume_times), "k": "false"}
+        if request.max_reconsume_times is not None:
+            ext["l"] = str(request.max_reconsume_times)
+        ext["m"] = "true" if request.batch else "false"
+        if None in ext.values():
+            return RemotingCommand.request(code, {k: v for k, v in ext.items()
+                                                  if v is not None}, body)
+        return RemotingCommand(code, ext_fields=ext, body=body)
 
     @staticmethod
     def _send_response(r: RemotingCommand) -> SendMessageResponse:

@@ -757,3 +757,4 @@ def send_header(dict ext not None, keys, tuple required not None,
 
 
 include "_wire_lane.pxi"
+include "_wire_header.pxi"

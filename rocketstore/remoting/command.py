@@ -17,7 +17,7 @@ import struct
 from typing import Any
 
 from rocketstore.errors import RemotingProtocolError
-from rocketstore.remoting._wire import json_header, split_frames
+from rocketstore.remoting._wire import encode_header, json_header, split_frames
 from rocketstore.common.codes import CURRENT_VERSION, LanguageCode
 from rocketstore.remoting.fastjson import strict_json
 
@@ -135,11 +135,17 @@ class RemotingCommand:
     # -- encoding -----------------------------------------------------------------------------
     def header_json(self) -> bytes:
         lang = self.language
+        name = lang.name if isinstance(lang, LanguageCode) else LanguageCode(lang).name
+        # written in C when every header field is text (as request/response make them)
+        encoded = encode_header(int(self.code), self.ext_fields, self.flag, name, self.opaque,
+                                self.version, self.remark)
+        if encoded is not None:
+            return encoded
         header: dict[str, Any] = {
             "code": int(self.code),
             "extFields": self.ext_fields,
             "flag": self.flag,
-            "language": lang.name if isinstance(lang, LanguageCode) else LanguageCode(lang).name,
+            "language": name,
             "opaque": self.opaque,
             "serializeTypeCurrentRPC": "JSON",
             "version": self.version,
