@@ -358,3 +358,40 @@ def test_a_hung_listener_call_does_not_hold_back_the_rest_of_its_pull(broker):
         release.set()
         c.shutdown()
     assert sorted(seen) == sorted([b"create"] + [b"h%d" % i for i in range(31)])
+
+
+def test_one_message_listener_sends_back_only_the_failed_message_of_a_pull(broker):
+    """One pull of 20, a one-message listener: the calls run in one pass, and the one call
+    that answers RECONSUME_LATER sends only its message to the retry topic (once); the
+    rest are consumed once each and the committed offset passes all 21."""
+    with Producer("pg", broker=broker) as p:
+        mq = make_topic(p, "T1", 1)[0]
+        p.send_batch([Message("T1", b"o%d" % i) for i in range(20)], message_queue=mq)
+    assert broker.store.wait_dispatched(10)
+    seen: list[tuple[bytes, int]] = []
+    contexts = []
+
+    def listener(msgs, ctx):
+        assert len(msgs) == 1
+        contexts.append(ctx)
+        body = bytes(msgs[0].body)
+        seen.append((body, msgs[0].reconsume_times))
+        if body == b"o7" and msgs[0].reconsume_times == 0:
+            ctx.delay_level_when_next_consume = 1          # 1 s: the retry comes back soon
+            return LATER
+        return OK
+
+    c = consumer(broker, "g1", "T1", listener)
+    try:
+        wait_until(lambda: (b"o7", 1) in seen, what=lambda: f"o7's retry (seen {seen})")
+        wait_until(lambda: c.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY) == 21,
+                   what="the offset after the last message")
+    finally:
+        c.shutdown()
+    first = [b for b, rt in seen if rt == 0]
+    assert sorted(first) == sorted([b"create"] + [b"o%d" % i for i in range(20)])
+    assert [b for b, rt in seen if rt > 0] == [b"o7"]
+    assert queue_bodies(broker, "%RETRY%g1") == [b"o7"]
+    # each call had its own context, at the defaults when the listener was called
+    assert len({id(x) for x in contexts}) == len(contexts)
+    assert all(x.message_queue.topic in ("T1", "%RETRY%g1") for x in contexts)

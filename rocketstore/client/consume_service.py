@@ -8,11 +8,8 @@ queue and retries the same messages locally.
 """
 from __future__ import annotations
 
-import collections
-import itertools
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -22,6 +19,9 @@ from rocketstore.common import (ConsumeConcurrentlyStatus, ConsumeOrderlyStatus,
                                 MessageExt, MessageModel, MessageQueue, ResponseCode)
 from rocketstore.common import constants as C
 from rocketstore.common.protocol import ConsumerSendMsgBackRequest
+from rocketstore.store._codec import (CALLS_COMMIT, CALLS_DONE, CALLS_DROPPED, CALLS_FAST,
+                                      CALLS_SLOW, ConsumeConcurrentlyContext, ConsumeJob,
+                                      consume_clock, run_calls)
 
 if TYPE_CHECKING:
     from rocketstore.client.push_consumer import PushConsumer
@@ -31,17 +31,6 @@ log = logging.getLogger("rocketstore.client")
 JAVA_INT_MAX = 0x7FFFFFFF
 _SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 MAX_TIME_CONSUME_CONTINUOUSLY_MS = 60000
-
-
-@dataclass(slots=True)
-class ConsumeConcurrentlyContext:
-    """``delay_level_when_next_consume``: 0 lets the broker choose (3 + reconsume times), -1
-    sends failures straight to the DLQ. ``ack_index``: with CONSUME_SUCCESS, messages after
-    this index are sent back."""
-
-    message_queue: MessageQueue
-    delay_level_when_next_consume: int = 0
-    ack_index: int = JAVA_INT_MAX
 
 
 @dataclass(slots=True)
@@ -101,32 +90,6 @@ class ConsumeServiceBase:
             return False
 
 
-class _ConsumeJob:
-    """One pull's messages, cut into listener calls of ``consume_message_batch_max_size``.
-
-    Runners on the consume pool take the calls in turn (``next(calls)`` is atomic under the
-    GIL). One runner does the whole job while the listener is fast, so a one-message
-    listener costs a call, not a task hand-off and two contended locks per message; a
-    listener slower than ``SLOW_CALL_S`` makes runners fan out over idle threads, so slow
-    (I/O-bound) listeners still get ``consume_thread_nums`` calls in parallel.
-    """
-
-    __slots__ = ("msgs", "pq", "mq", "bs", "n_calls", "calls", "runners", "taken",
-                 "busy_since", "done")
-
-    def __init__(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
-                 bs: int) -> None:
-        self.msgs, self.pq, self.mq, self.bs = msgs, pq, mq, bs
-        self.n_calls = (len(msgs) + bs - 1) // bs
-        self.calls = itertools.count()
-        self.runners = 1
-        self.taken = 0            # calls taken so far (approximate: for the watchdog)
-        self.busy_since = 0.0     # perf_counter when a runner entered a call, 0 outside
-        # consumed, not yet out of the cache: appended by runners, drained by whoever
-        # commits (deque appends and pops are atomic: nothing is lost between the two)
-        self.done: collections.deque[MessageExt] = collections.deque()
-
-
 #: A listener call slower than this fans a job out to more runners (an I/O-bound listener).
 SLOW_CALL_S = 0.0005
 #: A runner commits its finished messages at least this often (seconds).
@@ -140,7 +103,7 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
         super().__init__(consumer, listener)
         self._threads = consumer.consume_thread_nums
         self._slow = False       # the last listener calls were slow: fan jobs out at once
-        self._active: set[_ConsumeJob] = set()     # jobs with calls left, for the watchdog
+        self._active: set[ConsumeJob] = set()     # jobs with calls left, for the watchdog
         self._watch_lock = threading.Lock()
         self._watching = False
         self._closed = False
@@ -159,7 +122,7 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
         """A call that has not returned after ``WATCH_MS`` (a hung or slow listener) must not
         hold back the rest of its pull: its job gets one more runner, as long as threads and
         calls are left. Re-armed while jobs are active."""
-        now = time.perf_counter()
+        now = consume_clock()
         for job in list(self._active):
             if job.pq.dropped:
                 self._active.discard(job)
@@ -180,7 +143,7 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
 
     def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                dispatch: bool) -> None:
-        job = _ConsumeJob(msgs, pq, mq, self.c.consume_message_batch_max_size)
+        job = ConsumeJob(msgs, pq, mq, self.c.consume_message_batch_max_size)
         runners = min(job.n_calls, self._threads) if self._slow else 1
         job.runners = runners
         if job.n_calls > 1:
@@ -190,64 +153,46 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
         for _ in range(runners):
             self._submit(self._run_job, job)
 
-    def _run_job(self, job: _ConsumeJob) -> None:
-        pq, mq, msgs, bs, n_calls = job.pq, job.mq, job.msgs, job.bs, job.n_calls
+    def _run_job(self, job: ConsumeJob) -> None:
+        """Take the job's calls until none is left. ``run_calls`` runs plain successes in
+        C and comes back here only for what needs a decision: a failed call (send-back), a
+        slow one (fan out), a commit due, the end of the job or of the queue."""
+        pq, mq = job.pq, job.mq
         if mq.topic == self.retry_topic:
-            reset_retry_topic(msgs, mq, self.retry_topic)     # idempotent per job
+            reset_retry_topic(job.msgs, mq, self.retry_topic)     # idempotent per job
         listener = self.listener
-        clock = time.perf_counter
-        done = job.done
-        last_commit = clock()
-        calls = job.calls
+        commit_at = consume_clock() + RUNNER_COMMIT_S
         while True:
-            i = next(calls)
-            if i >= n_calls or pq.dropped:
+            what, chunk, status, ctx, error, slow = run_calls(
+                job, listener, _SUCCESS, SLOW_CALL_S, commit_at, self._slow)
+            if what == CALLS_DONE:
                 self._active.discard(job)
                 break
-            job.taken = i + 1
-            chunk = msgs[i * bs:(i + 1) * bs]
-            ctx = ConsumeConcurrentlyContext(mq)
-            t0 = job.busy_since = clock()
-            try:
-                status = listener(chunk, ctx)
-            except Exception:
-                log.exception("listener of %s failed on %d message(s) of %s: RECONSUME_LATER",
-                              self.c.group, len(chunk), mq)
-                status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-            t1 = clock()
-            job.busy_since = 0.0
-            slow = t1 - t0 > SLOW_CALL_S
+            if what == CALLS_DROPPED:
+                return
+            if what == CALLS_COMMIT:
+                self._commit(job)
+                commit_at = consume_clock() + RUNNER_COMMIT_S
+                continue
             if slow is not self._slow:
                 self._slow = slow
-            if slow and i + 1 < n_calls and job.runners < self._threads:
+            if slow and job.calls_left and job.runners < self._threads:
                 job.runners += 1                 # racy by design: only bounds the fan-out
                 self._submit(self._run_job, job)
-            if pq.dropped:      # the queue went to another consumer meanwhile: discard
-                return
-            if status is _SUCCESS and ctx.ack_index >= len(chunk) - 1:
-                done.extend(chunk)
-                if t1 - last_commit > RUNNER_COMMIT_S:
-                    self._commit(job)
-                    last_commit = t1
-            else:
-                self.process_consume_result(status, ctx, chunk, pq, mq)
-        if done and not pq.dropped:
+            if what == CALLS_SLOW or what == CALLS_FAST:
+                continue
+            if error is not None:
+                log.error("listener of %s failed on %d message(s) of %s: RECONSUME_LATER",
+                          self.c.group, len(chunk), mq, exc_info=error)
+                status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+            self.process_consume_result(status, ctx, chunk, pq, mq)
+        if job.has_done() and not pq.dropped:
             self._commit(job)
 
-    def _commit(self, job: _ConsumeJob) -> None:
+    def _commit(self, job: ConsumeJob) -> None:
         """The job's consumed messages so far: out of the cache, the committed offset
         forward, a parked pull resumed."""
-        dq = job.done
-        n = len(dq)
-        if not n:
-            return
-        pop = dq.popleft
-        out: list[MessageExt] = []
-        try:                  # the watchdog and a runner may drain at once
-            for _ in range(n):
-                out.append(pop())
-        except IndexError:
-            pass
+        out = job.take_done()       # a swap: the watchdog and a runner may commit at once
         if not out:
             return
         pq, mq = job.pq, job.mq
@@ -261,7 +206,7 @@ class ConsumeMessageConcurrentlyService(ConsumeServiceBase):
         """One listener call on ``msgs`` (a send-back that failed, retried locally)."""
         if pq.dropped:
             return
-        job = _ConsumeJob(msgs, pq, mq, max(1, len(msgs)))
+        job = ConsumeJob(msgs, pq, mq, max(1, len(msgs)))
         self._run_job(job)
 
     def process_consume_result(self, status: Any, ctx: ConsumeConcurrentlyContext,

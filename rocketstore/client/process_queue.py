@@ -12,7 +12,7 @@ import time
 from typing import Iterable
 
 from rocketstore.common import MessageExt
-from rocketstore.store._codec import drop_consumed, pulled_offsets
+from rocketstore.store._codec import drop_consumed, first_in_flight, pulled_offsets
 
 # rocketmq.client.rebalance.lockMaxLiveTime / pull.pullMaxIdleTime
 REBALANCE_LOCK_MAX_LIVE_TIME_MS = 30000
@@ -91,10 +91,8 @@ class ProcessQueue:
             return dispatch
 
     def _first_key(self) -> int | None:
-        order, tree = self._order, self._tree
-        while order and order[0] not in tree:
-            order.popleft()
-        return order[0] if order else None
+        first = first_in_flight(self._order, self._tree)     # pops the finished head
+        return first if first >= 0 else None
 
     # -- concurrent ---------------------------------------------------------------------------
     def remove_message(self, msgs: Iterable[MessageExt]) -> int:
@@ -108,8 +106,8 @@ class ProcessQueue:
             self.msg_count -= removed
             self.msg_size -= size
             self.last_consume_timestamp = now_ms()
-            first = self._first_key()
-            return first if first is not None else self.queue_offset_max + 1
+            first = first_in_flight(self._order, tree)
+            return first if first >= 0 else self.queue_offset_max + 1
 
     def max_span(self) -> int:
         """Last minus first cached offset (concurrent flow control: ``consumeConcurrentlyMaxSpan``)."""

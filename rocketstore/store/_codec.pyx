@@ -341,6 +341,7 @@ def crc32(const unsigned char[::1] data not None, uint32_t value=0):
 include "_codec_uniq.pxi"
 include "_codec_message.pxi"
 include "_codec_ext.pxi"
+include "_codec_consume.pxi"
 
 
 # -- Python-level codec API ------------------------------------------------------------------
