@@ -41,6 +41,7 @@ from rocketstore.store.cleanup import partition_used_ratio
 from rocketstore.broker.stats_windows import StatsWindows
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.remoting._wire import PutCounter
+from rocketstore.store._codec import store_sizes
 
 if TYPE_CHECKING:
     from rocketstore.broker.broker import Broker
@@ -230,9 +231,7 @@ class BrokerMetrics:
         msgs = getattr(response, "messages", None)
         if not msgs:
             return
-        size = 0
-        for m in msgs:
-            size += m.store_size
+        size = store_sizes(msgs)        # one C pass, not a Python loop per message
         key = (request.consumer_group, request.topic)
         with self._lock:
             self.get_msgs[key] = self.get_msgs.get(key, 0) + len(msgs)

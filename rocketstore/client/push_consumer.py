@@ -36,6 +36,9 @@ LOCK_INTERVAL_MS = 20000
 UNLOCK_DELAY_TIME_MILLS = 20000
 OFFSET_MOVED_DELAY_MS = 10000
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
+#: Pulls of one queue answered at once that the pull service sends in a row (then the
+#: queue queues up again behind the others).
+INLINE_PULLS = 8
 
 
 class PullRequest:
@@ -234,14 +237,41 @@ class PushConsumer(ConsumerBase):
         if req is not None:
             self.instance.pull_service.execute(self._pull, req)
 
-    def _pull(self, req: PullRequest) -> None:
+    def _pull(self, req: PullRequest, rounds: int = INLINE_PULLS) -> None:
+        """Send the queue's pull; an answer that is there at once (an in-process pull that
+        found messages) is handled here and the next pull sent, up to ``rounds`` times
+        before the queue goes to the back of the pull service's line (fairness), so a
+        draining queue costs no task hand-off per pull."""
+        for _ in range(rounds):
+            fut = self._send_pull(req)
+            if fut is None:
+                return
+            if not fut.done():
+                on_response = self._on_response
+                if self.transport.inline_callbacks:
+                    # a held pull answered later in process: handle it on the answering
+                    # thread (the broker's hold service) instead of one more thread hop,
+                    # which costs a GIL switch interval while a producer is busy; that
+                    # thread sends one more pull at most (it has other pulls to answer)
+                    fut.add_done_callback(lambda f: on_response(req, f, 1))
+                    return
+                execute = self.instance.pull_service.execute
+                fut.add_done_callback(lambda f: execute(on_response, req, f))
+                return
+            if not self._handle_response(req, fut):
+                return
+        self.instance.pull_service.execute(self._pull, req)
+
+    def _send_pull(self, req: PullRequest) -> Future[PullMessageResponse] | None:
+        """The queue's pull request sent: its future, or None when it was held back
+        (dropped, suspended, flow control, no lock or subscription: rescheduled)."""
         pq = req.process_queue
         if pq.dropped or not self._running:
-            return
+            return None
         pq.last_pull_timestamp = now_ms()
         if self._paused:
             self._later(req, PULL_TIME_DELAY_MILLS_WHEN_SUSPEND)
-            return
+            return None
         if self._flow_controlled(pq):
             # RocketMQ re-tries after 50 ms; here the request waits on the ProcessQueue and the
             # consume service sends it as soon as consumption makes room (the timer stays as
@@ -252,23 +282,23 @@ class PushConsumer(ConsumerBase):
             else:
                 self.instance.scheduler.schedule(PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL * 20,
                                                   lambda: self.resume_parked_pull(pq))
-            return
+            return None
         if self._orderly and self.message_model is MessageModel.CLUSTERING:
             if not pq.locked:
                 self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
-                return
+                return None
             if not req.previously_locked:
                 offset = self.rebalance.compute_pull_from_where(req.message_queue)
                 if offset < 0:
                     self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
-                    return
+                    return None
                 req.next_offset = offset
                 req.previously_locked = True
         mq = req.message_queue
         sub = self.subscriptions_for_rebalance().get(mq.topic)
         if sub is None:
             self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
-            return
+            return None
         sys_flag = FLAG_SUSPEND
         commit = 0
         if self.message_model is MessageModel.CLUSTERING:
@@ -285,31 +315,28 @@ class PushConsumer(ConsumerBase):
                                      sub.sub_string if sys_flag & FLAG_SUBSCRIPTION else None,
                                      sub.sub_version)
         try:
-            fut = self.transport.pull_message(mq.broker_name, request)
+            return self.transport.pull_message(mq.broker_name, request)
         except Exception as e:
             log.warning("pull %s: %s", mq, e)
             self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
-            return
-        on_response = self._on_response
-        if not fut.done() and self.transport.inline_callbacks:
-            # a held pull answered later in process: handle it on the answering thread (the
-            # broker's hold service) instead of one more thread hop, which costs a GIL
-            # switch interval while a producer is busy
-            fut.add_done_callback(lambda f: on_response(req, f))
-            return
-        execute = self.instance.pull_service.execute
-        fut.add_done_callback(lambda f: execute(on_response, req, f))
+            return None
 
-    def _on_response(self, req: PullRequest, fut: Future[PullMessageResponse]) -> None:
+    def _on_response(self, req: PullRequest, fut: Future[PullMessageResponse],
+                     rounds: int = INLINE_PULLS) -> None:
+        if self._handle_response(req, fut):
+            self._pull(req, rounds)
+
+    def _handle_response(self, req: PullRequest, fut: Future[PullMessageResponse]) -> bool:
+        """A pull's answer taken in; True when the queue's next pull is to be sent now."""
         pq = req.process_queue
         if pq.dropped or not self._running:
-            return
+            return False
         try:
             resp = fut.result()
         except Exception as e:
             log.warning("pull %s failed: %s", req.message_queue, e)
             self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
-            return
+            return False
         code = resp.code
         mq = req.message_queue
         if code == ResponseCode.SUCCESS:
@@ -323,14 +350,14 @@ class PushConsumer(ConsumerBase):
                 self.offset_store.update_offset(mq, req.next_offset, True)
             if self.pull_interval > 0 and msgs:
                 self._later(req, self.pull_interval)
-            else:
-                self._pull(req)
-        elif code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+                return False
+            return True
+        if code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
             req.next_offset = resp.next_begin_offset
             if pq.msg_count == 0:      # correctTagsOffset
                 self.offset_store.update_offset(mq, req.next_offset, True)
-            self._pull(req)
-        elif code == ResponseCode.PULL_OFFSET_MOVED:
+            return True
+        if code == ResponseCode.PULL_OFFSET_MOVED:
             log.warning("pull %s: offset %d illegal, moving to %d", mq, req.next_offset,
                         resp.next_begin_offset)
             req.next_offset = resp.next_begin_offset
@@ -347,3 +374,4 @@ class PushConsumer(ConsumerBase):
         else:
             log.warning("pull %s: %s %s", mq, code, resp.remark)
             self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+        return False

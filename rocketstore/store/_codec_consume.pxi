@@ -178,13 +178,15 @@ def run_calls(ConsumeJob job not None, listener, success, double slow_s, double 
             return (CALLS_COMMIT, None, None, None, None, False)
 
 
-def store_sizes(list msgs not None):
-    """Total ``store_size`` of ``msgs`` (``MessageExt``): a pull's bytes, one pass."""
-    cdef MessageExt m
+def store_sizes(msgs):
+    """Total ``store_size`` of ``msgs`` (``MessageExt``, or anything with a
+    ``store_size``): a pull's bytes, one pass."""
     cdef int64_t total = 0
     for obj in msgs:
-        m = <MessageExt?>obj
-        total += m.store_size
+        if type(obj) is MessageExt:
+            total += (<MessageExt>obj).store_size
+        else:
+            total += obj.store_size
     return total
 
 
