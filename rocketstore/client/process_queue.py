@@ -12,7 +12,7 @@ import time
 from typing import Iterable
 
 from rocketstore.common import MessageExt
-from rocketstore.store._codec import drop_consumed, first_in_flight, pulled_offsets
+from rocketstore.store._codec import cache_pull, drop_consumed, first_in_flight
 
 # rocketmq.client.rebalance.lockMaxLiveTime / pull.pullMaxIdleTime
 REBALANCE_LOCK_MAX_LIVE_TIME_MS = 30000
@@ -48,19 +48,18 @@ class ProcessQueue:
     def put_message(self, msgs: list[MessageExt]) -> bool:
         """Add pulled messages (an offset already present is ignored). True when an orderly
         consume task should be dispatched (messages waiting and none running)."""
-        bulk = pulled_offsets(msgs) if msgs else None
         with self._lock:
             tree, order = self._tree, self._order
             last = order[-1] if order else -1
-            if bulk is not None and bulk[0][0] > last and not self._consuming:
-                # the usual pull: offsets after everything cached (every cached offset is in
-                # the deque, which ascends), none taken by an orderly consume: in bulk
-                offs, size = bulk
-                tree.update(zip(offs, msgs))
-                order.extend(offs)
-                self.msg_count += len(offs)
+            # the usual pull: offsets after everything cached (every cached offset is in the
+            # deque, which ascends), none taken by an orderly consume: in bulk, in C
+            bulk = cache_pull(tree, order, msgs, last) if msgs and not self._consuming else None
+            if bulk is not None:
+                n, size, top = bulk
+                self.msg_count += n
                 self.msg_size += size
-                self.queue_offset_max = max(self.queue_offset_max, offs[-1])
+                if top > self.queue_offset_max:
+                    self.queue_offset_max = top
                 dispatch = not self.consuming
                 if dispatch:
                     self.consuming = True

@@ -133,9 +133,12 @@ def run_calls(ConsumeJob job not None, listener, success, double slow_s, double 
     cdef double t0, t1
     cdef bint slow
     cdef object status, error
+    if pq.dropped:
+        return (CALLS_DROPPED, None, None, None, None, False)
+    # one clock read per call: a call's end is the next one's start (what lies between is
+    # this loop's own bookkeeping)
+    t1 = _mono()
     while True:
-        if pq.dropped:
-            return (CALLS_DROPPED, None, None, None, None, False)
         i = job.next_call
         if i >= n:
             return (CALLS_DONE, None, None, None, None, False)
@@ -150,7 +153,7 @@ def run_calls(ConsumeJob job not None, listener, success, double slow_s, double 
         ctx.message_queue = mq
         ctx.delay_level_when_next_consume = 0
         ctx.ack_index = JAVA_INT_MAX_
-        t0 = _mono()
+        t0 = t1
         job.busy_since = t0
         error = None
         try:
@@ -201,3 +204,32 @@ def first_in_flight(order not None, dict tree not None):
             return head
         order.popleft()
     return -1
+
+
+def cache_pull(dict tree not None, order not None, list msgs not None, int64_t after):
+    """Put a pull's ``msgs`` into a process queue's ``tree`` (queue offset -> message) and
+    append their offsets to ``order`` when they are all ``MessageExt`` with offsets
+    strictly increasing from above ``after`` (the usual pull): ``(count, body bytes, last
+    offset)``. Otherwise None and nothing is changed (the caller goes message by message).
+    """
+    cdef MessageExt m
+    cdef int64_t last = after, size = 0
+    cdef Py_ssize_t n = len(msgs), i
+    cdef list offs
+    cdef object off
+    for obj in msgs:
+        if type(obj) is not MessageExt:
+            return None
+        m = <MessageExt>obj
+        if m.queue_offset <= last:
+            return None
+        last = m.queue_offset
+        size += m._body_len
+    offs = [None] * n
+    for i in range(n):
+        m = <MessageExt>msgs[i]
+        off = m.queue_offset
+        tree[off] = m
+        offs[i] = off
+    order.extend(offs)
+    return n, size, last
