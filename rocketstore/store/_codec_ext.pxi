@@ -308,27 +308,6 @@ def as_client_messages(list msgs):
     return msgs
 
 
-def pulled_offsets(list msgs):
-    """``(offsets, body bytes)`` of pulled ``msgs`` when their queue offsets strictly
-    increase (what one pull returns), else None: a consumer's process queue takes a pull in
-    bulk with these, not message by message."""
-    cdef MessageExt m
-    cdef list offs = []
-    cdef int64_t last = -1, size = 0
-    cdef bint first = True
-    for obj in msgs:
-        if type(obj) is not MessageExt:
-            return None
-        m = <MessageExt>obj
-        if not first and m.queue_offset <= last:
-            return None
-        first = False
-        last = m.queue_offset
-        offs.append(m.queue_offset)
-        size += m._body_len
-    return offs, size
-
-
 def drop_consumed(dict tree not None, msgs):
     """Remove each of ``msgs`` (``MessageExt``) from ``tree`` (queue offset -> message):
     ``(removed, their body bytes)``; offsets not there are skipped (a process queue's
