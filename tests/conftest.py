@@ -17,6 +17,48 @@ if not FIXTURE_ROOT.exists():  # CI checks out main beside shared/ as well
     FIXTURE_ROOT = Path(os.environ.get("ROCKETSTORE_FIXTURES", "/work/shared/fixtures")) / "rocketmq-4.9.8"
 
 
+# -- a runaway test process is stopped with a report, not killed silently by the OOM killer ----
+# (a CI run once died of an out-of-memory kill with no trace of the test or thread that grew:
+# past the limit, every thread's stack and the running test are printed, then the process
+# exits; ROCKETSTORE_TEST_RSS_LIMIT_MB sets the limit, 0 turns the watch off)
+_RSS_LIMIT_MB = int(os.environ.get("ROCKETSTORE_TEST_RSS_LIMIT_MB", "8000"))
+_running_test = ["(collecting)"]
+_config: list = []
+
+
+def _rss_mb() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+
+
+def _watch_rss() -> None:
+    import faulthandler
+    import time
+    while True:
+        time.sleep(0.5)
+        rss = _rss_mb()
+        if rss > _RSS_LIMIT_MB:
+            capman = _config[0].pluginmanager.getplugin("capturemanager") if _config else None
+            if capman is not None:      # the real stderr again (pytest captures fd 2)
+                capman.suspend_global_capture(in_=True)
+            os.write(2, f"\nconftest: the test process holds {rss} MB (limit {_RSS_LIMIT_MB} "
+                        f"MB) during {_running_test[0]}; every thread:\n".encode())
+            faulthandler.dump_traceback(file=2, all_threads=True)
+            os._exit(70)
+
+
+def pytest_configure(config):
+    _config.append(config)
+    if _RSS_LIMIT_MB > 0 and os.path.exists("/proc/self/statm"):
+        import threading
+        threading.Thread(target=_watch_rss, name="conftest-rss-watch", daemon=True).start()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    _running_test[0] = item.nodeid
+
+
 def pytest_addoption(parser):
     parser.addoption("--run-stress", action="store_true", default=False,
                      help="run the long stress variants (marker 'stress')")
