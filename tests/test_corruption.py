@@ -42,7 +42,7 @@ def _damage(path: str, rnd: random.Random, how: str) -> None:
         elif how == "garbage":
             pos = rnd.randrange(size)
             f.seek(pos)
-            f.write(os.urandom(min(512, size - pos)))
+            f.write(rnd.randbytes(min(512, size - pos)))      # replayable (the seed)
         elif how == "truncate":
             f.truncate(rnd.randrange(size))
 

@@ -209,6 +209,35 @@ def test_slot_chain_newest_first_and_hash_filtered(tmp_path):
         f.close()
 
 
+def test_a_damaged_chain_link_that_loops_ends_the_walk(tmp_path):
+    """A chain's links run from newer entries to older ones. Garbage that points an entry's
+    link forward (a loop of two or more entries) ends the walk there: the query returns the
+    entries before the loop once, and the membership check returns (it used to append the
+    loop's offsets until memory ran out, and to spin forever)."""
+    path = str(tmp_path / "20240101000000004")
+    f = IndexFile(path, SLOTS, INDEX_NUM, create=True)
+    t0 = 1_700_000_000_000
+    h = key_hash("T", "k")
+    try:
+        for n in range(3):
+            assert f.put_key("T", "k", 1000 + n, t0 + n)        # entries 1, 2, 3
+        assert f.select_phy_offsets(h, 1 << 30, 0, END) == [1002, 1001, 1000]
+    finally:
+        f.close()
+    # entry 2's link (prev, 4 bytes at +16) pointed at entry 3 (newer): 3 -> 2 -> 3 -> 2 ...
+    with open(path, "r+b") as fh:
+        fh.seek(40 + SLOTS * 4 + 2 * 20 + 16)
+        fh.write(struct.pack(">i", 3))
+    f = IndexFile(path, SLOTS, INDEX_NUM)
+    try:
+        assert f.select_phy_offsets(h, 1 << 30, 0, END) == [1002, 1001]
+        assert f.bad_links == 1                             # counted: the store reports it
+        assert not f.has_entry(h, 999)
+        assert f.has_entry(h, 1001)
+    finally:
+        f.close()
+
+
 # -- IndexService through the store: rolling ----------------------------------------------------
 
 def test_store_rolls_index_files_with_carried_over_header(store_dir):

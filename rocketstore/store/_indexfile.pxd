@@ -20,6 +20,7 @@ cdef class IndexFile:
     cdef readonly MappedFile mapped_file
     cdef readonly int32_t hash_slot_num
     cdef readonly int32_t index_num
+    cdef readonly int64_t bad_links     # chain links found pointing at a newer entry (damage)
     cdef IndexHeader header
     cdef char *base
     cdef Py_ssize_t allocated_end       # bytes allocated for real; entries past it wait for grow()

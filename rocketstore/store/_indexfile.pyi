@@ -10,6 +10,7 @@ class IndexFile:
     mapped_file: MappedFile
     hash_slot_num: int
     index_num: int
+    bad_links: int
     def __init__(self, path: str, hash_slot_num: int, index_num: int, *, create: bool = ...,
                  prev_end_phy: int = ..., prev_end_ts: int = ..., read_only: bool = ...) -> None: ...
     def refresh(self) -> None: ...

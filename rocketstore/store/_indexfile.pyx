@@ -227,7 +227,12 @@ cdef class IndexFile:
             t = h.begin_ts + <int64_t>diff * 1000
             if kh == key_hash and begin <= t <= end:
                 out.append(phy)
-            if prev <= 0 or prev > h.index_count or prev == nxt or t < begin:
+            # a link always points at an older entry (entries are appended; the slot holds
+            # the newest): one that does not is damage and ends the walk, or a loop of
+            # garbage links would be walked (and appended) without end
+            if prev <= 0 or prev >= nxt or t < begin:
+                if prev >= nxt:
+                    self.bad_links += 1
                 break
             nxt = prev
         return out
@@ -250,7 +255,8 @@ cdef class IndexFile:
             if phy == phy_offset and _get32(e) == key_hash:
                 return True
             prev = _get32(e + 16)
-            if prev == nxt:
+            if prev >= nxt:             # not an older entry: damage (see select_phy_offsets)
+                self.bad_links += 1
                 return False
             nxt = prev
         return False

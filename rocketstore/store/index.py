@@ -63,6 +63,7 @@ class IndexService:
         self._flushers: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._retired: list[tuple[float, IndexFile]] = []     # deleted, mapping kept a while
+        self._reported_links: set[str] = set()      # files whose damaged chain link was logged
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -277,6 +278,21 @@ class IndexService:
         h = key_hash(topic, key)
         for f in reversed(self.files):
             if f.is_time_matched(begin, end):
-                yield from f.select_phy_offsets(h, 1 << 30, begin, end)
+                seen = f.bad_links
+                found = f.select_phy_offsets(h, 1 << 30, begin, end)
+                if f.bad_links != seen:
+                    self._report_bad_link(f)
+                yield from found
             if f.begin_timestamp < begin:
                 break
+
+    def _report_bad_link(self, f: IndexFile) -> None:
+        """A chain link pointing at a newer entry (garbage in the file): the walk stopped
+        there, so a key query may miss older entries of that chain. Logged once per file."""
+        name = os.path.basename(f.mapped_file.path)
+        if name in self._reported_links:
+            return
+        self._reported_links.add(name)
+        log.warning("%s: index file %s has a damaged chain link (it points at a newer entry): "
+                    "key queries stop at it and may miss older messages of that chain",
+                    self.index_dir, name)
