@@ -138,6 +138,11 @@ _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _MULTI_TAGS = int(SysFlag.MULTI_TAGS)
 
 
+def illegal(e: InvalidMessageError) -> SendMessageResponse:
+    """The answer to a send the store refused as malformed (MESSAGE_ILLEGAL, naming why)."""
+    return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
+
+
 def put_response(r: PutMessageResult, queue_id: int) -> SendMessageResponse:
     """``handlePutMessageResult``: the response of a send whose put finished with ``r``."""
     if r.status is _PUT_OK:         # per send: no enum hash, positional fields
@@ -221,7 +226,7 @@ class SendMessageProcessor:
                 born_timestamp, born_host, stored[1], store.put_acks, self._transform(queue_id),
                 True)
         except InvalidMessageError as e:
-            return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
+            return illegal(e)
         return put_response(r, queue_id) if type(r) is PutMessageResult else r
 
     def _send_wire_batch(self, w: WireSend) -> Future:
@@ -409,7 +414,7 @@ class SendMessageProcessor:
         try:
             put = self.broker.put_inner(inner)
         except InvalidMessageError as e:
-            return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
+            return illegal(e)
         return self._respond(put, queue_id)
 
     def _put_bytes(self, topic: str, store_queue_id: int, body: object, user: dict[str, str],
@@ -470,7 +475,7 @@ class SendMessageProcessor:
             return store.put_message_async(
                 m, inner.queue_id, transform=functools.partial(put_response, queue_id=queue_id))
         except InvalidMessageError as e:
-            return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))
+            return illegal(e)
 
     def _client_properties(self, msg: Message) -> PropertiesMap:
         """The request's properties as the broker's map (``string2messageProperties`` of the

@@ -18,10 +18,9 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from rocketstore.broker.send import put_response
+from rocketstore.broker.send import illegal, put_response
 from rocketstore.common import constants as C
-from rocketstore.common.protocol import ResponseCode, SendMessageResponse
-from rocketstore.errors import InvalidMessageError
+from rocketstore.common.protocol import SendMessageResponse
 from rocketstore.remoting._wire import LaneCore
 from rocketstore.store.status import PutMessageStatus, SysFlag
 from rocketstore.store.topics import MULTI_TAG, TopicConfig
@@ -45,7 +44,7 @@ class SendLane(LaneCore):
         super().__init__(
             topic, broker.topic_manager.table, sp, broker,
             broker.store.commit_log.put_wire_async, broker.store.put_acks, sp._transform,
-            put_response, _illegal, broker.next_uniq_id, sp._born_host_of, PutMessageResult,
+            put_response, illegal, broker.next_uniq_id, sp._born_host_of, PutMessageResult,
             PutMessageStatus.PUT_OK, sp._cluster_b, sp._born_host_of(None),
             None if metrics is None else metrics.put_counter(topic),
             None if metrics is None else metrics.on_send_one)
@@ -68,7 +67,3 @@ class SendLane(LaneCore):
             self._keep(tc, cfg, max(tc.write_queue_nums, tc.read_queue_nums),
                        int(SysFlag.MULTI_TAGS) if tc.topic_filter_type == MULTI_TAG else 0)
         return r
-
-
-def _illegal(e: InvalidMessageError) -> SendMessageResponse:
-    return SendMessageResponse(ResponseCode.MESSAGE_ILLEGAL, str(e))

@@ -54,7 +54,7 @@ class FastSend(FastSendCore):
             p._async_failed(out, TransportError(mq.broker_name, f"broker closed: {answer}"), m,
                             uniq, mq, self.info, p.retry_times_when_send_async_failed, begin)
         elif type(answer) is SendMessageResponse and answer.code == 0:  # SUCCESS at once
-            complete_future(out, _sent(answer, mq, uniq))
+            complete_future(out, sent_result(answer, mq, uniq))
         else:
             p._async_answer(out, answer, m, uniq, mq, self.info,
                             p.retry_times_when_send_async_failed, begin)
@@ -79,11 +79,11 @@ class FastSend(FastSendCore):
             r = TransportError(mq.broker_name, f"send timed out after {timeout} ms")
         else:
             if r.code == 0:                             # SUCCESS
-                return _sent(r, mq, uniq)
+                return sent_result(r, mq, uniq)
         return p._drive(p._retrying(m, uniq, None, timeout, (mq, begin, self.info)), r)
 
 
-def _sent(r: SendMessageResponse, mq: MessageQueue, uniq: str) -> SendResult:
+def sent_result(r: SendMessageResponse, mq: MessageQueue, uniq: str) -> SendResult:
     """The SEND_OK result of a SUCCESS answer (the queue object reused when the broker kept it)."""
     return SendResult(_SEND_OK, uniq, r.msg_id,
                       mq if r.queue_id == mq.queue_id else

@@ -16,7 +16,7 @@ from typing import Any, Generator, Iterable
 from rocketstore.acl.signature import SessionCredentials, credentials_from
 from rocketstore.client import reply, validators
 from rocketstore.client.compression import compressor
-from rocketstore.client.fast_send import FastSend
+from rocketstore.client.fast_send import FastSend, sent_result
 from rocketstore.client.instance import (HEARTBEAT_BROKER_INTERVAL_MS,
                                          POLL_NAME_SERVER_INTERVAL_MS, ClientInstance,
                                          ClientTimers, build_client_id, transport_for)
@@ -411,10 +411,7 @@ class Producer(FutureSends):
                     fast = self._fast.get(mq.topic)
                     if fast is None or fast.info is not info:
                         self._install_fast(mq.topic, info, mq.broker_name)
-                return SendResult(_SEND_OK, uniq, answer.msg_id,
-                                  mq if answer.queue_id == mq.queue_id else
-                                  MessageQueue(mq.topic, mq.broker_name, answer.queue_id),
-                                  answer.queue_offset, answer.transaction_id)
+                return sent_result(answer, mq, uniq)
         return self._drive(self._retrying(prepared, uniq, None, timeout, (mq, begin, info)),
                            answer)
 

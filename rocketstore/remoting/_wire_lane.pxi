@@ -8,7 +8,8 @@
 # with: both are immutable and replaced whole on change, so an identity test per send is the
 # whole check. Everything else returns to the Python subclass's ``_full``.
 
-from rocketstore.store._codec cimport Message, UniqIdGenerator, now_ms, stamped_message
+from rocketstore.store._codec cimport Message, UniqIdGenerator, mono_s, now_ms, stamped_message
+from rocketstore.store._codec import PROPERTY_UNIQ_KEY
 
 
 @cython.final
@@ -159,7 +160,6 @@ cdef class LaneCore:
 # -- the producer's end: FastSend (rocketstore.client.fast_send) -----------------------------
 
 from cpython.pythread cimport PyThread_get_thread_ident
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 import random as _random
 
 
@@ -210,16 +210,6 @@ cdef class ThreadLocalIndex:
         self._slot(PyThread_get_thread_ident())[0] = value
 
 
-cdef str PROPERTY_UNIQ_KEY_S = "UNIQ_KEY"
-
-
-cdef inline double _monotonic() noexcept nogil:
-    # time.monotonic()'s clock (CLOCK_MONOTONIC on Linux), without a call into Python
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
-
-
 cdef class FastSendCore:
     """The fast part of a producer's sync send to one topic (``FastSend``, its Python
     subclass, supplies ``_answered`` for every answer but a put stored at once)."""
@@ -266,7 +256,7 @@ cdef class FastSendCore:
         m = <Message>msg
         p = self.producer
         n = m._body_len
-        begin[0] = _monotonic()
+        begin[0] = mono_s()
         if (not 0 < n < p.compress_msg_body_over_howmuch or n > p.max_message_size
                 or begin[0] >= self.expires or p.fault_strategy.send_latency_fault_enable
                 or not self._one_broker or not self._mqs):
@@ -285,7 +275,7 @@ cdef class FastSendCore:
         cdef Message stamped = self._pick(msg, &i, &begin)
         if stamped is None:
             return None
-        return begin, self._mqs[i], stamped, stamped._user[PROPERTY_UNIQ_KEY_S]
+        return begin, self._mqs[i], stamped, stamped._user[PROPERTY_UNIQ_KEY]
 
     def send(self, msg, int timeout):
         """The send's result, or None when this path does not take the message (the caller
@@ -299,7 +289,7 @@ cdef class FastSendCore:
             answer = self.lane(stamped, self._qids[i])
         except StoreClosedError as e:
             answer = e                                  # retried as a transport error
-        uniq = stamped._user[PROPERTY_UNIQ_KEY_S]
+        uniq = stamped._user[PROPERTY_UNIQ_KEY]
         if type(answer) is self._stored_type:           # stored at once
             return self._result(self._send_ok, uniq, answer.msg_id, self._mqs[i],
                                 answer.queue_offset, None)
@@ -317,7 +307,7 @@ cdef class FastSendCore:
             answer = self.lane(stamped, self._qids[i])
         except StoreClosedError as e:
             answer = e                                  # retried as a transport error
-        uniq = stamped._user[PROPERTY_UNIQ_KEY_S]
+        uniq = stamped._user[PROPERTY_UNIQ_KEY]
         if type(answer) is self._stored_type:           # stored at once
             return self._done_future(self._result(self._send_ok, uniq, answer.msg_id,
                                                   self._mqs[i], answer.queue_offset, None))

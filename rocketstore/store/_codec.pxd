@@ -100,6 +100,7 @@ cdef int report_bad_record(object where, int64_t offset, const char *p,
                            Py_ssize_t avail, int64_t crc_from) except -1
 
 cdef int64_t now_ms() noexcept nogil
+cdef double mono_s() noexcept nogil          # CLOCK_MONOTONIC seconds
 
 
 # The properties dispatch needs, found in one pass over a record's properties.

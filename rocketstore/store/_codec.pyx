@@ -32,7 +32,7 @@ from rocketstore.store._csrc cimport (
     RS_SYSFLAG_COMPRESS_ZSTD, RS_SYSFLAG_TX_MASK, RS_MAX_TOPIC_LEN_V1, RS_MAX_TOPIC_LEN,
     RS_MAX_PROPERTIES_LEN, RS_MSGID_V4_BYTES, RS_MSGID_V6_BYTES, RS_CRC32_RESERVED_LEN,
     RS_CRC32_NAME_LEN,
-    timespec, clock_gettime, CLOCK_REALTIME,
+    timespec, clock_gettime, CLOCK_REALTIME, CLOCK_MONOTONIC,
 )
 
 import ipaddress
@@ -63,6 +63,13 @@ cdef int64_t now_ms() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_REALTIME, &ts)
     return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+cdef double mono_s() noexcept nogil:
+    # time.monotonic()'s clock on Linux, without a call into Python
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
 
 
 # -- writing -----------------------------------------------------------------------------------

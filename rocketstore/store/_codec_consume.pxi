@@ -3,8 +3,6 @@
 # (context, chunk, timing, success check, done list) is done here in C, and Python only
 # sees the calls that need a decision (a failure, a slow call, a commit due, the end).
 
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-
 #: what ``run_calls`` stopped on
 CALLS_DONE = 0          # no call left in the job
 CALLS_DROPPED = 1       # the queue was dropped (before or during a call): discard
@@ -17,15 +15,9 @@ cdef enum:
     JAVA_INT_MAX_ = 0x7FFFFFFF
 
 
-cdef inline double _mono() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
-
-
 def consume_clock():
     """Seconds on the clock ``ConsumeJob.busy_since`` uses (CLOCK_MONOTONIC)."""
-    return _mono()
+    return mono_s()
 
 
 @cython.final
@@ -137,7 +129,7 @@ def run_calls(ConsumeJob job not None, listener, success, double slow_s, double 
         return (CALLS_DROPPED, None, None, None, None, False)
     # one clock read per call: a call's end is the next one's start (what lies between is
     # this loop's own bookkeeping)
-    t1 = _mono()
+    t1 = mono_s()
     while True:
         i = job.next_call
         if i >= n:
@@ -161,7 +153,7 @@ def run_calls(ConsumeJob job not None, listener, success, double slow_s, double 
         except Exception as e:
             status = None
             error = e
-        t1 = _mono()
+        t1 = mono_s()
         job.busy_since = 0.0
         if pq.dropped:          # the queue went to another consumer meanwhile: discard
             return (CALLS_DROPPED, None, None, None, None, False)

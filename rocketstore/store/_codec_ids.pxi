@@ -37,9 +37,6 @@ cdef str decode_host(const char *p, int n):
     return f"[{ipaddress.IPv6Address(p[:16]).compressed}]:{port}"
 
 
-cdef const char *_HEX_UPPER = b"0123456789ABCDEF"
-
-
 cpdef str format_msg_id(bytes host_bytes, int64_t phy_offset):
     """Offset message id: store host address + port + commit-log offset, uppercase hex."""
     # written in place: every send's result carries one (no joined bytes, hex, upper copies)
@@ -50,10 +47,10 @@ cpdef str format_msg_id(bytes host_bytes, int64_t phy_offset):
     if n > 24:
         raise InvalidMessageError("host", repr(host_bytes), "expected 8 or 20 address bytes")
     for i in range(n):
-        buf[2 * i] = _HEX_UPPER[h[i] >> 4]
-        buf[2 * i + 1] = _HEX_UPPER[h[i] & 15]
+        buf[2 * i] = HEX[h[i] >> 4]
+        buf[2 * i + 1] = HEX[h[i] & 15]
     for i in range(16):
-        buf[2 * n + 15 - i] = _HEX_UPPER[off & 15]
+        buf[2 * n + 15 - i] = HEX[off & 15]
         off >>= 4
     return PyUnicode_DecodeASCII(buf, 2 * n + 16, NULL)
 

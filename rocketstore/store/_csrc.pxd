@@ -107,6 +107,7 @@ cdef extern from "<time.h>" nogil:
         long tv_nsec
     int clock_gettime(int clk, timespec *ts)
     enum: CLOCK_REALTIME
+    enum: CLOCK_MONOTONIC
 
 
 cdef extern from "<pthread.h>" nogil:
