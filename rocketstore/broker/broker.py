@@ -29,6 +29,7 @@ from rocketstore.broker.producer_manager import ProducerManager
 from rocketstore.broker.pull import PullMessageProcessor
 from rocketstore.broker.reply import ReplyMessageProcessor
 from rocketstore.broker.send import SendMessageProcessor
+from rocketstore.broker.pull_lane import PullLane
 from rocketstore.broker.send_lane import SendLane
 from rocketstore.broker.subscription_group import SubscriptionGroupManager
 from rocketstore.broker.topic_manager import BrokerTopicManager
@@ -414,6 +415,15 @@ class Broker:
         if self.metrics is not None:
             self.metrics.on_pull(request, fut)
         return fut
+
+    def pull_lane(self, group: str, topic: str) -> PullLane | None:
+        """A ``PullLane``: ``pull_message`` for one (group, topic) of an in-process push
+        consumer, its checks made once per configuration; None for names ``pull_message``
+        refuses (its refusal is then the answer)."""
+        self._check_open()
+        if _bad_names(topic, group, "consumer_group") is not None:
+            return None
+        return PullLane(self, group, topic)
 
     def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> RemotingResult:
         """``QUERY_CONSUMER_OFFSET`` (MESSAGING.md 3.7): the committed offset; else 0 when the

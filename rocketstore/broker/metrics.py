@@ -128,6 +128,8 @@ class BrokerMetrics:
         self._lane_puts: dict[str, PutCounter] = {}
         self.get_msgs: dict[tuple[str, str], int] = {}
         self.get_bytes: dict[tuple[str, str], int] = {}
+        # the in-process pull lanes' counts, per (group, topic) (counted in C, as the puts)
+        self._lane_gets: dict[tuple[str, str], PutCounter] = {}
         self.flush_wait = LatencyHistogram()
         # async flush: how long each commit-log flush round (msync) took
         self.flush_time = LatencyHistogram()
@@ -181,6 +183,25 @@ class BrokerMetrics:
             if c is None:
                 c = self._lane_puts[topic] = PutCounter()
             return c
+
+    def pull_counter(self, group: str, topic: str) -> PutCounter:
+        """The counter a ``PullLane`` of (group, topic) adds the messages and bytes of its
+        pulls to (read with the dict counters)."""
+        with self._lock:
+            c = self._lane_gets.get((group, topic))
+            if c is None:
+                c = self._lane_gets[(group, topic)] = PutCounter()
+            return c
+
+    def _gets(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+        """Copies of (get msgs, get bytes) per (group, topic), the lanes' counts included
+        (under the lock)."""
+        msgs, size = dict(self.get_msgs), dict(self.get_bytes)
+        for k, c in self._lane_gets.items():
+            if c.msgs:
+                msgs[k] = msgs.get(k, 0) + c.msgs
+                size[k] = size.get(k, 0) + c.size
+        return msgs, size
 
     def _puts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Copies of (put msgs, put bytes) per topic, the lanes' counts included (under the
@@ -242,8 +263,7 @@ class BrokerMetrics:
                                 dict[tuple[str, str], int], dict[tuple[str, str], int]]:
         """Copies of (put msgs, put bytes, failed sends, get msgs, get bytes)."""
         with self._lock:
-            return (*self._puts(), dict(self.put_failed), dict(self.get_msgs),
-                    dict(self.get_bytes))
+            return (*self._puts(), dict(self.put_failed), *self._gets())
 
     def stats_counters(self) -> dict[tuple[str, str], int]:
         """The counters under RocketMQ's stats item names and keys (``BrokerStatsManager``):
@@ -266,7 +286,7 @@ class BrokerMetrics:
         """(put msgs/s per topic, get msgs/s per (group, topic)) over the last 10-20 s."""
         now = time.monotonic()
         with self._lock:
-            puts, gets = self._puts()[0], dict(self.get_msgs)
+            puts, gets = self._puts()[0], self._gets()[0]
             if now - self._newer.t >= RATE_WINDOW_S:
                 self._older, self._newer = self._newer, _Snapshot(now, puts, gets)
             base = self._older

@@ -34,6 +34,7 @@ from rocketstore.store.status import GetMessageStatus
 
 if TYPE_CHECKING:
     from rocketstore.broker.broker import Broker
+    from rocketstore.broker.subscription_group import SubscriptionGroupConfig
 
 log = logging.getLogger("rocketstore.broker.pull")
 
@@ -73,6 +74,11 @@ def build_subscription_data(topic: str, sub_string: str | None,
     tags = [t.strip() for t in sub_string.split("||") if t.strip()]
     return SubscriptionData(topic, sub_string, frozenset(tags),
                             frozenset(java_hash(t) for t in tags), sub_version)
+
+
+def _refused(code: ResponseCode, remark: str
+             ) -> tuple[PullMessageResponse, None, None]:
+    return PullMessageResponse(code, remark=remark), None, None
 
 
 def _filter_of(sub: SubscriptionData):
@@ -248,36 +254,36 @@ class PullMessageProcessor:
             complete_future(fut, resp)
         return fut
 
-    def process(self, req: PullMessageRequest, allow_suspend: bool,
-                future: Future | None = None) -> PullMessageResponse | None:
-        """One pull; None when it was parked (``future`` completes later)."""
+    def check(self, req: PullMessageRequest
+              ) -> tuple[PullMessageResponse | None, SubscriptionGroupConfig | None,
+                         SubscriptionData | None]:
+        """4.9.8's checks of a pull, in its order: ``(refusal, None, None)``, or ``(None,
+        the group's config, the subscription the read filters by)``."""
         b = self.broker
         cfg = b.config
         if not _PERM_READ & cfg.broker_permission:
-            return PullMessageResponse(ResponseCode.NO_PERMISSION, remark=(
+            return _refused(ResponseCode.NO_PERMISSION, remark=(
                 f"the broker[{cfg.broker_ip1}] pulling message is forbidden"))
         sgc = b.subscription_groups.find(req.consumer_group)
         if sgc is None:
-            return PullMessageResponse(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark=(
+            return _refused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark=(
                 f"subscription group [{req.consumer_group}] does not exist"))
         if not sgc.consume_enable:
-            return PullMessageResponse(ResponseCode.NO_PERMISSION, remark=(
+            return _refused(ResponseCode.NO_PERMISSION, remark=(
                 f"subscription group no permission, {req.consumer_group}"))
-        suspend = bool(req.sys_flag & FLAG_SUSPEND)
-        commit = bool(req.sys_flag & FLAG_COMMIT_OFFSET)
         tc = b.topic_manager.select(req.topic)
         if tc is None:
-            return PullMessageResponse(ResponseCode.TOPIC_NOT_EXIST, remark=(
+            return _refused(ResponseCode.TOPIC_NOT_EXIST, remark=(
                 f"topic[{req.topic}] not exist, apply first please!"))
         if not tc.perm & _PERM_READ:
-            return PullMessageResponse(ResponseCode.NO_PERMISSION, remark=(
+            return _refused(ResponseCode.NO_PERMISSION, remark=(
                 f"the topic[{req.topic}] pulling message is forbidden"))
         if req.queue_id < 0 or req.queue_id >= tc.read_queue_nums:
-            return PullMessageResponse(ResponseCode.SYSTEM_ERROR, remark=(
+            return _refused(ResponseCode.SYSTEM_ERROR, remark=(
                 f"queueId[{req.queue_id}] is illegal, topic:[{req.topic}] "
                 f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{req.consumer_group}]"))
         if req.expression_type != "TAG":
-            return PullMessageResponse(ResponseCode.SYSTEM_ERROR, remark=(
+            return _refused(ResponseCode.SYSTEM_ERROR, remark=(
                 "The broker does not support consumer to filter message by "
                 f"{req.expression_type}"))
         if req.sys_flag & FLAG_SUBSCRIPTION:
@@ -285,27 +291,39 @@ class PullMessageProcessor:
             # held with a held pull; a 256 KiB header holds ~30,000 (stricter than 4.9.8)
             expression = req.subscription
             if expression and expression.count("||") >= cfg.heartbeat_max_entries:
-                return PullMessageResponse(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=(
+                return _refused(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=(
                     f"the pull's subscription has {expression.count('||') + 1} tags "
                     f"(heartbeatMaxEntries={cfg.heartbeat_max_entries})"))
             sub = build_subscription_data(req.topic, expression, req.sub_version)
         else:
             info = b.consumer_manager.get_consumer_group_info(req.consumer_group)
             if info is None:
-                return PullMessageResponse(ResponseCode.SUBSCRIPTION_NOT_EXIST, remark=(
+                return _refused(ResponseCode.SUBSCRIPTION_NOT_EXIST, remark=(
                     f"the consumer's group info not exist, group: {req.consumer_group}"))
             if (not sgc.consume_broadcast_enable
                     and info.message_model is MessageModel.BROADCASTING):
-                return PullMessageResponse(ResponseCode.NO_PERMISSION, remark=(
+                return _refused(ResponseCode.NO_PERMISSION, remark=(
                     f"the consumer group[{req.consumer_group}] can not consume by broadcast way"))
             found = info.find_subscription_data(req.topic)
             if found is None:
-                return PullMessageResponse(ResponseCode.SUBSCRIPTION_NOT_EXIST, remark=(
+                return _refused(ResponseCode.SUBSCRIPTION_NOT_EXIST, remark=(
                     f"the consumer's subscription not exist, group: {req.consumer_group}"))
             if found.sub_version < req.sub_version:
-                return PullMessageResponse(ResponseCode.SUBSCRIPTION_NOT_LATEST, remark=(
+                return _refused(ResponseCode.SUBSCRIPTION_NOT_LATEST, remark=(
                     "the consumer's subscription not latest"))
             sub = found
+        return None, sgc, sub
+
+    def process(self, req: PullMessageRequest, allow_suspend: bool,
+                future: Future | None = None) -> PullMessageResponse | None:
+        """One pull; None when it was parked (``future`` completes later)."""
+        refused, sgc, sub = self.check(req)
+        if refused is not None:
+            return refused
+        b = self.broker
+        cfg = b.config
+        suspend = bool(req.sys_flag & FLAG_SUSPEND)
+        commit = bool(req.sys_flag & FLAG_COMMIT_OFFSET)
         resp, suggest_slave = self._read(req, sub)
         slave = b.is_slave
         # suggestWhichBrokerId (docs/replication.md): only a broker with slaveReadEnable steers a

@@ -137,6 +137,11 @@ class InProcessTransport(Transport):
         fut.add_done_callback(done)
         return out
 
+    def pull_lane(self, broker_name: str, group: str, topic: str) -> Any:
+        """The broker's ``PullLane`` of (group, topic) (``pull`` answers a ``PullFound`` or
+        None: send the request), or None."""
+        return self._b(broker_name).pull_lane(group, topic)
+
     def query_consumer_offset(self, broker_name: str, group: str, topic: str,
                               queue_id: int) -> RemotingResult:
         return self._call(broker_name, "query_consumer_offset", group, topic, queue_id)

@@ -24,6 +24,7 @@ from rocketstore.client.subscription import filter_by_tags
 from rocketstore.common import MessageModel, MessageQueue, ResponseCode
 from rocketstore.common.protocol import PullMessageRequest, PullMessageResponse
 from rocketstore.errors import MQClientError
+from rocketstore.remoting._wire import PullFound
 
 log = logging.getLogger("rocketstore.client")
 
@@ -120,6 +121,9 @@ class PushConsumer(ConsumerBase):
         self._inner_producer: Producer | None = None
         self._inner_lock = threading.Lock()
         self._paused = False
+        # (broker name, topic) -> the broker's in-process PullLane, or None (over the wire,
+        # or names the broker refuses)
+        self._pull_lanes: dict[tuple[str, str], Any] = {}
 
     # -- configuration ------------------------------------------------------------------------
     def register_message_listener(self, fn: Callable[..., Any], orderly: bool = False) -> None:
@@ -247,6 +251,10 @@ class PushConsumer(ConsumerBase):
             fut = self._send_pull(req)
             if fut is None:
                 return
+            if type(fut) is PullFound:
+                if not self._found(req, fut.next_begin_offset, fut.messages):
+                    return
+                continue
             if not fut.done():
                 on_response = self._on_response
                 if self.transport.inline_callbacks:
@@ -263,9 +271,10 @@ class PushConsumer(ConsumerBase):
                 return
         self.instance.pull_service.execute(self._pull, req)
 
-    def _send_pull(self, req: PullRequest) -> Future[PullMessageResponse] | None:
+    def _send_pull(self, req: PullRequest) -> Future[PullMessageResponse] | PullFound | None:
         """The queue's pull request sent: its future, or None when it was held back
-        (dropped, suspended, flow control, no lock or subscription: rescheduled)."""
+        (dropped, suspended, flow control, no lock or subscription: rescheduled); in
+        process, a ``PullFound`` when the broker's pull lane found messages at once."""
         pq = req.process_queue
         if pq.dropped or not self._running:
             return None
@@ -310,6 +319,16 @@ class PushConsumer(ConsumerBase):
                 commit = 0
         if self.post_subscription_when_pull:
             sys_flag |= FLAG_SUBSCRIPTION
+        else:
+            key = (mq.broker_name, mq.topic)
+            lane = self._pull_lanes.get(key, False)
+            if lane is False:
+                lane = self._lane_of(mq)
+            if lane is not None:
+                found = lane.pull(mq.queue_id, req.next_offset, self.pull_batch_size, sys_flag,
+                                  commit, sub.sub_version)
+                if found is not None:
+                    return found
         request = PullMessageRequest(self.group, mq.topic, mq.queue_id, req.next_offset,
                                      self.pull_batch_size, sys_flag, commit,
                                      BROKER_SUSPEND_MAX_TIME_MILLIS,
@@ -322,10 +341,44 @@ class PushConsumer(ConsumerBase):
             self._later(req, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
             return None
 
+    def _lane_of(self, mq: MessageQueue) -> Any:
+        """The transport's pull lane of (broker, topic) for this group, looked up once; None
+        over the wire (or when it cannot be had: the request path then answers)."""
+        lane = None
+        get = getattr(self.transport, "pull_lane", None)
+        if get is not None:
+            try:
+                lane = get(mq.broker_name, self.group, mq.topic)
+            except Exception as e:      # a closed or unknown broker: the request path says
+                log.debug("no pull lane for %s: %s", mq, e)
+                return None
+        self._pull_lanes[(mq.broker_name, mq.topic)] = lane
+        return lane
+
     def _on_response(self, req: PullRequest, fut: Future[PullMessageResponse],
                      rounds: int = INLINE_PULLS) -> None:
         if self._handle_response(req, fut):
             self._pull(req, rounds)
+
+    def _found(self, req: PullRequest, next_begin_offset: int, messages: list[Any]) -> bool:
+        """A SUCCESS answer taken in: the messages cached and handed to the consume service;
+        True when the queue's next pull is to be sent now."""
+        pq = req.process_queue
+        if pq.dropped or not self._running:
+            return False
+        mq = req.message_queue
+        req.next_offset = next_begin_offset
+        sub = self.subscriptions_for_rebalance().get(mq.topic)
+        msgs = messages if sub is None else filter_by_tags(messages, sub)
+        if msgs:
+            dispatch = pq.put_message(msgs)
+            self.consume_service.submit(msgs, pq, mq, dispatch)
+        elif pq.msg_count == 0:
+            self.offset_store.update_offset(mq, next_begin_offset, True)
+        if self.pull_interval > 0 and msgs:
+            self._later(req, self.pull_interval)
+            return False
+        return True
 
     def _handle_response(self, req: PullRequest, fut: Future[PullMessageResponse]) -> bool:
         """A pull's answer taken in; True when the queue's next pull is to be sent now."""
@@ -341,18 +394,7 @@ class PushConsumer(ConsumerBase):
         code = resp.code
         mq = req.message_queue
         if code == ResponseCode.SUCCESS:
-            req.next_offset = resp.next_begin_offset
-            sub = self.subscriptions_for_rebalance().get(mq.topic)
-            msgs = resp.messages if sub is None else filter_by_tags(resp.messages, sub)
-            if msgs:
-                dispatch = pq.put_message(msgs)
-                self.consume_service.submit(msgs, pq, mq, dispatch)
-            elif pq.msg_count == 0:
-                self.offset_store.update_offset(mq, req.next_offset, True)
-            if self.pull_interval > 0 and msgs:
-                self._later(req, self.pull_interval)
-                return False
-            return True
+            return self._found(req, resp.next_begin_offset, resp.messages)
         if code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
             req.next_offset = resp.next_begin_offset
             if pq.msg_count == 0:      # correctTagsOffset

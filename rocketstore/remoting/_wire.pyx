@@ -757,4 +757,5 @@ def send_header(dict ext not None, keys, tuple required not None,
 
 
 include "_wire_lane.pxi"
+include "_pull_lane.pxi"
 include "_wire_header.pxi"

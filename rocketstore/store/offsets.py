@@ -193,6 +193,19 @@ class ConsumerOffsetManager:
                 queues[queue_id] = offset
                 self._change_count += 1
 
+    def table_key(self, group: str, topic: str) -> str:
+        """The offset table's key of (group, topic), both names checked."""
+        return self._key(group, topic)
+
+    def commit_checked(self, key: str, queue_id: int, offset: int) -> None:
+        """``commit_offset`` for a caller that checked its arguments once: ``key`` from
+        ``table_key``, ``queue_id`` and ``offset`` in range (the in-process pull lane)."""
+        with self._lock:
+            queues = self._table.setdefault(key, {})
+            if queues.get(queue_id) != offset:
+                queues[queue_id] = offset
+                self._change_count += 1
+
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when *group* never committed one for that queue."""
         key = self._key(group, topic)

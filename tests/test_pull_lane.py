@@ -1,0 +1,233 @@
+"""The in-process pull lane (issue 22 item 4): a push consumer's pull that finds messages is
+answered from the store by the broker's ``PullLane`` (its checks made once per
+configuration), with no request, response or future. It must answer what the full pull path
+answers and leave every other case -- and every change of what the checks read -- to it."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+
+from rocketstore import StoreConfig
+from rocketstore.broker.broker import Broker
+from rocketstore.broker.config import BrokerConfig
+from rocketstore.client import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
+from rocketstore.common import ResponseCode
+from rocketstore.common.protocol import MessageModel, PullMessageRequest
+from rocketstore.remoting._wire import PullFound
+from rocketstore.store._codec import as_client_messages
+
+TOPIC = "LaneTopic"
+GROUP = "cg_lane"
+COMMIT, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = Broker.open(tmp_path / "b", BrokerConfig(),
+                    StoreConfig(mapped_file_size_commit_log=4 << 20))
+    yield b
+    if not b.closed:
+        b.close()
+
+
+def fill(broker: Broker, n: int, queues: int = 2, tags: str | None = None) -> None:
+    with Producer("pg_lane", broker=broker, default_topic_queue_nums=queues) as p:
+        for i in range(n):
+            p.send(Message(TOPIC, b"m%d" % i, tags=tags if tags else ("A" if i // 2 % 2 else "B"),
+                           keys=f"k{i}", properties={"i": str(i)}))
+    broker.store.wait_dispatched()
+
+
+def member(broker: Broker, expression: str = "*") -> PushConsumer:
+    """A registered member of GROUP (heartbeat sent), its own pulls suspended."""
+    c = PushConsumer(GROUP, broker=broker)
+    c.subscribe(TOPIC, expression)
+    c.register_message_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+    c.start()
+    c.suspend()
+    return c
+
+
+def full(broker: Broker, queue_id: int, offset: int, n: int = 32, flag: int = 0,
+         commit: int = 0):
+    """The full path's answer, its messages as the in-process transport hands them out."""
+    r = broker.pull_message(PullMessageRequest(GROUP, TOPIC, queue_id, offset, n, flag,
+                                               commit, 0, None, 0)).result(5)
+    as_client_messages(r.messages)
+    return r
+
+
+def view(m) -> tuple:
+    return (m.msg_id, m.queue_id, m.queue_offset, m.commitlog_offset, bytes(m.body), m.tags,
+            m.keys, m.properties, m.born_timestamp, m.store_timestamp, m.reconsume_times)
+
+
+def test_a_lane_pull_answers_what_the_full_pull_answers(broker):
+    """Same messages (as a consumer is handed them: msg_id is the UNIQ_KEY), offsets and
+    next offset as ``Broker.pull_message``; the commit flag's offset is committed; the
+    broker's pull counters count it exactly once."""
+    fill(broker, 40)
+    c = member(broker)
+    try:
+        lane = broker.pull_lane(GROUP, TOPIC)
+        got = lane.pull(0, 3, 8, SUSPEND | COMMIT, 2, 0)
+        ref = full(broker, 0, 3, 8)
+        assert type(got) is PullFound and ref.code == ResponseCode.SUCCESS
+        assert [view(m) for m in got.messages] == [view(m) for m in ref.messages]
+        assert got.messages[0].msg_id == got.messages[0].properties["UNIQ_KEY"]
+        assert (got.next_begin_offset, got.min_offset, got.max_offset) == \
+            (ref.next_begin_offset, ref.min_offset, ref.max_offset) == (11, 0, 20)
+        assert broker.store.query_offset(GROUP, TOPIC, 0) == 2
+        _, _, _, gets, get_bytes = broker.metrics.counters()
+        assert gets[(GROUP, TOPIC)] == 16         # the lane's 8 and the full pull's 8
+        assert get_bytes[(GROUP, TOPIC)] == 2 * sum(m.store_size for m in ref.messages)
+    finally:
+        c.shutdown()
+
+
+def test_a_lane_leaves_what_it_does_not_find_to_the_full_path(broker):
+    """At the queue's head, past it, below its minimum: None, and nothing committed (the
+    full path answers, parks or moves the offset)."""
+    fill(broker, 10)
+    c = member(broker)
+    try:
+        lane = broker.pull_lane(GROUP, TOPIC)
+        for offset in (5, 6, 1000):
+            assert lane.pull(0, offset, 32, SUSPEND | COMMIT, 4, 0) is None
+        assert broker.store.query_offset(GROUP, TOPIC, 0) == -1
+        assert lane.pull(0, 0, 32, SUBSCRIPTION, 0, 0) is None     # its own subscription
+        assert lane.pull(7, 0, 32, 0, 0, 0) is None                 # no such queue
+        assert lane.pull(0, 0, 32, 0, 0, 1 << 62) is None           # a newer subscription
+        assert len(lane.pull(0, 0, 32, 0, 0, 0).messages) == 5
+    finally:
+        c.shutdown()
+
+
+def test_a_lane_follows_topic_group_and_registration_changes(broker):
+    """Each object the checks read, changed, sends the next pull to the full path, which
+    then refuses as 4.9.8 does: the topic made unreadable, the group's consumption
+    disabled, the group gone broadcasting without permission, the member gone."""
+    fill(broker, 10)
+    c = member(broker)
+    try:
+        lane = broker.pull_lane(GROUP, TOPIC)
+        assert type(lane.pull(0, 0, 32, 0, 0, 0)) is PullFound
+        tc = broker.topic_manager.select(TOPIC)
+        broker.topic_manager.update(dataclasses.replace(tc, perm=2))        # write only
+        assert lane.pull(0, 0, 32, 0, 0, 0) is None
+        assert full(broker, 0, 0).code == ResponseCode.NO_PERMISSION
+        broker.topic_manager.update(tc)
+        assert type(lane.pull(0, 0, 32, 0, 0, 0)) is PullFound
+
+        sgc = broker.subscription_groups.find(GROUP)
+        broker.subscription_groups.update(dataclasses.replace(sgc, consume_enable=False))
+        assert lane.pull(0, 0, 32, 0, 0, 0) is None
+        assert full(broker, 0, 0).code == ResponseCode.NO_PERMISSION
+        broker.subscription_groups.update(sgc)
+        assert type(lane.pull(0, 0, 32, 0, 0, 0)) is PullFound
+
+        broker.subscription_groups.update(dataclasses.replace(sgc, consume_broadcast_enable=False))
+        assert type(lane.pull(0, 0, 32, 0, 0, 0)) is PullFound
+        info = broker.consumer_manager.get_consumer_group_info(GROUP)
+        info.message_model = MessageModel.BROADCASTING          # updated in place by heartbeats
+        assert lane.pull(0, 0, 32, 0, 0, 0) is None
+        assert full(broker, 0, 0).code == ResponseCode.NO_PERMISSION
+        info.message_model = MessageModel.CLUSTERING
+        assert type(lane.pull(0, 0, 32, 0, 0, 0)) is PullFound
+    finally:
+        c.shutdown()
+    deadline = time.monotonic() + 5
+    while broker.consumer_manager.get_consumer_group_info(GROUP) is not None \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert lane.pull(0, 0, 32, 0, 0, 0) is None
+    assert full(broker, 0, 0).code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+
+
+def test_a_lane_filters_by_the_current_subscription(broker):
+    """A member re-subscribing with a tag filter replaces the registration's subscription:
+    the lane's next pull filters by it (the store's tag filter, as the full path)."""
+    fill(broker, 20)
+    c = member(broker)
+    lane = broker.pull_lane(GROUP, TOPIC)
+    assert len(lane.pull(0, 0, 32, 0, 0, 0).messages) == 10
+    c.shutdown()
+    c = member(broker, "A")
+    try:
+        got = lane.pull(0, 0, 32, 0, 0, 0)
+        assert got is not None and got.messages and {m.tags for m in got.messages} == {"A"}
+        ref = full(broker, 0, 0)
+        assert [view(m) for m in got.messages] == [view(m) for m in ref.messages]
+    finally:
+        c.shutdown()
+
+
+def test_a_lane_declines_on_a_slave_and_a_closed_broker(tmp_path):
+    b = Broker.open(tmp_path / "s", BrokerConfig(broker_role="SLAVE", broker_id=1),
+                    StoreConfig(mapped_file_size_commit_log=4 << 20))
+    try:
+        assert b.pull_lane(GROUP, TOPIC).pull(0, 0, 32, 0, 0, 0) is None
+    finally:
+        b.close()
+    b = Broker.open(tmp_path / "m", BrokerConfig(),
+                    StoreConfig(mapped_file_size_commit_log=4 << 20))
+    fill(b, 4)
+    c = member(b)
+    lane = b.pull_lane(GROUP, TOPIC)
+    assert type(lane.pull(0, 0, 32, 0, 0, 0)) is PullFound
+    c.shutdown()
+    b.close()
+    assert lane.pull(0, 0, 32, 0, 0, 0) is None
+    assert b.pull_lane is not None and broker_refuses_bad_names(tmp_path)
+
+
+def broker_refuses_bad_names(tmp_path) -> bool:
+    b = Broker.open(tmp_path / "n", BrokerConfig(),
+                    StoreConfig(mapped_file_size_commit_log=4 << 20))
+    try:
+        return b.pull_lane("bad group!", TOPIC) is None and b.pull_lane(GROUP, "a/b") is None
+    finally:
+        b.close()
+
+
+def test_a_push_consumer_in_process_pulls_through_the_lane(broker):
+    """Every message consumed once, in queue order per queue, the committed offsets at the
+    queue ends; the full pull path served only the pulls that found nothing (the first
+    ones while the consumer started, the parked ones at the end): with 64 pulls' worth of
+    messages, far fewer than 64."""
+    fill(broker, 2048, queues=2)
+    calls = []
+    orig = broker.pull_message
+
+    def counted(req, *a, **k):
+        calls.append(req.queue_offset)
+        return orig(req, *a, **k)
+    broker.pull_message = counted
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def listener(msgs, ctx):
+        with lock:
+            for m in msgs:
+                seen[m.queue_id].append(m.queue_offset)
+            if sum(map(len, seen.values())) >= 2048:
+                done.set()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+    c = PushConsumer(GROUP, broker=broker, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                     consume_thread_nums=1)
+    c.subscribe(TOPIC, "*")
+    c.register_message_listener(listener)
+    c.start()
+    try:
+        assert done.wait(30)
+    finally:
+        c.shutdown()            # persists the consumed offsets
+    assert seen == {0: list(range(1024)), 1: list(range(1024))}
+    assert all(broker.store.query_offset(GROUP, TOPIC, q) == 1024 for q in (0, 1))
+    assert len(calls) < 16, calls
+    _, _, _, gets, _ = broker.metrics.counters()
+    assert gets[(GROUP, TOPIC)] == 2048
