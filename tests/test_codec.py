@@ -785,3 +785,28 @@ def test_properties_bytes_are_the_stored_segment_verbatim(topic, born_host):
                               store_host="[::2]:3")
     m = codec.decode(rec)
     assert m.properties_bytes == raw and m.properties == {"WAIT": "true", "TAGS": "d"}
+
+
+def test_decode_all_reads_a_body_of_records_in_one_pass(rand):
+    """``decode_all`` (a pull response's body): the messages ``decode`` reads record by
+    record, a blank record ends them, a damaged record raises naming its position, and
+    ``client=True`` hands them out as a consumer (msg_id is the UNIQ_KEY)."""
+    fields = [rand_fields(rand) for _ in range(30)]
+    for f in fields:
+        f["sys_flag"] &= ~0x1                   # not compressed: bodies compared as they are
+        f["properties"]["UNIQ_KEY"] = "%032X" % rand.getrandbits(128)
+    recs = [codec.encode_record(**f) for f in fields]
+    buf = b"".join(recs)
+    got = codec.decode_all(buf)
+    assert [m.encode() for m in got] == recs
+    for m, f in zip(got, fields):
+        assert_ext_equals(m, f)
+    clients = codec.decode_all(buf, client=True)
+    assert [m.msg_id for m in clients] == [f["properties"]["UNIQ_KEY"] for f in fields]
+    assert codec.decode_all(b"") == []
+    blank = struct.pack(">iI", 8, rr.BLANK_MAGIC)
+    assert len(codec.decode_all(recs[0] + blank + recs[1])) == 1
+    bad = bytearray(buf)
+    bad[len(recs[0]) + 4] ^= 0xFF               # the second record's magic
+    with pytest.raises(ValueError, match=f"position {len(recs[0])}"):
+        codec.decode_all(bytes(bad))

@@ -253,3 +253,22 @@ def test_headers_written_in_c_are_what_the_json_module_writes():
     assert encode_header(10, {"a": 1}, 0, "JAVA", 1, 1, None) is None
     assert RemotingCommand(10, ext_fields={"a": 1}).header_json().startswith(
         b'{"code":10,"extFields":{"a":1},')
+
+
+def test_a_damaged_pull_body_is_a_protocol_error_naming_the_record():
+    """``decode_records`` (every wire reader's decoding of a pull/view/query body): stored
+    records come back as messages (from a memoryview too); a damaged record fails as
+    a protocol error naming its position, not a ValueError from the codec."""
+    from rocketstore.remoting.records import decode_records
+    from rocketstore.store._codec import encode_record
+    recs = [encode_record(topic="T", body=b"body%d" % i, queue_offset=i,
+                          physical_offset=100 * i, properties={"UNIQ_KEY": "%032X" % i})
+            for i in range(3)]
+    body = b"".join(recs)
+    msgs = decode_records(memoryview(body), client=True)
+    assert [bytes(m.body) for m in msgs] == [b"body0", b"body1", b"body2"]
+    assert [m.msg_id for m in msgs] == ["%032X" % i for i in range(3)]
+    bad = bytearray(body)
+    bad[len(recs[0]) + 4] ^= 0xFF                         # the second record's magic
+    with pytest.raises(RemotingProtocolError, match=f"pull body: .*position {len(recs[0])}"):
+        decode_records(bytes(bad))

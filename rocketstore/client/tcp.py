@@ -38,7 +38,6 @@ from rocketstore.common.codes import LanguageCode, RequestCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.records import decode_records
 from rocketstore.store._codec import batch_body, encode_properties
-from rocketstore.store._codec import as_client_messages
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -415,7 +414,7 @@ class TcpTransport(Transport):
                 next_begin_offset=r.int_field("nextBeginOffset"),
                 min_offset=r.int_field("minOffset"), max_offset=r.int_field("maxOffset"),
                 # what a consumer is handed: msg_id is the UNIQ_KEY (MessageClientExt)
-                messages=as_client_messages(decode_records(r.body))
+                messages=decode_records(r.body, client=True)
                 if r.code == ResponseCode.SUCCESS else [],
                 suggest_which_broker_id=r.int_field("suggestWhichBrokerId"), remark=r.remark)
         return _chain(fut, convert)

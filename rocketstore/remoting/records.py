@@ -5,21 +5,14 @@ from __future__ import annotations
 
 from rocketstore.common import MessageExt
 from rocketstore.errors import RemotingProtocolError
-from rocketstore.store._codec import decode as decode_record
+from rocketstore.store._codec import decode_all
 
 
-def decode_records(body: bytes | memoryview) -> list[MessageExt]:
-    """A body of stored records back to back -> messages (body CRC checked)."""
-    out: list[MessageExt] = []
-    buf = bytes(body)
-    pos, n = 0, len(buf)
-    while pos < n:
-        try:
-            m = decode_record(buf, pos, check_crc=True)
-        except ValueError as e:
-            raise RemotingProtocolError(f"pull body: {e}") from None
-        if m is None:
-            break
-        out.append(m)
-        pos += m.store_size
-    return out
+def decode_records(body: bytes | memoryview, client: bool = False) -> list[MessageExt]:
+    """A body of stored records back to back -> messages (body CRC checked), in one C pass;
+    ``client``: as a consumer is handed them (``msg_id`` is the UNIQ_KEY)."""
+    try:
+        return decode_all(body if type(body) is bytes else bytes(body), check_crc=True,
+                          client=client)
+    except ValueError as e:
+        raise RemotingProtocolError(f"pull body: {e}") from None

@@ -388,6 +388,31 @@ def decode(buf, Py_ssize_t pos=0, *, bint check_crc=False, bint raw=False):
     return m
 
 
+def decode_all(bytes buf not None, *, bint check_crc=True, bint client=False):
+    """Every record of ``buf`` (stored records back to back, as a pull response's body)
+    decoded, in one pass: a list of ``MessageExt`` keeping ``buf`` alive. A blank record
+    ends the list; bytes that are not a valid record raise ``ValueError`` naming the
+    position. ``client``: handed out by a consumer (``msg_id`` is the UNIQ_KEY)."""
+    cdef const char *base = PyBytes_AS_STRING(buf)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(buf), pos = 0, rc
+    cdef RecordInfo info
+    cdef MessageExt m
+    cdef list out = []
+    while pos < n:
+        rc = parse_record(base + pos, n - pos, check_crc, &info)
+        if rc == 0:
+            break
+        if rc < 0:
+            raise ValueError(f"no valid record at position {pos} "
+                             f"({'TOTALSIZE disagrees with its fields' if rc == -2 else 'bad magic, size or CRC'})")
+        m = MessageExt.new(&info, buf, None, base + pos, False, None)
+        m._owner_ptr = <const void *>base
+        m._client = client
+        out.append(m)
+        pos += m.store_size
+    return out
+
+
 def check_reason(buf, Py_ssize_t pos=0):
     """Why the record at ``pos`` fails ``record_check`` ('' when it passes, 'malformed' when
     it does not even parse)."""
