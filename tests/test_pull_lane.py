@@ -231,3 +231,71 @@ def test_a_push_consumer_in_process_pulls_through_the_lane(broker):
     assert len(calls) < 16, calls
     _, _, _, gets, _ = broker.metrics.counters()
     assert gets[(GROUP, TOPIC)] == 2048
+
+
+# -- over the wire: the broker's pull handler takes the same lane -----------------------------
+
+def _wire_pull(proc, queue_id: int, offset: int, flag: int = SUSPEND | COMMIT, commit: int = 0,
+               group: str = GROUP, subscription: str | None = None):
+    from rocketstore.remoting import requests
+    from rocketstore.remoting.command import RemotingCommand
+    fields = {"consumerGroup": group, "topic": TOPIC, "queueId": str(queue_id),
+              "queueOffset": str(offset), "maxMsgNums": "32", "sysFlag": str(flag),
+              "commitOffset": str(commit), "suspendTimeoutMillis": "0", "subVersion": "0",
+              "expressionType": "TAG"}
+    if subscription is not None:
+        fields["subscription"] = subscription
+    cmd = RemotingCommand(11, opaque=5, ext_fields=fields)
+    return proc.pull(None, cmd, requests.decode(cmd, "127.0.0.1:1"))
+
+
+def test_a_wire_pull_that_finds_messages_takes_the_lane(broker):
+    """PULL_MESSAGE over the wire for a registered group: answered by the lane (no
+    ``pull_message`` call) with the full path's header and the stored records as views of
+    the mapped commit log; the commit flag's offset committed; a pull carrying its own
+    subscription, and one that finds nothing, go the full way."""
+    from rocketstore.remoting import headers
+    from rocketstore.remoting.broker_processor import BrokerProcessor
+    from rocketstore.remoting.command import RemotingCommand
+    from rocketstore.remoting.zerocopy import RecordBody
+    from rocketstore.store._mapped import MappedFile
+    fill(broker, 40)
+    c = member(broker)
+    proc = BrokerProcessor(broker)
+    full_calls = []
+    orig = broker.pull_message
+
+    def counted(req, *a, **k):
+        full_calls.append(req)
+        return orig(req, *a, **k)
+    try:
+        broker.pull_message = counted
+        got = _wire_pull(proc, 1, 2, commit=2)
+        assert full_calls == []
+        broker.pull_message = orig
+        ref = headers.encode_pull_response(RemotingCommand(11, opaque=5), full(broker, 1, 2))
+        assert got.code == ref.code == ResponseCode.SUCCESS
+        assert got.ext_fields == ref.ext_fields
+        assert isinstance(got.body, RecordBody) and bytes(got.body) == bytes(ref.body)
+        assert all(isinstance(p.obj, MappedFile) for p in got.body.parts)
+        assert broker.store.query_offset(GROUP, TOPIC, 1) == 2
+        broker.pull_message = counted
+        _wire_pull(proc, 1, 0, subscription="*", flag=SUSPEND | SUBSCRIPTION)
+        _wire_pull(proc, 1, 20, flag=0)                 # at the head: PULL_NOT_FOUND
+        assert len(full_calls) == 2
+    finally:
+        broker.pull_message = orig
+        c.shutdown()
+
+
+def test_the_wire_lane_table_is_bounded(broker, monkeypatch):
+    """A client naming ever new (group, topic) pairs only refills the handler's lane table."""
+    from rocketstore.remoting import broker_processor
+    from rocketstore.remoting.broker_processor import BrokerProcessor
+    monkeypatch.setattr(broker_processor, "MAX_PULL_LANES", 8)
+    fill(broker, 4)
+    proc = BrokerProcessor(broker)
+    for i in range(30):
+        r = _wire_pull(proc, 0, 0, group=f"g{i}")
+        assert r.code == ResponseCode.SUBSCRIPTION_NOT_EXIST     # no such member: full path
+        assert len(proc._pull_lanes) <= 8

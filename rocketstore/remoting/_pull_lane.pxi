@@ -97,11 +97,13 @@ cdef class PullLaneCore:
             return False
         return info.subscription_table.get(self.topic) is self._sub
 
-    def pull(self, int queue_id, int64_t offset, int max_nums, int sys_flag,
-             int64_t commit_offset, int64_t sub_version):
+    def pull(self, int64_t queue_id, int64_t offset, int64_t max_nums, int64_t sys_flag,
+             int64_t commit_offset, int64_t sub_version, bint client=True):
         """A pull of ``queue_id`` from ``offset`` answered from the store: a ``PullFound``
         when messages were found (the commit flag's offset committed, the pull counted), else
-        None (nothing done: the full path answers)."""
+        None (nothing done: the full path answers). Every argument is a Java long as a
+        request carries it; ``client``: the messages are handed to a consumer in process
+        (``msg_id`` is the UNIQ_KEY)."""
         cdef object per, cq, r, forbidden, store = self._store
         cdef list msgs
         cdef MessageExt m
@@ -111,7 +113,8 @@ cdef class PullLaneCore:
             if not self._warm() or not self._valid():
                 return None
         if (queue_id < 0 or queue_id >= self._bound or sys_flag & 0x4
-                or sub_version > self._sub_version or commit_offset < 0):
+                or sub_version > self._sub_version or commit_offset < 0
+                or max_nums > 0x7FFFFFFF):
             return None
         if store._closed or self._broker._closed:
             return None
@@ -127,8 +130,9 @@ cdef class PullLaneCore:
         if r.status is not _FOUND:
             return None
         msgs = r.messages
-        for m in msgs:
-            m._client = True
+        if client:
+            for m in msgs:
+                m._client = True
         if sys_flag & 0x1:
             self._commit(self._key, queue_id, commit_offset)
         c = self._counter

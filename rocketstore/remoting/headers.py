@@ -249,6 +249,15 @@ def encode_pull_response(cmd: RemotingCommand, r: PullMessageResponse) -> Remoti
         "minOffset": r.min_offset, "maxOffset": r.max_offset}, body)
 
 
+def encode_pull_found(cmd: RemotingCommand, found: Any) -> RemotingCommand:
+    """``encode_pull_response`` of a pull lane's ``PullFound`` (SUCCESS from the master:
+    suggestWhichBrokerId 0)."""
+    return cmd.response(0, None, {
+        "suggestWhichBrokerId": 0, "nextBeginOffset": found.next_begin_offset,
+        "minOffset": found.min_offset, "maxOffset": found.max_offset},
+        RecordBody.of(found.messages))
+
+
 # -- heartbeat, membership, locks -----------------------------------------------------------
 
 def _obj(v: Any, what: str) -> dict[Any, Any]:
