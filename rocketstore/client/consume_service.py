@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from rocketstore.client.process_queue import ProcessQueue, now_ms
+from rocketstore.client import process_queue
+from rocketstore.client.process_queue import ProcessQueue
 from rocketstore.client.scheduler import TaskThreads
 from rocketstore.common import (ConsumeConcurrentlyStatus, ConsumeOrderlyStatus, Message,
                                 MessageExt, MessageModel, MessageQueue, ResponseCode)
 from rocketstore.common import constants as C
 from rocketstore.common.protocol import ConsumerSendMsgBackRequest
 from rocketstore.store._codec import (CALLS_COMMIT, CALLS_DONE, CALLS_DROPPED, CALLS_FAST,
-                                      CALLS_SLOW, ConsumeConcurrentlyContext, ConsumeJob,
-                                      consume_clock, run_calls)
+                                      CALLS_SLOW, ORDERLY_COMMIT, ORDERLY_LOCK, ORDERLY_RESULT,
+                                      ORDERLY_TIME, ConsumeConcurrentlyContext, ConsumeJob,
+                                      ConsumeOrderlyContext,
+                                      consume_clock, run_calls, run_orderly)
 
 if TYPE_CHECKING:
     from rocketstore.client.push_consumer import PushConsumer
@@ -30,14 +32,8 @@ log = logging.getLogger("rocketstore.client")
 
 JAVA_INT_MAX = 0x7FFFFFFF
 _SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+_SUSPEND = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
 MAX_TIME_CONSUME_CONTINUOUSLY_MS = 60000
-
-
-@dataclass(slots=True)
-class ConsumeOrderlyContext:
-    message_queue: MessageQueue
-    auto_commit: bool = True
-    suspend_current_queue_time_millis: int = -1
 
 
 def reset_retry_topic(msgs: list[MessageExt], mq: MessageQueue, retry_topic: str) -> None:
@@ -274,40 +270,48 @@ class ConsumeMessageOrderlyService(ConsumeServiceBase):
         return self.c.message_model is MessageModel.CLUSTERING
 
     def _run(self, pq: ProcessQueue, mq: MessageQueue) -> None:
+        """Consume the queue's cached messages in order while its lock holds. The calls run
+        in C (``run_orderly``: take, call under the consume lock, commit); a call that is
+        not a plain auto-committed success comes back for ``process_consume_result``."""
         if pq.dropped:
             return
         with self._mq_lock(mq):
-            if self._clustering() and (not pq.locked or pq.is_lock_expired()):
+            clustering = self._clustering()
+            if clustering and (not pq.locked or pq.is_lock_expired()):
                 self._try_lock_later_and_reconsume(pq, mq, 100)
                 return
-            begin = now_ms()
+            until = consume_clock() + MAX_TIME_CONSUME_CONTINUOUSLY_MS / 1000.0
+            reset = self._reset if mq.topic == self.retry_topic else None
             while True:
-                if pq.dropped:
-                    return
-                if self._clustering() and (not pq.locked or pq.is_lock_expired()):
-                    self._try_lock_later_and_reconsume(pq, mq, 10)
-                    return
-                if now_ms() - begin > MAX_TIME_CONSUME_CONTINUOUSLY_MS:
-                    self._later(10, self._run, pq, mq)
-                    return
-                msgs = pq.take_messages(self.c.consume_message_batch_max_size)
-                if not msgs:
-                    return
-                reset_retry_topic(msgs, mq, self.retry_topic)
-                ctx = ConsumeOrderlyContext(mq)
-                with pq.consume_lock:
-                    if pq.dropped:
+                what, msgs, status, ctx, error, offset = run_orderly(
+                    pq, mq, self.listener, _SUSPEND,
+                    self.c.consume_message_batch_max_size, clustering,
+                    process_queue.REBALANCE_LOCK_MAX_LIVE_TIME_MS, until, RUNNER_COMMIT_S, reset)
+                if offset >= 0 and not pq.dropped:
+                    self.c.offset_store.update_offset(mq, offset, False)
+                if what == ORDERLY_COMMIT:
+                    if pq.parked_pull is not None:
+                        self.c.resume_parked_pull(pq)
+                    continue
+                if what == ORDERLY_RESULT:
+                    if error is not None:
+                        log.error("orderly listener of %s failed on %s: suspend", self.c.group,
+                                  mq, exc_info=error)
+                    if status is None:
+                        status = _SUSPEND
+                    if not self.process_consume_result(msgs, status, ctx, pq, mq):
                         return
-                    try:
-                        status = self.listener(msgs, ctx)
-                    except Exception:
-                        log.exception("orderly listener of %s failed on %s: suspend",
-                                      self.c.group, mq)
-                        status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
-                if status is None:
-                    status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
-                if not self.process_consume_result(msgs, status, ctx, pq, mq):
-                    return
+                    continue
+                if pq.parked_pull is not None:
+                    self.c.resume_parked_pull(pq)
+                if what == ORDERLY_LOCK:
+                    self._try_lock_later_and_reconsume(pq, mq, 10)
+                elif what == ORDERLY_TIME:
+                    self._later(10, self._run, pq, mq)
+                return          # ORDERLY_EMPTY, ORDERLY_DROPPED
+
+    def _reset(self, msgs: list[MessageExt], mq: MessageQueue) -> None:
+        reset_retry_topic(msgs, mq, self.retry_topic)
 
     def _try_lock_later_and_reconsume(self, pq: ProcessQueue, mq: MessageQueue,
                                       delay_ms: float) -> None:

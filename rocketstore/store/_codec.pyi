@@ -126,6 +126,24 @@ CALLS_RESULT: int
 CALLS_SLOW: int
 CALLS_FAST: int
 def consume_clock() -> float: ...
+ORDERLY_EMPTY: int
+ORDERLY_DROPPED: int
+ORDERLY_LOCK: int
+ORDERLY_TIME: int
+ORDERLY_COMMIT: int
+ORDERLY_RESULT: int
+@final
+class ConsumeOrderlyContext:
+    message_queue: Any
+    auto_commit: bool
+    suspend_current_queue_time_millis: int
+    def __init__(self, message_queue: Any, auto_commit: bool = ...,
+                 suspend_current_queue_time_millis: int = ...) -> None: ...
+
+def run_orderly(pq: Any, mq: Any, listener: Any, suspend: Any, batch: int,
+                clustering: bool, lock_live_ms: int, until: float, commit_every: float,
+                reset: Any = ...
+                ) -> tuple[int, list[Any] | None, Any, Any, BaseException | None, int]: ...
 
 @final
 class ConsumeConcurrentlyContext:
