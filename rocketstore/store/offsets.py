@@ -15,7 +15,11 @@ into a copy of the current file and lose the older version. ``shutdown()`` persi
 
 Thread safety: every method may be called from any thread. One lock guards the table. A
 second lock serialises persists, so an older snapshot never overwrites a newer one on disk.
-Commits do not wait for a persist's fsync.
+Commits do not wait for a persist's fsync, nor for a whole copy of the table: ``table()`` and a
+persist copy it ``_COPY_CHUNK`` entries per hold of the lock (a 300k-entry table held it 13 ms
+in one piece), weakly consistent like Java's ConcurrentHashMap iteration: each entry's value
+is whole, an entry added during the copy may be missing (the table stays dirty, so the next
+persist writes it).
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ TOPIC_GROUP_SEPARATOR = "@"  # RocketMQ's TOPIC_GROUP_SEPARATOR, between topic a
 _MAX_QUEUE_ID = 2**31 - 1  # queueId is a Java int
 _MAX_OFFSET = 2**63 - 1  # offsets are Java longs
 _INT_KEY = re.compile(r"-?\d+")
+_COPY_CHUNK = 4096  # table entries copied per hold of the lock (~0.3 ms)
 
 
 def _check_name(arg: str, value: object) -> str:
@@ -240,9 +245,25 @@ class ConsumerOffsetManager:
             self._change_count += 1
 
     def table(self) -> dict[str, dict[int, int]]:
-        """A deep copy of the offset table: ``{"topic@group": {queue_id: offset}}``."""
+        """A deep copy of the offset table: ``{"topic@group": {queue_id: offset}}``, weakly
+        consistent (copied in chunks; see the module docstring)."""
+        return self._copy()[0]
+
+    def _copy(self) -> tuple[dict[str, dict[int, int]], int]:
+        """The table copied ``_COPY_CHUNK`` entries per lock hold, and the change count
+        before the copy began (a change made during it leaves the table dirty)."""
         with self._lock:
-            return {key: dict(queues) for key, queues in self._table.items()}
+            keys = list(self._table)        # C speed: far cheaper than copying the values
+            count = self._change_count
+        out: dict[str, dict[int, int]] = {}
+        for i in range(0, len(keys), _COPY_CHUNK):
+            with self._lock:
+                table = self._table
+                for key in keys[i:i + _COPY_CHUNK]:
+                    queues = table.get(key)
+                    if queues is not None:      # not removed meanwhile
+                        out[key] = dict(queues)
+        return out, count
 
     # -- persistence -----------------------------------------------------------------------
 
@@ -290,9 +311,7 @@ class ConsumerOffsetManager:
     def persist(self) -> None:
         """Write the table to ``consumerOffset.json`` now (atomic; see ``ConfigFile.persist``)."""
         with self._persist_lock:
-            with self._lock:
-                snapshot = {key: dict(queues) for key, queues in self._table.items()}
-                count = self._change_count
+            snapshot, count = self._copy()
             if self.durable_barrier is not None:
                 # after the snapshot: every record an offset in it points past was written
                 # before now, so durable once the log is durable up to its end of now
