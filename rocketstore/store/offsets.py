@@ -17,12 +17,14 @@ Thread safety: every method may be called from any thread. One lock guards the t
 second lock serialises persists, so an older snapshot never overwrites a newer one on disk.
 Commits do not wait for a persist's fsync, nor for a whole copy of the table: ``table()`` and a
 persist copy it ``_COPY_CHUNK`` entries per hold of the lock (a 300k-entry table held it 13 ms
-in one piece), weakly consistent like Java's ConcurrentHashMap iteration: each entry's value
-is whole, an entry added during the copy may be missing (the table stays dirty, so the next
-persist writes it).
+in one piece), resuming one iterator over the table while no key was added or removed (no
+O(table) step at all); weakly consistent like Java's ConcurrentHashMap iteration: each entry's
+value is whole, an entry added or removed during the copy may be missing or still there (the
+table stays dirty, so the next persist writes it right).
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -161,6 +163,8 @@ class ConsumerOffsetManager:
         self._lock = threading.Lock()  # guards _table and the two counts
         self._persist_lock = threading.Lock()  # one snapshot+write at a time
         self._table: dict[str, dict[int, int]] = {}
+        # bumped when a key is added or removed: a chunked copy's iterator is then invalid
+        self._key_changes = 0
         # dirty when they differ; counts (not a flag) so a change made during a persist's
         # write is not marked clean by it, and a failed persist leaves the table dirty
         self._change_count = 0
@@ -193,7 +197,10 @@ class ConsumerOffsetManager:
         _check_int("queue_id", queue_id, _MAX_QUEUE_ID)
         _check_int("offset", offset, _MAX_OFFSET)
         with self._lock:
-            queues = self._table.setdefault(key, {})
+            queues = self._table.get(key)
+            if queues is None:
+                queues = self._table[key] = {}
+                self._key_changes += 1
             if queues.get(queue_id) != offset:
                 queues[queue_id] = offset
                 self._change_count += 1
@@ -219,6 +226,7 @@ class ConsumerOffsetManager:
                       if (split := _split_key(key)) is not None and split[1] == group]
             for key in doomed:
                 del self._table[key]
+            self._key_changes += 1
             if doomed:
                 self._change_count += 1
 
@@ -242,6 +250,7 @@ class ConsumerOffsetManager:
         with self._lock:
             for key, queues in table.items():
                 self._table[key] = {int(q): int(o) for q, o in queues.items()}
+            self._key_changes += 1
             self._change_count += 1
 
     def table(self) -> dict[str, dict[int, int]]:
@@ -252,17 +261,31 @@ class ConsumerOffsetManager:
     def _copy(self) -> tuple[dict[str, dict[int, int]], int]:
         """The table copied ``_COPY_CHUNK`` entries per lock hold, and the change count
         before the copy began (a change made during it leaves the table dirty)."""
-        with self._lock:
-            keys = list(self._table)        # C speed: far cheaper than copying the values
-            count = self._change_count
         out: dict[str, dict[int, int]] = {}
-        for i in range(0, len(keys), _COPY_CHUNK):
+        with self._lock:
+            count, version = self._change_count, self._key_changes
+            items = iter(self._table.items())
+        keys: list[str] | None = None       # the keys left, once the key set changed
+        done = False
+        while not done:
             with self._lock:
-                table = self._table
-                for key in keys[i:i + _COPY_CHUNK]:
-                    queues = table.get(key)
-                    if queues is not None:      # not removed meanwhile
+                if keys is None and self._key_changes != version:
+                    # the iterator would fail or skip entries: list what is left, once
+                    keys = [k for k in self._table if k not in out]
+                if keys is None:
+                    n = 0
+                    for key, queues in itertools.islice(items, _COPY_CHUNK):
                         out[key] = dict(queues)
+                        n += 1
+                    done = n < _COPY_CHUNK
+                else:
+                    table = self._table
+                    for key in keys[:_COPY_CHUNK]:
+                        queues = table.get(key)
+                        if queues is not None:      # not removed meanwhile
+                            out[key] = dict(queues)
+                    del keys[:_COPY_CHUNK]
+                    done = not keys
         return out, count
 
     # -- persistence -----------------------------------------------------------------------
@@ -301,6 +324,7 @@ class ConsumerOffsetManager:
                 table = merged
             with self._lock:
                 self._table = table if table is not None else {}
+                self._key_changes += 1
                 self._persisted_count = self._change_count
                 if from_bak:
                     # <file> is missing or bad: leave the table dirty, so the next persist
