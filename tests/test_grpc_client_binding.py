@@ -97,7 +97,7 @@ def test_another_key_cannot_take_over_a_client_id(proxy):
         got = _receive(proxy.addr, OWNER)
         assert got[0].status.code == status_code("OK"), got[0].status
         assert [x.message.body for x in got if x.HasField("message")] == [b"held"]
-        assert [v[0] for v in svc.renewing.values()] == [CID]
+        assert [(v[0], v[2]) for v in svc.renewing.values()] == [(CID, "ak_owner")]
 
         ch, end = _stub(proxy.addr, "NotifyClientTermination",
                         "NotifyClientTerminationRequest", "NotifyClientTerminationResponse")
@@ -119,3 +119,24 @@ def test_another_key_cannot_take_over_a_client_id(proxy):
         for s in streams:
             s.close()
     wait_until(lambda: not svc.streams and not svc.owners, "every client gone", within=10)
+
+
+def test_the_identity_of_a_white_listed_caller(tmp_path):
+    """A globally white-listed caller needs no signature; it is identified by an access key
+    only when it proves one (a valid signature), else it is the anonymous "" (so an unsigned
+    caller cannot claim a signed client's id by naming its key)."""
+    from rocketstore.proxy.auth import GrpcAuthenticator
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL + 'globalWhiteRemoteAddresses: ["127.0.0.1"]\n')
+    auth = GrpcAuthenticator(str(acl))
+    try:
+        peer = "ipv4:127.0.0.1:5555"
+        assert auth.authenticate("Telemetry", None, dict(signed(OWNER)), peer) == \
+            (None, "ak_owner")
+        forged = dict(signed(("ak_owner", "not-the-secret")))
+        assert auth.authenticate("Telemetry", None, forged, peer) == (None, "")
+        assert auth.authenticate("Telemetry", None, {}, peer) == (None, "")
+        why, ak = auth.authenticate("Telemetry", None, forged, "ipv4:10.1.2.3:5555")
+        assert "signature" in why and ak == ""
+    finally:
+        auth.close()

@@ -159,12 +159,12 @@ class ConsumeRpcs:
             await asyncio.to_thread(self.registry.heartbeat_now)
         batch = min(req.batch_size or 32, 32)
         deadline = time.monotonic() + poll_s
+        # whose receipts to renew: the client id, and the access key that received them
+        renew_for = (self.client_id(ctx), self.access_key(ctx)) if req.auto_renew else None
         while True:
             wake = self._wake
             try:
-                found = await self.pop(group, topic, expression, batch, invisible,
-                                       (self.client_id(ctx), self.access_key(ctx))
-                                       if req.auto_renew else None)
+                found = await self.pop(group, topic, expression, batch, invisible, renew_for)
             except RpcError as e:
                 yield status(e.code, str(e))
                 yield stamp()
