@@ -87,3 +87,31 @@ def test_connection_churn_writes_a_bounded_number_of_lines(tmp_path):
             lg.removeHandler(rec)
             lg.setLevel(level)
         broker.close()
+
+
+def test_bad_requests_write_a_bounded_number_of_lines(tmp_path, monkeypatch):
+    """300 requests missing a required field, each answered SYSTEM_ERROR naming it: a line
+    or two, not one per request."""
+    from rocketstore.common.log_limit import LogLimiter
+    from rocketstore.remoting import connection
+    old = connection._BAD_REQUEST_LOG           # fresh: no earlier test's minute
+    monkeypatch.setattr(connection, "_BAD_REQUEST_LOG",
+                        LogLimiter(old.logger, old.level, old.what))
+    broker = open_broker(tmp_path / "store", transport="tcp")
+    addr = f"127.0.0.1:{broker.config.listen_port}"
+    rec = _Lines()
+    lg = logging.getLogger("rocketstore.remoting")
+    level = lg.level
+    lg.addHandler(rec)
+    lg.setLevel(logging.INFO)
+    try:
+        with RawClient(addr) as c:
+            for _ in range(300):
+                h, _ = c.call(215, {})             # DELETE_TOPIC_IN_BROKER without its topic
+                assert h["code"] == 1 and "<topic>" in h["remark"], h
+        bad = [ln for ln in rec.lines if "bad request" in ln]
+        assert 1 <= len(bad) <= 2 and "<topic>" in bad[0], rec.lines[:10]
+    finally:
+        lg.removeHandler(rec)
+        lg.setLevel(level)
+        broker.close()

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rocketstore.broker.channels import ClientChannelInfo, call_oneway, now_ms
-from rocketstore.broker.log_limit import LOG_NAMED, LogLimiter
+from rocketstore.common.log_limit import LOG_NAMED, LogLimiter
 from rocketstore.common.protocol import (ConsumeFromWhere, ConsumeType, MessageModel,
                                          SubscriptionData)
 

@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from rocketstore.broker.channels import ClientChannelInfo, is_active, is_writable, now_ms
-from rocketstore.broker.log_limit import LogLimiter
+from rocketstore.common.log_limit import LogLimiter
 
 log = logging.getLogger("rocketstore.broker.producers")
 
