@@ -248,9 +248,11 @@ class ConsumerOffsetManager:
         """A slave's sync: each ``topic@group`` entry of the master's table replaces this
         one's (RocketMQ's ``putAll``); entries the master does not have are kept."""
         with self._lock:
+            before = len(self._table)
             for key, queues in table.items():
                 self._table[key] = {int(q): int(o) for q, o in queues.items()}
-            self._key_changes += 1
+            if len(self._table) != before:      # new keys (a slave's usual sync adds none)
+                self._key_changes += 1
             self._change_count += 1
 
     def table(self) -> dict[str, dict[int, int]]:
