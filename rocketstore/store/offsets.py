@@ -283,9 +283,9 @@ class ConsumerOffsetManager:
                 else:
                     table = self._table
                     for key in keys[:_COPY_CHUNK]:
-                        queues = table.get(key)
-                        if queues is not None:      # not removed meanwhile
-                            out[key] = dict(queues)
+                        left = table.get(key)
+                        if left is not None:        # not removed meanwhile
+                            out[key] = dict(left)
                     del keys[:_COPY_CHUNK]
                     done = not keys
         return out, count
