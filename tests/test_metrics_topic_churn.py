@@ -49,7 +49,7 @@ def _churn(broker, t: str, first: bool = False) -> None:
 
 
 # each deletion rewrites the store's table of deleted topics (kept until retention passes
-# them), so n deletions cost O(n^2): 2,000 take ~25 s, under --run-stress
+# them), so n deletions cost O(n^2): 2,000 take 25-90 s here, under --run-stress
 @pytest.mark.parametrize("n", [400, pytest.param(2000, marks=pytest.mark.stress)])
 def test_deleted_topics_leave_the_metrics(tmp_path, n):
     from rocketstore.remoting.broker_server import free_port_pair
