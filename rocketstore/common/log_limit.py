@@ -1,8 +1,8 @@
-"""Log lines a client triggers by connecting, at most one per interval per kind.
+"""Log lines a client triggers, at most one per interval per kind.
 
-A client controls how often it connects, registers or changes its client id: a line per
-event let connection churn fill the broker's log (300 connect/disconnect cycles wrote 600
-lines). ``LogLimiter`` writes the first event of a quiet interval as it comes and sums up the
+A client controls how often it connects, registers, changes its client id or sends a
+malformed request: a line per event let it fill the servers' log (300 connect/disconnect
+cycles wrote 600 lines, 300 bad requests 300). ``LogLimiter`` writes the first event of a quiet interval as it comes and sums up the
 rest (how many, the first few names) in one line once the interval is over, at the next event
 or at the housekeeping scan's ``flush()``.
 """
@@ -17,7 +17,7 @@ LOG_NAMED = 5               # names a summary line carries
 
 
 class LogLimiter:
-    """One kind of per-connection event (``what``, e.g. "new consumer connected") logged at
+    """One kind of client-triggered event (``what``, e.g. "new consumer connected") logged at
     ``level`` on ``logger``, at most once per ``interval_s``."""
 
     def __init__(self, logger: logging.Logger, level: int, what: str,
