@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -130,3 +131,53 @@ def local_proxy(tmp: Path, topics: dict[str, str], **config: Any) -> Iterator[tu
             local.stop()
         for p in (broker, ns):
             assert p.stop() == 0, p.output[-3000:]
+
+
+class Telemetry:
+    """One client's Telemetry stream, kept open until ``close()``."""
+
+    def __init__(self, addr: str, cid: str, extra: tuple = ()) -> None:
+        """``extra``: metadata sent besides the client id (e.g. an authorization)."""
+        from rocketstore.proxy import protocol as pb
+        self.ch = grpc.insecure_channel(addr)
+        call = self.ch.stream_stream(f"/{pb.SERVICE}/Telemetry",
+                                     request_serializer=pb.TelemetryCommand.SerializeToString,
+                                     response_deserializer=pb.TelemetryCommand.FromString)
+        self._out: list = []
+        self._ready = threading.Condition()
+        self._closing = False
+        self.replies = call(self._commands(), metadata=md(cid) + tuple(extra), timeout=60)
+
+    def _commands(self):
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: self._out or self._closing)
+                if self._closing:
+                    return
+                cmd = self._out.pop(0)
+            yield cmd
+
+    def settings(self, *, topics=(), group: str | None = None):
+        """Send producer settings (``topics``) or consumer settings (``group``); the reply."""
+        from rocketstore.proxy import protocol as pb
+        cmd = pb.TelemetryCommand()
+        if group is None:
+            cmd.settings.client_type = pb.enum_value("ClientType", "PRODUCER")
+            for t in topics:
+                cmd.settings.publishing.topics.add(name=t)
+        else:
+            cmd.settings.client_type = pb.enum_value("ClientType", "SIMPLE_CONSUMER")
+            cmd.settings.subscription.group.name = group
+            for t in topics:
+                cmd.settings.subscription.subscriptions.add().topic.name = t
+        with self._ready:
+            self._out.append(cmd)
+            self._ready.notify()
+        return next(self.replies)
+
+    def close(self) -> None:
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
+        self.replies.cancel()
+        self.ch.close()

@@ -8,13 +8,12 @@ every call is a raw gRPC call built from our protocol tables.
 """
 from __future__ import annotations
 
-import threading
 import time
 
 import grpc
 import pytest
 
-from grpc_support import _stub, local_proxy, md, status_code
+from grpc_support import Telemetry, _stub, local_proxy, md, status_code
 from servers import wait_until
 
 LIMITS = dict(max_clients=3, max_topics_per_client=5, max_groups=4,
@@ -33,55 +32,6 @@ def proxy(tmp_path_factory):
                      {"t_lim": "", "t_lim_delay": "DELAY"},
                      limits=ProxyLimits(**LIMITS)) as (local, _):
         yield local
-
-
-class Telemetry:
-    """One client's Telemetry stream, kept open until ``close()``."""
-
-    def __init__(self, addr: str, cid: str) -> None:
-        from rocketstore.proxy import protocol as pb
-        self.ch = grpc.insecure_channel(addr)
-        call = self.ch.stream_stream(f"/{pb.SERVICE}/Telemetry",
-                                     request_serializer=pb.TelemetryCommand.SerializeToString,
-                                     response_deserializer=pb.TelemetryCommand.FromString)
-        self._out: list = []
-        self._ready = threading.Condition()
-        self._closing = False
-        self.replies = call(self._commands(), metadata=_md(cid), timeout=60)
-
-    def _commands(self):
-        while True:
-            with self._ready:
-                self._ready.wait_for(lambda: self._out or self._closing)
-                if self._closing:
-                    return
-                cmd = self._out.pop(0)
-            yield cmd
-
-    def settings(self, *, topics=(), group: str | None = None):
-        """Send producer settings (``topics``) or consumer settings (``group``); the reply."""
-        from rocketstore.proxy import protocol as pb
-        cmd = pb.TelemetryCommand()
-        if group is None:
-            cmd.settings.client_type = pb.enum_value("ClientType", "PRODUCER")
-            for t in topics:
-                cmd.settings.publishing.topics.add(name=t)
-        else:
-            cmd.settings.client_type = pb.enum_value("ClientType", "SIMPLE_CONSUMER")
-            cmd.settings.subscription.group.name = group
-            for t in topics:
-                cmd.settings.subscription.subscriptions.add().topic.name = t
-        with self._ready:
-            self._out.append(cmd)
-            self._ready.notify()
-        return next(self.replies)
-
-    def close(self) -> None:
-        with self._ready:
-            self._closing = True
-            self._ready.notify()
-        self.replies.cancel()
-        self.ch.close()
 
 
 def test_route_and_type_caches_keep_within_their_cap(proxy):

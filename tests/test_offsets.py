@@ -601,3 +601,67 @@ def test_four_threads_committing_concurrently_leave_the_exact_table(config_dir):
         assert table[f"T@g{n}"] == {i % 8: i for i in range(commits)}
     assert table["T@shared"] == expected_shared
     assert loaded_table(config_dir) == table
+
+
+class _WatchedLock:
+    """The offset table's lock, counting the holds of one thread and calling ``between`` in
+    that thread each time it lets the lock go (so another thread can take it then)."""
+
+    def __init__(self, watched: threading.Thread, between) -> None:
+        self._lock = threading.Lock()
+        self.watched, self.between, self.holds = watched, between, 0
+
+    def __enter__(self):
+        self._lock.acquire()
+        if threading.current_thread() is self.watched:
+            self.holds += 1
+        return self
+
+    def __exit__(self, *exc):
+        self._lock.release()
+        if threading.current_thread() is self.watched:
+            self.between(self.holds)
+
+
+@pytest.mark.parametrize("how,n", [("table", 300_000), ("persist", 100_000)])
+def test_copying_a_big_table_lets_commits_in_between_chunks(tmp_path, how, n):
+    """table() and persist() copy ~300k entries a few thousand per hold of the lock, so a
+    pull committing an offset waits for one chunk, not the whole table; what they return or
+    write is every entry, each with a whole value (here a commit made between two chunks to an
+    entry not copied yet is in the copy), and the file reloads to the same table."""
+    mgr = ConsumerOffsetManager(tmp_path)
+    mgr.merge_table({f"t{i:06d}@g": {0: i, 1: i + 1} for i in range(n)})
+    last = f"t{n - 1:06d}@g"
+    committed = []
+
+    def between(holds: int) -> None:
+        if holds == 2 and not committed:     # the copy has begun: another thread commits
+            t = threading.Thread(target=mgr.commit_offset, args=("g", f"t{n - 1:06d}", 1, 7))
+            t.start()
+            t.join()
+            committed.append(holds)
+        elif holds == 4 and len(committed) == 1:     # a key added mid-copy (the iterator
+            # would fail or skip entries): the copy goes on over the keys left
+            t = threading.Thread(target=mgr.commit_offset, args=("g2", "t_new", 0, 5))
+            t.start()
+            t.join()
+            committed.append(holds)
+
+    mgr._lock = _WatchedLock(threading.current_thread(), between)
+    if how == "table":
+        copy = mgr.table()
+    else:
+        mgr.persist()
+        mgr._lock = threading.Lock()
+        again = ConsumerOffsetManager(tmp_path)
+        assert again.load()
+        copy = again.table()
+    holds = mgr._lock.holds if how == "table" else None
+    assert committed == [2, 4]
+    copy.pop("t_new@g2", None)                   # added during the copy: in it or not
+    assert len(copy) == n
+    assert copy[last] == {0: n - 1, 1: 7}          # committed between chunks, before its chunk
+    assert all(copy[f"t{i:06d}@g"] == {0: i, 1: i + 1} for i in range(0, n - 1, 997))
+    if holds is not None:
+        assert holds >= n // 8192, holds            # a few thousand entries per hold
+    assert mgr.table() == {**copy, last: {0: n - 1, 1: 7}, "t_new@g2": {0: 5}}

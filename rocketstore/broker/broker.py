@@ -348,6 +348,14 @@ class Broker:
             self.metrics.on_send_one(topic, msg, r)
         return r
 
+    def delete_topic(self, topic: str) -> list[int]:
+        """``DELETE_TOPIC_IN_BROKER``: the store's ``delete_topic`` (config, consume queues,
+        queue offsets), then the topic's metrics. Returns the ids of the queues removed."""
+        removed = self.store.delete_topic(topic)
+        if self.metrics is not None:
+            self.metrics.drop_topic(topic)
+        return removed
+
     def send_lane(self, producer_group: str, topic: str,
                   default_topic: str = C.AUTO_CREATE_TOPIC_KEY_TOPIC,
                   default_topic_queue_nums: int = 4) -> SendLane:

@@ -7,6 +7,8 @@ minute: ``DropWarnings``). A change (new channel, topic added or removed) sends
 ``NOTIFY_CONSUMER_IDS_CHANGED`` to every member when the broker and the group allow it;
 so does an unregister or a closed channel. Channels not refreshed for 120 s are dropped by the
 housekeeping scan, without a notification (the others notice at their next rebalance).
+Lines a client triggers by connecting (a new member, a channel changing client id) are
+``LogLimiter``'d, and a scan writes one line for the channels it expires.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rocketstore.broker.channels import ClientChannelInfo, call_oneway, now_ms
+from rocketstore.common.log_limit import LOG_NAMED, LogLimiter
 from rocketstore.common.protocol import (ConsumeFromWhere, ConsumeType, MessageModel,
                                          SubscriptionData)
 
@@ -67,8 +70,12 @@ class ConsumerGroupInfo:
     """One group's members and its subscription table (``ConsumerGroupInfo``)."""
 
     def __init__(self, group_name: str, consume_type: ConsumeType, message_model: MessageModel,
-                 consume_from_where: ConsumeFromWhere) -> None:
+                 consume_from_where: ConsumeFromWhere,
+                 logs: tuple[LogLimiter, LogLimiter] | None = None) -> None:
+        """``logs``: where a new member and a channel changing client id are logged (the
+        manager's limiters; else a fresh pair, unshared)."""
         self.group_name = group_name
+        self.logs = logs or _consumer_logs()
         self.consume_type = consume_type
         self.message_model = message_model
         self.consume_from_where = consume_from_where
@@ -84,11 +91,10 @@ class ConsumerGroupInfo:
         old = self.channel_info_table.get(info.channel)
         if old is None:
             self.channel_info_table[info.channel] = info
-            log.info("new consumer connected, group %s client %s", self.group_name, info.client_id)
+            self.logs[0].event(f"group {self.group_name} client {info.client_id}")
             return True
         if old.client_id != info.client_id:
-            log.error("consumer channel of group %s changed client id %s -> %s",
-                      self.group_name, old.client_id, info.client_id)
+            self.logs[1].event(f"group {self.group_name} {old.client_id} -> {info.client_id}")
             self.channel_info_table[info.channel] = info
         old.last_update_timestamp = now_ms()
         return False
@@ -125,6 +131,11 @@ class ConsumerGroupInfo:
         return [i.client_id for i in self.channel_info_table.values()]
 
 
+def _consumer_logs() -> tuple[LogLimiter, LogLimiter]:
+    return (LogLimiter(log, logging.INFO, "new consumer connected"),
+            LogLimiter(log, logging.ERROR, "consumer channel changed client id"))
+
+
 class ConsumerManager:
     """Groups by name; notifies members of membership changes (``notify`` callable: the
     broker's ``notifyConsumerIdsChanged`` to one channel)."""
@@ -135,6 +146,8 @@ class ConsumerManager:
         self._lock = threading.RLock()
         self._table: dict[str, ConsumerGroupInfo] = {}
         self.drop_warnings = DropWarnings()
+        self._logs = _consumer_logs()
+        self.log_limiters: tuple[LogLimiter, ...] = self._logs    # flushed by the scan
 
     def get_consumer_group_info(self, group: str) -> ConsumerGroupInfo | None:
         with self._lock:
@@ -161,7 +174,7 @@ class ConsumerManager:
             g = self._table.get(group)
             if g is None:
                 g = self._table[group] = ConsumerGroupInfo(group, consume_type, message_model,
-                                                           consume_from_where)
+                                                           consume_from_where, self._logs)
             r1 = g.update_channel(info, consume_type, message_model, consume_from_where)
             r2 = g.update_subscription(subs, mine)
             channels = g.all_channels()
@@ -196,21 +209,26 @@ class ConsumerManager:
             self._notify(name, channels)
 
     def scan_not_active_channel(self) -> list[tuple[str, str]]:
-        """Drop channels silent for longer than the expiry (no notification); returns the
-        (group, client id) pairs dropped."""
+        """Drop channels silent for longer than the expiry (no notification; one warning
+        for the scan, naming the first few); returns the (group, client id) pairs dropped."""
         dropped = []
         now = now_ms()
+        for limiter in self.log_limiters:
+            limiter.flush()
         with self._lock:
             for name, g in list(self._table.items()):
                 for ch, info in list(g.channel_info_table.items()):
                     if now - info.last_update_timestamp > self.channel_expired_ms:
-                        log.warning("consumer %s of group %s expired (no heartbeat for %d ms)",
-                                    info.client_id, name, now - info.last_update_timestamp)
                         del g.channel_info_table[ch]
                         self.drop_warnings.forget(ch)
                         dropped.append((name, info.client_id))
                 if not g.channel_info_table:
                     del self._table[name]
+        if dropped:
+            log.warning("%d consumer channels expired (no heartbeat for %d ms): %s%s",
+                        len(dropped), self.channel_expired_ms,
+                        ", ".join(f"{g}/{c}" for g, c in dropped[:LOG_NAMED]),
+                        ", ..." if len(dropped) > LOG_NAMED else "")
         return dropped
 
     def _notify(self, group: str, channels: list[Any]) -> None:

@@ -203,6 +203,23 @@ class BrokerMetrics:
                 size[k] = size.get(k, 0) + c.size
         return msgs, size
 
+    def drop_topic(self, topic: str) -> None:
+        """``topic`` was deleted: its put/get counters, its lanes' counter and its entries in
+        the rate snapshots go (create/send/delete churn must not grow them). A lane still
+        holding the old counter takes the topic's new one when it is re-created
+        (``SendLane._full``, ``PullLane._warm``); one re-created before this runs keeps its
+        counters."""
+        with self._lock:
+            if self.broker.topic_manager.table.peek(topic) is not None:
+                return                  # re-created meanwhile: its lanes count here again
+            for table in (self.put_msgs, self.put_bytes, self.put_failed, self._lane_puts,
+                          self._older.puts, self._newer.puts):
+                table.pop(topic, None)
+            for pairs in (self.get_msgs, self.get_bytes, self._lane_gets, self._older.gets,
+                          self._newer.gets):
+                for key in [k for k in pairs if k[1] == topic]:
+                    del pairs[key]
+
     def _puts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Copies of (put msgs, put bytes) per topic, the lanes' counts included (under the
         lock)."""

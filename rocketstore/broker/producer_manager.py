@@ -1,4 +1,6 @@
-"""ProducerManager: producer groups' channels, for transaction check-backs (MESSAGING.md 2.5)."""
+"""ProducerManager: producer groups' channels, for transaction check-backs (MESSAGING.md 2.5).
+
+"new producer connected" is ``LogLimiter``'d (a client controls how often it connects)."""
 from __future__ import annotations
 
 import itertools
@@ -7,6 +9,7 @@ import threading
 from typing import Any
 
 from rocketstore.broker.channels import ClientChannelInfo, is_active, is_writable, now_ms
+from rocketstore.common.log_limit import LogLimiter
 
 log = logging.getLogger("rocketstore.broker.producers")
 
@@ -25,6 +28,8 @@ class ProducerManager:
         # closing channel leaves its own groups without a walk over every group
         self._by_channel: dict[Any, set[str]] = {}
         self._counter = itertools.count(1)
+        self._connected = LogLimiter(log, logging.INFO, "new producer connected")
+        self.log_limiters: tuple[LogLimiter, ...] = (self._connected,)   # flushed by the scan
 
     def register_producer(self, group: str, info: ClientChannelInfo) -> None:
         with self._lock:
@@ -33,7 +38,7 @@ class ProducerManager:
             if old is None:
                 channels[info.channel] = info
                 self._by_channel.setdefault(info.channel, set()).add(group)
-                log.info("new producer connected, group %s client %s", group, info.client_id)
+                self._connected.event(f"group {group} client {info.client_id}")
             else:
                 old.last_update_timestamp = now_ms()
             self._clients[info.client_id] = info.channel
@@ -78,6 +83,7 @@ class ProducerManager:
     def scan_not_active_channel(self) -> list[tuple[str, str]]:
         dropped = []
         now = now_ms()
+        self._connected.flush()
         with self._lock:
             for group, channels in list(self._groups.items()):
                 for ch, info in list(channels.items()):

@@ -73,7 +73,9 @@ class PullLane(PullLaneCore):
         tags, codes = _filter_of(sub)
         if codes is not None:
             return False        # more tags than the store filters: checked in Python
+        metrics = b.metrics
         self._keep(cfg, sgc, tc, info, model, sub,
                    None if tags is None else b.store._tag_filter(tags),
-                   tc.read_queue_nums, sub.sub_version)
+                   tc.read_queue_nums, sub.sub_version,
+                   None if metrics is None else metrics.pull_counter(self.group, self.topic))
         return True

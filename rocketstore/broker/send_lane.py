@@ -52,6 +52,7 @@ class SendLane(LaneCore):
         self.group = group
         self.default_topic = default_topic
         self.default_topic_queue_nums = default_topic_queue_nums
+        self._kept_tc: TopicConfig | None = None       # what ``_keep`` was last given
 
     def _full(self, msg: Message, queue_id: int, tc: TopicConfig | None
               ) -> SendMessageResponse | Future:
@@ -64,6 +65,11 @@ class SendLane(LaneCore):
         # check with ``tc``; a topic this send auto-created is taken from the next send on
         stored = isinstance(r, Future) or type(r) is SendMessageResponse and r.code == 0
         if stored and tc is not None and not self.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
+            metrics = self.broker.metrics
+            if tc is not self._kept_tc and metrics is not None:
+                # a new config may be a re-created topic, whose old counter left the metrics
+                self._count_into(metrics.put_counter(self.topic))
+            self._kept_tc = tc
             self._keep(tc, cfg, max(tc.write_queue_nums, tc.read_queue_nums),
                        int(SysFlag.MULTI_TAGS) if tc.topic_filter_type == MULTI_TAG else 0)
         return r

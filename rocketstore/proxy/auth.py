@@ -7,7 +7,8 @@ accounts, white addresses and topic/group permissions as the broker's 4.x ACL), 
 signature (never the date: the Python client sends local time marked ``Z``), then the
 permissions the RPC needs: PUB on the topic to send or end a transaction, SUB on the topic and
 on the group (``%RETRY%<group>``, as 4.x does) to receive, ack, change invisibility, forward
-to the DLQ or ask for an assignment. Any failure is UNAUTHORIZED.
+to the DLQ or ask for an assignment. Any failure is UNAUTHORIZED. The access key a call proves
+is also its identity: a client id belongs to the key of its Telemetry stream (docs/grpc.md).
 """
 from __future__ import annotations
 
@@ -65,37 +66,63 @@ class GrpcAuthenticator:
 
     def check(self, rpc: str, req: Any, metadata: dict[str, str], peer: str) -> str | None:
         """None when the call may go on, else why not (answered UNAUTHORIZED)."""
+        return self.authenticate(rpc, req, metadata, peer)[0]
+
+    def authenticate(self, rpc: str, req: Any, metadata: dict[str, str], peer: str
+                     ) -> tuple[str | None, str]:
+        """``(why not or None, the caller's access key)``: the key is one the call proves (its
+        signature checked, or its account white-lists the address); "" for a globally
+        white-listed caller that proves none (they all share that one anonymous identity)."""
         config = self.validator.config
         host = host_of(_peer_addr(peer))
         if any(m(host) for m in config.global_white):
-            return None
+            return None, _proven_key(config, host, metadata)
         value = metadata.get("authorization")
         if not value:
-            return "no authorization header (the client has no credentials)"
+            return "no authorization header (the client has no credentials)", ""
         try:
             fields = parse_authorization(value)
             ak = fields.get("Credential", "").split("/", 1)[0]
             if not ak:
-                return "the authorization carries no access key"
+                return "the authorization carries no access key", ""
             acct = config.accounts.get(ak)
             if acct is None:
-                return f"No acl config for accessKey={ak}"
+                return f"No acl config for accessKey={ak}", ""
             if not acct.white(host):
                 date = metadata.get("x-mq-date-time")
                 if date is None:
-                    return "x-mq-date-time is missing"
+                    return "x-mq-date-time is missing", ""
                 if not hmac.compare_digest(sign(acct.secret_key, date),
                                            fields.get("Signature", "").lower()):
-                    return f"Check signature failed for accessKey={ak}"
+                    return f"Check signature failed for accessKey={ak}", ""
             access = AccessRequest(0, host, ak)
             access.resources.update(_resources(rpc, req))
             authorize_request(acct, access)
         except AccessDeniedError as e:
-            return str(e)
-        return None
+            return str(e), ""
+        return None, ak
 
     def close(self) -> None:
         self.validator.close()
+
+
+def _proven_key(config: Any, host: str, metadata: dict[str, str]) -> str:
+    """The access key a globally white-listed caller proves by a valid signature, else ""."""
+    try:
+        fields = parse_authorization(metadata.get("authorization", ""))
+    except AccessDeniedError:
+        return ""
+    ak = fields.get("Credential", "").split("/", 1)[0]
+    acct = config.accounts.get(ak)
+    if acct is None:
+        return ""
+    if acct.white(host):
+        return ak
+    date = metadata.get("x-mq-date-time")
+    if date is not None and hmac.compare_digest(sign(acct.secret_key, date),
+                                                fields.get("Signature", "").lower()):
+        return ak
+    return ""
 
 
 def _peer_addr(peer: str) -> str:

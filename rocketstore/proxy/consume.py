@@ -42,7 +42,8 @@ class ConsumeRpcs:
         transport: TcpTransport
         registry: Registry
         streams: dict[str, asyncio.Queue[Any]]
-        renewing: dict[Key, tuple[str, int]]
+        renewing: dict[Key, tuple[str, int, str | None]]
+        owners: dict[str, str]
         _pop_locks: dict[tuple[str, str], list[Any]]
         polling_receives: dict[str, int]
         polling_total: int
@@ -53,6 +54,8 @@ class ConsumeRpcs:
         async def _queues(self, topic: str, perm_bit: int) -> list[tuple[str, int]]: ...
         @staticmethod
         def client_id(ctx: Any) -> str: ...
+        def access_key(self, ctx: Any) -> str | None: ...
+        def not_owner(self, cid: str, ctx: Any) -> str | None: ...
         def max_attempts(self, group: str) -> int: ...
         def wake(self) -> None: ...
 
@@ -101,6 +104,10 @@ class ConsumeRpcs:
             why = filter_problem(expression)
             if why and not error:
                 error = ("ILLEGAL_FILTER_EXPRESSION", why)
+        if req.auto_renew and not error:
+            why = self.not_owner(self.client_id(ctx), ctx)
+            if why:
+                error = ("FORBIDDEN", why)
         if error:
             yield status(*error)
             yield stamp()
@@ -152,11 +159,12 @@ class ConsumeRpcs:
             await asyncio.to_thread(self.registry.heartbeat_now)
         batch = min(req.batch_size or 32, 32)
         deadline = time.monotonic() + poll_s
+        # whose receipts to renew: the client id, and the access key that received them
+        renew_for = (self.client_id(ctx), self.access_key(ctx)) if req.auto_renew else None
         while True:
             wake = self._wake
             try:
-                found = await self.pop(group, topic, expression, batch, invisible,
-                                       self.client_id(ctx) if req.auto_renew else None)
+                found = await self.pop(group, topic, expression, batch, invisible, renew_for)
             except RpcError as e:
                 yield status(e.code, str(e))
                 yield stamp()
@@ -211,18 +219,19 @@ class ConsumeRpcs:
         while True:
             await asyncio.sleep(RENEW_EVERY_S)
             now = _now()
-            for k, (cid, pt) in list(self.renewing.items()):
+            for k, (cid, pt, ak) in list(self.renewing.items()):
                 e = self.state.inflight.get(k)
                 if e is None or e.pop_time != pt:
                     del self.renewing[k]              # acked, nacked or redelivered
-                elif cid not in self.streams:
+                elif cid not in self.streams or self.owners.get(cid) != ak:
+                    # the client left, or its id is now another key's stream
                     self.state.extend(k, pt, now + RENEW_GONE_MS)
                     del self.renewing[k]
                 elif e.visible_at - now < RENEW_AHEAD_MS and now - pt < RENEW_MAX_MS:
                     self.state.extend(k, pt, now + AUTO_RENEW_INVISIBLE_MS)
 
     async def pop(self, group: str, topic: str, expression: str, batch: int, invisible: int,
-                  renew_for: str | None = None) -> list[Any]:
+                  renew_for: tuple[str, str | None] | None = None) -> list[Any]:
         """Up to ``batch`` messages made invisible for ``invisible`` ms: due redeliveries first,
         then new ones, queue by queue from a rotating start. One pop at a time per group and
         topic: a pop reads cursors and entries across awaits (pulls), and two consumers of a
@@ -239,7 +248,7 @@ class ConsumeRpcs:
                 del self._pop_locks[key]
 
     async def _pop(self, group: str, topic: str, expression: str, batch: int, invisible: int,
-                   renew_for: str | None) -> list[Any]:
+                   renew_for: tuple[str, str | None] | None) -> list[Any]:
         queues = await self._queues(topic, 4)
         fifo = group in self.cfg.fifo_groups
         max_attempts = self.max_attempts(group)
@@ -295,7 +304,7 @@ class ConsumeRpcs:
             e = InFlight(pt, now + invisible, attempt, ext.commitlog_offset)
             pops.append((k, e))
             if renew_for:
-                self.renewing[k] = (renew_for, pt)
+                self.renewing[k] = (renew_for[0], pt, renew_for[1])
             m = convert.to_grpc(ext, pb.Message(), topic=topic)
             sp = m.system_properties
             sp.delivery_attempt = attempt

@@ -84,6 +84,9 @@ class MessagingService(ConsumeRpcs):
         # client id -> the gRPC peer (connection) of its Telemetry stream: the header names a
         # client, the connection proves it (NotifyClientTermination)
         self.stream_peers: dict[str, str] = {}
+        # client id -> the access key of its Telemetry stream (ACL on): only that key may
+        # replace the stream, end the client or tie auto-renewed receipts to the id
+        self.owners: dict[str, str] = {}
         # topic -> route / message.type; LRU, so names asked (real or not) never pile up
         self._routes: TtlLru[str, TopicRouteData | None] = TtlLru(cfg.limits.route_cache_max,
                                                                   ROUTE_TTL_S)
@@ -95,7 +98,8 @@ class MessagingService(ConsumeRpcs):
             collections.OrderedDict()
         self._wake = asyncio.Event()
         self.timer = DelayTimer(self)
-        self.renewing: dict[Key, tuple[str, int]] = {}      # key -> (client id, pop time)
+        # key -> (client id, pop time, the access key that received it (None: no ACL))
+        self.renewing: dict[Key, tuple[str, int, str | None]] = {}
         # (group, topic) -> its pop lock and how many pops use it (gone when none does)
         self._pop_locks: dict[tuple[str, str], list[Any]] = {}
         # ReceiveMessage calls in progress, by gRPC peer (a connection), and in all
@@ -132,6 +136,27 @@ class MessagingService(ConsumeRpcs):
             return None
         md = {str(k): str(v) for k, v in ctx.invocation_metadata() or ()}
         return self.auth.check(rpc, req, md, ctx.peer() or "")
+
+    def access_key(self, ctx: Any) -> str | None:
+        """The access key the call proves (ACL on; "" for a white-listed caller proving
+        none), or None without ACL (nothing identifies a caller)."""
+        if self.auth is None:
+            return None
+        md = {str(k): str(v) for k, v in ctx.invocation_metadata() or ()}
+        return self.auth.authenticate("", None, md, ctx.peer() or "")[1]
+
+    def not_owner(self, cid: str, ctx: Any) -> str | None:
+        """Why this caller may not act for client ``cid`` (its Telemetry stream was opened
+        with another access key), or None."""
+        owner = self.owners.get(cid)
+        if owner is None:
+            return None
+        ak = self.access_key(ctx)
+        if ak == owner:
+            return None
+        return (f"client id {cid} belongs to another access key's Telemetry stream (this "
+                f"call's is {ak or 'none'!r}): a client id is bound to the access key that "
+                "registered it")
 
     @staticmethod
     def client_id(ctx: grpc.aio.ServicerContext) -> str:
@@ -267,6 +292,12 @@ class MessagingService(ConsumeRpcs):
             _status(cmd.status, "UNAUTHORIZED", why)
             yield cmd
             return
+        why = self.not_owner(cid, ctx)
+        if why:                             # the owner's stream stays
+            cmd = pb.TelemetryCommand()
+            _status(cmd.status, "FORBIDDEN", why)
+            yield cmd
+            return
         lim = self.cfg.limits
         if cid not in self.streams and len(self.streams) >= lim.max_clients:
             cmd = pb.TelemetryCommand()
@@ -281,6 +312,9 @@ class MessagingService(ConsumeRpcs):
             old.put_nowait(None)            # one stream per client id: the newer one wins
         self.streams[cid] = out
         self.stream_peers[cid] = ctx.peer() or ""
+        ak = self.access_key(ctx)
+        if ak is not None:
+            self.owners[cid] = ak
 
         async def read() -> None:
             try:
@@ -321,6 +355,7 @@ class MessagingService(ConsumeRpcs):
             if self.streams.get(cid) is out:
                 del self.streams[cid]
                 self.stream_peers.pop(cid, None)
+                self.owners.pop(cid, None)
                 await self._forget(cid)
 
     def _check_settings(self, s: Any) -> None:
@@ -397,13 +432,17 @@ class MessagingService(ConsumeRpcs):
 
     async def notify_client_termination(self, req: Any, ctx: Any) -> Any:
         """End the calling client: only from the connection its Telemetry stream is on (any
-        caller can put another client's id in ``x-mq-client-id``); a client without a stream
-        holds nothing (it left with the stream), so that is OK from anywhere."""
+        caller can put another client's id in ``x-mq-client-id``), and with ACL on from the
+        access key of that stream; a client without a stream holds nothing (it left with the
+        stream), so that is OK from anywhere."""
         resp = pb.NotifyClientTerminationResponse()
         cid = self.client_id(ctx)
         held = self.stream_peers.get(cid)
         if held is None:
             return _reply(resp, "OK")
+        why = self.not_owner(cid, ctx)
+        if why:
+            return _reply(resp, "FORBIDDEN", why)
         if held != (ctx.peer() or ""):
             return _reply(resp, "FORBIDDEN",
                           f"client {cid}'s Telemetry stream is on another connection: a client "

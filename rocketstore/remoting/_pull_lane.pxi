@@ -72,8 +72,10 @@ cdef class PullLaneCore:
         self._cfg = None
 
     def _keep(self, cfg, sgc, tc, info, model, sub, tag_filter, int bound,
-              int64_t sub_version):
-        """Remember what a full check passed with."""
+              int64_t sub_version, PutCounter counter):
+        """Remember what a full check passed with, and the pull counter of the pair now
+        (a deleted topic's counters are dropped: a re-created one counts afresh)."""
+        self._counter = counter
         self._cfg = cfg
         self._sgc = sgc
         self._tc = tc

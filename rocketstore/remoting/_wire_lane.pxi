@@ -80,6 +80,11 @@ cdef class LaneCore:
         self._bound = bound
         self._sys_bits = sys_bits
 
+    def _count_into(self, PutCounter counter):
+        """Count stored sends into ``counter`` from now on (the topic's counter changed: it
+        was deleted and re-created)."""
+        self._counter = counter
+
     @property
     def warm(self):
         """Whether a full send passed: the next plain sends take the C path."""

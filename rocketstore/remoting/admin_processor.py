@@ -175,7 +175,7 @@ class AdminProcessor:
             return cmd.response(ResponseCode.INVALID_PARAMETER,
                                 f"The topic[{topic}] is conflict with system topic.")
         log.info("delete topic %s from %s", topic, conn.peer)
-        await self._blocking(self.broker.store.delete_topic, topic)
+        await self._blocking(self.broker.delete_topic, topic)
         return cmd.response(ResponseCode.SUCCESS)
 
     def topic_config(self, conn: Connection, cmd: RemotingCommand,
@@ -530,7 +530,7 @@ class AdminProcessor:
             if topic in configured or self.broker.topic_manager.is_system_topic(topic):
                 continue
             try:
-                store.delete_topic(topic)
+                self.broker.delete_topic(topic)
             except RocketStoreError as e:       # a name the store refuses: left as it is
                 log.warning("cleanUnusedTopic: %s kept: %s", topic, e)
                 continue

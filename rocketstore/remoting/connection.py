@@ -38,6 +38,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol, cast
 
+from rocketstore.common.log_limit import LogLimiter
 from rocketstore.common.protocol import ResponseCode
 from rocketstore.errors import RemotingProtocolError, TransportError
 from rocketstore.remoting.command import (ANSWERED, FLAG_ONEWAY, MAX_EXT_FIELDS, MAX_FRAME,
@@ -46,6 +47,9 @@ from rocketstore.remoting.vectored import VectorWriter, needs_own_queue
 from rocketstore.remoting.zerocopy import RecordBody
 
 log = logging.getLogger("rocketstore.remoting")
+# a peer decides how many bad requests it sends: summed up, not a line each (a bad frame
+# closes the connection and keeps its own warning: one per connection)
+_BAD_REQUEST_LOG = LogLimiter(log, logging.INFO, "bad request")
 
 MAX_IN_FLIGHT = 1024          # requests from one peer being processed before reading pauses
 WRITE_HIGH_WATER = 4 << 20    # bytes of answers queued to a peer before reading pauses
@@ -328,7 +332,7 @@ class Connection(asyncio.Protocol):
     def _answer_error(self, cmd: RemotingCommand, exc: BaseException) -> None:
         # a failure of ours, answered as RocketMQ's exception reply: SYSTEM_ERROR with the text
         if isinstance(exc, RemotingProtocolError):
-            log.info("bad request from %s code %s: %s", self.peer, cmd.code, exc)
+            _BAD_REQUEST_LOG.event(f"from {self.peer} code {cmd.code}: {exc}")
         else:
             log.exception("request code %s from %s failed", cmd.code, self.peer, exc_info=exc)
         if not cmd.is_oneway:
