@@ -319,3 +319,47 @@ def test_a_deleted_and_recreated_topic_counts_its_pulls_afresh(broker):
         assert broker.metrics.counters()[3][(GROUP, TOPIC)] == 2
     finally:
         c.shutdown()
+
+
+def test_a_lane_that_raises_leaves_the_pull_to_the_request_path(broker, monkeypatch):
+    """Whatever a lane raises (here every pull), the consumer sends its request as before
+    and consumes everything; the pull service's thread is not lost to the exception."""
+    class Broken:
+        def pull(self, *a):
+            raise RuntimeError("lane broke")
+    monkeypatch.setattr(broker, "pull_lane", lambda group, topic: Broken())
+    fill(broker, 200)
+    got = []
+    done = threading.Event()
+
+    def listener(msgs, ctx):
+        got.extend(m.queue_offset for m in msgs)
+        if len(got) >= 200:
+            done.set()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+    c = PushConsumer(GROUP, broker=broker, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    c.subscribe(TOPIC, "*")
+    c.register_message_listener(listener)
+    c.start()
+    try:
+        assert done.wait(20)
+    finally:
+        c.shutdown()
+    assert sorted(got) == sorted(list(range(100)) * 2)
+
+
+def test_a_wire_pull_whose_lane_raises_is_answered_by_the_full_path(broker):
+    from rocketstore.remoting.broker_processor import BrokerProcessor
+
+    class Broken:
+        def pull(self, *a):
+            raise RuntimeError("lane broke")
+    fill(broker, 10)
+    c = member(broker)
+    try:
+        proc = BrokerProcessor(broker)
+        proc._pull_lanes[(GROUP, TOPIC)] = Broken()
+        r = _wire_pull(proc, 0, 0)
+        assert r.code == ResponseCode.SUCCESS and r.ext_fields["nextBeginOffset"] == 5
+    finally:
+        c.shutdown()

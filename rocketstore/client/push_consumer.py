@@ -325,8 +325,12 @@ class PushConsumer(ConsumerBase):
             if lane is False:
                 lane = self._lane_of(mq)
             if lane is not None:
-                found = lane.pull(mq.queue_id, req.next_offset, self.pull_batch_size, sys_flag,
-                                  commit, sub.sub_version)
+                try:
+                    found = lane.pull(mq.queue_id, req.next_offset, self.pull_batch_size,
+                                      sys_flag, commit, sub.sub_version)
+                except Exception as e:      # the request path answers it, and says why
+                    log.debug("pull lane of %s: %s", mq, e)
+                    found = None
                 if found is not None:
                     return found
         request = PullMessageRequest(self.group, mq.topic, mq.queue_id, req.next_offset,

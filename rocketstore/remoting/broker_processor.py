@@ -270,9 +270,12 @@ class BrokerProcessor:
         if request.expression_type == "TAG" and not request.sys_flag & FLAG_SUBSCRIPTION:
             lane = self._pull_lane(request.consumer_group, request.topic)
             if lane is not None:
-                found = lane.pull(request.queue_id, request.queue_offset, request.max_msg_nums,
-                                  request.sys_flag, request.commit_offset, request.sub_version,
-                                  False)
+                try:
+                    found = lane.pull(request.queue_id, request.queue_offset,
+                                      request.max_msg_nums, request.sys_flag,
+                                      request.commit_offset, request.sub_version, False)
+                except Exception:       # pull_message answers it (with its own error)
+                    found = None
                 if found is not None:
                     return headers.encode_pull_found(cmd, found)
         fut = self.broker.pull_message(request)
