@@ -101,6 +101,19 @@ def store_dir(tmp_path) -> str:
 
 
 @pytest.fixture
+def inproc_broker(tmp_path):
+    """An in-process broker (default settings, 4 MiB commit-log files), closed after."""
+    from rocketstore import StoreConfig
+    from rocketstore.broker.broker import Broker
+    from rocketstore.broker.config import BrokerConfig
+    b = Broker.open(tmp_path / "b", BrokerConfig(),
+                    StoreConfig(mapped_file_size_commit_log=4 << 20))
+    yield b
+    if not b.closed:
+        b.close()
+
+
+@pytest.fixture
 def small_config():
     """Commit-log files of 4 KiB: every test rolls files and writes blank records."""
     from rocketstore import StoreConfig

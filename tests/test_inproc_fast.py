@@ -22,12 +22,8 @@ TOPIC = "FastTopic"
 
 
 @pytest.fixture
-def broker(tmp_path):
-    b = Broker.open(tmp_path / "b", BrokerConfig(),
-                    StoreConfig(mapped_file_size_commit_log=4 << 20))
-    yield b
-    if not b.closed:
-        b.close()
+def broker(inproc_broker):
+    return inproc_broker
 
 
 def stored(broker: Broker, res) -> object:

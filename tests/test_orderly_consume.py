@@ -8,9 +8,7 @@ import time
 
 import pytest
 
-from rocketstore import StoreConfig
 from rocketstore.broker.broker import Broker
-from rocketstore.broker.config import BrokerConfig
 from rocketstore.client import (ConsumeOrderlyContext, ConsumeOrderlyStatus, Message,
                                 MessageQueue, Producer, PushConsumer)
 
@@ -19,12 +17,8 @@ GROUP = "cg_orderly_c"
 
 
 @pytest.fixture
-def broker(tmp_path):
-    b = Broker.open(tmp_path / "b", BrokerConfig(),
-                    StoreConfig(mapped_file_size_commit_log=4 << 20))
-    yield b
-    if not b.closed:
-        b.close()
+def broker(inproc_broker):
+    return inproc_broker
 
 
 def fill(broker: Broker, per_queue: int, queues: int = 2) -> None:

@@ -25,12 +25,8 @@ COMMIT, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
 
 
 @pytest.fixture
-def broker(tmp_path):
-    b = Broker.open(tmp_path / "b", BrokerConfig(),
-                    StoreConfig(mapped_file_size_commit_log=4 << 20))
-    yield b
-    if not b.closed:
-        b.close()
+def broker(inproc_broker):
+    return inproc_broker
 
 
 def fill(broker: Broker, n: int, queues: int = 2, tags: str | None = None) -> None:

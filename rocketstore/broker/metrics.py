@@ -35,7 +35,7 @@ import shutil
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Hashable, Iterator, TypeVar
 
 from rocketstore.store.cleanup import partition_used_ratio
 from rocketstore.broker.stats_windows import StatsWindows
@@ -113,6 +113,20 @@ class _Snapshot:
         self.t = t
         self.puts = puts
         self.gets = gets
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+def _with_lanes(msgs: dict[K, int], size: dict[K, int], lanes: dict[K, PutCounter]
+                ) -> tuple[dict[K, int], dict[K, int]]:
+    """Copies of a (msgs, bytes) counter pair with the lanes' C counters added."""
+    msgs, size = dict(msgs), dict(size)
+    for k, c in lanes.items():
+        if c.msgs:
+            msgs[k] = msgs.get(k, 0) + c.msgs
+            size[k] = size.get(k, 0) + c.size
+    return msgs, size
 
 
 class BrokerMetrics:
@@ -196,12 +210,7 @@ class BrokerMetrics:
     def _gets(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
         """Copies of (get msgs, get bytes) per (group, topic), the lanes' counts included
         (under the lock)."""
-        msgs, size = dict(self.get_msgs), dict(self.get_bytes)
-        for k, c in self._lane_gets.items():
-            if c.msgs:
-                msgs[k] = msgs.get(k, 0) + c.msgs
-                size[k] = size.get(k, 0) + c.size
-        return msgs, size
+        return _with_lanes(self.get_msgs, self.get_bytes, self._lane_gets)
 
     def drop_topic(self, topic: str) -> None:
         """``topic`` was deleted: its put/get counters, its lanes' counter and its entries in
@@ -223,12 +232,7 @@ class BrokerMetrics:
     def _puts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Copies of (put msgs, put bytes) per topic, the lanes' counts included (under the
         lock)."""
-        msgs, size = dict(self.put_msgs), dict(self.put_bytes)
-        for t, c in self._lane_puts.items():
-            if c.msgs:
-                msgs[t] = msgs.get(t, 0) + c.msgs
-                size[t] = size.get(t, 0) + c.size
-        return msgs, size
+        return _with_lanes(self.put_msgs, self.put_bytes, self._lane_puts)
 
     def count_send(self, request: Any, response: Any) -> None:
         """Count a send by its response (``on_send`` of one answered at once, no future)."""
