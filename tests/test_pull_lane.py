@@ -285,16 +285,16 @@ def test_a_wire_pull_that_finds_messages_takes_the_lane(broker):
 
 
 def test_the_wire_lane_table_is_bounded(broker, monkeypatch):
-    """A client naming ever new (group, topic) pairs only refills the handler's lane table."""
-    from rocketstore.remoting import broker_processor
+    """A client naming ever new (group, topic) pairs only refills the broker's lane table."""
+    from rocketstore.broker import pull
     from rocketstore.remoting.broker_processor import BrokerProcessor
-    monkeypatch.setattr(broker_processor, "MAX_PULL_LANES", 8)
+    monkeypatch.setattr(pull, "MAX_PULL_LANES", 8)
     fill(broker, 4)
     proc = BrokerProcessor(broker)
     for i in range(30):
         r = _wire_pull(proc, 0, 0, group=f"g{i}")
         assert r.code == ResponseCode.SUBSCRIPTION_NOT_EXIST     # no such member: full path
-        assert len(proc._pull_lanes) <= 8
+        assert len(broker.pull_processor._lanes) <= 8
 
 
 def test_a_deleted_and_recreated_topic_counts_its_pulls_afresh(broker):
@@ -354,8 +354,37 @@ def test_a_wire_pull_whose_lane_raises_is_answered_by_the_full_path(broker):
     c = member(broker)
     try:
         proc = BrokerProcessor(broker)
-        proc._pull_lanes[(GROUP, TOPIC)] = Broken()
+        broker.pull_processor._lanes[(GROUP, TOPIC)] = Broken()
         r = _wire_pull(proc, 0, 0)
         assert r.code == ResponseCode.SUCCESS and r.ext_fields["nextBeginOffset"] == "5"
     finally:
+        c.shutdown()
+
+
+def test_a_held_pull_woken_by_an_arrival_is_answered_by_the_lane(broker):
+    """A pull parked at the queue's head and woken by new messages: answered by the lane
+    (no full ``process``) with what arrived, counted once (by the waiter's future), its
+    offset committed once (when it parked); the in-process consumer gets it as always."""
+    from rocketstore.broker.pull import PullMessageProcessor
+    fill(broker, 4)
+    c = member(broker)
+    processed = []
+    orig = PullMessageProcessor.process
+
+    def counted(self, req, allow_suspend, future=None):
+        processed.append(allow_suspend)
+        return orig(self, req, allow_suspend, future)
+    try:
+        PullMessageProcessor.process = counted
+        fut = broker.pull_message(PullMessageRequest(GROUP, TOPIC, 0, 2, 32, SUSPEND | COMMIT,
+                                                     1, 5000, None, 0))
+        assert not fut.done() and processed == [True]             # parked at the head
+        fill(broker, 4)
+        r = fut.result(5)
+        assert r.code == ResponseCode.SUCCESS and [m.queue_offset for m in r.messages] == [2, 3]
+        assert processed == [True]                                # the lane answered
+        assert broker.store.query_offset(GROUP, TOPIC, 0) == 1
+        assert broker.metrics.counters()[3][(GROUP, TOPIC)] == 2
+    finally:
+        PullMessageProcessor.process = orig
         c.shutdown()

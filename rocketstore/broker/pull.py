@@ -34,6 +34,8 @@ from rocketstore.store.status import GetMessageStatus
 
 if TYPE_CHECKING:
     from rocketstore.broker.broker import Broker
+    from rocketstore.broker.pull_lane import PullLane
+    from rocketstore.remoting._wire import PullFound
     from rocketstore.broker.subscription_group import SubscriptionGroupConfig
 
 log = logging.getLogger("rocketstore.broker.pull")
@@ -42,6 +44,7 @@ FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 MAX_STORE_FILTER_TAGS = 8       # the store's tag filter; larger sets are filtered here
+MAX_PULL_LANES = 4096           # (group, topic) pull lanes the processor keeps
 
 _STATUS = {
     GetMessageStatus.FOUND: ResponseCode.SUCCESS,
@@ -215,6 +218,14 @@ class PullRequestHoldService:
     def _answer(self, p: _Parked) -> None:
         if p.future.done():         # cancelled by its waiter: nothing to answer
             return
+        # the pull's lane answers what it finds (no commit: the parked attempt made it; not
+        # counted: the waiter's future is, when it completes)
+        found = self.processor.by_lane(p.request, commit=False, count=False)
+        if found is not None:
+            complete(p.future, PullMessageResponse(
+                ResponseCode.SUCCESS, found.next_begin_offset, found.min_offset,
+                found.max_offset, found.messages))
+            return
         try:
             resp = self.processor.process(p.request, allow_suspend=False)
         except Exception as e:  # noqa: BLE001 - the waiter gets it
@@ -244,6 +255,35 @@ class PullMessageProcessor:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.hold = PullRequestHoldService(self)
+        self._lanes: dict[tuple[str, str], PullLane | None] = {}
+
+    def lane(self, group: str, topic: str) -> PullLane | None:
+        """The broker's pull lane of (group, topic), kept for the next pulls (at most
+        ``MAX_PULL_LANES`` pairs: requests naming ever new pairs only refill the table)."""
+        key = (group, topic)
+        lane = self._lanes.get(key, False)
+        if lane is False:
+            if len(self._lanes) >= MAX_PULL_LANES:
+                self._lanes.clear()
+            lane = self._lanes[key] = self.broker.pull_lane(group, topic)
+        return lane
+
+    def by_lane(self, req: PullMessageRequest, *, commit: bool = True, count: bool = True,
+                client: bool = False) -> PullFound | None:
+        """``req`` answered by its lane when it finds messages (a TAG pull without its own
+        subscription), else None: ``process`` answers it. A lane that raises is the full
+        path's to answer (with its own error)."""
+        if req.expression_type != "TAG" or req.sys_flag & FLAG_SUBSCRIPTION:
+            return None
+        try:
+            lane = self.lane(req.consumer_group, req.topic)
+            if lane is None:
+                return None
+            return lane.pull(req.queue_id, req.queue_offset, req.max_msg_nums,
+                             req.sys_flag if commit else req.sys_flag & ~FLAG_COMMIT_OFFSET,
+                             req.commit_offset, req.sub_version, client, count)
+        except Exception:   # noqa: BLE001 - a closed broker, a lane that broke: process says
+            return None
 
     def pull(self, request: PullMessageRequest) -> Future:
         # the store's lazy future: a pull answered at once (the usual case) never builds

@@ -100,12 +100,13 @@ cdef class PullLaneCore:
         return info.subscription_table.get(self.topic) is self._sub
 
     def pull(self, int64_t queue_id, int64_t offset, int64_t max_nums, int64_t sys_flag,
-             int64_t commit_offset, int64_t sub_version, bint client=True):
+             int64_t commit_offset, int64_t sub_version, bint client=True, bint count=True):
         """A pull of ``queue_id`` from ``offset`` answered from the store: a ``PullFound``
         when messages were found (the commit flag's offset committed, the pull counted), else
         None (nothing done: the full path answers). Every argument is a Java long as a
         request carries it; ``client``: the messages are handed to a consumer in process
-        (``msg_id`` is the UNIQ_KEY)."""
+        (``msg_id`` is the UNIQ_KEY); ``count``: False when the caller's own future is
+        counted (a held pull answered by the hold service)."""
         cdef object per, cq, r, forbidden, store = self._store
         cdef list msgs
         cdef MessageExt m
@@ -138,7 +139,7 @@ cdef class PullLaneCore:
         if sys_flag & 0x1:
             self._commit(self._key, queue_id, commit_offset)
         c = self._counter
-        if c is not None:
+        if c is not None and count:
             c.msgs += len(msgs)
             for m in msgs:
                 c.size += m.store_size

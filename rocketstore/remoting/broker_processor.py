@@ -36,7 +36,6 @@ from rocketstore.store._codec import encode_record
 if TYPE_CHECKING:
     from rocketstore.acl import PlainAccessValidator
     from rocketstore.broker import Broker
-    from rocketstore.broker.pull_lane import PullLane
     from rocketstore.common import MessageExt
 
 log = logging.getLogger("rocketstore.broker.remoting")
@@ -48,8 +47,6 @@ NOT_ON_VIP = frozenset({RequestCode.PULL_MESSAGE})
 # what a held pull keeps besides its subscription (its request, future, hold entry, task)
 HELD_PULL_BASE_BYTES = 1024
 HELD_BYTES = "held_pull_bytes"      # Connection.attributes: what its held pulls keep
-FLAG_SUBSCRIPTION = 0x4             # a pull carrying its own subscription expression
-MAX_PULL_LANES = 4096               # (group, topic) pull lanes a processor keeps
 
 
 def held_pull_bytes(request: PullMessageRequest) -> int:
@@ -158,7 +155,6 @@ class BrokerProcessor:
         self.executor = executor
         self.acl = acl         # checks every request before dispatch when the broker's ACL is on
         self.held_pull_bytes = 0    # what every connection's held pulls keep (held_pull_bytes)
-        self._pull_lanes: dict[tuple[str, str], PullLane | None] = {}
         R = RequestCode
         # code -> handler(conn, cmd, decoded request)
         self._handlers: dict[int, Callable[[Connection, RemotingCommand, Any], Any]] = {
@@ -267,17 +263,9 @@ class BrokerProcessor:
         # a pull that finds messages: the broker's pull lane of (group, topic) answers it
         # with the checks made once per configuration (the lane leaves every other case,
         # and a pull with its own subscription or filter type, to pull_message)
-        if request.expression_type == "TAG" and not request.sys_flag & FLAG_SUBSCRIPTION:
-            lane = self._pull_lane(request.consumer_group, request.topic)
-            if lane is not None:
-                try:
-                    found = lane.pull(request.queue_id, request.queue_offset,
-                                      request.max_msg_nums, request.sys_flag,
-                                      request.commit_offset, request.sub_version, False)
-                except Exception:       # pull_message answers it (with its own error)
-                    found = None
-                if found is not None:
-                    return headers.encode_pull_found(cmd, found)
+        found = self.broker.pull_processor.by_lane(request)
+        if found is not None:
+            return headers.encode_pull_found(cmd, found)
         fut = self.broker.pull_message(request)
         if fut.done():
             return headers.encode_pull_response(cmd, fut.result())
@@ -326,17 +314,6 @@ class BrokerProcessor:
                 fut.cancel()        # the hold service drops it now, not at its deadline
                 raise
         return Parked(held())
-
-    def _pull_lane(self, group: str, topic: str) -> PullLane | None:
-        """The broker's pull lane of (group, topic), kept for the next pulls (at most
-        ``MAX_PULL_LANES`` pairs: a client naming ever new pairs only refills the table)."""
-        key = (group, topic)
-        lane = self._pull_lanes.get(key, False)
-        if lane is False:
-            if len(self._pull_lanes) >= MAX_PULL_LANES:
-                self._pull_lanes.clear()
-            lane = self._pull_lanes[key] = self.broker.pull_lane(group, topic)
-        return lane
 
     def query_consumer_offset(self, conn: Connection, cmd: RemotingCommand,
                               r: requests.OffsetQuery) -> RemotingCommand:
