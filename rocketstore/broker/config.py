@@ -93,6 +93,7 @@ class BrokerConfig:
     grpc_max_pending_delay_messages: int = _LIMITS.max_pending_delay_messages
     grpc_max_polling_receives: int = _LIMITS.max_polling_receives
     grpc_max_polling_receives_per_connection: int = _LIMITS.max_polling_receives_per_connection
+    grpc_auth_max_skew_seconds: int = _LIMITS.auth_max_skew_s
     # RocketMQ 5's enableMixedMessageType: may a topic's message.type attribute be MIXED
     enable_mixed_message_type: bool = False
     # request executors by kind (rocketstore.remoting.executors, docs/protocol.md "Limits"):
@@ -189,6 +190,7 @@ class BrokerConfig:
                      "ha_transfer_batch_size", "ha_slave_fallbehind_max", "slave_timeout",
                      "heartbeat_max_entries", "auto_create_subscription_group_max",
                      "max_held_pull_bytes", "client_max_producer_groups",
+                     "grpc_auth_max_skew_seconds",
                      *(f.name for f in fields(self) if f.name.endswith(
                          ("_thread_pool_nums", "_queue_capacity"))
                        or f.name.startswith(("server_", "grpc_max", "grpc_group", "grpc_route")))):

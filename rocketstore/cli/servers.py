@@ -438,7 +438,8 @@ def register_proxy(sub) -> None:
                         "(grpcMaxClients, grpcMaxTopicsPerClient, grpcMaxGroups, "
                         "grpcMaxSubscriptionsPerGroup, grpcGroupIdleMillis, grpcRouteCacheMax, "
                         "grpcMaxPendingDelayMessages, grpcMaxPollingReceives, "
-                        "grpcMaxPollingReceivesPerConnection; docs/grpc.md \"Limits\"); "
+                        "grpcMaxPollingReceivesPerConnection, grpcAuthMaxSkewSeconds; "
+                        "docs/grpc.md \"Limits\"); "
                         "repeatable")
     add_logging_args(p)
     p.set_defaults(func=_proxy)

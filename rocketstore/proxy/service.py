@@ -77,7 +77,8 @@ class MessagingService(ConsumeRpcs):
         creds = (SessionCredentials(cfg.access_key, cfg.secret_key, cfg.security_token)
                  if cfg.access_key and cfg.secret_key else None)
         self.transport = TcpTransport(cfg.namesrv, credentials=creds)
-        self.auth = GrpcAuthenticator(cfg.acl_file) if cfg.acl_file else None
+        self.auth = (GrpcAuthenticator(cfg.acl_file, cfg.limits.auth_max_skew_s)
+                     if cfg.acl_file else None)
         self.state = PopState(os.path.join(cfg.data_dir, "pop.journal"))
         self.settings: dict[str, Any] = {}
         self.streams: dict[str, asyncio.Queue[Any]] = {}
