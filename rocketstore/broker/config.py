@@ -77,6 +77,9 @@ class BrokerConfig:
     # own; the gRPC proxy announces up to grpcMaxGroups producer topics as one client)
     client_max_producer_groups: int = 20_000
     auto_create_subscription_group_max: int = 20_000
+    # topics past which sends auto-create none (counted however made, except system topics
+    # and held groups' %RETRY%/%DLQ% ones; docs/protocol.md "Limits")
+    auto_create_topic_max: int = 20_000
     # rocketstore's own (rocketstore.broker.metrics): counters on by default, /metrics opt-in
     metrics_enable: bool = True                  # per-topic/group counters, runtime info
     metrics_port: int = 0                        # Prometheus /metrics on broker_ip1 (0: off)
@@ -190,7 +193,7 @@ class BrokerConfig:
                      "ha_transfer_batch_size", "ha_slave_fallbehind_max", "slave_timeout",
                      "heartbeat_max_entries", "auto_create_subscription_group_max",
                      "max_held_pull_bytes", "client_max_producer_groups",
-                     "grpc_auth_max_skew_seconds",
+                     "grpc_auth_max_skew_seconds", "auto_create_topic_max",
                      *(f.name for f in fields(self) if f.name.endswith(
                          ("_thread_pool_nums", "_queue_capacity"))
                        or f.name.startswith(("server_", "grpc_max", "grpc_group", "grpc_route")))):
