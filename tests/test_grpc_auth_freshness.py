@@ -42,7 +42,8 @@ def proxy(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("grpc_fresh")
     acl = tmp / "plain_acl.yml"
     acl.write_text(ACL)
-    with local_proxy(tmp, {"t_fresh": ""}, acl_file=str(acl)) as (local, _):
+    with local_proxy(tmp, {"t_fresh": ""}, acl_file=str(acl)) as (local, ns):
+        local.ns, local.acl, local.tmp = ns, acl, tmp        # for a second proxy
         yield local
 
 
@@ -111,3 +112,31 @@ def test_the_window_and_zones_are_settings():
     # +1 h 20 min matches no zone (+01:00 is 20 min off, +01:30 is none)
     assert "+1h20m" in date_problem("20261127T132000Z", now, 900)
     assert date_problem("20261127T115500", now, 900) is not None         # no Z: not the format
+
+
+def test_the_zones_clients_sign_in_can_be_pinned(proxy):
+    """``grpcAuthClientZones=UTC`` (clients known to sign in UTC): the window holds around UTC
+    only, so a fresh date in UTC+08:00 is as stale as one signed eight hours ago."""
+    from rocketstore.proxy.local import LocalProxy
+    from rocketstore.proxy.service import ProxyConfig
+    with pytest.raises(ValueError, match="client zone '\\+8'"):
+        ProxyConfig(proxy.ns.addr, str(proxy.tmp / "p2"), auth_client_zones="UTC,+8")
+    utc_only = LocalProxy("127.0.0.1", 0, ProxyConfig(
+        proxy.ns.addr, str(proxy.tmp / "p2"), acl_file=str(proxy.acl), auth_client_zones="UTC"))
+    utc_only.start()
+    try:
+        assert _route(utc_only.addr, header(stamp()))[0] == status_code("OK")
+        code, why = _route(utc_only.addr, header(stamp(datetime.timedelta(hours=8))))
+        assert code == status_code("UNAUTHORIZED") and "+8h00m" in why, why
+    finally:
+        utc_only.stop()
+
+
+def test_a_bad_zone_is_a_start_up_error(tmp_path):
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "rocketstore", "proxy", "--namesrv", "127.0.0.1:1",
+                        "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path),
+                        "--auth-client-zones", "UTC,+8"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and "--auth-client-zones: client zone '+8'" in p.stderr, p.stderr

@@ -97,6 +97,8 @@ class BrokerConfig:
     grpc_max_polling_receives: int = _LIMITS.max_polling_receives
     grpc_max_polling_receives_per_connection: int = _LIMITS.max_polling_receives_per_connection
     grpc_auth_max_skew_seconds: int = _LIMITS.auth_max_skew_s
+    # the zones 5.x clients sign their dates in: "any", or e.g. "UTC,+08:00" (docs/grpc.md)
+    grpc_auth_client_zones: str = "any"
     # RocketMQ 5's enableMixedMessageType: may a topic's message.type attribute be MIXED
     enable_mixed_message_type: bool = False
     # request executors by kind (rocketstore.remoting.executors, docs/protocol.md "Limits"):

@@ -39,6 +39,28 @@ def sign(secret_key: str, date_time: str) -> str:
     return hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest()
 
 
+def parse_zones(text: str) -> tuple[int, ...]:
+    """``grpcAuthClientZones``: ``any`` (every zone of ``ZONE_OFFSETS_MIN``), or the zones the
+    clients sign in, comma-separated: ``UTC``, ``+08:00``, ``-03:30`` -> their offsets in
+    minutes. ``ValueError`` names an entry that is none of these."""
+    if text.strip().lower() == "any":
+        return ZONE_OFFSETS_MIN
+    out = []
+    for item in text.split(","):
+        z = item.strip()
+        if z.upper() in ("UTC", "Z"):
+            out.append(0)
+            continue
+        ok = len(z) == 6 and z[0] in "+-" and z[3] == ":" and z[1:3].isdigit() \
+            and z[4:].isdigit() and int(z[4:]) < 60
+        minutes = int(z[1:3]) * 60 + int(z[4:]) if ok else 0
+        if not ok or minutes > 14 * 60:
+            raise ValueError(f"client zone {z!r}: expected any, UTC or an offset like "
+                             "+08:00 or -03:30 (at most 14:00), comma-separated")
+        out.append(-minutes if z[0] == "-" else minutes)
+    return tuple(out)
+
+
 def date_problem(date: str | None, now: float, max_skew_s: int,
                  offsets_min: tuple[int, ...] = ZONE_OFFSETS_MIN) -> str | None:
     """Why the signed ``x-mq-date-time`` is not fresh, or None.
@@ -56,10 +78,11 @@ def date_problem(date: str | None, now: float, max_skew_s: int,
     if any(abs(ahead - 60 * z) <= max_skew_s for z in offsets_min):
         return None
     sign_ = "-" if ahead < 0 else "+"
-    mins = int(abs(ahead)) // 60
+    mins = round(abs(ahead) / 60)           # to the nearest minute: the date has whole seconds
     return (f"x-mq-date-time {date} is {sign_}{mins // 60}h{mins % 60:02d}m from the proxy's "
-            f"UTC clock: more than {max_skew_s} s from the local time of any zone clients sign "
-            f"in (grpcAuthMaxSkewSeconds={max_skew_s}); a stale date may be a replayed header")
+            f"UTC clock: more than {max_skew_s} s from now in every zone clients sign in "
+            f"(grpcAuthMaxSkewSeconds={max_skew_s}, grpcAuthClientZones); a stale date may be "
+            f"a replayed header")
 
 
 def parse_authorization(value: str) -> dict[str, str]:
