@@ -140,3 +140,12 @@ def test_a_bad_zone_is_a_start_up_error(tmp_path):
                         "--auth-client-zones", "UTC,+8"], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 2 and "--auth-client-zones: client zone '+8'" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("date", ["20261327T120000Z", "20261127T240000Z", "2026112\uff17T120000Z",
+                                  "20261127 120000Z", "20261127T120000", "", "x" * 1000])
+def test_malformed_dates_are_named(date):
+    from rocketstore.proxy.auth import date_problem
+    why = date_problem(date, 1795780800.0, 900)
+    assert why is not None and "is not a date like 20261126T134434Z" in why
+    assert len(why) < 200                       # a long header is not echoed whole

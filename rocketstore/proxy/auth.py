@@ -5,14 +5,14 @@ Signature=<hex>``, the hex being HMAC-SHA1 keyed with the secret key over the ex
 ``x-mq-date-time`` header. The proxy looks the access key up in ``plain_acl.yml`` (the same
 accounts, white addresses and topic/group permissions as the broker's 4.x ACL), checks the
 signature and that the signed date is fresh (``date_problem``: a captured header must not work
-forever), then the permissions the RPC needs: PUB on the topic to send or end a transaction, SUB on the topic and
-on the group (``%RETRY%<group>``, as 4.x does) to receive, ack, change invisibility, forward
-to the DLQ or ask for an assignment. Any failure is UNAUTHORIZED. The access key a call proves
+forever), then the permissions the RPC needs: PUB on the topic to send or end a transaction,
+SUB on the topic and on the group (``%RETRY%<group>``, as 4.x does) to receive, ack, change
+invisibility, forward to the DLQ or ask for an assignment. Any failure is UNAUTHORIZED. The access key a call proves
 is also its identity: a client id belongs to the key of its Telemetry stream (docs/grpc.md).
 """
 from __future__ import annotations
 
-import calendar
+import datetime
 import hashlib
 import hmac
 import time
@@ -31,7 +31,6 @@ SCHEME = "MQv2-HMAC-SHA1"
 ZONE_OFFSETS_MIN = (-720, -660, -600, -570, -540, -480, -420, -360, -300, -240, -210, -180,
                     -150, -120, -60, 0, 60, 120, 180, 210, 240, 270, 300, 330, 345, 360, 390,
                     420, 480, 525, 540, 570, 600, 630, 660, 720, 765, 780, 825, 840)
-DATE_FORMAT = "%Y%m%dT%H%M%SZ"
 
 
 def sign(secret_key: str, date_time: str) -> str:
@@ -70,19 +69,33 @@ def date_problem(date: str | None, now: float, max_skew_s: int,
     date included, may be a header captured earlier and replayed."""
     if date is None:
         return "x-mq-date-time is missing"
-    try:
-        signed = calendar.timegm(time.strptime(date, DATE_FORMAT))
-    except (ValueError, OverflowError):
+    signed = _epoch(date)
+    if signed is None:
         return f"x-mq-date-time {date[:40]!r} is not a date like 20261126T134434Z"
     ahead = signed - now            # the client's zone offset, plus clock skew (or replay age)
-    if any(abs(ahead - 60 * z) <= max_skew_s for z in offsets_min):
-        return None
+    if abs(ahead) <= max_skew_s or any(abs(ahead - 60 * z) <= max_skew_s for z in offsets_min):
+        return None                 # (UTC, the usual case, first)
     sign_ = "-" if ahead < 0 else "+"
     mins = round(abs(ahead) / 60)           # to the nearest minute: the date has whole seconds
     return (f"x-mq-date-time {date} is {sign_}{mins // 60}h{mins % 60:02d}m from the proxy's "
             f"UTC clock: more than {max_skew_s} s from now in every zone clients sign in "
             f"(grpcAuthMaxSkewSeconds={max_skew_s}, grpcAuthClientZones); a stale date may be "
             f"a replayed header")
+
+
+def _epoch(date: str) -> int | None:
+    """``20261126T134434Z`` -> seconds since the epoch (read as UTC), None if not such a date.
+    By hand: ``time.strptime`` costs ~11 µs a call here, this ~2, and every signed RPC has
+    one."""
+    if len(date) != 16 or date[8] != "T" or date[15] != "Z" \
+            or not (date[:8].isdigit() and date[9:15].isdigit() and date.isascii()):
+        return None
+    try:
+        return int(datetime.datetime(
+            int(date[:4]), int(date[4:6]), int(date[6:8]), int(date[9:11]), int(date[11:13]),
+            int(date[13:15]), tzinfo=datetime.timezone.utc).timestamp())
+    except ValueError:                  # month 13, hour 24, ...
+        return None
 
 
 def parse_authorization(value: str) -> dict[str, str]:
