@@ -14,6 +14,7 @@ from messaging_support import _serve, open_broker
 from rawwire import RawClient
 from rocketstore.common.protocol import PullMessageRequest, ResponseCode, SendMessageRequest
 from rocketstore.store import Message
+from rocketstore.store.topics import TopicConfig
 
 DELETE_TOPIC_IN_BROKER, SUCCESS = 215, 0
 
@@ -82,5 +83,28 @@ def test_deleted_topics_leave_the_metrics(tmp_path, n):
                 h, _ = c.call(DELETE_TOPIC_IN_BROKER, {"topic": f"wired_{i}"})
                 assert h["code"] == SUCCESS, h
         assert not {t for t in _topics_in(m) if t.startswith("wired_")}
+    finally:
+        broker.close()
+
+
+def test_refused_sends_to_made_up_topics_share_one_failure_count(tmp_path):
+    """A send refused for a topic the broker does not hold is counted under one shared key
+    (``NO_SUCH_TOPIC``), not under its made-up name: 5,000 distinct names leave the failure
+    table one entry long, while a held topic keeps its own failure count."""
+    from rocketstore.broker.metrics import NO_SUCH_TOPIC
+    broker = open_broker(tmp_path / "store", auto_create_topic_enable=False)
+    m = broker.metrics
+    try:
+        broker.topic_manager.update(TopicConfig("held", 1, 1, 6))
+        for i in range(5000):
+            r = broker.send_message(SendMessageRequest("pg", f"made_up_{i}", 0,
+                                                       [Message(f"made_up_{i}", b"x")]))
+            assert r.result(10).code == ResponseCode.TOPIC_NOT_EXIST
+        # a held topic's refusal (no such queue) is counted under its name
+        r = broker.send_message(SendMessageRequest("pg", "held", 5, [Message("held", b"x")]))
+        assert r.result(10).code == ResponseCode.SYSTEM_ERROR
+        _, _, failed, _, _ = m.counters()
+        assert failed == {NO_SUCH_TOPIC: 5000, "held": 1}
+        assert len(_topics_in(m)) <= 2
     finally:
         broker.close()

@@ -123,6 +123,7 @@ class Broker:
             paths.config_dir(store.root), config.auto_create_subscription_group,
             config.auto_create_subscription_group_max)
         self.subscription_groups.load()
+        self.topic_manager.groups = self.subscription_groups    # autoCreateTopicMax's count
         self.consumer_manager = ConsumerManager(config.notify_consumer_ids_changed_enable,
                                                 config.channel_expired_timeout)
         self.producer_manager = ProducerManager(config.channel_expired_timeout)

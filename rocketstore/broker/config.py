@@ -77,6 +77,9 @@ class BrokerConfig:
     # own; the gRPC proxy announces up to grpcMaxGroups producer topics as one client)
     client_max_producer_groups: int = 20_000
     auto_create_subscription_group_max: int = 20_000
+    # topics past which sends auto-create none (counted however made, except system topics
+    # and held groups' %RETRY%/%DLQ% ones; docs/protocol.md "Limits")
+    auto_create_topic_max: int = 20_000
     # rocketstore's own (rocketstore.broker.metrics): counters on by default, /metrics opt-in
     metrics_enable: bool = True                  # per-topic/group counters, runtime info
     metrics_port: int = 0                        # Prometheus /metrics on broker_ip1 (0: off)
@@ -93,6 +96,9 @@ class BrokerConfig:
     grpc_max_pending_delay_messages: int = _LIMITS.max_pending_delay_messages
     grpc_max_polling_receives: int = _LIMITS.max_polling_receives
     grpc_max_polling_receives_per_connection: int = _LIMITS.max_polling_receives_per_connection
+    grpc_auth_max_skew_seconds: int = _LIMITS.auth_max_skew_s
+    # the zones 5.x clients sign their dates in: "any", or e.g. "UTC,+08:00" (docs/grpc.md)
+    grpc_auth_client_zones: str = "any"
     # RocketMQ 5's enableMixedMessageType: may a topic's message.type attribute be MIXED
     enable_mixed_message_type: bool = False
     # request executors by kind (rocketstore.remoting.executors, docs/protocol.md "Limits"):
@@ -189,6 +195,7 @@ class BrokerConfig:
                      "ha_transfer_batch_size", "ha_slave_fallbehind_max", "slave_timeout",
                      "heartbeat_max_entries", "auto_create_subscription_group_max",
                      "max_held_pull_bytes", "client_max_producer_groups",
+                     "grpc_auth_max_skew_seconds", "auto_create_topic_max",
                      *(f.name for f in fields(self) if f.name.endswith(
                          ("_thread_pool_nums", "_queue_capacity"))
                        or f.name.startswith(("server_", "grpc_max", "grpc_group", "grpc_route")))):

@@ -58,6 +58,9 @@ _STORED = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
 # histogram bounds: 1 µs * 2**k, k = 0..25 (about 33 s); one overflow bucket past the last
 BUCKETS_S = tuple(1e-6 * 2 ** k for k in range(26))
 _FINISHED = "FINISHED"      # concurrent.futures' state of a future with a result or exception
+# the failure-count key of sends refused for a topic the broker does not hold: made-up names
+# share it, so refusals cannot grow the table (no topic name may contain '<' or ' ')
+NO_SUCH_TOPIC = "<no such topic>"
 
 
 class _OneSend:
@@ -255,6 +258,8 @@ class BrokerMetrics:
                 self.put_msgs[topic] = self.put_msgs.get(topic, 0) + n
                 self.put_bytes[topic] = self.put_bytes.get(topic, 0) + size
         else:
+            if self.broker.topic_manager.table.peek(topic) is None:
+                topic = NO_SUCH_TOPIC
             with self._lock:
                 self.put_failed[topic] = self.put_failed.get(topic, 0) + 1
 

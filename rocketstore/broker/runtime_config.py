@@ -38,7 +38,7 @@ RUNTIME_SETTINGS: dict[str, str] = {camel(f): f for f in (
     "short_polling_time_mills", "notify_consumer_ids_changed_enable",
     "transaction_time_out", "transaction_check_max", "transaction_check_interval",
     "heartbeat_max_entries", "auto_create_subscription_group_max",
-    "client_max_producer_groups")}
+    "client_max_producer_groups", "auto_create_topic_max")}
 
 _lock = threading.Lock()
 

@@ -317,12 +317,12 @@ class SendMessageProcessor:
             tc = self.topics.create_topic_in_send_message_method(
                 topic, default_topic, default_topic_queue_nums)
             if tc is None and topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
-                tc = self.topics.create_topic_in_send_message_back_method(
+                tc = self.topics.create_retry_topic_in_send(
                     topic, 1, int(PermName.PERM_WRITE | PermName.PERM_READ))
             if tc is None:
                 return SendMessageResponse(
-                    ResponseCode.TOPIC_NOT_EXIST,
-                    f"topic[{topic}] not exist, apply first please!"), None
+                    ResponseCode.TOPIC_NOT_EXIST, self.topics.cap_problem(topic)
+                    or f"topic[{topic}] not exist, apply first please!"), None
         if queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
             return SendMessageResponse(
                 ResponseCode.SYSTEM_ERROR, f"request queueId[{queue_id}] is illegal, "

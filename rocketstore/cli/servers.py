@@ -319,9 +319,13 @@ def _local_proxy(bc, store_dir: str, namesrv: list[str]):
         security_token = creds.security_token
     limits = ProxyLimits(**{name: getattr(bc, "grpc_" + _snake(key[4:]))
                             for name, key in CONF_KEYS.items()})
-    cfg = ProxyConfig(";".join(namesrv), os.path.join(store_dir, "proxy"), acl_file=acl_file,
-                      access_key=access_key, secret_key=secret_key,
-                      security_token=security_token, limits=limits)
+    try:
+        cfg = ProxyConfig(";".join(namesrv), os.path.join(store_dir, "proxy"),
+                          acl_file=acl_file, access_key=access_key, secret_key=secret_key,
+                          security_token=security_token, limits=limits,
+                          auth_client_zones=bc.grpc_auth_client_zones)
+    except ValueError as e:
+        raise CommandError(f"grpcAuthClientZones: {e}") from None
     return LocalProxy(bc.broker_ip1, bc.grpc_server_port, cfg)
 
 
@@ -387,11 +391,15 @@ def _proxy(args: argparse.Namespace) -> int:
         limits = limits_from(given)
     except ValueError as e:
         raise CommandError(f"--limit: {e}") from None
-    cfg = ProxyConfig(args.namesrv, data_dir, fifo_groups=frozenset(args.fifo_group or ()),
-                      max_attempts=attempts, acl_file=args.acl_file,
-                      access_key=args.access_key, secret_key=args.secret_key,
-                      security_token=args.security_token, message_types=types,
-                      default_message_type=default_type, limits=limits)
+    try:
+        cfg = ProxyConfig(args.namesrv, data_dir, fifo_groups=frozenset(args.fifo_group or ()),
+                          max_attempts=attempts, acl_file=args.acl_file,
+                          access_key=args.access_key, secret_key=args.secret_key,
+                          security_token=args.security_token, message_types=types,
+                          default_message_type=default_type, limits=limits,
+                          auth_client_zones=args.auth_client_zones)
+    except ValueError as e:
+        raise CommandError(f"--auth-client-zones: {e}") from None
     server = ProxyServer(host, port, cfg)
 
     async def main() -> None:
@@ -429,6 +437,11 @@ def register_proxy(sub) -> None:
     p.add_argument("--acl-file", metavar="plain_acl.yml",
                    help="authenticate 5.x clients (MQv2-HMAC-SHA1) and check their topic and "
                         "group permissions against this plain ACL file (docs/acl.md)")
+    p.add_argument("--auth-client-zones", metavar="ZONES", default="any",
+                   help="with --acl-file: the zones clients sign their x-mq-date-time in (the "
+                        "5.x clients sign local time): any (default), or e.g. UTC,+08:00; a "
+                        "date further than grpcAuthMaxSkewSeconds from now in all of them is "
+                        "refused (docs/grpc.md)")
     p.add_argument("--access-key", help="sign the proxy's requests to brokers with ACL on")
     p.add_argument("--secret-key", help="the secret key of --access-key")
     p.add_argument("--security-token", help="a security token sent with --access-key's "
@@ -438,7 +451,8 @@ def register_proxy(sub) -> None:
                         "(grpcMaxClients, grpcMaxTopicsPerClient, grpcMaxGroups, "
                         "grpcMaxSubscriptionsPerGroup, grpcGroupIdleMillis, grpcRouteCacheMax, "
                         "grpcMaxPendingDelayMessages, grpcMaxPollingReceives, "
-                        "grpcMaxPollingReceivesPerConnection; docs/grpc.md \"Limits\"); "
+                        "grpcMaxPollingReceivesPerConnection, grpcAuthMaxSkewSeconds; "
+                        "docs/grpc.md \"Limits\"); "
                         "repeatable")
     add_logging_args(p)
     p.set_defaults(func=_proxy)

@@ -47,6 +47,10 @@ class ProxyLimits:
     # connection. Past either: TOO_MANY_REQUESTS, nothing registered
     max_polling_receives: int = 100_000
     max_polling_receives_per_connection: int = 1_024
+    # ACL on: how far (seconds) a signed x-mq-date-time may be from the proxy's clock, read in
+    # any zone's local time (clients sign local time marked Z): a captured authorization header
+    # works this long, not forever (AWS SigV4's 15 minutes; docs/grpc.md "Authentication")
+    auth_max_skew_s: int = 900
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -62,7 +66,8 @@ CONF_KEYS = {"max_clients": "grpcMaxClients", "max_topics_per_client": "grpcMaxT
              "group_idle_ms": "grpcGroupIdleMillis", "route_cache_max": "grpcRouteCacheMax",
              "max_pending_delay_messages": "grpcMaxPendingDelayMessages",
              "max_polling_receives": "grpcMaxPollingReceives",
-             "max_polling_receives_per_connection": "grpcMaxPollingReceivesPerConnection"}
+             "max_polling_receives_per_connection": "grpcMaxPollingReceivesPerConnection",
+             "auth_max_skew_s": "grpcAuthMaxSkewSeconds"}
 
 
 def limits_from(values: dict[str, int]) -> ProxyLimits:

@@ -26,7 +26,7 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, EndTransa
                                          TransactionCommitType)
 from rocketstore.errors import LimitExceededError, TransportError
 from rocketstore.proxy import convert, protocol as pb
-from rocketstore.proxy.auth import GrpcAuthenticator
+from rocketstore.proxy.auth import GrpcAuthenticator, parse_zones
 from rocketstore.proxy.common import (ACCEPTS, BACKOFF_S, C, DEDUP_MAX, DEDUP_WINDOW_S, MAX_BODY,
                                       MAX_DELAY_MS, PERM, ROUTE_TTL_S, _SEND_CODES, RpcError,
                                       _now, _offset_msg_commit_offset, _reply, _status)
@@ -46,11 +46,13 @@ class ProxyConfig:
                  acl_file: str | None = None, access_key: str | None = None,
                  secret_key: str | None = None, message_types: dict[str, str] | None = None,
                  default_message_type: str = "NORMAL", limits: ProxyLimits | None = None,
-                 security_token: str | None = None) -> None:
+                 security_token: str | None = None, auth_client_zones: str = "any") -> None:
         """``acl_file``: check 5.x clients' signatures and permissions against this
         ``plain_acl.yml``; ``access_key``/``secret_key`` (and ``security_token``, sent as the
         wire's ``SecurityToken``): sign the proxy's own requests to brokers that have ACL on;
-        ``limits``: the bounds on what clients can make it hold (``ProxyLimits``)."""
+        ``limits``: the bounds on what clients can make it hold (``ProxyLimits``);
+        ``auth_client_zones``: the zones clients sign their dates in (``auth.parse_zones``:
+        ``any``, or e.g. ``UTC,+08:00``), ``ValueError`` naming a bad entry."""
         self.namesrv = namesrv
         self.message_types = dict(message_types or {})
         self.default_message_type = default_message_type
@@ -62,6 +64,7 @@ class ProxyConfig:
         self.secret_key = secret_key
         self.security_token = security_token
         self.limits = limits or ProxyLimits()
+        self.auth_zones = parse_zones(auth_client_zones)
         self.data_dir = data_dir
         self.fifo_groups = fifo_groups
         self.max_attempts = dict(max_attempts or {})
@@ -77,7 +80,8 @@ class MessagingService(ConsumeRpcs):
         creds = (SessionCredentials(cfg.access_key, cfg.secret_key, cfg.security_token)
                  if cfg.access_key and cfg.secret_key else None)
         self.transport = TcpTransport(cfg.namesrv, credentials=creds)
-        self.auth = GrpcAuthenticator(cfg.acl_file) if cfg.acl_file else None
+        self.auth = (GrpcAuthenticator(cfg.acl_file, cfg.limits.auth_max_skew_s,
+                                       cfg.auth_zones) if cfg.acl_file else None)
         self.state = PopState(os.path.join(cfg.data_dir, "pop.journal"))
         self.settings: dict[str, Any] = {}
         self.streams: dict[str, asyncio.Queue[Any]] = {}
