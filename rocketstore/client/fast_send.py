@@ -23,8 +23,8 @@ from rocketstore.common import Message, MessageQueue
 from rocketstore.common.protocol import SendMessageResponse
 from rocketstore.errors import StoreClosedError, TransportError
 from rocketstore.remoting._wire import FastSendCore, restamp
-from rocketstore.store._commitlog import (PutMessageResult, complete_future, done_future,
-                                          pending_future)
+from rocketstore.store._commitlog import (PutMessageResult, complete_future, pending_future,
+                                          sent_future)
 
 if TYPE_CHECKING:
     from rocketstore.client.producer import Producer
@@ -45,13 +45,13 @@ class FastSend(FastSendCore):
         super().__init__(producer, info,
                          fetched_at + producer.timers.poll_name_server_interval / 1000,
                          lane, broker_name, uniq_generator(), SendResult, _SEND_OK,
-                         PutMessageResult, done_future)
+                         PutMessageResult, sent_future)
 
     def _async_answered(self, answer: SendMessageResponse | Future[SendMessageResponse]
                         | StoreClosedError, m: Message, uniq: str, mq: MessageQueue,
                         begin: float) -> Future[SendResult]:
         """``send_async``'s future for an answer other than a put stored at once (its retry
-        rules: ``FutureSends``)."""
+        rules: ``FutureSends``), tracked for ``flush`` (a put stored at once needs not be)."""
         p = self.producer
         out: Future[SendResult] = pending_future()
         if isinstance(answer, StoreClosedError):
@@ -62,7 +62,7 @@ class FastSend(FastSendCore):
         else:
             p._async_answer(out, answer, m, uniq, mq, self.info,
                             p.retry_times_when_send_async_failed, begin)
-        return out
+        return p._track(out)
 
     def _batch_full(self, msgs: tuple[Message, ...], mq: MessageQueue, begin: float,
                     timeout: int) -> SendResult:
