@@ -76,6 +76,7 @@ def _run(path, lanes: bool, wire: bool, monkeypatch) -> tuple[list, list, list]:
                 assert r.status is SendStatus.SEND_OK
                 ids = r.msg_id.split(",")
                 got = _records(b, r)
+                assert r.offset_msg_id == ",".join(e.offset_msg_id for e in got)
                 assert [e.properties["UNIQ_KEY"] for e in got] == ids
                 assert ids[5] == f"MINE{i:02d}" and len(set(ids)) == len(ids)
                 assert [e.queue_offset for e in got] == list(range(r.queue_offset,

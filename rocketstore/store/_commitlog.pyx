@@ -21,7 +21,8 @@ transient-pool commit (``_commitlog_commit.pxi``), group commit and the sync flu
 is here.
 """
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.stdlib cimport realloc, free
