@@ -38,7 +38,7 @@ from rocketstore.store._csrc cimport (
     pthread_cond_t, pthread_cond_init, pthread_cond_destroy, pthread_cond_wait,
     pthread_cond_timedwait, pthread_cond_broadcast, pthread_cond_signal, timespec,
     clock_gettime, CLOCK_REALTIME, rs_pwrite_all, sched_yield, rs_populate_write, rs_body_crc,
-    RS_MAGIC_V1, RS_MAGIC_V2, RS_MAX_TOPIC_LEN_V1, RS_MAX_PROPERTIES_LEN,
+    RS_MAGIC_V1, RS_MAGIC_V2, RS_MAX_TOPIC_LEN_V1, RS_MAX_PROPERTIES_LEN, PyObject_GC_UnTrack,
 )
 from rocketstore.store._codec cimport (
     RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,

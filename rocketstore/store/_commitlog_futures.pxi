@@ -104,10 +104,6 @@ def done_future(value):
     return _new_future(_F_FINISHED, value)
 
 
-cdef extern from "Python.h":
-    void PyObject_GC_UnTrack(void *op)
-
-
 def sent_future(value):
     """``done_future`` for a send's result that nothing else refers to (the in-process
     ``send_async`` of a put stored at once): also left out of the cycle collector, which
