@@ -226,6 +226,33 @@ def test_a_refused_lane_batch_is_retried_with_its_ids(tmp_path, monkeypatch):
                 [ids[32 * i:32 * i + 32] for i in range(12) if i != 5]
 
 
+def test_lane_batches_from_threads_get_distinct_ids_and_offsets(tmp_path):
+    """4 threads x 100 batches of 16 on one producer: every id and (queue, offset) distinct,
+    every batch's offsets consecutive, every message stored and counted."""
+    import threading
+    results: list = []
+    with _open(tmp_path / "t") as b:
+        with Producer("pg_threads", broker=b) as p:
+            p.send_batch([Message(TOPIC, b"warm")])
+
+            def run() -> None:
+                results.extend(p.send_batch([Message(TOPIC, b"t%d" % i) for i in range(16)])
+                               for _ in range(100))
+            threads = [threading.Thread(target=run) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            ids = [k for r in results for k in r.msg_id.split(",")]
+            assert len(results) == 400 and len(set(ids)) == len(ids) == 6400
+            slots = {(r.message_queue.queue_id, r.queue_offset + i)
+                     for r in results for i in range(16)}
+            assert len(slots) == 6400
+            b.store.wait_dispatched(10)
+            assert sum(b.store.get_max_offset_in_queue(TOPIC, q) for q in range(4)) == 6401
+            assert b.metrics.counters()[0][TOPIC] == 6401
+
+
 def test_restamp_stamps_as_the_producer_does():
     """``restamp`` with given ids makes the messages ``stamp_for_send`` makes."""
     from rocketstore.remoting._wire import restamp
