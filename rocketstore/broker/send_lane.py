@@ -13,7 +13,7 @@ settings, a queue out of range, a message the byte path does not take (DELAY, a 
 broker-only property, non-ASCII properties) -- goes through ``send_one``, so the rules and the
 refusals stay in one place.
 
-Batches take the same lane (``LaneCore.send_batch`` state, ``_wire_lane_batch.pxi``): a
+Batches take the same lane and state (``LaneCore._batch``, ``_wire_lane_batch.pxi``): a
 producer's plain batch is written as ``put_wire_batch_async`` records straight from its
 ``Message``s; its first batch, and any batch not of that shape, goes through
 ``send_batch_full`` (``Broker.send_message``'s whole batch path).

@@ -1,4 +1,4 @@
-# The in-process batch lane's per-message work (``LaneCore.send_batch``,
+# The in-process batch lane's per-message work (``LaneCore._batch``,
 # ``FastSendCore.send_batch``), in C.
 #
 # ``Producer.send_batch`` used to stamp a ``Message`` copy per entry, encode the batch as a
