@@ -383,7 +383,10 @@ cdef class FastSendCore:
         batch = tuple(msgs)             # what is checked is what is sent (other threads)
         n = len(batch)
         p = self.producer
-        cdef Py_ssize_t max_size = p.max_message_size
+        limit = p.max_message_size
+        if type(limit) is not int:
+            return None                 # (compared as Python objects on the full path)
+        cdef Py_ssize_t max_size = limit
         topic = lane.topic
         if type(batch[0]) is not Message:
             return None
