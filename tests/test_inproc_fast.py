@@ -165,6 +165,7 @@ def test_async_send_under_sync_flush_completes_after_the_sync(tmp_path):
     try:
         with Producer("pg_async_sync", broker=b) as p:
             futs = [p.send_async(Message(TOPIC, b"d%d" % i)) for i in range(50)]
+            assert p.flush(10) == 0         # a future answered after its sync is tracked
             results = [f.result(10) for f in futs]
         assert all(r.status is SendStatus.SEND_OK for r in results)
         # each answered only once its record was synced, and none twice
@@ -173,6 +174,40 @@ def test_async_send_under_sync_flush_completes_after_the_sync(tmp_path):
         assert len({(r.message_queue.queue_id, r.queue_offset) for r in results}) == 50
     finally:
         b.close()
+
+
+def test_async_sends_on_the_lane_complete_call_back_and_keep_order(broker):
+    """``send_async`` on the warm lane: each future is done when returned and runs its
+    callbacks at once, results come in send order (offsets rising per queue), flush has
+    nothing to wait for, ``concurrent.futures.wait`` and asyncio take the futures; the cycle
+    collector does not walk them (a caller keeping many futures pays no GC walk for them)."""
+    import asyncio
+    import gc
+    from concurrent.futures import wait
+    with Producer("pg_async_order", broker=broker) as p:
+        p.send(Message(TOPIC, b"warm"))
+        p.send(Message(TOPIC, b"warm"))     # the lane's first send: the lane is warm
+        seen: list[int] = []
+        futs = []
+        for i in range(40):
+            f = p.send_async(Message(TOPIC, b"m%d" % i))
+            f.add_done_callback(lambda f, i=i: seen.append(i))
+            futs.append(f)
+        assert seen == list(range(40))
+        assert p.flush(5) == 0 and not p._pending
+        results = [f.result() for f in futs]
+        offsets: dict[int, list[int]] = {}
+        for r in results:
+            offsets.setdefault(r.message_queue.queue_id, []).append(r.queue_offset)
+        assert all(v == list(range(v[0], v[0] + len(v))) for v in offsets.values())
+        assert [bytes(stored(broker, r).body) for r in results] == \
+            [b"m%d" % i for i in range(40)]
+        assert not any(gc.is_tracked(f) for f in futs)
+        assert len(wait(futs, timeout=1).done) == 40
+
+        async def gathered() -> list:
+            return await asyncio.gather(*(asyncio.wrap_future(f) for f in futs))
+        assert asyncio.run(gathered()) == results
 
 
 def test_async_send_to_a_closed_broker_fails_its_future(broker):

@@ -73,6 +73,16 @@ class _OneSend:
         self.messages = messages
 
 
+class _SizedSend:
+    """What ``count_send`` reads of a send whose count and body bytes are known."""
+
+    __slots__ = ("topic", "sizes")
+
+    def __init__(self, topic: str, n: int, size: int) -> None:
+        self.topic = topic
+        self.sizes = (n, size)
+
+
 class LatencyHistogram:
     """Counts of durations in ``BUCKETS_S`` (upper bounds); thread-safe, O(log buckets) add."""
 
@@ -191,6 +201,14 @@ class BrokerMetrics:
                 self.put_bytes[topic] = self.put_bytes.get(topic, 0) + size
         else:
             self._count_sized(topic, 1, 0, answer)
+
+    def on_send_sized(self, topic: str, n: int, size: int, answer: Any) -> None:
+        """``on_send`` of ``n`` messages of ``size`` body bytes (an in-process lane's batch
+        answered other than PUT_OK at once): ``answer`` is the response or its Future."""
+        if isinstance(answer, Future):
+            self.on_send(_SizedSend(topic, n, size), answer)
+        else:
+            self._count_sized(topic, n, size, answer)
 
     def put_counter(self, topic: str) -> PutCounter:
         """The counter a ``SendLane`` of ``topic`` adds its stored sends to (one per topic,

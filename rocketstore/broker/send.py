@@ -31,8 +31,8 @@ from rocketstore.common.protocol import (ConsumerSendMsgBackRequest, RemotingRes
                                          ResponseCode, SendMessageRequest, SendMessageResponse)
 from rocketstore.common.sends import WireSend, send_request
 from rocketstore.errors import InvalidMessageError, InvalidMessageTypeError
-from rocketstore.remoting._wire import stored_properties, wire_batch
-from rocketstore.store._codec import batch_body, encode_host, encode_properties
+from rocketstore.remoting._wire import message_batch, stored_properties, wire_batch
+from rocketstore.store._codec import encode_host, encode_properties
 from rocketstore.store.status import PutMessageStatus, SysFlag
 from rocketstore.store.topics import MULTI_TAG
 from rocketstore.store.types import Message, PutMessageResult
@@ -249,19 +249,27 @@ class SendMessageProcessor:
             return None
         meta, stored, count, body_bytes = built
         w.sizes = (count, body_bytes)
-        err, tc = self._pre_send(w)     # type: ignore[arg-type]  # the fields it reads
+        return self._put_batch_records(w, w.body, meta, stored, w.reconsume_times,
+                                       w.born_timestamp, self._born_host(w))
+
+    def _put_batch_records(self, req: WireSend | SendMessageRequest, body: bytes, meta: bytes,
+                           stored: bytes, reconsume_times: int, born_timestamp: int,
+                           born_host: bytes) -> Future:
+        """A batch's records (``wire_batch`` / ``message_batch``) after the send's checks,
+        appended in one call (``CommitLog.put_wire_batch_async``): a Future of the answer."""
+        err, tc = self._pre_send(req)   # type: ignore[arg-type]  # the fields it reads
         if err is not None:
             return _done(err)
-        queue_id = w.queue_id if w.queue_id >= 0 else _random_queue_id(tc.write_queue_nums)
-        if len(w.topic) > C.TOPIC_MAX_LENGTH:
+        queue_id = req.queue_id if req.queue_id >= 0 else _random_queue_id(tc.write_queue_nums)
+        if len(req.topic) > C.TOPIC_MAX_LENGTH:
             return _refused(ResponseCode.MESSAGE_ILLEGAL,
-                            f"message topic length too long {len(w.topic)}")
+                            f"message topic length too long {len(req.topic)}")
         sys_flag = int(SysFlag.MULTI_TAGS) if tc.topic_filter_type == MULTI_TAG else 0
         store = self.broker.store
         try:
             return store.commit_log.put_wire_batch_async(
-                w.topic, queue_id, w.body, meta, stored, sys_flag, w.reconsume_times,
-                w.born_timestamp, self._born_host(w), store.put_acks, self._transform(queue_id))
+                req.topic, queue_id, body, meta, stored, sys_flag, reconsume_times,
+                born_timestamp, born_host, store.put_acks, self._transform(queue_id))
         except InvalidMessageError as e:
             return _refused(ResponseCode.MESSAGE_ILLEGAL, str(e))
 
@@ -589,19 +597,20 @@ class SendMessageProcessor:
 
     def _batch_as_wire(self, req: SendMessageRequest) -> Future | None:
         """An in-process batch of the common shape (bytes bodies, no born time, host or
-        flags of its own) stored by the wire's batch path: its entries encoded as a
-        SEND_BATCH_MESSAGE body, then read and appended in one call each, with no
+        flags of its own) stored by the wire's batch path: the records ``wire_batch`` makes
+        of its SEND_BATCH_MESSAGE body made straight from the messages (``message_batch``,
+        one pass in C, no body encoded and read again), appended in one call, with no
         ``Message`` or Java map per entry. The stored bytes are ``_send_batch``'s
         (tests/test_wire_send.py). None: another shape (``_send_batch`` decides)."""
-        if req.born_host is not None:
+        if (req.born_host is not None or req.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX)
+                or not _INT32_MIN <= req.reconsume_times <= _INT32_MAX):
             return None
-        body = batch_body(req.messages)         # one pass in C, None: not the shape
-        if body is None:
+        built = message_batch(req.messages, self._cluster_b, self.broker.next_uniq_id)
+        if built is None:
             return None
-        w = WireSend(req.producer_group, req.topic, req.default_topic,
-                     req.default_topic_queue_nums, req.queue_id, 0, -1, 0, "",
-                     req.reconsume_times, req.max_reconsume_times, True, body, None)
-        return self._wire_batch_put(w)
+        body, meta, stored, _count, _body_bytes = built
+        return self._put_batch_records(req, body, meta, stored, req.reconsume_times, -1,
+                                       self._born_host_of(None))
 
     # -- CONSUMER_SEND_MSG_BACK --------------------------------------------------------------
 

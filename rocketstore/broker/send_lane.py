@@ -12,6 +12,11 @@ very objects, stores a plain send in one step. Anything else -- a changed or del
 settings, a queue out of range, a message the byte path does not take (DELAY, a transaction, a
 broker-only property, non-ASCII properties) -- goes through ``send_one``, so the rules and the
 refusals stay in one place.
+
+Batches take the same lane and state (``LaneCore._batch``, ``_wire_lane_batch.pxi``): a
+producer's plain batch is written as ``put_wire_batch_async`` records straight from its
+``Message``s; its first batch, and any batch not of that shape, goes through
+``send_batch_full`` (``Broker.send_message``'s whole batch path).
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from rocketstore.broker.send import illegal, put_response
 from rocketstore.common import constants as C
-from rocketstore.common.protocol import SendMessageResponse
+from rocketstore.common.protocol import SendMessageRequest, SendMessageResponse
 from rocketstore.remoting._wire import LaneCore
 from rocketstore.store.status import PutMessageStatus, SysFlag
 from rocketstore.store.topics import MULTI_TAG, TopicConfig
@@ -47,7 +52,9 @@ class SendLane(LaneCore):
             put_response, illegal, broker.next_uniq_id, sp._born_host_of, PutMessageResult,
             PutMessageStatus.PUT_OK, sp._cluster_b, sp._born_host_of(None),
             None if metrics is None else metrics.put_counter(topic),
-            None if metrics is None else metrics.on_send_one)
+            None if metrics is None else metrics.on_send_one,
+            broker.store.commit_log.put_wire_batch_async,
+            None if metrics is None else metrics.on_send_sized)
         self.broker = broker
         self.group = group
         self.default_topic = default_topic
@@ -64,6 +71,25 @@ class SendLane(LaneCore):
         # a send that stored (SUCCESS now, or a Future: its put was made) passed every
         # check with ``tc``; a topic this send auto-created is taken from the next send on
         stored = isinstance(r, Future) or type(r) is SendMessageResponse and r.code == 0
+        self._passed(stored, tc, cfg)
+        return r
+
+    def send_batch_full(self, msgs: list[Message], queue_id: int) -> Future:
+        """A producer's stamped batch through ``Broker.send_message``'s whole path (a batch
+        the lane did not take: its first, or one not of its shape): a Future of the response.
+        When its checks passed, the lane takes the next batch (and send) itself."""
+        tc = self.broker.topic_manager.table.peek(self.topic)
+        cfg = self.broker.send_processor.cfg
+        fut = self.broker.send_message(SendMessageRequest(
+            self.group, self.topic, queue_id, msgs, batch=True,
+            default_topic=self.default_topic,
+            default_topic_queue_nums=self.default_topic_queue_nums))
+        # pending: its put was made and waits for a flush or a replica
+        self._passed(not fut.done() or fut.exception() is None and fut.result().code == 0,
+                     tc, cfg)
+        return fut
+
+    def _passed(self, stored: bool, tc: TopicConfig | None, cfg: object) -> None:
         if stored and tc is not None and not self.topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX):
             metrics = self.broker.metrics
             if tc is not self._kept_tc and metrics is not None:
@@ -72,4 +98,3 @@ class SendLane(LaneCore):
             self._kept_tc = tc
             self._keep(tc, cfg, max(tc.write_queue_nums, tc.read_queue_nums),
                        int(SysFlag.MULTI_TAGS) if tc.topic_filter_type == MULTI_TAG else 0)
-        return r

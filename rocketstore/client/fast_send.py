@@ -7,20 +7,24 @@ fresh, a plain send (a body of 1 byte up to the compression threshold, latency f
 off) needs only the stamp, the next queue and the broker's lane: this is that path. Every other
 case, and any answer but SUCCESS, returns to the producer's own path, which keeps the rules
 (validation errors, compression, retries on another queue, route refresh).
+
+``send_batch`` is the same for ``Producer.send_batch``: the entries checked on their faces,
+their UNIQ_KEYs made into one buffer (no stamped copy per entry) and the broker's lane given
+the producer's own messages; a batch the lane does not take goes through ``_batch_full``.
 """
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from rocketstore.client.selector import TopicPublishInfo
 from rocketstore.client.sending import _SEND_OK, SendResult, uniq_generator
 from rocketstore.common import Message, MessageQueue
 from rocketstore.common.protocol import SendMessageResponse
 from rocketstore.errors import StoreClosedError, TransportError
-from rocketstore.remoting._wire import FastSendCore
-from rocketstore.store._commitlog import (PutMessageResult, complete_future, done_future,
-                                          pending_future)
+from rocketstore.remoting._wire import FastSendCore, restamp
+from rocketstore.store._commitlog import (PutMessageResult, complete_future, pending_future,
+                                          sent_future)
 
 if TYPE_CHECKING:
     from rocketstore.client.producer import Producer
@@ -41,13 +45,13 @@ class FastSend(FastSendCore):
         super().__init__(producer, info,
                          fetched_at + producer.timers.poll_name_server_interval / 1000,
                          lane, broker_name, uniq_generator(), SendResult, _SEND_OK,
-                         PutMessageResult, done_future)
+                         PutMessageResult, sent_future)
 
     def _async_answered(self, answer: SendMessageResponse | Future[SendMessageResponse]
                         | StoreClosedError, m: Message, uniq: str, mq: MessageQueue,
                         begin: float) -> Future[SendResult]:
         """``send_async``'s future for an answer other than a put stored at once (its retry
-        rules: ``FutureSends``)."""
+        rules: ``FutureSends``), tracked for ``flush`` (a put stored at once needs not be)."""
         p = self.producer
         out: Future[SendResult] = pending_future()
         if isinstance(answer, StoreClosedError):
@@ -58,7 +62,45 @@ class FastSend(FastSendCore):
         else:
             p._async_answer(out, answer, m, uniq, mq, self.info,
                             p.retry_times_when_send_async_failed, begin)
-        return out
+        return p._track(out)
+
+    def _batch_full(self, msgs: tuple[Message, ...], mq: MessageQueue, begin: float,
+                    timeout: int) -> SendResult:
+        """A batch the lane did not take (its first, or not its shape): the producer's
+        checks and stamp, then the broker's whole batch path on this queue (which warms the
+        lane when it passed); its answer as ``_batch_answered`` takes it."""
+        p = self.producer
+        stamped, joined = p._prepare_batch(msgs)
+        try:
+            answer = self.batch_lane.send_batch_full(stamped, mq.queue_id)  # the SendLane
+        except StoreClosedError as e:
+            answer = e
+        return self._batch_answered(answer, stamped, None, joined, mq, begin, timeout)
+
+    def _batch_answered(self, answer: SendMessageResponse | Future[SendMessageResponse]
+                        | StoreClosedError, msgs: Sequence[Message], ids: bytes | None,
+                        joined: str, mq: MessageQueue, begin: float, timeout: int
+                        ) -> SendResult:
+        """A batch's answer other than a put stored at once (``_answered``'s rules): a
+        retry sends the batch stamped with the ids of the first attempt (``ids``: the lane's
+        made ids, the messages unstamped; None: ``msgs`` are stamped)."""
+        p = self.producer
+        r: SendMessageResponse | TransportError
+        try:
+            if isinstance(answer, StoreClosedError):
+                raise answer
+            r = answer if type(answer) is SendMessageResponse else \
+                answer.result(timeout / 1000.0)     # type: ignore[union-attr]
+        except StoreClosedError as e:
+            r = TransportError(mq.broker_name, f"broker closed: {e}")
+        except TimeoutError:
+            r = TransportError(mq.broker_name, f"send timed out after {timeout} ms")
+        else:
+            if r.code == 0:                             # SUCCESS
+                return sent_result(r, mq, joined)
+        stamped = list(msgs) if ids is None else restamp(tuple(msgs), ids)
+        return p._drive(p._retrying(stamped[0], joined, stamped, timeout,
+                                    (mq, begin, self.info)), r)
 
     def _answered(self, answer: SendMessageResponse | Future[SendMessageResponse]
                   | StoreClosedError, m: Message, uniq: str, mq: MessageQueue, begin: float,

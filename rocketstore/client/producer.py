@@ -408,12 +408,18 @@ class Producer(FutureSends):
                 if strategy.send_latency_fault_enable:
                     strategy.update_fault_item(mq.broker_name, _ms_since(begin), False)
                 if self._lanes:
-                    fast = self._fast.get(mq.topic)
-                    if fast is None or fast.info is not info:
-                        self._install_fast(mq.topic, info, mq.broker_name)
+                    self._fast_after(mq, info)
                 return sent_result(answer, mq, uniq)
         return self._drive(self._retrying(prepared, uniq, None, timeout, (mq, begin, info)),
                            answer)
+
+    def _fast_after(self, mq: MessageQueue, info: TopicPublishInfo) -> None:
+        """After a send to ``mq`` from publish list ``info`` succeeded: the topic's
+        ``FastSend`` made anew unless the one there is of this list and still fresh (a
+        refreshed route of the same queues keeps its list, so the age is checked too)."""
+        fast = self._fast.get(mq.topic)
+        if fast is None or fast.info is not info or fast.expires <= time.monotonic():
+            self._install_fast(mq.topic, info, mq.broker_name)
 
     def _install_fast(self, topic: str, info: TopicPublishInfo, broker_name: str) -> None:
         """After a sync send to ``topic`` succeeded: its next sends take ``FastSend`` while
@@ -468,13 +474,24 @@ class Producer(FutureSends):
                    timeout: int | None = None) -> SendResult:
         """Send messages of one topic as one batch to one queue (§1.9): same topic and WAIT,
         no delay level, no retry topic, not compressed; consecutive offsets."""
-        out, joined = self._prepare_batch(msgs)
         timeout = self.send_msg_timeout if timeout is None else timeout
+        if message_queue is None and type(msgs) is list and msgs and type(msgs[0]) is Message:
+            fast = self._fast.get(msgs[0].topic)
+            if fast is not None:        # in process: the broker's batch lane (fast_send.py)
+                result = fast.send_batch(msgs, timeout)
+                if result is not None:
+                    return result
+        out, joined = self._prepare_batch(msgs)
         if message_queue is not None:
             mq = self._explicit_queue(out[0], message_queue, None, None)
             return self._send_to_chosen_queue(mq, self._request(out[0], mq, out), timeout,
                                               joined)
-        return self._send_with_retries(out[0], joined, out, timeout)
+        result = self._send_with_retries(out[0], joined, out, timeout)
+        if self._lanes and result.status is SendStatus.SEND_OK:
+            hit = self._publish.get(result.message_queue.topic)
+            if hit is not None:
+                self._fast_after(result.message_queue, hit[1])
+        return result
 
     def _prepare_batch(self, msgs: Iterable[Message]) -> tuple[list[Message], str]:
         """The batch rules checked; the messages as sent and their UNIQ_KEYs joined by ','."""

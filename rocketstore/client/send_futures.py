@@ -170,9 +170,9 @@ class FutureSends:
         if message_queue is None and selector is None and type(msg) is Message:
             fast = self._fast.get(msg.topic)
             if fast is not None:
-                done = fast.send_async(msg)
+                done = fast.send_async(msg)     # completed, or tracked by FastSend
                 if done is not None:
-                    return self._track(done)
+                    return done
         # the store's future: its Condition is made only if someone waits before it is done
         # (an in-process send is done at once); thousands in flight stay cheap for the GC
         out: Future[SendResult] = pending_future()

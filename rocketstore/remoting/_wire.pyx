@@ -163,20 +163,27 @@ cdef bint _take_wait(_Map *m) noexcept:
     return wait
 
 
-cdef bytes _serialize(_Map *m, const char *tail, Py_ssize_t tail_len):
+cdef Py_ssize_t _map_size(_Map *m) noexcept nogil:
+    """Bytes of the map serialized ("k\x01v" joined by "\x02", no tail)."""
+    cdef Py_ssize_t total = 0
+    cdef int a
+    for a in range(m.n):
+        if not m.e[a].removed:
+            total += m.e[a].klen + m.e[a].vlen + 2
+    return total - 1 if total else 0
+
+
+cdef void _write_map(_Map *m, char *w, const char *tail, Py_ssize_t tail_len) noexcept nogil:
     """The map in iteration order (bucket at the final capacity, insertion order within a
-    bucket), "k\x01v" joined by "\x02"; ``tail`` (when not NULL) after one more "\x02"."""
+    bucket), "k\x01v" joined by "\x02"; ``tail`` (when not NULL) after one more "\x02".
+    ``w`` has room for ``_map_size(m)`` (+ 1 + ``tail_len``) bytes."""
     cdef int order[MAX_KEYS + 2]
     cdef int cnt = 0, a, b, t
-    cdef Py_ssize_t total = 0
-    cdef bytes out
-    cdef char *w
     for a in range(m.n):
         if m.e[a].removed:
             continue
         order[cnt] = a
         cnt += 1
-        total += m.e[a].klen + m.e[a].vlen + 2
     for a in range(1, cnt):             # insertion sort: stable, a dozen entries
         t = order[a]
         b = a - 1
@@ -185,11 +192,6 @@ cdef bytes _serialize(_Map *m, const char *tail, Py_ssize_t tail_len):
             order[b + 1] = order[b]
             b -= 1
         order[b + 1] = t
-    total = total - 1 if total else 0
-    if tail != NULL:
-        total += 1 + tail_len
-    out = PyBytes_FromStringAndSize(NULL, total)
-    w = PyBytes_AS_STRING(out)
     for a in range(cnt):
         t = order[a]
         if a:
@@ -204,6 +206,15 @@ cdef bytes _serialize(_Map *m, const char *tail, Py_ssize_t tail_len):
     if tail != NULL:
         w[0] = 2
         memcpy(w + 1, tail, <size_t>tail_len)
+
+
+cdef bytes _serialize(_Map *m, const char *tail, Py_ssize_t tail_len):
+    """``_write_map`` into a new bytes object."""
+    cdef Py_ssize_t total = _map_size(m)
+    if tail != NULL:
+        total += 1 + tail_len
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    _write_map(m, PyBytes_AS_STRING(out), tail, tail_len)
     return out
 
 
@@ -756,6 +767,7 @@ def send_header(dict ext not None, keys, tuple required not None,
             ext.get(keys[8]) or "", reconsume, max_obj, batch)
 
 
+include "_wire_lane_batch.pxi"
 include "_wire_lane.pxi"
 include "_pull_lane.pxi"
 include "_wire_header.pxi"

@@ -41,6 +41,9 @@ cdef class LaneCore:
     cdef bytes _local_host
     cdef PutCounter _counter        # None: the broker keeps no metrics
     cdef object _on_send            # the metrics' count of any other answer, or None
+    cdef object _put_batch          # CommitLog.put_wire_batch_async
+    cdef object _on_batch           # (topic, count, body bytes, answer): the metrics' count
+                                    # of a batch's answer but PUT_OK at once, or None
     # what the last full send passed with (None: no send yet)
     cdef object _tc
     cdef object _cfg
@@ -50,7 +53,7 @@ cdef class LaneCore:
     def __init__(self, str topic not None, topics, processor, broker, put, acks,
                  transform_of, response_of, illegal, uniq_id, born_host_of, result_type,
                  put_ok, bytes cluster not None, bytes local_host not None,
-                 PutCounter counter, on_send):
+                 PutCounter counter, on_send, put_batch=None, on_batch=None):
         self.topic = topic
         self._topics = topics
         self._transforms = []
@@ -69,6 +72,8 @@ cdef class LaneCore:
         self._local_host = local_host
         self._counter = counter
         self._on_send = on_send
+        self._put_batch = put_batch
+        self._on_batch = on_batch
         self._tc = None
         self._cfg = None
 
@@ -110,6 +115,53 @@ cdef class LaneCore:
             return self._full(msg, queue_id, tc)
         return r
 
+    cdef object _transform_for(self, int queue_id):
+        """``transform_of(queue_id)``, kept by queue id below 1024."""
+        if queue_id < len(self._transforms):
+            return self._transforms[queue_id]
+        if queue_id < 1024:
+            while len(self._transforms) <= queue_id:
+                self._transforms.append(self._transform_of(len(self._transforms)))
+            return self._transforms[queue_id]
+        return self._transform_of(queue_id)
+
+    cdef object _batch(self, tuple msgs, int queue_id, const char *ids):
+        """A producer's batch of unstamped ``Message``s (``ids``: the UNIQ_KEYs it made,
+        see ``_batch_records``) stored in one call: a ``PutMessageResult`` when stored at
+        once (PUT_OK, counted), else the response or its Future; None (nothing stored) when
+        the lane's state or the batch's shape is not this path's: the producer then sends
+        it through ``send_batch_full``."""
+        cdef Py_ssize_t body_bytes = 0
+        cdef PutCounter c
+        cdef object tc = self._topics._table.get(self.topic)
+        if (self._tc is None or tc is not self._tc or self._processor.cfg is not self._cfg
+                or not 0 <= queue_id < self._bound or self._put_batch is None):
+            return None
+        if self._broker._closed:
+            self._broker._check_open()          # raises StoreClosedError
+        built = _batch_records(msgs, self._cluster, self._uniq_id, ids, &body_bytes)
+        if built is None:
+            return None
+        body, meta, props = <tuple>built
+        try:
+            r = self._put_batch(self.topic, queue_id, body, meta, props, self._sys_bits, 0, -1,
+                                self._local_host, self._acks, self._transform_for(queue_id),
+                                True)
+        except InvalidMessageError as e:
+            r = self._illegal(e)        # too large for a file, an entry over the limits
+        else:
+            if type(r) is self._result_type:
+                if r.status is self._put_ok:
+                    c = self._counter
+                    if c is not None:
+                        c.msgs += len(msgs)
+                        c.size += body_bytes
+                    return r
+                r = self._response_of(r, queue_id)
+        if self._on_batch is not None:      # refused, or a Future (SYNC_FLUSH, SYNC_MASTER)
+            self._on_batch(self.topic, len(msgs), body_bytes, r)
+        return r
+
     cdef object _put_plain(self, Message m, int queue_id):
         cdef bytes props = m._props_b if m._user_len >= 0 else m.send_properties()
         cdef bytes uniq_b, stored, host
@@ -133,13 +185,7 @@ cdef class LaneCore:
         stored = _serialize(&pm, NULL, 0)
         host = self._local_host if m.born_host is None else self._born_host_of(m.born_host)
         bt = m.born_timestamp
-        if queue_id < len(self._transforms):
-            transform = self._transforms[queue_id]
-        else:
-            transform = self._transform_of(queue_id)
-            if queue_id < 1024:
-                while len(self._transforms) <= queue_id:
-                    self._transforms.append(self._transform_of(len(self._transforms)))
+        transform = self._transform_for(queue_id)
         try:
             r = self._put(self.topic, queue_id, m._body, stored, m.flag,
                           m.sys_flag | self._sys_bits, 0, -1 if bt is None else bt, host, wait,
@@ -165,6 +211,7 @@ cdef class LaneCore:
 # -- the producer's end: FastSend (rocketstore.client.fast_send) -----------------------------
 
 from cpython.pythread cimport PyThread_get_thread_ident
+from libc.string cimport memset
 import random as _random
 
 
@@ -232,6 +279,7 @@ cdef class FastSendCore:
     cdef object _send_ok
     cdef object _stored_type            # PutMessageResult
     cdef object _done_future            # value -> a completed future (the store's AckFuture)
+    cdef readonly LaneCore batch_lane   # the lane's object (its batches), or None
 
     def __init__(self, producer, info, double expires, lane, str broker_name not None,
                  UniqIdGenerator gen not None, result, send_ok, stored_type, done_future):
@@ -249,6 +297,8 @@ cdef class FastSendCore:
         self._send_ok = send_ok
         self._stored_type = stored_type
         self._done_future = done_future
+        owner = getattr(lane, "__self__", None)       # the lane is its SendLane's bound send
+        self.batch_lane = owner if isinstance(owner, LaneCore) else None
 
     cdef Message _pick(self, object msg, Py_ssize_t *which, double *begin):
         """The stamped message and its queue's index in ``which`` when this path takes
@@ -317,3 +367,68 @@ cdef class FastSendCore:
             return self._done_future(self._result(self._send_ok, uniq, answer.msg_id,
                                                   self._mqs[i], answer.queue_offset, None))
         return self._async_answered(answer, stamped, uniq, self._mqs[i], begin)
+
+    def send_batch(self, msgs, int timeout):
+        """``Producer.send_batch``'s result for a list of ``Message``s to no chosen queue,
+        or None when this path does not take the batch (the caller runs the producer's own
+        path, which names what is wrong). The producer's checks on the entries' faces
+        (``batch_plain``), the next queue, the ids, then the lane; the result is built here
+        when the batch was stored at once, every other answer goes to ``_batch_answered``."""
+        cdef LaneCore lane = self.batch_lane
+        cdef Py_ssize_t n, i, which
+        cdef Message m, first
+        cdef double begin
+        cdef bytes ids
+        cdef tuple batch
+        cdef char *w
+        cdef int64_t now
+        cdef object idx
+        if lane is None or type(msgs) is not list or not msgs:
+            return None
+        batch = tuple(msgs)             # what is checked is what is sent (other threads)
+        n = len(batch)
+        p = self.producer
+        limit = p.max_message_size
+        if type(limit) is not int:
+            return None                 # (compared as Python objects on the full path)
+        cdef Py_ssize_t max_size = limit
+        topic = lane.topic
+        if type(batch[0]) is not Message:
+            return None
+        first = <Message>batch[0]
+        for i in range(n):
+            if type(batch[i]) is not Message:
+                return None
+            m = <Message>batch[i]
+            if (m._body_len == 0 or m._body_len > max_size or m._delayed
+                    or m._no_wait != first._no_wait
+                    or (m.topic is not topic and m.topic != topic)):
+                return None
+        begin = mono_s()
+        if (begin >= self.expires or p.fault_strategy.send_latency_fault_enable
+                or not self._one_broker or not self._mqs):
+            return None
+        idx = self._index
+        which = ((<ThreadLocalIndex>idx).next_c() if type(idx) is ThreadLocalIndex
+                 else idx.increment_and_get()) % len(self._mqs)
+        # stamp_for_send's ids, made while the GIL is held (threads need no lock), in order
+        ids = PyBytes_FromStringAndSize(NULL, 32 * n)
+        w = PyBytes_AS_STRING(ids)
+        now = now_ms()
+        for i in range(n):
+            if _needs_uniq(<Message>batch[i]):
+                self._gen.next_into(w + 32 * i, now)
+            else:
+                memset(w + 32 * i, 0x30, 32)
+        try:
+            answer = lane._batch(batch, self._qids[which], w)
+        except StoreClosedError as e:
+            answer = e                                  # retried as a transport error
+        mq = self._mqs[which]
+        if answer is None:              # the lane's first batch, or not its shape
+            return self._batch_full(batch, mq, begin, timeout)
+        joined = _joined_ids(batch, w)
+        if type(answer) is self._stored_type:           # stored at once
+            return self._result(self._send_ok, joined, answer.msg_id, mq,
+                                answer.queue_offset, None)
+        return self._batch_answered(answer, batch, ids, joined, mq, begin, timeout)

@@ -258,5 +258,7 @@ cdef class MessageExt:
 cpdef str format_msg_id(bytes host_bytes, int64_t phy_offset)
 # a producer's send-time stamp of one message (UNIQ_KEY, WAIT=true where absent)
 cdef Message stamped_message(Message m, UniqIdGenerator gen, int64_t now)
+# the same with the UNIQ_KEY given (32 hex chars; used only when ``m`` has none)
+cdef Message stamped_with(Message m, const char *uniq)
 cdef bytes _check_topic(object topic)
 cpdef bytes encode_host(str host)

@@ -96,6 +96,17 @@ def stamp_one(Message m not None, UniqIdGenerator gen not None):
 
 cdef Message stamped_message(Message m, UniqIdGenerator gen, int64_t now):
     """``m`` with UNIQ_KEY and WAIT=true added where absent (``m`` itself when it has both)."""
+    cdef char uniq[32]
+    if m._user and PROPERTY_UNIQ_KEY in m._user:
+        return stamped_with(m, NULL)
+    gen.next_into(uniq, now)
+    return stamped_with(m, uniq)
+
+
+cdef Message stamped_with(Message m, const char *uniq):
+    """``stamped_message`` with the UNIQ_KEY taken from ``uniq`` (32 hex chars) when ``m``
+    has none (``uniq`` is then not NULL): the in-process batch lane makes the ids before it
+    knows whether a copy is needed at all."""
     # every sync send pays this: the two properties are written into one new properties
     # string, with no intermediate bytes objects
     cdef char extra[52]             # "UNIQ_KEY\x01" + 32 hex + "\x02" + "WAIT\x01true\x02"
@@ -112,7 +123,7 @@ cdef Message stamped_message(Message m, UniqIdGenerator gen, int64_t now):
     user = dict(m._user) if m._user else {}
     if need_uniq:
         memcpy(extra, b"UNIQ_KEY\x01", 9)
-        gen.next_into(extra + 9, now)
+        memcpy(extra + 9, uniq, 32)
         extra[41] = 2
         elen = 42
         user[PROPERTY_UNIQ_KEY] = PyUnicode_DecodeASCII(extra + 9, 32, NULL)

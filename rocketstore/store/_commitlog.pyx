@@ -21,7 +21,8 @@ transient-pool commit (``_commitlog_commit.pxi``), group commit and the sync flu
 is here.
 """
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.stdlib cimport realloc, free
@@ -37,7 +38,7 @@ from rocketstore.store._csrc cimport (
     pthread_cond_t, pthread_cond_init, pthread_cond_destroy, pthread_cond_wait,
     pthread_cond_timedwait, pthread_cond_broadcast, pthread_cond_signal, timespec,
     clock_gettime, CLOCK_REALTIME, rs_pwrite_all, sched_yield, rs_populate_write, rs_body_crc,
-    RS_MAGIC_V1, RS_MAGIC_V2, RS_MAX_TOPIC_LEN_V1, RS_MAX_PROPERTIES_LEN,
+    RS_MAGIC_V1, RS_MAGIC_V2, RS_MAX_TOPIC_LEN_V1, RS_MAX_PROPERTIES_LEN, PyObject_GC_UnTrack,
 )
 from rocketstore.store._codec cimport (
     RecordFields, RecordInfo, Message, MessageExt, UniqIdGenerator, record_size, write_record,
@@ -715,12 +716,14 @@ cdef class CommitLog(_LogReader):
     def put_wire_batch_async(self, str topic not None, object queue_id, bytes body not None,
                              bytes meta not None, bytes props not None, int32_t sys_flag,
                              int32_t reconsume_times, int64_t born_timestamp,
-                             bytes born_host not None, acks, transform=None):
+                             bytes born_host not None, acks, transform=None,
+                             bint direct=False):
         """``put_messages_async`` of a broker's batch send from its wire body, without a
         ``Message`` per entry: entry ``i``'s body is ``body[o:o + n]`` and its exact stored
         properties ``props[po:po + pn]``, where ``(o, n, flag, po, pn)`` are the five native
         int32 at ``meta[20 * i:]`` (``rocketstore.remoting._wire.wire_batch`` builds them; no
-        UNIQ_KEY is added). Same guarantees as ``put_messages``."""
+        UNIQ_KEY is added). Same guarantees as ``put_messages``. ``direct``: as for
+        ``put_wire_async`` (the in-process batch lane's path)."""
         cdef Py_ssize_t n = PyBytes_GET_SIZE(meta) // 20, i, total = 0
         cdef const int32_t *m = <const int32_t *>PyBytes_AS_STRING(meta)
         cdef const char *bbase = PyBytes_AS_STRING(body)
@@ -741,7 +744,7 @@ cdef class CommitLog(_LogReader):
         if self._topic_rules or self._not_writeable is not None or self._v1_only:
             r = self._refused(topic, qid)
             if r is not None:
-                return acks.completed(r, transform)
+                return r if direct else acks.completed(r, transform)
         cdef _Batch b = _Batch(n)
         for i in range(n):
             if m[5 * i] < 0 or m[5 * i + 1] < 0 or m[5 * i] + <Py_ssize_t>m[5 * i + 1] > blen \
@@ -768,7 +771,7 @@ cdef class CommitLog(_LogReader):
         if (r.status is PUT_OK and (self.sync_flush or self.wait_replica)
                 and not self.debug_ack_before_sync):
             return acks.defer(r, r.commitlog_offset + r.wrote_bytes, transform)
-        return acks.completed(r, transform)
+        return r if direct else acks.completed(r, transform)
 
 
     # -- replication (rocketstore.ha) ----------------------------------------------------------

@@ -63,6 +63,33 @@ cdef class _QueueOffsets:
 
 # -- results ---------------------------------------------------------------------------------
 
+cdef str _joined_msg_ids(bytes host, object offsets):
+    """``",".join(format_msg_id(host, o) for o in offsets)`` written into one buffer (a
+    batch's result carries one id per message: no str per id, no list)."""
+    cdef const int64_t[::1] offs = offsets
+    cdef Py_ssize_t n = offs.shape[0], hn = PyBytes_GET_SIZE(host), k, i, one
+    cdef const unsigned char *h = <const unsigned char *>PyBytes_AS_STRING(host)
+    cdef bytes out
+    cdef char *w
+    cdef uint64_t off
+    if n == 0 or hn > 24:
+        return ",".join([format_msg_id(host, o) for o in offsets.tolist()])   # raises
+    one = 2 * hn + 16
+    out = PyBytes_FromStringAndSize(NULL, n * (one + 1) - 1)
+    w = PyBytes_AS_STRING(out)
+    for i in range(hn):                 # the host's hex once, copied before every offset
+        w[2 * i] = b"0123456789ABCDEF"[h[i] >> 4]
+        w[2 * i + 1] = b"0123456789ABCDEF"[h[i] & 15]
+    for k in range(n):
+        if k:
+            w[k * (one + 1) - 1] = b','
+            memcpy(w + k * (one + 1), w, <size_t>(2 * hn))
+        off = <uint64_t>offs[k]
+        for i in range(16):
+            w[k * (one + 1) + one - 1 - i] = b"0123456789ABCDEF"[off & 15]
+            off >>= 4
+    return PyUnicode_DecodeASCII(w, n * (one + 1) - 1, NULL)
+
 @cython.final
 @cython.freelist(64)
 @cython.no_gc       # status enum, offsets array, host bytes, an exception: no cycles back
@@ -96,7 +123,7 @@ cdef class PutMessageResult:
             return None
         if self._offsets is None:
             return format_msg_id(self._host_b, self.commitlog_offset)
-        return ",".join([format_msg_id(self._host_b, o) for o in self._offsets.tolist()])
+        return _joined_msg_ids(self._host_b, self._offsets)
 
     @property
     def commitlog_offsets(self):

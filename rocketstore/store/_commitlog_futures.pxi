@@ -2,6 +2,7 @@
 # Futures of durable puts: the flush and replica acknowledgements complete them.
 
 
+from cpython.object cimport PyObject, PyTypeObject
 from concurrent.futures import Future as _Future, InvalidStateError as _InvalidStateError
 import threading as _threading
 
@@ -29,6 +30,7 @@ def _future_layout_known():
 
 
 _FAST_FUTURES = _future_layout_known()
+cdef tuple _NO_ARGS = ()
 
 
 class AckFuture(_Future):
@@ -77,17 +79,18 @@ class AckFuture(_Future):
 
 cdef object _new_future(object state, object value):
     cdef object f
-    cdef dict d
     if not _FAST_FUTURES:
         f = _Future()
         if state is _F_FINISHED:
             f.set_result(value)
         return f
-    f = AckFuture.__new__(AckFuture)
-    d = f.__dict__
-    d["_state"] = state
-    d["_result"] = value
-    d["_exception"] = None
+    # AckFuture.__new__(AckFuture) without the Python-level call (object.__new__'s slot)
+    f = (<PyTypeObject *>AckFuture).tp_new(<type>AckFuture, <PyObject *>_NO_ARGS, NULL)
+    # attribute stores, not ``f.__dict__``: CPython keeps them in the instance's inline
+    # values and makes no dict unless one is asked for (complete_future, __getattr__)
+    f._state = state
+    f._result = value
+    f._exception = None
     return f
 
 
@@ -99,6 +102,19 @@ def pending_future():
 def done_future(value):
     """An ``AckFuture`` already completed with ``value``."""
     return _new_future(_F_FINISHED, value)
+
+
+def sent_future(value):
+    """``done_future`` for a send's result that nothing else refers to (the in-process
+    ``send_async`` of a put stored at once): also left out of the cycle collector, which
+    otherwise walks every such future a caller keeps, as CPython leaves out a dict of atomic
+    values. It holds its result and state only; a waiter or callback added to a completed
+    future is never kept by it (``concurrent.futures`` runs or removes them), so it is in no
+    reference cycle unless a caller stores the future inside its own attributes or result."""
+    cdef object f = _new_future(_F_FINISHED, value)
+    if _FAST_FUTURES:
+        PyObject_GC_UnTrack(<void *>f)
+    return f
 
 
 def complete_future(fut, value):

@@ -158,3 +158,8 @@ cdef extern from "<arpa/inet.h>" nogil:
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
+
+
+cdef extern from "Python.h":
+    # not in Cython's cpython/ includes (the completed send futures leave the collector)
+    void PyObject_GC_UnTrack(void *op)
