@@ -261,11 +261,13 @@ class PullMessageProcessor:
         """The broker's pull lane of (group, topic), kept for the next pulls (at most
         ``MAX_PULL_LANES`` pairs: requests naming ever new pairs only refill the table)."""
         key = (group, topic)
-        lane = self._lanes.get(key, False)
-        if lane is False:
-            if len(self._lanes) >= MAX_PULL_LANES:
-                self._lanes.clear()
-            lane = self._lanes[key] = self.broker.pull_lane(group, topic)
+        try:
+            return self._lanes[key]
+        except KeyError:
+            pass
+        if len(self._lanes) >= MAX_PULL_LANES:
+            self._lanes.clear()
+        lane = self._lanes[key] = self.broker.pull_lane(group, topic)
         return lane
 
     def by_lane(self, req: PullMessageRequest, *, commit: bool = True, count: bool = True,
@@ -360,6 +362,7 @@ class PullMessageProcessor:
         refused, sgc, sub = self.check(req)
         if refused is not None:
             return refused
+        assert sgc is not None and sub is not None      # check's contract
         b = self.broker
         cfg = b.config
         suspend = bool(req.sys_flag & FLAG_SUSPEND)

@@ -64,7 +64,7 @@ class PullLane(PullLaneCore):
         sub0 = info.subscription_table.get(self.topic)
         refused, sgc, sub = b.pull_processor.check(
             PullMessageRequest(self.group, self.topic, 0, 0, 1, 0, 0, 0, None, 0))
-        if (refused is not None or sub is not sub0 or b.config is not cfg
+        if (refused is not None or sub is None or sub is not sub0 or b.config is not cfg
                 or b.subscription_groups._table.get(self.group) is not sgc
                 or b.topic_manager.table._table.get(self.topic) is not tc
                 or b.consumer_manager._table.get(self.group) is not info

@@ -1,4 +1,4 @@
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, final
 
 def stored_properties(props: bytes, cluster: bytes,
                       uniq_id: Callable[[], str]) -> tuple[bytes, bool] | None: ...
@@ -37,6 +37,27 @@ class LaneCore:
     def _keep(self, tc: Any, cfg: Any, bound: int, sys_bits: int) -> None: ...
     def _count_into(self, counter: PutCounter | None) -> None: ...
     def send(self, msg: Any, queue_id: int) -> Any: ...
+
+@final
+class PullFound:
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[Any]
+
+class PullLaneCore:
+    group: str
+    topic: str
+    def __init__(self, group: str, topic: str, broker: Any, groups: Any, topics: Any,
+                 consumers: Any, store: Any, queues: Any, clq: Any, get: Callable[..., Any],
+                 commit: Callable[[str, int, int], None], key: str,
+                 counter: PutCounter | None, found: Any) -> None: ...
+    def _keep(self, cfg: Any, sgc: Any, tc: Any, info: Any, model: Any, sub: Any,
+              tag_filter: Any, bound: int, sub_version: int,
+              counter: PutCounter | None) -> None: ...
+    def pull(self, queue_id: int, offset: int, max_nums: int, sys_flag: int,
+             commit_offset: int, sub_version: int, client: bool = ...,
+             count: bool = ...) -> PullFound | None: ...
 
 class FastSendCore:
     producer: Any
