@@ -59,17 +59,24 @@ def _demo(args: argparse.Namespace) -> int:
     paced: list[float] = []         # latencies of the steady phase (keys "paced-N")
     paced_n = int(PACED_RATE * PACED_SECONDS)
     paced_done = threading.Event()
+    # first deliveries consumed or sent to the retry topic, and when that reached ``total``
+    first_handled: list[float] = [0, 0.0]
+
+    def key_of(m) -> str:
+        keys = m.keys               # parsed from the record's properties: once per message
+        return keys[0] if keys else ""
 
     def listener(msgs, ctx):
         now = time.time() * 1000
+        keys = [key_of(m) for m in msgs]
         with lock:
-            for m in msgs:
-                key = m.keys[0] if m.keys else ""
+            for key in keys:
                 if key in fails_left:             # fail once: retry topic, then back again
                     fails_left.discard(key)
+                    first_handled[0] += len(msgs)
                     return ConsumeConcurrentlyStatus.RECONSUME_LATER
-            for m in msgs:
-                if m.keys[0].startswith("paced-"):
+            for m, key in zip(msgs, keys):
+                if key.startswith("paced-"):
                     paced.append(now - m.born_timestamp)
                     if len(paced) >= paced_n:
                         paced_done.set()
@@ -79,9 +86,12 @@ def _demo(args: argparse.Namespace) -> int:
                 else:
                     lat = now - m.born_timestamp
                     latencies.append(lat)
-                    i = int(m.keys[0][6:])
+                    i = int(key[6:])
                     phases[0 if i < third else 1 if i < 2 * third else 2].append(lat)
-                seen.add(m.keys[0])
+                    first_handled[0] += 1
+                    if first_handled[0] >= total and not first_handled[1]:
+                        first_handled[1] = time.perf_counter()
+                seen.add(key)
             if len(seen) >= total:
                 done.set()
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
@@ -199,9 +209,11 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"send  {third:,} one by one: {third / sync_s:,.0f} msgs/s; {third:,} in batches of "
           f"100: {third / batch_s:,.0f} msgs/s; {total - 2 * third:,} async: "
           f"{(total - 2 * third) / async_s:,.0f} msgs/s")
+    first_s = first_handled[1] - t_send if first_handled[1] else consume_s
     print(f"consumer group 'demo-orders' (2 push consumers, 32-message batches): {len(seen):,} of "
-          f"{total:,} orders consumed, all within {consume_s:.1f} s of the first send "
-          f"({len(seen) / consume_s:,.0f} msgs/s); end-to-end latency p50 "
+          f"{total:,} orders consumed; every first delivery within {first_s:.1f} s of the first "
+          f"send ({total / first_s:,.0f} msgs/s), the retried ones back by {consume_s:.1f} s "
+          f"(1 s delay level); end-to-end latency p50 "
           f"{_pct(latencies, .5):.1f} ms, p99 {_pct(latencies, .99):.1f} ms (producers at full "
           f"speed outrun the consumers they share this process with: this is mostly queueing)")
     print(f"end-to-end latency at a steady {PACED_RATE:,} msgs/s ({len(paced):,} orders sent one "
