@@ -15,7 +15,7 @@ the producer's own messages; a batch the lane does not take goes through ``_batc
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence, cast
 
 from rocketstore.client.selector import TopicPublishInfo
 from rocketstore.client.sending import _SEND_OK, SendResult, uniq_generator
@@ -28,6 +28,7 @@ from rocketstore.store._commitlog import (PutMessageResult, complete_future, pen
 
 if TYPE_CHECKING:
     from rocketstore.client.producer import Producer
+    from rocketstore.broker.send_lane import SendLane
 
 # the broker's SendLane.send: a PutMessageResult when stored at once, else send_one's answer
 Lane = Callable[[Message, int],
@@ -71,8 +72,10 @@ class FastSend(FastSendCore):
         lane when it passed); its answer as ``_batch_answered`` takes it."""
         p = self.producer
         stamped, joined = p._prepare_batch(msgs)
+        lane = cast("SendLane", self.batch_lane)     # set whenever _batch_full is reached
+        answer: Future[SendMessageResponse] | StoreClosedError
         try:
-            answer = self.batch_lane.send_batch_full(stamped, mq.queue_id)  # the SendLane
+            answer = lane.send_batch_full(stamped, mq.queue_id)
         except StoreClosedError as e:
             answer = e
         return self._batch_answered(answer, stamped, None, joined, mq, begin, timeout)
@@ -85,19 +88,9 @@ class FastSend(FastSendCore):
         retry sends the batch stamped with the ids of the first attempt (``ids``: the lane's
         made ids, the messages unstamped; None: ``msgs`` are stamped)."""
         p = self.producer
-        r: SendMessageResponse | TransportError
-        try:
-            if isinstance(answer, StoreClosedError):
-                raise answer
-            r = answer if type(answer) is SendMessageResponse else \
-                answer.result(timeout / 1000.0)     # type: ignore[union-attr]
-        except StoreClosedError as e:
-            r = TransportError(mq.broker_name, f"broker closed: {e}")
-        except TimeoutError:
-            r = TransportError(mq.broker_name, f"send timed out after {timeout} ms")
-        else:
-            if r.code == 0:                             # SUCCESS
-                return sent_result(r, mq, joined)
+        r = _response(answer, mq, timeout)
+        if type(r) is SendMessageResponse and r.code == 0:      # SUCCESS
+            return sent_result(r, mq, joined)
         stamped = list(msgs) if ids is None else restamp(tuple(msgs), ids)
         return p._drive(p._retrying(stamped[0], joined, stamped, timeout,
                                     (mq, begin, self.info)), r)
@@ -109,19 +102,9 @@ class FastSend(FastSendCore):
         (SYNC_FLUSH: completed after the group commit), or the error of a closed broker;
         anything but SUCCESS takes the producer's retry rules."""
         p = self.producer
-        r: SendMessageResponse | TransportError
-        try:
-            if isinstance(answer, StoreClosedError):
-                raise answer
-            r = answer if type(answer) is SendMessageResponse else \
-                answer.result(timeout / 1000.0)     # type: ignore[union-attr]
-        except StoreClosedError as e:
-            r = TransportError(mq.broker_name, f"broker closed: {e}")
-        except TimeoutError:
-            r = TransportError(mq.broker_name, f"send timed out after {timeout} ms")
-        else:
-            if r.code == 0:                             # SUCCESS
-                return sent_result(r, mq, uniq)
+        r = _response(answer, mq, timeout)
+        if type(r) is SendMessageResponse and r.code == 0:      # SUCCESS
+            return sent_result(r, mq, uniq)
         return p._drive(p._retrying(m, uniq, None, timeout, (mq, begin, self.info)), r)
 
 
@@ -131,3 +114,18 @@ def sent_result(r: SendMessageResponse, mq: MessageQueue, uniq: str) -> SendResu
                       mq if r.queue_id == mq.queue_id else
                       MessageQueue(mq.topic, mq.broker_name, r.queue_id),
                       r.queue_offset, r.transaction_id)
+
+
+def _response(answer: SendMessageResponse | Future[SendMessageResponse] | StoreClosedError,
+              mq: MessageQueue, timeout: int) -> SendMessageResponse | TransportError:
+    """A sync send's answer as a response (a Future waited for up to ``timeout`` ms), or the
+    transport error the retry rules take: a closed broker, a timed-out wait."""
+    try:
+        if isinstance(answer, StoreClosedError):
+            raise answer
+        return answer if type(answer) is SendMessageResponse else \
+            answer.result(timeout / 1000.0)     # type: ignore[union-attr]
+    except StoreClosedError as e:
+        return TransportError(mq.broker_name, f"broker closed: {e}")
+    except TimeoutError:
+        return TransportError(mq.broker_name, f"send timed out after {timeout} ms")
