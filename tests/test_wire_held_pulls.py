@@ -177,7 +177,9 @@ def test_the_bytes_held_pulls_keep_are_bounded(cluster) -> None:
             d.send(pull_frame(100 + i, end, 600_000, junk="j" * 250_000))
         assert max_offset(d)["code"] == SUCCESS    # answered after every pull was held
         grown = rss_mib(broker.proc.pid) - before
-        assert grown < 32, f"the broker grew {grown} MiB holding 256 pulls (64 MB of headers)"
+        # kept headers would be >= 64 MiB; what the connection buffered while a loaded broker
+        # caught up with 64 MB of frames comes and goes (1-10 MiB here, 33 once on a loaded CI)
+        assert grown < 48, f"the broker grew {grown} MiB holding 256 pulls (64 MB of headers)"
         # a closed connection's held pulls free their bytes
         a.close()
         deadline = time.monotonic() + 10.0

@@ -211,7 +211,7 @@ def _demo(args: argparse.Namespace) -> int:
           f"{(total - 2 * third) / async_s:,.0f} msgs/s")
     first_s = first_handled[1] - t_send if first_handled[1] else consume_s
     print(f"consumer group 'demo-orders' (2 push consumers, 32-message batches): {len(seen):,} of "
-          f"{total:,} orders consumed; every first delivery within {first_s:.1f} s of the first "
+          f"{total:,} orders consumed, every first delivery within {first_s:.1f} s of the first "
           f"send ({total / first_s:,.0f} msgs/s), the retried ones back by {consume_s:.1f} s "
           f"(1 s delay level); end-to-end latency p50 "
           f"{_pct(latencies, .5):.1f} ms, p99 {_pct(latencies, .99):.1f} ms (producers at full "
