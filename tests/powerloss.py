@@ -59,6 +59,7 @@ class DurableImage:
         self.marks: dict = {}
         self.fresh: set[str] = set()    # created, inode not seen yet
         self.owner: dict[int, str] = {}  # inode -> the name its bytes were synced under
+        self.renamed: set[str] = set()  # names a rename gave a file, not synced under yet
 
     # -- recording -------------------------------------------------------------------------
 
@@ -87,16 +88,20 @@ class DurableImage:
         # growing into its next extent (fallocate within its size), whose bytes stay its own
         if op == "create" or (op == "allocate" and off == 0):
             self.fresh.add(path)
+        elif op == "rename":
+            self.renamed.add(path)
         try:
             ino = os.stat(path).st_ino if op in ("msync", "fsync") and os.path.isfile(path) else -1
         except FileNotFoundError:
             ino = -1
         if ino >= 0:
             # bytes recorded for this inode under a name that no longer holds it came from
-            # a deleted file (a rename keeps a file's bytes, but renamed files are fsynced
-            # whole, which replaces them anyway)
+            # a deleted file, unless a rename moved the file to this name (its bytes and
+            # size stay: a power cut before its first sync here must keep them)
             owner = self.owner.get(ino)
-            if owner is not None and owner != path:
+            if path in self.renamed:
+                self.renamed.discard(path)
+            elif owner is not None and owner != path:
                 try:
                     gone = os.stat(owner).st_ino != ino
                 except FileNotFoundError:

@@ -588,6 +588,38 @@ def test_crash_drops_index_files_newer_than_checkpoint_and_rebuilds(store_dir, k
     assert [i["header"] for _, i in after] == [i["header"] for _, i in before]
 
 
+def test_crash_rebuilds_a_file_ending_in_the_checkpoints_millisecond(store_dir):
+    """An index file begun in the millisecond the previous full file ended, whose header
+    reached the disk but whose later entries did not (same-millisecond puts are the common
+    case under load): its end time equals the checkpoint's indexMsgTimestamp, yet the
+    checkpoint vouches only for the file it flushed. It must be rebuilt, or its lost keys
+    are never found again (the header's count and end offset say they were indexed)."""
+    with MessageStore.open(store_dir, _config()) as store:
+        put = _put_keyed(store, 200)            # 600 entries: one full file, one partly
+        assert store.wait_dispatched(10)
+    before = _disk_files(store_dir)
+    assert len(before) == 2
+    full, part = before[0][1]["header"], before[1][1]["header"]
+    t = full["endTimestamp"]
+    path = os.path.join(_index_dir(store_dir), before[1][0])
+    with open(path, "r+b") as f:
+        # the second file's puts all in the first file's last millisecond
+        f.write(struct.pack(">qq", t, t))
+        # its last entries lost: zeros where the header counts them
+        tail = 40 + SLOTS * 4 + (part["indexCount"] // 2) * 20
+        f.seek(tail)
+        f.write(bytes(os.path.getsize(path) - tail))
+    _set_ckpt_index_ts(store_dir, t)
+    open(os.path.join(store_dir, "abort"), "w").close()
+    with MessageStore.open(store_dir, _config()) as store:
+        for o, keys in put:
+            for k in keys:
+                assert [m.commitlog_offset for m in store.query_message("Re", k)] == [o], k
+    after = _disk_files(store_dir)
+    assert after[0][0] == before[0][0]          # the flushed file is kept as it was
+    assert [_entry_triples(i) for _, i in after] == [_entry_triples(i) for _, i in before]
+
+
 # -- SIGKILL --------------------------------------------------------------------------------
 
 CRASH_CHILD = """

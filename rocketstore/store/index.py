@@ -98,8 +98,14 @@ class IndexService:
                 self._drop_after_crash(names[i:], f"is {actual} bytes, not {size}")
                 break
             f = IndexFile(path, self.hash_slot_num, self.index_num, read_only=self.read_only)
+            ckpt = self.checkpoint.index_msg_timestamp
+            # the checkpoint vouches for the files flushed before it was written: those
+            # ending before its time, and the first one ending in its very millisecond. A
+            # later file can end in that millisecond too (it starts with its predecessor's
+            # end time, and puts share milliseconds under load) with entries never synced
             if (not last_exit_ok and not self.read_only
-                    and not 0 < f.end_timestamp <= self.checkpoint.index_msg_timestamp):
+                    and not (0 < f.end_timestamp < ckpt or f.end_timestamp == ckpt > 0 and
+                             not (files and files[-1].end_timestamp == ckpt))):
                 f.close()
                 self._drop_after_crash(names[i:], "is not covered by the checkpoint")
                 break
@@ -156,14 +162,20 @@ class IndexService:
         f.mapped_file.sync_metadata()
         self.files = self.files + [f]
         if prev is not None and prev.is_full():
-            t = threading.Thread(target=self._flush_full, args=(prev,), name="IndexFlush")
-            self._flushers = [x for x in self._flushers if x.is_alive()] + [t]
+            earlier = [x for x in self._flushers if x.is_alive()]
+            t = threading.Thread(target=self._flush_full, args=(prev, earlier),
+                                 name="IndexFlush")
+            self._flushers = earlier + [t]
             t.start()
         return f
 
-    def _flush_full(self, f: IndexFile) -> None:
+    def _flush_full(self, f: IndexFile, earlier: list[threading.Thread]) -> None:
         try:
             f.flush()
+            # the checkpoint's time vouches for every file before this one: their flushes
+            # end first
+            for t in earlier:
+                t.join()
             with self._lock:
                 if f.end_timestamp > self.checkpoint.index_msg_timestamp:
                     self.checkpoint.index_msg_timestamp = f.end_timestamp
