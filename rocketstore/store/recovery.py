@@ -119,25 +119,17 @@ class _Recovery:
             # unit against the log and rebuild each queue from its first bad one
             rebuild_from, queues_cut = self.consume_queues.validate(
                 self.commit_log_queue, end, min_phy)
+            # a power cut can also keep a queue's later file without its first (directory
+            # entries reach the disk independently): re-dispatch would place nothing below
+            # the queue's first file
+            if self._drop_headless_queues(min_phy, {}, queues_cut):
+                rebuild_from = min_phy
         else:
             seen = self.commit_log.queue_offsets()
-            first = self.commit_log.scan_first
+            if self._drop_headless_queues(min_phy, self.commit_log.scan_first, queues_cut):
+                rebuild_from = min_phy
             for q in self.consume_queues.queues():
-                key = (q.topic, q.queue_id)
-                qfiles = q.mapped_file_queue.files
-                head = q.get_unit(qfiles[0].file_from_offset // 20) if qfiles else None
-                if (key in first and (not qfiles or
-                                      first[key][0] < qfiles[0].file_from_offset // 20)) \
-                        or (min_phy == 0 and qfiles and qfiles[0].file_from_offset > 0
-                            and head is not None and head[1] != 0x7FFFFFFF):
-                    # units before the queue's first file are missing, yet the log holds
-                    # their records (seen in the scan; or no commit-log file was ever
-                    # deleted, so retention cannot have removed them, and no filler says the
-                    # queue began there): rebuild the queue whole
-                    self.consume_queues.drop_queue(q)
-                    rebuild_from = min_phy
-                    queues_cut.append(f"{q.topic}/{q.queue_id}@0")
-                elif seen.get(key, 0) > q.get_max_offset_in_queue():
+                if seen.get((q.topic, q.queue_id), 0) > q.get_max_offset_in_queue():
                     self.consume_queues.mark_suspect(q)
         if self.last_exit_ok and self.consume_queues.suspect:
             # after a clean close, only queues found cut short, out of sequence or shorter
@@ -211,6 +203,26 @@ class _Recovery:
             "scan_seconds": scan_seconds,
             "seconds": time.perf_counter() - t0,
         }
+
+    def _drop_headless_queues(self, min_phy: int, first: dict, cut: list[str]) -> bool:
+        """Drop (for a whole rebuild) each queue whose units before its first file are
+        missing while the log holds their records: ``first`` (the scan's first queue offset
+        of each queue) says so, or no commit-log file was ever deleted (``min_phy`` 0, so
+        retention cannot have removed them) and no filler at its first unit says the queue
+        began there. True when any was dropped."""
+        dropped = False
+        for q in self.consume_queues.queues():
+            key = (q.topic, q.queue_id)
+            qfiles = q.mapped_file_queue.files
+            start = qfiles[0].file_from_offset // 20 if qfiles else 0
+            head = q.get_unit(start) if qfiles else None
+            if (key in first and (not qfiles or first[key][0] < start)) \
+                    or (min_phy == 0 and start > 0
+                        and (head is None or head[1] != 0x7FFFFFFF)):
+                self.consume_queues.drop_queue(q)
+                cut.append(f"{q.topic}/{q.queue_id}@0")
+                dropped = True
+        return dropped
 
     def _start_flush(self) -> None:
         cfg = self.config
