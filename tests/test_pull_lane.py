@@ -249,7 +249,8 @@ def test_a_wire_pull_that_finds_messages_takes_the_lane(broker):
     """PULL_MESSAGE over the wire for a registered group: answered by the lane (no
     ``pull_message`` call) with the full path's header and the stored records as views of
     the mapped commit log; the commit flag's offset committed; a pull carrying its own
-    subscription, and one that finds nothing, go the full way."""
+    subscription other than the registered one, and one that finds nothing, go the full
+    way."""
     from rocketstore.remoting import headers
     from rocketstore.remoting.broker_processor import BrokerProcessor
     from rocketstore.remoting.command import RemotingCommand
@@ -276,9 +277,44 @@ def test_a_wire_pull_that_finds_messages_takes_the_lane(broker):
         assert all(isinstance(p.obj, MappedFile) for p in got.body.parts)
         assert broker.store.query_offset(GROUP, TOPIC, 1) == 2
         broker.pull_message = counted
-        _wire_pull(proc, 1, 0, subscription="*", flag=SUSPEND | SUBSCRIPTION)
+        _wire_pull(proc, 1, 0, subscription="A", flag=SUSPEND | SUBSCRIPTION)
         _wire_pull(proc, 1, 20, flag=0)                 # at the head: PULL_NOT_FOUND
         assert len(full_calls) == 2
+    finally:
+        broker.pull_message = orig
+        c.shutdown()
+
+
+def test_a_pull_carrying_the_registered_subscription_takes_the_lane(broker):
+    """The C++ client (and a Java client with postSubscriptionWhenPull) sends its
+    subscription with every pull (flag 0x4). 4.9.8 then filters by the request's expression
+    and skips the registration's checks; when the expression is the registered one the
+    lane's filter is the same, so the lane answers (it keeps the registration's checks,
+    stricter). Another expression goes the full way and is filtered by the request's."""
+    from rocketstore.remoting.broker_processor import BrokerProcessor
+    fill(broker, 40)
+    c = member(broker, "A || B")
+    proc = BrokerProcessor(broker)
+    full_calls = []
+    orig = broker.pull_message
+
+    def counted(req, *a, **k):
+        full_calls.append(req)
+        return orig(req, *a, **k)
+    try:
+        broker.pull_message = counted
+        got = _wire_pull(proc, 0, 0, flag=SUSPEND | COMMIT | SUBSCRIPTION, commit=3,
+                         subscription="A || B")
+        assert full_calls == [] and got.code == ResponseCode.SUCCESS
+        assert broker.store.query_offset(GROUP, TOPIC, 0) == 3
+        lane = broker.pull_lane(GROUP, TOPIC)
+        assert lane.pull(0, 0, 8, SUSPEND | SUBSCRIPTION, 0, 0, expr="A || B") is not None
+        assert lane.pull(0, 0, 8, SUSPEND | SUBSCRIPTION, 0, 0, expr="A") is None
+        assert lane.pull(0, 0, 8, SUSPEND | SUBSCRIPTION, 0, 0) is None
+        only_a = _wire_pull(proc, 0, 0, flag=SUSPEND | SUBSCRIPTION, subscription="A")
+        assert len(full_calls) == 1 and only_a.code == ResponseCode.SUCCESS
+        from rocketstore.remoting.records import decode_records
+        assert {m.tags for m in decode_records(bytes(only_a.body))} == {"A"}
     finally:
         broker.pull_message = orig
         c.shutdown()

@@ -272,10 +272,10 @@ class PullMessageProcessor:
 
     def by_lane(self, req: PullMessageRequest, *, commit: bool = True, count: bool = True,
                 client: bool = False) -> PullFound | None:
-        """``req`` answered by its lane when it finds messages (a TAG pull without its own
-        subscription), else None: ``process`` answers it. A lane that raises is the full
-        path's to answer (with its own error)."""
-        if req.expression_type != "TAG" or req.sys_flag & FLAG_SUBSCRIPTION:
+        """``req`` answered by its lane when it finds messages (a TAG pull, carrying no
+        subscription or the registered one), else None: ``process`` answers it. A lane that
+        raises is the full path's to answer (with its own error)."""
+        if req.expression_type != "TAG":
             return None
         try:
             lane = self.lane(req.consumer_group, req.topic)
@@ -283,7 +283,8 @@ class PullMessageProcessor:
                 return None
             return lane.pull(req.queue_id, req.queue_offset, req.max_msg_nums,
                              req.sys_flag if commit else req.sys_flag & ~FLAG_COMMIT_OFFSET,
-                             req.commit_offset, req.sub_version, client, count)
+                             req.commit_offset, req.sub_version, client, count,
+                             req.subscription if req.sys_flag & FLAG_SUBSCRIPTION else None)
         except Exception:   # noqa: BLE001 - a closed broker, a lane that broke: process says
             return None
 

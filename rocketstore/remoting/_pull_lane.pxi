@@ -48,6 +48,7 @@ cdef class PullLaneCore:
     cdef object _info
     cdef object _model
     cdef object _sub
+    cdef str _expr                  # the subscription's expression as registered
     cdef object _filter
     cdef int _bound
     cdef int64_t _sub_version
@@ -82,6 +83,7 @@ cdef class PullLaneCore:
         self._info = info
         self._model = model
         self._sub = sub
+        self._expr = sub.sub_string
         self._filter = tag_filter
         self._bound = bound
         self._sub_version = sub_version
@@ -100,13 +102,16 @@ cdef class PullLaneCore:
         return info.subscription_table.get(self.topic) is self._sub
 
     def pull(self, int64_t queue_id, int64_t offset, int64_t max_nums, int64_t sys_flag,
-             int64_t commit_offset, int64_t sub_version, bint client=True, bint count=True):
+             int64_t commit_offset, int64_t sub_version, bint client=True, bint count=True,
+             str expr=None):
         """A pull of ``queue_id`` from ``offset`` answered from the store: a ``PullFound``
         when messages were found (the commit flag's offset committed, the pull counted), else
         None (nothing done: the full path answers). Every argument is a Java long as a
         request carries it; ``client``: the messages are handed to a consumer in process
         (``msg_id`` is the UNIQ_KEY); ``count``: False when the caller's own future is
-        counted (a held pull answered by the hold service)."""
+        counted (a held pull answered by the hold service); ``expr``: the expression a pull
+        carrying its own subscription (flag 0x4) filters by, answered only when it is the
+        registered one (then the kept filter is the request's)."""
         cdef object per, cq, r, forbidden, store = self._store
         cdef list msgs
         cdef MessageExt m
@@ -115,7 +120,8 @@ cdef class PullLaneCore:
         if not self._valid():
             if not self._warm() or not self._valid():
                 return None
-        if (queue_id < 0 or queue_id >= self._bound or sys_flag & 0x4
+        if (queue_id < 0 or queue_id >= self._bound
+                or (sys_flag & 0x4 and (expr is None or expr != self._expr))
                 or sub_version > self._sub_version or commit_offset < 0
                 or max_nums > 0x7FFFFFFF):
             return None
