@@ -235,12 +235,15 @@ def test_malformed_headers_are_refused_naming_the_problem(header):
         decode_frame(frame_bytes)
 
 
-def test_send_answer_is_the_generic_encoding_byte_for_byte():
-    cmd = RemotingCommand(310, opaque=77)
+@pytest.mark.parametrize("opaque", [77, 0, -5, 2**31 - 1, -2**31])
+def test_send_answer_is_the_generic_encoding_byte_for_byte(opaque):
+    cmd = RemotingCommand(310, opaque=opaque)
     for r in (SendMessageResponse(ResponseCode.SUCCESS, None, msg_id="7F00000100002A9F0000000000000000",
                                   queue_id=3, queue_offset=12),
               SendMessageResponse(ResponseCode.FLUSH_DISK_TIMEOUT, None, msg_id="A1,B2", queue_id=0,
-                                  queue_offset=0)):
+                                  queue_offset=0),
+              SendMessageResponse(ResponseCode.SLAVE_NOT_AVAILABLE, None, msg_id="", queue_id=1023,
+                                  queue_offset=2**62 + 7)):
         fast = headers.encode_send_response(cmd, r)
         generic = cmd.response(int(r.code), None, {
             "MSG_REGION": "DefaultRegion", "TRACE_ON": "true", "msgId": r.msg_id,

@@ -127,3 +127,66 @@ def encode_header(long long code, dict ext, long long flag, str language, long l
         return PyBytes_FromStringAndSize(o.p, o.n)
     finally:
         PyMem_Free(o.p)
+
+
+cdef inline Py_ssize_t _put_lit(char *p, bytes b) noexcept:
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
+    memcpy(p, PyBytes_AS_STRING(b), <size_t>n)
+    return n
+
+
+cdef inline Py_ssize_t _put_int(char *p, long long v) noexcept:
+    """``v`` in decimal at ``p`` (at most 20 bytes); the bytes written."""
+    cdef char tmp[24]
+    cdef int k = 0, j
+    cdef unsigned long long u = <unsigned long long>v
+    if v < 0:
+        u = <unsigned long long>0 - u
+    while True:
+        tmp[k] = <char>(48 + u % 10)
+        k += 1
+        u //= 10
+        if u == 0:
+            break
+    j = 0
+    if v < 0:
+        p[0] = b'-'
+        j = 1
+    while k:
+        k -= 1
+        p[j] = tmp[k]
+        j += 1
+    return j
+
+
+def send_ok_header(long long code, str msg_id not None, long long queue_id,
+                   long long queue_offset, long long opaque, bytes region not None,
+                   long long version):
+    """A stored send's answer header (``headers.encode_send_response``'s text: its keys,
+    order and values, ``msgId`` as given), without formatting a Python string per send."""
+    cdef Py_ssize_t n, cap
+    cdef const char *u = PyUnicode_AsUTF8AndSize(msg_id, &n)
+    cdef char *p
+    cdef char *q
+    # the literals below are 210 bytes; five numbers of at most 20 characters each
+    cap = 210 + 100 + n + PyBytes_GET_SIZE(region)
+    out = PyBytes_FromStringAndSize(NULL, cap)
+    p = q = PyBytes_AS_STRING(out)
+    q += _put_lit(q, b'{"code":')
+    q += _put_int(q, code)
+    q += _put_lit(q, b',"extFields":{"MSG_REGION":"')
+    q += _put_lit(q, region)
+    q += _put_lit(q, b'","TRACE_ON":"true","msgId":"')
+    memcpy(q, u, <size_t>n)
+    q += n
+    q += _put_lit(q, b'","queueId":"')
+    q += _put_int(q, queue_id)
+    q += _put_lit(q, b'","queueOffset":"')
+    q += _put_int(q, queue_offset)
+    q += _put_lit(q, b'"},"flag":1,"language":"JAVA","opaque":')
+    q += _put_int(q, opaque)
+    q += _put_lit(q, b',"serializeTypeCurrentRPC":"JSON","version":')
+    q += _put_int(q, version)
+    q[0] = b'}'
+    q += 1
+    return out[:q - p]

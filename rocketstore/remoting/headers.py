@@ -25,7 +25,7 @@ from rocketstore.errors import RemotingProtocolError
 from rocketstore.remoting import fastjson
 from rocketstore.common.codes import RequestCode
 from rocketstore.common.codes import CURRENT_VERSION
-from rocketstore.remoting._wire import send_header
+from rocketstore.remoting._wire import send_header, send_ok_header
 from rocketstore.remoting.command import LONG_MAX, LONG_MIN, EncodedResponse, RemotingCommand
 from rocketstore.store._codec import java_hash
 from rocketstore.remoting.zerocopy import RecordBody
@@ -175,18 +175,18 @@ def decode_send(cmd: RemotingCommand, born_host: str | None) -> SendMessageReque
 
 
 # A stored send's answer, the JSON ``RemotingCommand.response(...).header_json()`` writes
-# (same keys, order and text), formatted directly: msgId is hex (comma-joined for a batch)
-_SEND_OK_HEADER = ('{"code":%d,"extFields":{"MSG_REGION":"' + MSG_REGION + '","TRACE_ON":"true",'
-                   '"msgId":"%s","queueId":"%d","queueOffset":"%d"},"flag":1,"language":"JAVA",'
-                   '"opaque":%d,"serializeTypeCurrentRPC":"JSON","version":' +
-                   str(CURRENT_VERSION) + '}')
+# (same keys, order and text), written in C (``send_ok_header``): msgId is hex (comma-joined
+# for a batch)
+_MSG_REGION_B = MSG_REGION.encode()
 
 
 def encode_send_response(cmd: RemotingCommand, r: SendMessageResponse
                          ) -> RemotingCommand | EncodedResponse:
     if r.msg_id is not None and r.remark is None and r.transaction_id is None:
-        return EncodedResponse(int(r.code), cmd.opaque, (_SEND_OK_HEADER % (
-            r.code, r.msg_id, r.queue_id, r.queue_offset, cmd.opaque)).encode())
+        code = int(r.code)
+        return EncodedResponse(code, cmd.opaque, send_ok_header(
+            code, r.msg_id, r.queue_id, r.queue_offset, cmd.opaque, _MSG_REGION_B,
+            CURRENT_VERSION))
     # extFields always present: the Java client reads MSG_REGION without a null check and the
     # C++ client dereferences the header (docs/protocol.md §2.1.2)
     ext: dict[str, Any] = {"MSG_REGION": MSG_REGION, "TRACE_ON": "true"}
