@@ -57,6 +57,7 @@ log = logging.getLogger("rocketstore.broker")
 
 _TX_MASK = 0xC
 _TX_COMMIT = 0x8
+MAX_WIRE_SEND_LANES = 4096      # (producer group, topic, ...) pairs kept for wire sends
 
 # services other modules provide: (module, class, attribute on the broker)
 _SERVICES = (("rocketstore.broker.schedule", "ScheduleMessageService", "schedule_service"),
@@ -129,6 +130,7 @@ class Broker:
         self.producer_manager = ProducerManager(config.channel_expired_timeout)
         self.lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self.send_processor = SendMessageProcessor(self)
+        self._wire_send_lanes: dict[tuple[str, str, str, int], SendLane] = {}
         self.reply_processor = ReplyMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self._housekeeping = _Housekeeping(self)
@@ -364,6 +366,21 @@ class Broker:
         per topic configuration (the in-process producer's sync sends)."""
         self._check_open()
         return SendLane(self, producer_group, topic, default_topic, default_topic_queue_nums)
+
+    def wire_send_lane(self, request: WireSend) -> SendLane:
+        """The ``SendLane`` of a send from the wire, by (producer group, topic, default
+        topic, default queue nums), kept for the next sends (at most ``MAX_WIRE_SEND_LANES``:
+        requests naming ever new pairs only refill the table)."""
+        key = (request.producer_group, request.topic, request.default_topic,
+               request.default_topic_queue_nums)
+        lanes = self._wire_send_lanes
+        lane = lanes.get(key)
+        if lane is None:
+            self._check_open()
+            if len(lanes) >= MAX_WIRE_SEND_LANES:
+                lanes.clear()
+            lane = lanes[key] = SendLane(self, *key)
+        return lane
 
     def send_wire(self, request: WireSend) -> Future:
         """``send_message`` of a send as decoded from the wire (``headers.WireSend``): the

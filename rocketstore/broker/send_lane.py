@@ -13,6 +13,12 @@ settings, a queue out of range, a message the byte path does not take (DELAY, a 
 broker-only property, non-ASCII properties) -- goes through ``send_one``, so the rules and the
 refusals stay in one place.
 
+Sends from the wire take a lane too (``LaneCore.send_wire``, ``Broker.wire_send_lane``): the
+broker's handler, after the ACL and the name checks every request gets, hands the decoded
+``WireSend`` to the lane of its (producer group, topic), which stores a plain one-message send
+as ``SendMessageProcessor.send_wire_now``'s byte path does; anything else goes through
+``send_wire_full`` (``Broker.send_wire_now``).
+
 Batches take the same lane and state (``LaneCore._batch``, ``_wire_lane_batch.pxi``): a
 producer's plain batch is written as ``put_wire_batch_async`` records straight from its
 ``Message``s; its first batch, and any batch not of that shape, goes through
@@ -26,6 +32,7 @@ from typing import TYPE_CHECKING
 from rocketstore.broker.send import illegal, put_response
 from rocketstore.common import constants as C
 from rocketstore.common.protocol import SendMessageRequest, SendMessageResponse
+from rocketstore.common.sends import WireSend
 from rocketstore.remoting._wire import LaneCore
 from rocketstore.store.status import PutMessageStatus, SysFlag
 from rocketstore.store.topics import MULTI_TAG, TopicConfig
@@ -71,6 +78,22 @@ class SendLane(LaneCore):
         # a send that stored (SUCCESS now, or a Future: its put was made) passed every
         # check with ``tc``; a topic this send auto-created is taken from the next send on
         stored = isinstance(r, Future) or type(r) is SendMessageResponse and r.code == 0
+        self._passed(stored, tc, cfg)
+        return r
+
+    def send_wire_full(self, w: WireSend) -> SendMessageResponse | Future:
+        """A send from the wire the lane did not take (``send_wire`` answered None: its
+        first, or one not of its shape) through ``Broker.send_wire_now``'s whole path
+        (counted there). When its checks passed, the lane takes the next one itself."""
+        tc = self.broker.topic_manager.table.peek(self.topic)
+        cfg = self.broker.send_processor.cfg
+        r = self.broker.send_wire_now(w)
+        # the wire path answers a refusal as a completed Future: only a pending one (its put
+        # was made, a flush or a replica completes it) or SUCCESS passed every check
+        if isinstance(r, Future):
+            stored = not r.done() or r.exception() is None and r.result().code == 0
+        else:
+            stored = type(r) is SendMessageResponse and r.code == 0
         self._passed(stored, tc, cfg)
         return r
 

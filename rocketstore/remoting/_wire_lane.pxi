@@ -103,7 +103,8 @@ cdef class LaneCore:
         # TopicTable.peek: a change stores a new config in one assignment or swaps the table
         cdef object tc = self._topics._table.get(self.topic)
         if (self._tc is None or tc is not self._tc or self._processor.cfg is not self._cfg
-                or not 0 <= queue_id < self._bound or type(msg) is not Message):
+                or not 0 <= queue_id < self._bound or type(msg) is not Message
+                or not self._processor._broker_writable):
             return self._full(msg, queue_id, tc)
         m = <Message>msg
         if m.prepared_transaction_offset or type(m._body) is not bytes:
@@ -113,6 +114,56 @@ cdef class LaneCore:
         r = self._put_plain(m, queue_id)
         if r is None:                       # not the byte path's shape
             return self._full(msg, queue_id, tc)
+        return r
+
+    def send_wire(self, w):
+        """A plain one-message send as decoded from the wire (``WireSend``) stored in one
+        step, as ``SendMessageProcessor.send_wire_now``'s byte path stores it: a
+        ``PutMessageResult`` when stored at once (PUT_OK, counted), a refusal or a Future
+        (not counted: the caller counts it), or None when the lane is not warm or the send is
+        not of that shape (the caller takes ``send_wire_full``)."""
+        cdef object tc = self._topics._table.get(self.topic)
+        cdef object props, stored, r
+        cdef int64_t queue_id, flag, sys_flag, reconsume
+        cdef PutCounter c
+        # a broker without write permission refuses sends to order topics, whose list the
+        # NameServer may change at any time: every send of such a broker takes the full path
+        if (self._tc is None or tc is not self._tc or self._processor.cfg is not self._cfg
+                or self._processor._slave or not self._processor._broker_writable or w.batch):
+            return None
+        queue_id = w.queue_id
+        flag = w.flag
+        sys_flag = w.sys_flag
+        reconsume = w.reconsume_times
+        if (not 0 <= queue_id < self._bound or sys_flag & 0xC
+                or not -0x80000000 <= flag <= 0x7FFFFFFF
+                or not -0x80000000 <= sys_flag <= 0x7FFFFFFF
+                or not -0x80000000 <= reconsume <= 0x7FFFFFFF):
+            return None
+        props = w.properties
+        if type(props) is not str or not (<str>props).isascii():
+            return None
+        stored = stored_properties((<str>props).encode("ascii"), self._cluster, self._uniq_id)
+        if stored is None:
+            return None
+        if self._broker._closed:
+            self._broker._check_open()          # raises StoreClosedError
+        body = w.body
+        try:
+            r = self._put(self.topic, <int>queue_id, body, stored[0], flag,
+                          sys_flag | self._sys_bits, reconsume, w.born_timestamp,
+                          self._born_host_of(w.born_host), stored[1], self._acks,
+                          self._transform_for(<int>queue_id), True)
+        except InvalidMessageError as e:
+            return self._illegal(e)
+        if type(r) is self._result_type:
+            if r.status is self._put_ok:
+                c = self._counter
+                if c is not None:
+                    c.msgs += 1
+                    c.size += len(body)
+                return r
+            return self._response_of(r, <int>queue_id)
         return r
 
     cdef object _transform_for(self, int queue_id):

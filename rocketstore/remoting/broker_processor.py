@@ -26,12 +26,13 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerS
                                          TransactionCommitType)
 from rocketstore.errors import LimitExceededError
 from rocketstore.remoting import admin_processor, fastjson, headers, request_names, requests
-from rocketstore.common.codes import LanguageCode, RequestCode
-from rocketstore.remoting.command import RemotingCommand
+from rocketstore.common.codes import CURRENT_VERSION, LanguageCode, RequestCode
+from rocketstore.remoting.command import EncodedResponse, RemotingCommand
 from rocketstore.remoting.connection import Connection, Parked
 from rocketstore.remoting.executors import BUSY_REMARK
 from rocketstore.remoting.zerocopy import RecordBody
 from rocketstore.store._codec import encode_record
+from rocketstore.store.types import PutMessageResult
 
 if TYPE_CHECKING:
     from rocketstore.acl import PlainAccessValidator
@@ -234,7 +235,26 @@ class BrokerProcessor:
 
     # -- produce ------------------------------------------------------------------------------
     def send(self, conn: Connection, cmd: RemotingCommand, request: headers.WireSend) -> Any:
-        r = self.broker.send_wire_now(request)
+        # the send lane of (producer group, topic) stores a plain one-message send in one C
+        # step, after the ACL and name checks every request gets (the ACL sees exactly the
+        # request executed); its first send and any other shape take the whole path
+        broker = self.broker
+        if request.batch:
+            r = broker.send_wire_now(request)
+        else:
+            lane = broker.wire_send_lane(request)
+            r = lane.send_wire(request)
+            if r is None:
+                r = lane.send_wire_full(request)
+            elif type(r) is PutMessageResult:       # stored at once, counted by the lane
+                return EncodedResponse(0, cmd.opaque, headers.send_ok_header(
+                    0, r.msg_id, request.queue_id, r.queue_offset, cmd.opaque,
+                    headers.MSG_REGION_B, CURRENT_VERSION))
+            elif broker.metrics is not None:
+                if isinstance(r, concurrent.futures.Future):
+                    broker.metrics.on_send(request, r)
+                else:
+                    broker.metrics.count_send(request, r)
         if type(r) is SendMessageResponse:
             return headers.encode_send_response(cmd, r)
         return self._answer(cmd, r, headers.encode_send_response)

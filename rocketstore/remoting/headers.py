@@ -177,7 +177,7 @@ def decode_send(cmd: RemotingCommand, born_host: str | None) -> SendMessageReque
 # A stored send's answer, the JSON ``RemotingCommand.response(...).header_json()`` writes
 # (same keys, order and text), written in C (``send_ok_header``): msgId is hex (comma-joined
 # for a batch)
-_MSG_REGION_B = MSG_REGION.encode()
+MSG_REGION_B = MSG_REGION.encode()
 
 
 def encode_send_response(cmd: RemotingCommand, r: SendMessageResponse
@@ -185,7 +185,7 @@ def encode_send_response(cmd: RemotingCommand, r: SendMessageResponse
     if r.msg_id is not None and r.remark is None and r.transaction_id is None:
         code = int(r.code)
         return EncodedResponse(code, cmd.opaque, send_ok_header(
-            code, r.msg_id, r.queue_id, r.queue_offset, cmd.opaque, _MSG_REGION_B,
+            code, r.msg_id, r.queue_id, r.queue_offset, cmd.opaque, MSG_REGION_B,
             CURRENT_VERSION))
     # extFields always present: the Java client reads MSG_REGION without a null check and the
     # C++ client dereferences the header (docs/protocol.md §2.1.2)
