@@ -102,7 +102,6 @@ def test_what_the_lane_leaves_to_the_full_path(broker, monkeypatch):
     """Non-ASCII or transactional properties, a queue out of range, a delay: the full path
     (which stores or refuses them as before); a changed topic config: the full path, whose
     refusal is 4.9.8's."""
-    from rocketstore.store.topics import TopicConfig
     full_calls = _counting(broker, monkeypatch)
     proc = BrokerProcessor(broker)
     _send(proc, 0)                              # auto-creates the topic
