@@ -285,7 +285,7 @@ def test_a_wire_pull_that_finds_messages_takes_the_lane(broker):
         c.shutdown()
 
 
-def test_a_pull_carrying_the_registered_subscription_takes_the_lane(broker):
+def test_a_pull_carrying_the_registered_subscription_takes_the_lane(broker, monkeypatch):
     """The C++ client (and a Java client with postSubscriptionWhenPull) sends its
     subscription with every pull (flag 0x4). 4.9.8 then filters by the request's expression
     and skips the registration's checks; when the expression is the registered one the
@@ -295,14 +295,11 @@ def test_a_pull_carrying_the_registered_subscription_takes_the_lane(broker):
     fill(broker, 40)
     c = member(broker, "A || B")
     proc = BrokerProcessor(broker)
-    full_calls = []
+    full_calls: list = []
     orig = broker.pull_message
-
-    def counted(req, *a, **k):
-        full_calls.append(req)
-        return orig(req, *a, **k)
+    monkeypatch.setattr(broker, "pull_message",
+                        lambda req, *a, **k: full_calls.append(req) or orig(req, *a, **k))
     try:
-        broker.pull_message = counted
         got = _wire_pull(proc, 0, 0, flag=SUSPEND | COMMIT | SUBSCRIPTION, commit=3,
                          subscription="A || B")
         assert full_calls == [] and got.code == ResponseCode.SUCCESS
@@ -316,7 +313,6 @@ def test_a_pull_carrying_the_registered_subscription_takes_the_lane(broker):
         from rocketstore.remoting.records import decode_records
         assert {m.tags for m in decode_records(bytes(only_a.body))} == {"A"}
     finally:
-        broker.pull_message = orig
         c.shutdown()
 
 
