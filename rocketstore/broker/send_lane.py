@@ -42,6 +42,15 @@ if TYPE_CHECKING:
     from rocketstore.broker.broker import Broker
 
 
+def _passed_checks(r: SendMessageResponse | Future) -> bool:
+    """Whether a full path's answer shows the send passed every check: SUCCESS, or a
+    pending Future (its put was made; a flush or a replica completes it). The wire path
+    answers a refusal as a completed Future, so a completed one counts only with SUCCESS."""
+    if isinstance(r, Future):
+        return not r.done() or r.exception() is None and r.result().code == 0
+    return type(r) is SendMessageResponse and r.code == 0
+
+
 class SendLane(LaneCore):
     """``Broker.send_one`` for one (producer group, topic), made by ``Broker.send_lane``.
 
@@ -75,10 +84,8 @@ class SendLane(LaneCore):
         cfg = self.broker.send_processor.cfg
         r = self.broker.send_one(self.group, self.topic, queue_id, msg, self.default_topic,
                                  self.default_topic_queue_nums)
-        # a send that stored (SUCCESS now, or a Future: its put was made) passed every
-        # check with ``tc``; a topic this send auto-created is taken from the next send on
-        stored = isinstance(r, Future) or type(r) is SendMessageResponse and r.code == 0
-        self._passed(stored, tc, cfg)
+        # a topic this send auto-created is taken from the next send on
+        self._passed(_passed_checks(r), tc, cfg)
         return r
 
     def send_wire_full(self, w: WireSend) -> SendMessageResponse | Future:
@@ -88,13 +95,7 @@ class SendLane(LaneCore):
         tc = self.broker.topic_manager.table.peek(self.topic)
         cfg = self.broker.send_processor.cfg
         r = self.broker.send_wire_now(w)
-        # the wire path answers a refusal as a completed Future: only a pending one (its put
-        # was made, a flush or a replica completes it) or SUCCESS passed every check
-        if isinstance(r, Future):
-            stored = not r.done() or r.exception() is None and r.result().code == 0
-        else:
-            stored = type(r) is SendMessageResponse and r.code == 0
-        self._passed(stored, tc, cfg)
+        self._passed(_passed_checks(r), tc, cfg)
         return r
 
     def send_batch_full(self, msgs: list[Message], queue_id: int) -> Future:
@@ -107,9 +108,7 @@ class SendLane(LaneCore):
             self.group, self.topic, queue_id, msgs, batch=True,
             default_topic=self.default_topic,
             default_topic_queue_nums=self.default_topic_queue_nums))
-        # pending: its put was made and waits for a flush or a replica
-        self._passed(not fut.done() or fut.exception() is None and fut.result().code == 0,
-                     tc, cfg)
+        self._passed(_passed_checks(fut), tc, cfg)
         return fut
 
     def _passed(self, stored: bool, tc: TopicConfig | None, cfg: object) -> None:

@@ -26,8 +26,8 @@ from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerS
                                          TransactionCommitType)
 from rocketstore.errors import LimitExceededError
 from rocketstore.remoting import admin_processor, fastjson, headers, request_names, requests
-from rocketstore.common.codes import CURRENT_VERSION, LanguageCode, RequestCode
-from rocketstore.remoting.command import EncodedResponse, RemotingCommand
+from rocketstore.common.codes import LanguageCode, RequestCode
+from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import Connection, Parked
 from rocketstore.remoting.executors import BUSY_REMARK
 from rocketstore.remoting.zerocopy import RecordBody
@@ -247,9 +247,8 @@ class BrokerProcessor:
             if r is None:
                 r = lane.send_wire_full(request)
             elif type(r) is PutMessageResult:       # stored at once, counted by the lane
-                return EncodedResponse(0, cmd.opaque, headers.send_ok_header(
-                    0, r.msg_id, request.queue_id, r.queue_offset, cmd.opaque,
-                    headers.MSG_REGION_B, CURRENT_VERSION))
+                return headers.encode_stored(cmd, 0, r.msg_id, request.queue_id,
+                                             r.queue_offset)
             elif broker.metrics is not None:
                 if isinstance(r, concurrent.futures.Future):
                     broker.metrics.on_send(request, r)

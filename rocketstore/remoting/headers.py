@@ -180,13 +180,17 @@ def decode_send(cmd: RemotingCommand, born_host: str | None) -> SendMessageReque
 MSG_REGION_B = MSG_REGION.encode()
 
 
+def encode_stored(cmd: RemotingCommand, code: int, msg_id: str, queue_id: int,
+                  queue_offset: int) -> EncodedResponse:
+    """The answer to a send whose message was stored (its id, queue and offset)."""
+    return EncodedResponse(code, cmd.opaque, send_ok_header(
+        code, msg_id, queue_id, queue_offset, cmd.opaque, MSG_REGION_B, CURRENT_VERSION))
+
+
 def encode_send_response(cmd: RemotingCommand, r: SendMessageResponse
                          ) -> RemotingCommand | EncodedResponse:
     if r.msg_id is not None and r.remark is None and r.transaction_id is None:
-        code = int(r.code)
-        return EncodedResponse(code, cmd.opaque, send_ok_header(
-            code, r.msg_id, r.queue_id, r.queue_offset, cmd.opaque, MSG_REGION_B,
-            CURRENT_VERSION))
+        return encode_stored(cmd, int(r.code), r.msg_id, r.queue_id, r.queue_offset)
     # extFields always present: the Java client reads MSG_REGION without a null check and the
     # C++ client dereferences the header (docs/protocol.md §2.1.2)
     ext: dict[str, Any] = {"MSG_REGION": MSG_REGION, "TRACE_ON": "true"}
