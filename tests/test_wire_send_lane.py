@@ -6,6 +6,7 @@ what the checks read back to the full path."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 
@@ -14,8 +15,21 @@ from rocketstore.common import ResponseCode
 from rocketstore.remoting import requests
 from rocketstore.remoting.broker_processor import BrokerProcessor
 from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.connection import Connection
 
 TOPIC = "WireLane"
+
+
+PEER = "10.1.2.3:4567"
+# how a send reaches the lane: the send handler given the decoded request, or the whole
+# processor (``BrokerProcessor.process``), where a warm lane takes it from the header's text
+VIA = "handler"
+
+
+@pytest.fixture(params=["handler", "process"], autouse=True)
+def via(request, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "VIA", request.param)
+    return request.param
 
 
 @pytest.fixture
@@ -23,15 +37,27 @@ def broker(inproc_broker):
     return inproc_broker
 
 
-def _send(proc: BrokerProcessor, i: int, *, topic: str = TOPIC, queue_id: int = 1,
-          group: str = "pg_wire", props: str | None = None, flag: int = 0):
+def _conn() -> Connection:
+    conn = Connection(None)
+    conn.peer = PEER
+    return conn
+
+
+def _command(i: int, *, topic: str = TOPIC, queue_id: int = 1, group: str = "pg_wire",
+             props: str | None = None, flag: int = 0, **more: str) -> RemotingCommand:
     fields = {"a": group, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
               "g": str(1_700_000_000_000 + i), "h": str(flag),
               "i": props if props is not None else
               f"UNIQ_KEY\x01U{i:030d}\x02KEYS\x01k{i}\x02TAGS\x01t{i % 3}\x02WAIT\x01true",
-              "j": "0", "k": "false", "m": "false"}
-    cmd = RemotingCommand(310, opaque=100 + i, ext_fields=fields, body=b"body-%d" % i)
-    return proc.send(None, cmd, requests.decode(cmd, "10.1.2.3:4567"))
+              "j": "0", "k": "false", "m": "false", **more}
+    return RemotingCommand(310, opaque=100 + i, ext_fields=fields, body=b"body-%d" % i)
+
+
+def _send(proc: BrokerProcessor, i: int, **kw):
+    cmd = _command(i, **kw)
+    if VIA == "process":
+        return proc.process(_conn(), cmd)
+    return proc.send(None, cmd, requests.decode(cmd, PEER))
 
 
 def _stored(broker, queue_id: int = 1, topic: str = TOPIC):
@@ -171,3 +197,4 @@ def test_a_broker_without_write_permission_sends_each_through_the_full_path(brok
     r = _send(proc, 3)
     assert len(full_calls) == 3 and r.code == ResponseCode.NO_PERMISSION
     assert len(_stored(broker)) == 3
+

@@ -122,25 +122,46 @@ cdef class LaneCore:
         ``PutMessageResult`` when stored at once (PUT_OK, counted), a refusal or a Future
         (not counted: the caller counts it), or None when the lane is not warm or the send is
         not of that shape (the caller takes ``send_wire_full``)."""
+        if w.batch:
+            return None
+        return self._send_one(w.queue_id, w.flag, w.sys_flag, w.reconsume_times, w.properties,
+                              w.body, w.born_timestamp, w.born_host)
+
+    def send_ext(self, dict ext not None, body, int version, str peer, keys,
+                 tuple required not None):
+        """``send_wire`` of a send request read straight from its header fields (``ext``:
+        the command's ``extFields``, ``keys``/``required``: ``headers.send_keys`` of its
+        code), without a ``WireSend``: the same answers, and None (nothing stored) for
+        anything ``send_header`` does not read in C or the lane does not take."""
+        cdef tuple f
+        if type(body) is not bytes:
+            return None
+        fields = send_header(ext, keys, required, version)
+        if fields is None:
+            return None
+        f = <tuple>fields
+        if f[11]:           # a batch
+            return None
+        # (group, topic, default topic, dtqn, queue id, sys flag, born, flag, properties,
+        #  reconsume times, max reconsume times, batch)
+        return self._send_one(f[4], f[7], f[5], f[9], f[8], body, f[6], peer)
+
+    cdef object _send_one(self, int64_t queue_id, int64_t flag, int64_t sys_flag,
+                          int64_t reconsume, object props, object body, object born_ts,
+                          object born_host):
         cdef object tc = self._topics._table.get(self.topic)
-        cdef object props, stored, r
-        cdef int64_t queue_id, flag, sys_flag, reconsume
+        cdef object stored, r
         cdef PutCounter c
         # a broker without write permission refuses sends to order topics, whose list the
         # NameServer may change at any time: every send of such a broker takes the full path
         if (self._tc is None or tc is not self._tc or self._processor.cfg is not self._cfg
-                or self._processor._slave or not self._processor._broker_writable or w.batch):
+                or self._processor._slave or not self._processor._broker_writable):
             return None
-        queue_id = w.queue_id
-        flag = w.flag
-        sys_flag = w.sys_flag
-        reconsume = w.reconsume_times
         if (not 0 <= queue_id < self._bound or sys_flag & 0xC
                 or not -0x80000000 <= flag <= 0x7FFFFFFF
                 or not -0x80000000 <= sys_flag <= 0x7FFFFFFF
                 or not -0x80000000 <= reconsume <= 0x7FFFFFFF):
             return None
-        props = w.properties
         if type(props) is not str or not (<str>props).isascii():
             return None
         stored = stored_properties((<str>props).encode("ascii"), self._cluster, self._uniq_id)
@@ -148,11 +169,10 @@ cdef class LaneCore:
             return None
         if self._broker._closed:
             self._broker._check_open()          # raises StoreClosedError
-        body = w.body
         try:
             r = self._put(self.topic, <int>queue_id, body, stored[0], flag,
-                          sys_flag | self._sys_bits, reconsume, w.born_timestamp,
-                          self._born_host_of(w.born_host), stored[1], self._acks,
+                          sys_flag | self._sys_bits, reconsume, born_ts,
+                          self._born_host_of(born_host), stored[1], self._acks,
                           self._transform_for(<int>queue_id), True)
         except InvalidMessageError as e:
             return self._illegal(e)

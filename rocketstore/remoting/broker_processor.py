@@ -33,6 +33,7 @@ from rocketstore.remoting.executors import BUSY_REMARK
 from rocketstore.remoting.zerocopy import RecordBody
 from rocketstore.store._codec import encode_record
 from rocketstore.store.types import PutMessageResult
+from rocketstore.broker.broker import MAX_WIRE_SEND_LANES
 
 if TYPE_CHECKING:
     from rocketstore.acl import PlainAccessValidator
@@ -48,6 +49,8 @@ NOT_ON_VIP = frozenset({RequestCode.PULL_MESSAGE})
 # what a held pull keeps besides its subscription (its request, future, hold entry, task)
 HELD_PULL_BASE_BYTES = 1024
 HELD_BYTES = "held_pull_bytes"      # Connection.attributes: what its held pulls keep
+# the plain sends a warm lane takes straight from the header (BrokerProcessor._lane_send)
+LANE_SEND_CODES = frozenset({int(RequestCode.SEND_MESSAGE), int(RequestCode.SEND_MESSAGE_V2)})
 
 
 def held_pull_bytes(request: PullMessageRequest) -> int:
@@ -156,6 +159,9 @@ class BrokerProcessor:
         self.executor = executor
         self.acl = acl         # checks every request before dispatch when the broker's ACL is on
         self.held_pull_bytes = 0    # what every connection's held pulls keep (held_pull_bytes)
+        # (code, producer group, topic, default topic, default queue nums) as the header's
+        # text -> the warm send lane the full path chose for exactly that text
+        self._header_lanes: dict[tuple[Any, ...], Any] = {}
         R = RequestCode
         # code -> handler(conn, cmd, decoded request)
         self._handlers: dict[int, Callable[[Connection, RemotingCommand, Any], Any]] = {
@@ -182,6 +188,10 @@ class BrokerProcessor:
     def process(self, conn: Connection, cmd: RemotingCommand
                 ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
         acl = self.acl
+        if acl is None and cmd.code in LANE_SEND_CODES:
+            answer = self._lane_send(conn, cmd)
+            if answer is not None:
+                return answer
         access = None
         if acl is not None:
             checked = acl.authenticate(cmd, conn.peer)
@@ -234,6 +244,28 @@ class BrokerProcessor:
         return later()
 
     # -- produce ------------------------------------------------------------------------------
+    def _lane_send(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        """A plain send whose header text names a warm lane, stored from the header fields
+        (``LaneCore.send_ext``) without decoding a request: only with the ACL off (the ACL
+        must see the decoded request). Sends carry no name ``request_names`` checks; the
+        lane's own names passed the send path's rules when its first send went the whole
+        way. None: nothing was stored, the whole path answers."""
+        ext = cmd.ext_fields
+        code = cmd.code
+        keys = headers.send_keys(code)
+        lane = self._header_lanes.get((code, ext.get(keys[0]), ext.get(keys[1]),
+                                       ext.get(keys[2]), ext.get(keys[3])))
+        if lane is None:
+            return None
+        r = lane.send_ext(ext, cmd.body, cmd.version, conn.peer, keys,
+                          headers.send_required(code))
+        if r is None:
+            return None
+        if type(r) is PutMessageResult:             # stored at once, counted by the lane
+            return headers.encode_stored(cmd, 0, r.msg_id, r.queue_id, r.queue_offset)
+        # refused or waiting: answered and counted as the whole path's lane answers
+        return self._lane_answer(cmd, requests.decode(cmd, conn.peer), r)
+
     def send(self, conn: Connection, cmd: RemotingCommand, request: headers.WireSend) -> Any:
         # the send lane of (producer group, topic) stores a plain one-message send in one C
         # step, after the ACL and name checks every request gets (the ACL sees exactly the
@@ -246,17 +278,40 @@ class BrokerProcessor:
             r = lane.send_wire(request)
             if r is None:
                 r = lane.send_wire_full(request)
-            elif type(r) is PutMessageResult:       # stored at once, counted by the lane
-                return headers.encode_stored(cmd, 0, r.msg_id, request.queue_id,
-                                             r.queue_offset)
-            elif broker.metrics is not None:
-                if isinstance(r, concurrent.futures.Future):
-                    broker.metrics.on_send(request, r)
-                else:
-                    broker.metrics.count_send(request, r)
+            else:
+                if cmd.code in LANE_SEND_CODES and lane.warm:
+                    self._remember_lane(cmd, lane)
+                return self._lane_answer(cmd, request, r)
         if type(r) is SendMessageResponse:
             return headers.encode_send_response(cmd, r)
         return self._answer(cmd, r, headers.encode_send_response)
+
+    def _lane_answer(self, cmd: RemotingCommand, request: headers.WireSend, r: Any) -> Any:
+        """The answer to a send the lane took (``send_wire``'s results but None)."""
+        if type(r) is PutMessageResult:             # stored at once, counted by the lane
+            return headers.encode_stored(cmd, 0, r.msg_id, request.queue_id, r.queue_offset)
+        metrics = self.broker.metrics
+        if metrics is not None:
+            if isinstance(r, concurrent.futures.Future):
+                metrics.on_send(request, r)
+            else:
+                metrics.count_send(request, r)
+        if type(r) is SendMessageResponse:
+            return headers.encode_send_response(cmd, r)
+        return self._answer(cmd, r, headers.encode_send_response)
+
+    def _remember_lane(self, cmd: RemotingCommand, lane: Any) -> None:
+        """Let the next sends with this header text reach ``lane`` (``_lane_send``); the
+        table is bounded as the broker's lane table is."""
+        ext = cmd.ext_fields
+        keys = headers.send_keys(cmd.code)
+        key = (cmd.code, ext.get(keys[0]), ext.get(keys[1]), ext.get(keys[2]),
+               ext.get(keys[3]))
+        table = self._header_lanes
+        if table.get(key) is not lane:
+            if len(table) >= MAX_WIRE_SEND_LANES:
+                table.clear()
+            table[key] = lane
 
     def send_reply(self, conn: Connection, cmd: RemotingCommand, request: headers.WireSend
                    ) -> Any:

@@ -117,6 +117,11 @@ def send_keys(code: int) -> _SendKeys:
     return _V1_KEYS if code in _V1_CODES else _V2_KEYS
 
 
+def send_required(code: int) -> tuple[str, ...]:
+    """The header fields a send of ``code`` must carry (``decode_send_wire``'s rule)."""
+    return _V1_REQUIRED if code in _V1_CODES else _V2_REQUIRED
+
+
 def send_fields(cmd: RemotingCommand) -> dict[str, str]:
     """The send header as long names whatever the code (V2 read from its letters only)."""
     ext = cmd.ext_fields
