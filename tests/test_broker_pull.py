@@ -13,7 +13,7 @@ from rocketstore.broker import Broker, BrokerConfig
 from rocketstore.broker.subscription_group import SubscriptionGroupConfig
 from rocketstore.common.protocol import (ConsumeFromWhere, ConsumerData, ConsumeType,
                                          HeartbeatData, MessageModel, PullMessageRequest,
-                                         ResponseCode)
+                                         ResponseCode, SubscriptionData)
 from rocketstore.broker.pull import build_subscription_data
 from rocketstore.store.topics import TopicConfig
 
@@ -114,6 +114,29 @@ def test_subscription_from_the_consumer_manager(broker):
               MessageModel.BROADCASTING)
     assert pull(broker, "TP", 0, 0, flags=0, group="bc").result(5).code == ResponseCode.NO_PERMISSION
 
+
+
+def test_a_registered_sql92_subscription_is_refused_not_served_unfiltered(broker):
+    """4.9.8 (enablePropertyFilter=false) refuses a pull whose subscription -- the pull's own
+    or, without the subscription flag, the registered one -- is not TAG. A client that
+    registered SQL92 and pulls without the flag (the header's type then defaults to TAG) was
+    given every message of the queue unfiltered; a pull whose header says SQL92 but whose
+    group registered TAG is served by the registration, as 4.9.8 serves it."""
+    send(broker, "TP", b"a", 0, tags="A")
+    wait_dispatched(broker)
+    # as the Java client's heartbeat carries it: the expression, no tags
+    sql = SubscriptionData("TP", "a > 5", sub_version=100, expression_type="SQL92")
+    heartbeat(broker, Channel("c1"), "cg", [sql])
+    for _ in range(3):          # and again: the pull lane, once warm, must not serve it
+        r = pull(broker, "TP", 0, 0, flags=0).result(5)
+        assert r.code == ResponseCode.SYSTEM_ERROR, r
+        assert r.remark == "The broker does not support consumer to filter message by SQL92"
+        assert not r.messages
+    r = pull(broker, "TP", 0, 0, flags=SUB, sub="a > 5", expression_type="SQL92").result(5)
+    assert r.code == ResponseCode.SYSTEM_ERROR and r.remark.endswith("by SQL92")
+    heartbeat(broker, Channel("c2"), "tg", [build_subscription_data("TP", "A", 100)])
+    r = pull(broker, "TP", 0, 0, flags=0, group="tg", expression_type="SQL92").result(5)
+    assert r.code == ResponseCode.SUCCESS and [bytes(m.body) for m in r.messages] == [b"a"]
 
 def test_tag_hash_collision_passes_the_broker_filter_only_by_hash(broker):
     # "Aa" and "BB" share a Java hashCode: RocketMQ's broker filter cannot tell them apart;

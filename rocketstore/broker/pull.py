@@ -84,6 +84,14 @@ def _refused(code: ResponseCode, remark: str
     return PullMessageResponse(code, remark=remark), None, None
 
 
+def _not_tag(expression_type: str) -> tuple[PullMessageResponse, None, None]:
+    """4.9.8's answer to a subscription other than TAG (``enablePropertyFilter=false``:
+    property filtering is not served), whether the pull carried it or the group registered
+    it."""
+    return _refused(ResponseCode.SYSTEM_ERROR, remark=(
+        f"The broker does not support consumer to filter message by {expression_type}"))
+
+
 def _filter_of(sub: SubscriptionData):
     """What to hand the store's get: None (everything), the tags, or ``(None, codes)`` when
     there are more tags than the store filters (the codes are then checked here)."""
@@ -325,10 +333,6 @@ class PullMessageProcessor:
             return _refused(ResponseCode.SYSTEM_ERROR, remark=(
                 f"queueId[{req.queue_id}] is illegal, topic:[{req.topic}] "
                 f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{req.consumer_group}]"))
-        if req.expression_type != "TAG":
-            return _refused(ResponseCode.SYSTEM_ERROR, remark=(
-                "The broker does not support consumer to filter message by "
-                f"{req.expression_type}"))
         if req.sys_flag & FLAG_SUBSCRIPTION:
             # counted before the split: each tag is split, hashed (on the event loop) and
             # held with a held pull; a 256 KiB header holds ~30,000 (stricter than 4.9.8)
@@ -337,6 +341,8 @@ class PullMessageProcessor:
                 return _refused(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=(
                     f"the pull's subscription has {expression.count('||') + 1} tags "
                     f"(heartbeatMaxEntries={cfg.heartbeat_max_entries})"))
+            if req.expression_type != "TAG":
+                return _not_tag(req.expression_type)
             sub = build_subscription_data(req.topic, expression, req.sub_version)
         else:
             info = b.consumer_manager.get_consumer_group_info(req.consumer_group)
@@ -354,6 +360,10 @@ class PullMessageProcessor:
             if found.sub_version < req.sub_version:
                 return _refused(ResponseCode.SUBSCRIPTION_NOT_LATEST, remark=(
                     "the consumer's subscription not latest"))
+            if found.expression_type != "TAG":
+                # the registration's type decides, not the pull header's (which defaults to
+                # TAG): a SQL92 registration was served every message unfiltered
+                return _not_tag(found.expression_type)
             sub = found
         return None, sgc, sub
 
