@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from rocketstore import Message, StoreConfig  # noqa: E402
 from rocketstore.broker.broker import Broker  # noqa: E402
 from rocketstore.broker.config import BrokerConfig  # noqa: E402
+from rocketstore.client.sending import stamp  # noqa: E402
 from rocketstore.client.tcp import TcpTransport  # noqa: E402
 from rocketstore.common.protocol import SendMessageRequest  # noqa: E402
 from rocketstore.remoting.broker_processor import BrokerProcessor  # noqa: E402
@@ -66,7 +67,8 @@ class _Sink:
 
 
 def _frames(n: int, batch: int) -> list[bytes]:
-    msgs = [Message("Bench", b"x" * 100) for _ in range(batch)]
+    # stamped as a producer stamps them (UNIQ_KEY, WAIT): the properties every client sends
+    msgs, _ = stamp([Message("Bench", b"x" * 100) for _ in range(batch)])
     req = SendMessageRequest("bench-pg", "Bench", 0, msgs, batch=batch > 1)
     cmd = TcpTransport._send_command(None, req)  # type: ignore[arg-type]
     out = []
