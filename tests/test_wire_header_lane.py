@@ -94,3 +94,39 @@ def test_with_the_acl_on_no_send_skips_it(broker, tmp_path, monkeypatch):
         r = proc.process(_conn(), _command(4))
         assert r.code == ResponseCode.SYSTEM_ERROR and b"No accessKey" in r.encode()
     assert len(_stored(broker)) == 4
+
+
+def _cpp_frame(i: int) -> bytes:
+    """A SEND_MESSAGE as the C++ client (rocketmq 0.4.4) writes it: long names, numbers as
+    JSON numbers, its own extra fields, ``batch`` "0", version 63."""
+    import json
+    import struct
+    header = json.dumps({"code": 10, "extFields": {
+        "AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "x", "batch": "0",
+        "bornTimestamp": str(1_700_000_000_000 + i), "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": 4, "flag": 0, "producerGroup": "cpp-pg",
+        "properties": f"KEYS\u0001k{i}\u0002TAGS\u0001t\u0002UNIQ_KEY\u0001U{i:030d}"
+                      "\u0002WAIT\u0001true\u0002",
+        "queueId": 1, "reconsumeTimes": "0", "sysFlag": 0, "topic": TOPIC, "unitMode": "0"},
+        "flag": 0, "language": "CPP", "opaque": 300 + i, "remark": "", "version": 63},
+        separators=(",", ":")).encode()
+    body = b"cpp-%d" % i
+    return struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
+
+
+def test_the_cpp_clients_sends_take_the_header_lane(broker, monkeypatch):
+    """The C++ client's SEND_MESSAGE (JSON numbers, extra fields) is read by the C reader:
+    after the first sends, none is decoded, and each is stored."""
+    from rocketstore.remoting.command import FrameDecoder
+    decoded = _decodes(monkeypatch)
+    proc = BrokerProcessor(broker)
+    dec = FrameDecoder()
+    for i in range(6):
+        (cmd,) = dec.feed(_cpp_frame(i))
+        assert proc.process(_conn(), cmd).code == ResponseCode.SUCCESS
+    assert decoded == [300, 301, 302]
+    got = _stored(broker)
+    assert [g[3] for g in got] == [b"cpp-%d" % i for i in range(6)]
+    # stored as the full path stores them: the client's keys, CLUSTER added, WAIT dropped
+    assert [(g[9]["KEYS"], g[9]["UNIQ_KEY"], "CLUSTER" in g[9], "WAIT" in g[9])
+            for g in got] == [(f"k{i}", f"U{i:030d}", True, False) for i in range(6)]
