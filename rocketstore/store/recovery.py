@@ -126,10 +126,14 @@ class _Recovery:
                 rebuild_from = min_phy
         else:
             seen = self.commit_log.queue_offsets()
-            if self._drop_headless_queues(min_phy, self.commit_log.scan_first, queues_cut):
+            dropped = self._drop_headless_queues(min_phy, self.commit_log.scan_first,
+                                                 queues_cut)
+            if dropped:
                 rebuild_from = min_phy
             for q in self.consume_queues.queues():
-                if seen.get((q.topic, q.queue_id), 0) > q.get_max_offset_in_queue():
+                key = (q.topic, q.queue_id)
+                # a queue dropped just now is rebuilt whole: nothing in it to validate
+                if key not in dropped and seen.get(key, 0) > q.get_max_offset_in_queue():
                     self.consume_queues.mark_suspect(q)
         if self.last_exit_ok and self.consume_queues.suspect:
             # after a clean close, only queues found cut short, out of sequence or shorter
@@ -204,13 +208,14 @@ class _Recovery:
             "seconds": time.perf_counter() - t0,
         }
 
-    def _drop_headless_queues(self, min_phy: int, first: dict, cut: list[str]) -> bool:
+    def _drop_headless_queues(self, min_phy: int, first: dict, cut: list[str]
+                              ) -> set[tuple[str, int]]:
         """Drop (for a whole rebuild) each queue whose units before its first file are
         missing while the log holds their records: ``first`` (the scan's first queue offset
         of each queue) says so, or no commit-log file was ever deleted (``min_phy`` 0, so
         retention cannot have removed them) and no filler at its first unit says the queue
-        began there. True when any was dropped."""
-        dropped = False
+        began there. The (topic, queue id) of each queue dropped."""
+        dropped: set[tuple[str, int]] = set()
         for q in self.consume_queues.queues():
             key = (q.topic, q.queue_id)
             qfiles = q.mapped_file_queue.files
@@ -221,7 +226,7 @@ class _Recovery:
                         and (head is None or head[1] != 0x7FFFFFFF)):
                 self.consume_queues.drop_queue(q)
                 cut.append(f"{q.topic}/{q.queue_id}@0")
-                dropped = True
+                dropped.add(key)
         return dropped
 
     def _start_flush(self) -> None:
