@@ -158,8 +158,12 @@ def test_the_wire_send_lane_table_is_bounded(broker, monkeypatch):
     monkeypatch.setattr(broker_mod, "MAX_WIRE_SEND_LANES", 8)
     proc = BrokerProcessor(broker)
     for i in range(30):
-        assert _send(proc, i, group=f"pg{i}").code == ResponseCode.SUCCESS
+        for k in range(3):      # created, warmed, then its header text remembered
+            assert _send(proc, 3 * i + k, group=f"pg{i}").code == ResponseCode.SUCCESS
         assert len(broker._wire_send_lanes) <= 8
+        assert len(proc._header_lanes) <= 8
+    # 30 texts remembered, cleared at 8: the last 6
+    assert len(proc._header_lanes) == 6
 
 
 def test_a_refused_send_does_not_open_the_lane(broker, monkeypatch):

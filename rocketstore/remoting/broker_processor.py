@@ -18,6 +18,7 @@ import concurrent.futures
 import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, cast
 
+from rocketstore.broker import broker as broker_module
 from rocketstore.common.constants import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
 from rocketstore.common.protocol import (CheckTransactionStateRequest, ConsumerSendMsgBackRequest,
                                          EndTransactionRequest, HeartbeatData,
@@ -33,7 +34,6 @@ from rocketstore.remoting.executors import BUSY_REMARK
 from rocketstore.remoting.zerocopy import RecordBody
 from rocketstore.store._codec import encode_record
 from rocketstore.store.types import PutMessageResult
-from rocketstore.broker.broker import MAX_WIRE_SEND_LANES
 
 if TYPE_CHECKING:
     from rocketstore.acl import PlainAccessValidator
@@ -309,7 +309,7 @@ class BrokerProcessor:
                ext.get(keys[3]))
         table = self._header_lanes
         if table.get(key) is not lane:
-            if len(table) >= MAX_WIRE_SEND_LANES:
+            if len(table) >= broker_module.MAX_WIRE_SEND_LANES:
                 table.clear()
             table[key] = lane
 
