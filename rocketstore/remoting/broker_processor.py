@@ -53,6 +53,13 @@ HELD_BYTES = "held_pull_bytes"      # Connection.attributes: what its held pulls
 LANE_SEND_CODES = frozenset({int(RequestCode.SEND_MESSAGE), int(RequestCode.SEND_MESSAGE_V2)})
 
 
+def _header_key(cmd: RemotingCommand, keys: Any) -> tuple[Any, ...]:
+    """A send's header-lane key: its code and the text of the fields ``Broker
+    .wire_send_lane`` picks a lane by (producer group, topic, default topic, queue nums)."""
+    ext = cmd.ext_fields
+    return (cmd.code, ext.get(keys[0]), ext.get(keys[1]), ext.get(keys[2]), ext.get(keys[3]))
+
+
 def held_pull_bytes(request: PullMessageRequest) -> int:
     """What a held pull is counted to keep: a base, its names, and its subscription twice
     (the expression and its split tags). The frame's other header fields are dropped."""
@@ -250,21 +257,17 @@ class BrokerProcessor:
         must see the decoded request). Sends carry no name ``request_names`` checks; the
         lane's own names passed the send path's rules when its first send went the whole
         way. None: nothing was stored, the whole path answers."""
-        ext = cmd.ext_fields
-        code = cmd.code
-        keys = headers.send_keys(code)
-        lane = self._header_lanes.get((code, ext.get(keys[0]), ext.get(keys[1]),
-                                       ext.get(keys[2]), ext.get(keys[3])))
+        keys = headers.send_keys(cmd.code)
+        lane = self._header_lanes.get(_header_key(cmd, keys))
         if lane is None:
             return None
-        r = lane.send_ext(ext, cmd.body, cmd.version, conn.peer, keys,
-                          headers.send_required(code))
+        r = lane.send_ext(cmd.ext_fields, cmd.body, cmd.version, conn.peer, keys,
+                          headers.send_required(cmd.code))
         if r is None:
             return None
-        if type(r) is PutMessageResult:             # stored at once, counted by the lane
-            return headers.encode_stored(cmd, 0, r.msg_id, r.queue_id, r.queue_offset)
-        # refused or waiting: answered and counted as the whole path's lane answers
-        return self._lane_answer(cmd, requests.decode(cmd, conn.peer), r)
+        # a refusal or a Future is counted against the decoded request, as the whole path's
+        return self._lane_answer(cmd, r, None if type(r) is PutMessageResult
+                                 else requests.decode(cmd, conn.peer))
 
     def send(self, conn: Connection, cmd: RemotingCommand, request: headers.WireSend) -> Any:
         # the send lane of (producer group, topic) stores a plain one-message send in one C
@@ -281,15 +284,18 @@ class BrokerProcessor:
             else:
                 if cmd.code in LANE_SEND_CODES and lane.warm:
                     self._remember_lane(cmd, lane)
-                return self._lane_answer(cmd, request, r)
+                return self._lane_answer(cmd, r, request)
         if type(r) is SendMessageResponse:
             return headers.encode_send_response(cmd, r)
         return self._answer(cmd, r, headers.encode_send_response)
 
-    def _lane_answer(self, cmd: RemotingCommand, request: headers.WireSend, r: Any) -> Any:
-        """The answer to a send the lane took (``send_wire``'s results but None)."""
+    def _lane_answer(self, cmd: RemotingCommand, r: Any,
+                     request: headers.WireSend | None) -> Any:
+        """The answer to a send the lane took (``send_wire``'s results but None);
+        ``request`` (the decoded send) is needed for any result but a stored one."""
         if type(r) is PutMessageResult:             # stored at once, counted by the lane
-            return headers.encode_stored(cmd, 0, r.msg_id, request.queue_id, r.queue_offset)
+            return headers.encode_stored(cmd, 0, r.msg_id, r.queue_id, r.queue_offset)
+        assert request is not None
         metrics = self.broker.metrics
         if metrics is not None:
             if isinstance(r, concurrent.futures.Future):
@@ -303,10 +309,7 @@ class BrokerProcessor:
     def _remember_lane(self, cmd: RemotingCommand, lane: Any) -> None:
         """Let the next sends with this header text reach ``lane`` (``_lane_send``); the
         table is bounded as the broker's lane table is."""
-        ext = cmd.ext_fields
-        keys = headers.send_keys(cmd.code)
-        key = (cmd.code, ext.get(keys[0]), ext.get(keys[1]), ext.get(keys[2]),
-               ext.get(keys[3]))
+        key = _header_key(cmd, headers.send_keys(cmd.code))
         table = self._header_lanes
         if table.get(key) is not lane:
             if len(table) >= broker_module.MAX_WIRE_SEND_LANES:
