@@ -9,6 +9,7 @@ import re
 import sys
 
 from setuptools import Distribution, Extension, setup
+from setuptools.command.build_ext import build_ext
 
 try:
     import numpy
@@ -57,12 +58,22 @@ if os.environ.get("ROCKETSTORE_MODULES"):     # development: rebuild only these
     REMOTING_MODULES = [m for m in REMOTING_MODULES if m in _only]
 
 
+# The C sources every module uses, compiled once into a static library (build_clib, run by
+# build_ext before the modules) that each module links. Listed as each module's own sources,
+# they were compiled once per module into the same object path: with the parallel build
+# below, one module linked a csrc/*.o another was still writing ("file not recognized").
+C_LIBRARY = ("rocketstore_c", {"sources": C_SOURCES, "include_dirs": ["csrc"],
+                               "cflags": CFLAGS})
+
+
 def ext(name, package="store"):
     return Extension(
         f"rocketstore.{package}.{name}",
-        [f"rocketstore/{package}/{name}.pyx"] + C_SOURCES,
+        [f"rocketstore/{package}/{name}.pyx"],
         include_dirs=["csrc", numpy.get_include()],
-        libraries=["z"],
+        # the static library before zlib, which it calls (an as-needed link drops a -lz
+        # named before its first user)
+        libraries=[C_LIBRARY[0], "z"],
         extra_compile_args=CFLAGS,
         extra_link_args=LDFLAGS,
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
@@ -80,6 +91,16 @@ directives = {
 if DEBUG:
     directives.update(linetrace=True, boundscheck=True, wraparound=True)
 
+class BuildExt(build_ext):
+    """build_ext that builds the shared C library first (``build`` does, but ``build_ext``
+    alone -- ``--inplace``, editable installs -- only links against it)."""
+
+    def run(self):
+        if self.distribution.has_c_libraries():
+            self.run_command("build_clib")
+        super().run()
+
+
 class BinaryDistribution(Distribution):
     """Compiled modules inside: the wheel is tagged cpXY-<platform>, never py3-none-any."""
 
@@ -91,6 +112,8 @@ setup(
     distclass=BinaryDistribution,
     # pip and `python -m build` pass no -j: compile the modules on every core
     options={"build_ext": {"parallel": os.cpu_count() or 1}},
+    libraries=[C_LIBRARY],
+    cmdclass={"build_ext": BuildExt},
     ext_modules=cythonize(
         [ext(m) for m in MODULES] + [ext(m, "remoting") for m in REMOTING_MODULES],
         compiler_directives=directives,
