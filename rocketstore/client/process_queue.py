@@ -3,6 +3,8 @@
 Offsets enter in increasing order (each pull starts where the previous one ended), so the tree
 of RocketMQ is a dict (offset -> message) plus a deque of offsets in order: the smallest offset
 still in flight is the deque's head once finished offsets are popped from it, amortised O(1).
+``ConcurrentProcessQueue`` (a concurrent push consumer's) keeps whole pulls instead
+(``InFlight``, in C): no Python object or dict entry per cached message.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import time
 from typing import Iterable
 
 from rocketstore.common import MessageExt
-from rocketstore.store._codec import cache_pull, drop_consumed, first_in_flight
+from rocketstore.store._codec import InFlight, cache_pull, drop_consumed, first_in_flight
 
 # rocketmq.client.rebalance.lockMaxLiveTime / pull.pullMaxIdleTime
 REBALANCE_LOCK_MAX_LIVE_TIME_MS = 30000
@@ -200,3 +202,68 @@ class ProcessQueue:
         """Offsets in the cache, smallest first (tests and diagnostics)."""
         with self._lock:
             return sorted(self._tree)
+
+
+class ConcurrentProcessQueue(ProcessQueue):
+    """A concurrent push consumer's ``ProcessQueue``: the same counters and answers, the
+    messages kept as whole pulls with a finished flag each (``InFlight``). Orderly
+    consumption's take/commit/put-back are ``ProcessQueue``'s alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._flight = InFlight()
+
+    def put_message(self, msgs: list[MessageExt]) -> bool:
+        """Add pulled messages (an offset already cached is ignored). True when the cache
+        holds messages and no consume task was marked running (``consuming``)."""
+        with self._lock:
+            added, size = self._flight.put(msgs)
+            self.msg_count += added
+            self.msg_size += size
+            if msgs:
+                top = msgs[-1].queue_offset
+                if top > self.queue_offset_max:
+                    self.queue_offset_max = top
+            dispatch = self._flight.count > 0 and not self.consuming
+            if dispatch:
+                self.consuming = True
+            return dispatch
+
+    def remove_message(self, msgs: Iterable[MessageExt]) -> int:
+        """Drop finished messages; the offset to commit: the smallest still in flight, or
+        ``queue_offset_max + 1`` when none is; -1 when the cache was already empty."""
+        with self._lock:
+            flight = self._flight
+            if not flight.count:
+                return -1
+            removed, size = flight.remove(msgs)
+            self.msg_count -= removed
+            self.msg_size -= size
+            self.last_consume_timestamp = now_ms()
+            first = flight.first()
+            return first if first >= 0 else self.queue_offset_max + 1
+
+    def max_span(self) -> int:
+        with self._lock:
+            first = self._flight.first()
+            return 0 if first < 0 else self._flight.last() - first
+
+    def has_temp_message(self) -> bool:
+        with self._lock:
+            return self._flight.count > 0
+
+    def clear(self) -> None:
+        with self._lock:
+            self._flight.clear()
+            self.msg_count = 0
+            self.msg_size = 0
+            self.queue_offset_max = 0
+
+    def cached_offsets(self) -> list[int]:
+        with self._lock:
+            return self._flight.offsets()
+
+    def _orderly_only(self, *args: object) -> None:
+        raise TypeError("a concurrent consumer's ProcessQueue has no orderly take/commit")
+
+    take_messages = commit = make_message_to_consume_again = rollback = _orderly_only

@@ -18,7 +18,7 @@ from rocketstore.client.consumer import ConsumerBase
 from rocketstore.client.offset_store import ReadOffsetType, RemoteBrokerOffsetStore
 from rocketstore.client.instance import (HEARTBEAT_BROKER_INTERVAL_MS, POLL_NAME_SERVER_INTERVAL_MS,
                                          ClientTimers)
-from rocketstore.client.process_queue import ProcessQueue
+from rocketstore.client.process_queue import ConcurrentProcessQueue, ProcessQueue
 from rocketstore.client.subscription import build_subscription_data, filter_by_tags
 from rocketstore.common import ConsumeType, MessageExt, MessageModel, MessageQueue, ResponseCode
 from rocketstore.common.protocol import PullMessageRequest, PullMessageResponse
@@ -167,7 +167,7 @@ class PullConsumer(ConsumerBase):
             offset = self.rebalance.compute_pull_from_where(mq)
             if offset < 0:
                 raise MQClientError(f"assign: no start offset for {mq}")
-            pq = table[mq] = ProcessQueue()
+            pq = table[mq] = ConcurrentProcessQueue()
             new.append((mq, pq, offset))
         self.dispatch_pull_requests(new)
 

@@ -12,7 +12,7 @@ import threading
 from typing import TYPE_CHECKING, Callable
 
 from rocketstore.client.offset_store import ReadOffsetType
-from rocketstore.client.process_queue import ProcessQueue, now_ms
+from rocketstore.client.process_queue import ConcurrentProcessQueue, ProcessQueue, now_ms
 from rocketstore.common import MessageModel, MessageQueue, PermName
 from rocketstore.common import constants as C
 from rocketstore.common.protocol import ConsumeFromWhere
@@ -111,7 +111,7 @@ class RebalanceImpl:
             if is_order and self.c.message_model is MessageModel.CLUSTERING and not self.lock(mq):
                 continue
             self.c.offset_store.remove_offset(mq)
-            pq = ProcessQueue()
+            pq = ProcessQueue() if is_order else ConcurrentProcessQueue()
             if is_order:
                 pq.locked = True
                 pq.last_lock_timestamp = now_ms()
