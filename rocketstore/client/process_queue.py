@@ -30,12 +30,7 @@ class ProcessQueue:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._tree: dict[int, MessageExt] = {}
-        self._order: collections.deque[int] = collections.deque()
-        self._consuming: dict[int, MessageExt] = {}     # orderly: taken, not committed
-        self.msg_count = 0
-        self.msg_size = 0
-        self.queue_offset_max = 0
+        self._init_cache()
         self.dropped = False
         self.locked = False
         self.last_lock_timestamp = now_ms()
@@ -45,6 +40,14 @@ class ProcessQueue:
         self.consume_lock = threading.Lock()   # orderly: held while the listener runs
         self.reconsume: dict[int, int] = {}    # orderly: in-memory reconsume times by offset
         self.parked_pull: object | None = None  # a pull held back by flow control
+
+    def _init_cache(self) -> None:
+        self._tree: dict[int, MessageExt] = {}
+        self._order: collections.deque[int] = collections.deque()
+        self._consuming: dict[int, MessageExt] = {}     # orderly: taken, not committed
+        self.msg_count = 0
+        self.msg_size = 0
+        self.queue_offset_max = 0
 
     # -- concurrent and orderly: put ---------------------------------------------------------
     def put_message(self, msgs: list[MessageExt]) -> bool:
@@ -206,62 +209,53 @@ class ProcessQueue:
 
 class ConcurrentProcessQueue(ProcessQueue):
     """A concurrent push consumer's ``ProcessQueue``: the same counters and answers, the
-    messages kept as whole pulls with a finished flag each (``InFlight``). Orderly
-    consumption's take/commit/put-back are ``ProcessQueue``'s alone."""
+    messages kept as whole pulls with a finished flag each (``InFlight``). Every change to
+    the cache is one ``InFlight`` call, which holds the GIL throughout: no lock is taken.
+    Orderly consumption's take/commit/put-back are ``ProcessQueue``'s alone."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def _init_cache(self) -> None:
         self._flight = InFlight()
+
+    @property
+    def msg_count(self) -> int:          # type: ignore[override]
+        return self._flight.count
+
+    @property
+    def msg_size(self) -> int:           # type: ignore[override]
+        return self._flight.size
+
+    @property
+    def queue_offset_max(self) -> int:   # type: ignore[override]
+        return self._flight.top_put
 
     def put_message(self, msgs: list[MessageExt]) -> bool:
         """Add pulled messages (an offset already cached is ignored). True when the cache
         holds messages and no consume task was marked running (``consuming``)."""
-        with self._lock:
-            added, size = self._flight.put(msgs)
-            self.msg_count += added
-            self.msg_size += size
-            if msgs:
-                top = msgs[-1].queue_offset
-                if top > self.queue_offset_max:
-                    self.queue_offset_max = top
-            dispatch = self._flight.count > 0 and not self.consuming
-            if dispatch:
-                self.consuming = True
-            return dispatch
+        self._flight.put(msgs)
+        if self._flight.count and not self.consuming:
+            self.consuming = True
+            return True
+        return False
 
     def remove_message(self, msgs: Iterable[MessageExt]) -> int:
         """Drop finished messages; the offset to commit: the smallest still in flight, or
         ``queue_offset_max + 1`` when none is; -1 when the cache was already empty."""
-        with self._lock:
-            flight = self._flight
-            if not flight.count:
-                return -1
-            removed, size = flight.remove(msgs)
-            self.msg_count -= removed
-            self.msg_size -= size
+        offset = self._flight.finish(msgs)
+        if offset >= 0:
             self.last_consume_timestamp = now_ms()
-            first = flight.first()
-            return first if first >= 0 else self.queue_offset_max + 1
+        return offset
 
     def max_span(self) -> int:
-        with self._lock:
-            first = self._flight.first()
-            return 0 if first < 0 else self._flight.last() - first
+        return self._flight.span()
 
     def has_temp_message(self) -> bool:
-        with self._lock:
-            return self._flight.count > 0
+        return self._flight.count > 0
 
     def clear(self) -> None:
-        with self._lock:
-            self._flight.clear()
-            self.msg_count = 0
-            self.msg_size = 0
-            self.queue_offset_max = 0
+        self._flight.clear()
 
     def cached_offsets(self) -> list[int]:
-        with self._lock:
-            return self._flight.offsets()
+        return self._flight.offsets()
 
     def _orderly_only(self, *args: object) -> None:
         raise TypeError("a concurrent consumer's ProcessQueue has no orderly take/commit")

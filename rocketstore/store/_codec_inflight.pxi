@@ -75,14 +75,17 @@ cdef int64_t _size_of(object m) except? -1:
 @cython.final
 cdef class InFlight:
     """The messages of one queue pulled and not yet finished, in the order of their queue
-    offsets (see the comment at the top of ``_codec_inflight.pxi``). Not locked: its
-    ``ConcurrentProcessQueue`` calls it under its lock."""
+    offsets (see the comment at the top of ``_codec_inflight.pxi``). Each method is one C
+    call that holds the GIL throughout for ``MessageExt`` entries (their offsets and sizes
+    are read in C): threads need no lock around it."""
     cdef list _pulls                # _Pulled, from index _start on
     cdef Py_ssize_t _start
     cdef bint _mixed
     cdef _Pulled _hint              # the pull the last lookup found
     cdef readonly Py_ssize_t count
     cdef readonly int64_t size
+    cdef readonly int64_t top_put   # the last offset of the largest put (RocketMQ's
+                                    # queueOffsetMax), 0 before any and after ``clear``
     cdef int64_t _top               # the largest offset put since the cache was last empty
 
     def __cinit__(self):
@@ -91,6 +94,7 @@ cdef class InFlight:
         self._mixed = False
         self.count = 0
         self.size = 0
+        self.top_put = 0
         self._top = -1
 
     cdef _Pulled _live(self, int64_t off, Py_ssize_t *at):
@@ -140,6 +144,9 @@ cdef class InFlight:
         cdef list keep
         if n == 0:
             return 0, 0
+        off = _offset_of(msgs[n - 1])
+        if off > self.top_put:
+            self.top_put = off
         for i in range(n):
             off = _offset_of(msgs[i])
             if off <= prev:
@@ -212,7 +219,26 @@ cdef class InFlight:
             self._drop_finished_head()
         return removed, size
 
+    def finish(self, msgs):
+        """``remove(msgs)``, then the offset to commit: the smallest offset still cached, or
+        ``top_put + 1`` when none is; -1 (nothing done) when nothing was cached."""
+        cdef int64_t first
+        if self.count == 0:
+            return -1
+        self.remove(msgs)
+        first = self.first()
+        return first if first >= 0 else self.top_put + 1
+
+    def span(self):
+        """The largest cached offset minus the smallest, 0 when nothing is cached."""
+        cdef int64_t first = self.first()
+        return 0 if first < 0 else self.last() - first
+
     cdef void _reset(self):
+        # the old entries are released on return, when the state is whole again (nothing
+        # a release runs can see it half reset)
+        cdef list old = self._pulls
+        cdef object hint = self._hint
         self._pulls = []
         self._start = 0
         self._mixed = False
@@ -227,7 +253,7 @@ cdef class InFlight:
             self._pulls[self._start] = None
             self._start += 1
         if self._start > 32 and self._start * 2 > n:
-            del self._pulls[:self._start]
+            self._pulls = self._pulls[self._start:]
             self._start = 0
 
     def first(self):
@@ -285,4 +311,5 @@ cdef class InFlight:
     def clear(self):
         self.count = 0
         self.size = 0
+        self.top_put = 0
         self._reset()
