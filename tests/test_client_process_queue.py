@@ -1,6 +1,7 @@
 """ProcessQueue: the min-offset commit of concurrent consumption (MESSAGING.md §5.3), flow
 control counters, orderly take/commit/put-back."""
 import random
+import sys
 
 import pytest
 
@@ -184,3 +185,15 @@ def test_the_concurrent_cache_has_no_orderly_take():
     pq.put_message(msgs([1]))
     with pytest.raises(TypeError, match="orderly"):
         pq.take_messages(1)
+
+
+def test_a_finished_message_is_not_held_while_an_earlier_one_pins_the_offset():
+    """A slow first message holds the commit offset back; the cache must not keep the
+    later, finished messages (large bodies) alive meanwhile."""
+    pq = ConcurrentProcessQueue()
+    pull = msgs(range(10), body=b"x" * 4096)
+    later = pull[5]
+    pq.put_message(pull)
+    assert pq.remove_message(pull[1:]) == 0           # the first one pins the offset
+    del pull                                          # its consume job is done with it
+    assert sys.getrefcount(later) == 2                # this name and the call's argument

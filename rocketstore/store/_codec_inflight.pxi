@@ -2,8 +2,8 @@
 # .ConcurrentProcessQueue), included by _codec.pyx.
 #
 # RocketMQ keeps a TreeMap of offset -> message and commits its first key. Here a cache is a
-# run of pulls: each pull's messages, ascending, with one flag per message (finished or not)
-# in C arrays. A pull goes in as one entry (no Python object per message), a finished
+# run of pulls: each pull's offsets and body sizes, ascending, with one flag per message
+# (finished or not) in C arrays; the messages themselves are held by their consume jobs. A pull goes in as one entry (no Python object per message), a finished
 # message is found by its offset (the entry by binary search, the index by arithmetic when
 # the pull's offsets are dense), and the offset to commit is the head entry's first
 # unfinished message once finished entries are dropped from the head: amortised O(1).
@@ -18,8 +18,9 @@ from libc.stdlib cimport malloc, free
 
 @cython.final
 cdef class _Pulled:
-    """One put's messages (ascending queue offsets) and which of them are finished."""
-    cdef list msgs
+    """One put's messages (ascending queue offsets): their offsets and body sizes, and which
+    are finished. No reference to a message is kept: a finished one is freed as soon as its
+    listener call lets go of it, even while an earlier one holds the commit offset back."""
     cdef Py_ssize_t n
     cdef Py_ssize_t left            # messages not finished
     cdef Py_ssize_t lo              # every message before index lo is finished
@@ -177,7 +178,6 @@ cdef class InFlight:
         p.offs = <int64_t *>block
         p.sizes = <int64_t *>(block + n * sizeof(int64_t))
         p.gone = <unsigned char *>(block + 2 * n * sizeof(int64_t))
-        p.msgs = keep
         p.n = n
         for k in range(n):
             m = keep[k]
