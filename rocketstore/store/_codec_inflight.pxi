@@ -74,6 +74,8 @@ cdef int64_t _size_of(object m) except? -1:
 
 
 @cython.final
+@cython.boundscheck(False)      # every index is within the list by construction
+@cython.wraparound(False)
 cdef class InFlight:
     """The messages of one queue pulled and not yet finished, in the order of their queue
     offsets (see the comment at the top of ``_codec_inflight.pxi``). Each method is one C
@@ -199,40 +201,56 @@ cdef class InFlight:
     def remove(self, msgs):
         """Mark ``msgs`` finished (offsets not cached are skipped). Returns ``(removed,
         their body bytes)``."""
-        cdef Py_ssize_t removed = 0, i
-        cdef int64_t off, size = 0
+        cdef int64_t size = 0
+        cdef Py_ssize_t removed = self._remove(msgs, &size)
+        return removed, size
+
+    cdef Py_ssize_t _remove(self, object msgs, int64_t *size_out) except -1:
+        cdef Py_ssize_t removed = 0, i, j, n
+        cdef int64_t size = 0
         cdef _Pulled p
-        for m in msgs:
-            off = _offset_of(m)
-            p = self._live(off, &i)
-            if p is None:
-                continue
-            p.gone[i] = 1
-            p.left -= 1
-            removed += 1
-            size += p.sizes[i]
+        cdef list lst
+        if type(msgs) is list:          # the consume service's own lists: no iterator
+            lst = <list>msgs
+            n = len(lst)
+            for j in range(n):
+                p = self._live(_offset_of(lst[j]), &i)
+                if p is not None:
+                    p.gone[i] = 1
+                    p.left -= 1
+                    removed += 1
+                    size += p.sizes[i]
+        else:
+            for m in msgs:
+                p = self._live(_offset_of(m), &i)
+                if p is not None:
+                    p.gone[i] = 1
+                    p.left -= 1
+                    removed += 1
+                    size += p.sizes[i]
         self.count -= removed
         self.size -= size
         if self.count == 0:
             self._reset()
         else:
             self._drop_finished_head()
-        return removed, size
+        size_out[0] = size
+        return removed
 
     def finish(self, msgs):
         """``remove(msgs)``, then the offset to commit: the smallest offset still cached, or
         ``top_put + 1`` when none is; -1 (nothing done) when nothing was cached."""
-        cdef int64_t first
+        cdef int64_t first, size
         if self.count == 0:
             return -1
-        self.remove(msgs)
-        first = self.first()
+        self._remove(msgs, &size)
+        first = self._first()
         return first if first >= 0 else self.top_put + 1
 
     def span(self):
         """The largest cached offset minus the smallest, 0 when nothing is cached."""
-        cdef int64_t first = self.first()
-        return 0 if first < 0 else self.last() - first
+        cdef int64_t first = self._first()
+        return 0 if first < 0 else self._last() - first
 
     cdef void _reset(self):
         # the old entries are released on return, when the state is whole again (nothing
@@ -258,6 +276,13 @@ cdef class InFlight:
 
     def first(self):
         """The smallest cached offset, or -1 when nothing is cached."""
+        return self._first()
+
+    def last(self):
+        """The largest cached offset, or -1 when nothing is cached."""
+        return self._last()
+
+    cdef int64_t _first(self):
         cdef _Pulled p
         cdef int64_t best = -1, off
         cdef Py_ssize_t i
@@ -273,8 +298,7 @@ cdef class InFlight:
                     best = off
         return best
 
-    def last(self):
-        """The largest cached offset, or -1 when nothing is cached."""
+    cdef int64_t _last(self):
         cdef _Pulled p
         cdef int64_t best = -1, off
         cdef Py_ssize_t i
