@@ -207,6 +207,9 @@ class ProcessQueue:
             return sorted(self._tree)
 
 
+_ORDERLY_ONLY = "a concurrent consumer's ProcessQueue has no orderly take/commit"
+
+
 class ConcurrentProcessQueue(ProcessQueue):
     """A concurrent push consumer's ``ProcessQueue``: the same counters and answers, the
     messages kept as whole pulls with a finished flag each (``InFlight``). Every change to
@@ -257,7 +260,15 @@ class ConcurrentProcessQueue(ProcessQueue):
     def cached_offsets(self) -> list[int]:
         return self._flight.offsets()
 
-    def _orderly_only(self, *args: object) -> None:
-        raise TypeError("a concurrent consumer's ProcessQueue has no orderly take/commit")
+    # orderly consumption's steps need the per-message tree: ``ProcessQueue`` alone
+    def take_messages(self, batch_size: int) -> list[MessageExt]:
+        raise TypeError(_ORDERLY_ONLY)
 
-    take_messages = commit = make_message_to_consume_again = rollback = _orderly_only
+    def commit(self) -> int:
+        raise TypeError(_ORDERLY_ONLY)
+
+    def make_message_to_consume_again(self, msgs: list[MessageExt]) -> None:
+        raise TypeError(_ORDERLY_ONLY)
+
+    def rollback(self) -> None:
+        raise TypeError(_ORDERLY_ONLY)
