@@ -239,14 +239,13 @@ class BrokerProcessor:
 
     @staticmethod
     def _answer(cmd: RemotingCommand, fut: concurrent.futures.Future[Any],
-                encode: Callable[[RemotingCommand, Any], RemotingCommand]
-                ) -> RemotingCommand | Awaitable[RemotingCommand]:
+                encode: Callable[[RemotingCommand, Any], Any]) -> Any:
         # most futures are already complete (an async-flush send, a pull that found
         # messages): answer at once, without a task and a loop round trip
         if fut.done():
             return encode(cmd, fut.result())
 
-        async def later() -> RemotingCommand:
+        async def later() -> Any:
             return encode(cmd, await _bridge(fut))
         return later()
 
