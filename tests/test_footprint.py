@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 
 import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
+from rocketstore.errors import DispatchStalledError
 from rocketstore.store import paths
 from rocketstore.store._mapped import set_sync_hook
 from conftest import free_bytes
@@ -125,7 +127,17 @@ def test_full_disk_at_an_extent_is_create_mapped_file_failed_never_sigbus(small_
             m = store.look_message_by_offset(r.commitlog_offset)
             assert bytes(m.body[:6]) == m.body[:6].tobytes() and m.queue_offset == r.queue_offset
         os.unlink(filler)                               # space comes back: puts resume
-        again = store.put_message(Message("T", b"after"))
+        # at once, unless the full disk also stalled dispatch (its consume-queue file could
+        # not be created, on a loaded machine): puts are then refused until its retry (back-off
+        # at most 1 s) succeeds
+        deadline = time.monotonic() + 10
+        while True:
+            again = store.put_message(Message("T", b"after"))
+            if again.ok or time.monotonic() > deadline:
+                break
+            assert again.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+            assert isinstance(again.error, DispatchStalledError), again.error
+            time.sleep(0.05)
         assert again.ok and again.queue_offset == len(acked)
     with MessageStore.open(root, cfg) as store:
         assert store.get_max_offset_in_queue("T", 0) == len(acked) + 1
