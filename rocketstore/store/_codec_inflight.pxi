@@ -3,10 +3,11 @@
 #
 # RocketMQ keeps a TreeMap of offset -> message and commits its first key. Here a cache is a
 # run of pulls: each pull's offsets and body sizes, ascending, with one flag per message
-# (finished or not) in C arrays; the messages themselves are held by their consume jobs. A pull goes in as one entry (no Python object per message), a finished
-# message is found by its offset (the entry by binary search, the index by arithmetic when
-# the pull's offsets are dense), and the offset to commit is the head entry's first
-# unfinished message once finished entries are dropped from the head: amortised O(1).
+# (finished or not) in C arrays; the messages themselves are held by their consume jobs. A
+# pull goes in as one entry (no Python object per message), a finished message is found by
+# its offset (the entry by binary search, the index by arithmetic when the pull's offsets
+# are dense), and the offset to commit is the head entry's first unfinished message once
+# finished entries are dropped from the head: amortised O(1).
 #
 # Pulls normally ascend (each starts where the previous ended). One that does not (an offset
 # reset while messages are still cached) keeps only its offsets not already cached and marks
