@@ -4,7 +4,7 @@ Offsets enter in increasing order (each pull starts where the previous one ended
 of RocketMQ is a dict (offset -> message) plus a deque of offsets in order: the smallest offset
 still in flight is the deque's head once finished offsets are popped from it, amortised O(1).
 ``ConcurrentProcessQueue`` (a concurrent push consumer's) keeps whole pulls instead
-(``InFlight``, in C): no Python object or dict entry per cached message.
+(``PullCache``, in C): no Python object or dict entry per cached message.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import time
 from typing import Iterable
 
 from rocketstore.common import MessageExt
-from rocketstore.store._codec import InFlight, cache_pull, drop_consumed, first_in_flight
+from rocketstore.store._codec import PullCache, cache_pull, drop_consumed, first_in_flight
 
 # rocketmq.client.rebalance.lockMaxLiveTime / pull.pullMaxIdleTime
 REBALANCE_LOCK_MAX_LIVE_TIME_MS = 30000
@@ -212,12 +212,12 @@ _ORDERLY_ONLY = "a concurrent consumer's ProcessQueue has no orderly take/commit
 
 class ConcurrentProcessQueue(ProcessQueue):
     """A concurrent push consumer's ``ProcessQueue``: the same counters and answers, the
-    messages kept as whole pulls with a finished flag each (``InFlight``). Every change to
-    the cache is one ``InFlight`` call, which holds the GIL throughout: no lock is taken.
+    messages kept as whole pulls with a finished flag each (``PullCache``). Every change to
+    the cache is one ``PullCache`` call, which holds the GIL throughout: no lock is taken.
     Orderly consumption's take/commit/put-back are ``ProcessQueue``'s alone."""
 
     def _init_cache(self) -> None:
-        self._flight = InFlight()
+        self._flight = PullCache()
 
     @property
     def msg_count(self) -> int:          # type: ignore[override]

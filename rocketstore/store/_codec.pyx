@@ -349,7 +349,7 @@ include "_codec_uniq.pxi"
 include "_codec_message.pxi"
 include "_codec_ext.pxi"
 include "_codec_consume.pxi"
-include "_codec_inflight.pxi"
+include "_codec_pullcache.pxi"
 include "_codec_orderly.pxi"
 
 

@@ -77,9 +77,9 @@ cdef int64_t _size_of(object m) except? -1:
 @cython.final
 @cython.boundscheck(False)      # every index is within the list by construction
 @cython.wraparound(False)
-cdef class InFlight:
+cdef class PullCache:
     """The messages of one queue pulled and not yet finished, in the order of their queue
-    offsets (see the comment at the top of ``_codec_inflight.pxi``). Each method is one C
+    offsets (see the comment at the top of ``_codec_pullcache.pxi``). Each method is one C
     call that holds the GIL throughout for ``MessageExt`` entries (their offsets and sizes
     are read in C): threads need no lock around it."""
     cdef list _pulls                # _Pulled, from index _start on
@@ -199,14 +199,8 @@ cdef class InFlight:
         self.size += added_size
         return n, added_size
 
-    def remove(self, msgs):
-        """Mark ``msgs`` finished (offsets not cached are skipped). Returns ``(removed,
-        their body bytes)``."""
-        cdef int64_t size = 0
-        cdef Py_ssize_t removed = self._remove(msgs, &size)
-        return removed, size
-
     cdef Py_ssize_t _remove(self, object msgs, int64_t *size_out) except -1:
+        """Mark ``msgs`` finished: how many were cached (their body bytes in ``size_out``)."""
         cdef Py_ssize_t removed = 0, i, j, n
         cdef int64_t size = 0
         cdef _Pulled p
@@ -239,7 +233,7 @@ cdef class InFlight:
         return removed
 
     def finish(self, msgs):
-        """``remove(msgs)``, then the offset to commit: the smallest offset still cached, or
+        """Mark ``msgs`` finished (offsets not cached are skipped), then the offset to commit: the smallest offset still cached, or
         ``top_put + 1`` when none is; -1 (nothing done) when nothing was cached."""
         cdef int64_t first, size
         if self.count == 0:
@@ -275,15 +269,8 @@ cdef class InFlight:
             self._pulls = self._pulls[self._start:]
             self._start = 0
 
-    def first(self):
-        """The smallest cached offset, or -1 when nothing is cached."""
-        return self._first()
-
-    def last(self):
-        """The largest cached offset, or -1 when nothing is cached."""
-        return self._last()
-
     cdef int64_t _first(self):
+        """The smallest cached offset, or -1 when nothing is cached."""
         cdef _Pulled p
         cdef int64_t best = -1, off
         cdef Py_ssize_t i
@@ -300,6 +287,7 @@ cdef class InFlight:
         return best
 
     cdef int64_t _last(self):
+        """The largest cached offset, or -1 when nothing is cached."""
         cdef _Pulled p
         cdef int64_t best = -1, off
         cdef Py_ssize_t i
