@@ -103,6 +103,35 @@ def test_telemetry_streams_are_bounded_and_a_client_leaves_with_its_stream(proxy
                "every producer topic gone", within=10)
 
 
+def test_a_leaving_client_leaves_the_tables_even_when_its_handler_is_cancelled(proxy):
+    """gRPC cancels a closed stream's handler again while its cleanup awaits (CI saw a closed
+    client's producer topics stay for good): the tables are updated before any await, so a
+    cancel at the first await, with every worker thread of the loop busy, loses nothing."""
+    import asyncio
+    import threading
+    svc = proxy.server.service
+    loop = svc._loop
+    assert svc.registry.set_producer("c@cancel", ["t_lim_cancel", "t_lim"])
+    svc.registry.add_consumer("g_lim_cancel", {"t_lim": "*"}, holder="c@cancel")
+    release = threading.Event()
+
+    async def forget_cancelled() -> None:
+        # 40 blockers: more than the default executor's workers, so a job queued now waits
+        busy = [loop.run_in_executor(None, release.wait) for _ in range(40)]
+        task = asyncio.ensure_future(svc._forget("c@cancel"))
+        await asyncio.sleep(0)                  # the task runs to its first await
+        task.cancel()
+        release.set()
+        await asyncio.gather(*busy)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    asyncio.run_coroutine_threadsafe(forget_cancelled(), loop).result(timeout=30)
+    assert svc.registry.sizes() == {"consumers": 0, "producers": 0, "holders": 0}
+
+
 def test_settings_with_too_many_topics_or_bad_names_are_refused(proxy):
     """Settings naming more topics than grpcMaxTopicsPerClient, or a topic or group that
     breaks the name rule, are refused on the stream and hold nothing; the stream stays

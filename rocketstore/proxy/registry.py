@@ -126,19 +126,22 @@ class Registry:
                 self._producers.setdefault(t, set()).add(client)
         return bool(new)
 
-    def remove_client(self, client: str) -> None:
+    def remove_client(self, client: str) -> list[str]:
         """``client`` left: its producer topics no one else has are no longer announced (the
-        brokers expire them), and a consumer group it was the last holder of leaves at once."""
+        brokers expire them) and the consumer groups it was the last holder of are dropped;
+        those groups are returned for ``leave``. Only the tables under the lock, no network:
+        a caller being cancelled cannot leave the tables half updated."""
+        gone = []
         with self._lock:
             self._drop_producer_locked(client)
-            gone = []
             for group, holders in list(self._holders.items()):
                 holders.discard(client)
                 if not holders:
                     del self._holders[group]
-                    gone.append(group)
-        for group in gone:
-            self.remove_consumer(group)
+                    self._used.pop(group, None)
+                    if self._consumers.pop(group, None) is not None:
+                        gone.append(group)
+        return gone
 
     def _drop_producer_locked(self, client: str) -> None:
         for t, clients in list(self._producers.items()):
@@ -156,15 +159,9 @@ class Registry:
             self._used.pop(g, None)
         return idle
 
-    def remove_consumer(self, group: str) -> None:
-        """Its last client left: stop announcing ``group`` and leave it at every broker."""
-        with self._lock:
-            self._used.pop(group, None)
-            if self._holders.get(group) or self._consumers.pop(group, None) is None:
-                return
-        self._leave([group])
-
-    def _leave(self, groups: list[str]) -> None:
+    def leave(self, groups: list[str]) -> None:
+        """Leave ``groups`` at every broker (network; a failure is logged, the brokers then
+        expire the group's clients)."""
         for group in groups:
             for broker in self.transport.broker_names():
                 try:
@@ -187,7 +184,7 @@ class Registry:
                          for g, subs in self._consumers.items()]
             producers = sorted(self._producers)
         if idle:
-            self._leave(idle)
+            self.leave(idle)
         if not consumers and not producers:
             return
         n = HEARTBEAT_ENTRIES

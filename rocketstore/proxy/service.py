@@ -459,8 +459,12 @@ class MessagingService(ConsumeRpcs):
         group none of the remaining clients uses leaves the brokers."""
         self.settings.pop(cid, None)
         # always: a stream closed while its settings were being registered (the reader was
-        # cancelled in the heartbeat) holds topics or a group but no settings entry
-        await asyncio.to_thread(self.registry.remove_client, cid)
+        # cancelled in the heartbeat) holds topics or a group but no settings entry. The tables
+        # change here, before any await: gRPC cancels a stream's handler again while its
+        # ``finally`` awaits, and a to_thread job cancelled before it started never ran.
+        gone = self.registry.remove_client(cid)
+        if gone:            # the brokers' unregister outlives a cancelled handler
+            await asyncio.shield(asyncio.to_thread(self.registry.leave, gone))
 
     # -- SendMessage --------------------------------------------------------------------------
     def _validate_message(self, m: Any, topic: str, want: str) -> None:
