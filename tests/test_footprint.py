@@ -8,8 +8,6 @@ import errno
 import os
 import time
 
-import pytest
-
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.errors import DispatchStalledError
 from rocketstore.store import paths

@@ -284,7 +284,7 @@ class BrokerProcessor:
                 if cmd.code in LANE_SEND_CODES and lane.warm:
                     self._remember_lane(cmd, lane)
                 return self._lane_answer(cmd, r, request)
-        if type(r) is SendMessageResponse:
+        if isinstance(r, SendMessageResponse):
             return headers.encode_send_response(cmd, r)
         return self._answer(cmd, r, headers.encode_send_response)
 
@@ -293,7 +293,8 @@ class BrokerProcessor:
         """The answer to a send the lane took (``send_wire``'s results but None);
         ``request`` (the decoded send) is needed for any result but a stored one."""
         if type(r) is PutMessageResult:             # stored at once, counted by the lane
-            return headers.encode_stored(cmd, 0, r.msg_id, r.queue_id, r.queue_offset)
+            return headers.encode_stored(cmd, 0, r.msg_id,  # type: ignore[arg-type]
+                                         r.queue_id, r.queue_offset)
         assert request is not None
         metrics = self.broker.metrics
         if metrics is not None:
@@ -301,7 +302,7 @@ class BrokerProcessor:
                 metrics.on_send(request, r)
             else:
                 metrics.count_send(request, r)
-        if type(r) is SendMessageResponse:
+        if isinstance(r, SendMessageResponse):
             return headers.encode_send_response(cmd, r)
         return self._answer(cmd, r, headers.encode_send_response)
 
