@@ -146,57 +146,59 @@ def test_kill_9_of_one_broker_mid_stream_fails_over_and_loses_no_send_ok(cluster
             i += 1
             time.sleep(0.005)
     sender = threading.Thread(target=send_loop)
+    # the clients close whatever fails, so no thread of theirs outlives the test (left
+    # running, they log into later tests' captured output)
     try:
-        # the group of two splits all five queues of both brokers between its members
-        every = {MessageQueue("CT", n, q) for n, k in QUEUES.items() for q in range(k)}
-        wait(lambda: c1.assignment("CT") | c2.assignment("CT") == every
-             and not c1.assignment("CT") & c2.assignment("CT")
-             and c1.assignment("CT") and c2.assignment("CT"), 60, "the group to own all queues")
-        sender.start()
-        wait(lambda: len(acked) >= 150, 60, "150 sends")
-        # the group pauses, so B holds SEND_OK messages nobody consumed when it dies
-        c1.suspend()
-        c2.suspend()
-        phase["now"] = "paused"
-        n_paused = len(acked)
-        wait(lambda: outcomes[f"paused {B}"] >= 60, 60, "60 sends to B while paused")
-        cluster.kill(B)                                   # kill -9 mid-stream
-        phase["now"] = "down"
-        unconsumed_on_b = {k for k, b in acked[n_paused:] if b == B}
-        c1.resume()
-        c2.resume()
-        cluster.wait_route("CT", {A: 2})                  # the NameServer dropped B at once
-        n_down = len(acked)
-        wait(lambda: len(acked) >= n_down + 100, 60, "100 sends while B is down")
-        # the members rebalanced over A's two queues and keep consuming them
-        wait(lambda: c1.assignment("CT") | c2.assignment("CT") ==
-             {MessageQueue("CT", A, 0), MessageQueue("CT", A, 1)}, 30, "a rebalance onto A")
-        # the client forgets B when it re-reads the NameServer's broker list (every 30 s;
-        # asked for now): no more heartbeats to a dead address
-        producer.transport._learn_brokers()
-        assert producer.transport.broker_names() == [A]
-        sent_to_a_while_down = {k for k, b in acked[n_down:] if b == A}
-        assert got.wait_for(sent_to_a_while_down, 60) == set()
-        with got.lock:
-            consumed_before_restart = unconsumed_on_b & got.keys
-        # (a pull already in flight when the group paused may have brought back a few)
-        assert len(consumed_before_restart) <= len(unconsumed_on_b) // 2
-        # ordered sends to B's queues fail rather than land elsewhere
-        with pytest.raises(TransportError, match="never fail over"):
-            producer.send(Message("CT", b"ordered"), MessageQueue("CT", B, 1))
-        with pytest.raises((MQClientError, TransportError)):
-            producer.send(Message("CT", b"ordered"), selector=ToBroker(B), arg=7)
-        cluster.restart(B)
-        phase["now"] = "after"
-        cluster.wait_route("CT", QUEUES)
-        wait(lambda: outcomes[f"after {B}"] >= 30, 60, "sends to the restarted B")
-        wait(lambda: c1.assignment("CT") | c2.assignment("CT") == every, 60,
-             "the group to own B's queues again")
-    finally:
-        stop.set()
-        if sender.is_alive():
-            sender.join(30)
-    try:
+        try:
+            # the group of two splits all five queues of both brokers between its members
+            every = {MessageQueue("CT", n, q) for n, k in QUEUES.items() for q in range(k)}
+            wait(lambda: c1.assignment("CT") | c2.assignment("CT") == every
+                 and not c1.assignment("CT") & c2.assignment("CT")
+                 and c1.assignment("CT") and c2.assignment("CT"), 60, "the group to own all queues")
+            sender.start()
+            wait(lambda: len(acked) >= 150, 60, "150 sends")
+            # the group pauses, so B holds SEND_OK messages nobody consumed when it dies
+            c1.suspend()
+            c2.suspend()
+            phase["now"] = "paused"
+            n_paused = len(acked)
+            wait(lambda: outcomes[f"paused {B}"] >= 60, 60, "60 sends to B while paused")
+            cluster.kill(B)                                   # kill -9 mid-stream
+            phase["now"] = "down"
+            unconsumed_on_b = {k for k, b in acked[n_paused:] if b == B}
+            c1.resume()
+            c2.resume()
+            cluster.wait_route("CT", {A: 2})                  # the NameServer dropped B at once
+            n_down = len(acked)
+            wait(lambda: len(acked) >= n_down + 100, 60, "100 sends while B is down")
+            # the members rebalanced over A's two queues and keep consuming them
+            wait(lambda: c1.assignment("CT") | c2.assignment("CT") ==
+                 {MessageQueue("CT", A, 0), MessageQueue("CT", A, 1)}, 30, "a rebalance onto A")
+            # the client forgets B when it re-reads the NameServer's broker list (every 30 s;
+            # asked for now): no more heartbeats to a dead address
+            producer.transport._learn_brokers()
+            assert producer.transport.broker_names() == [A]
+            sent_to_a_while_down = {k for k, b in acked[n_down:] if b == A}
+            assert got.wait_for(sent_to_a_while_down, 60) == set()
+            with got.lock:
+                consumed_before_restart = unconsumed_on_b & got.keys
+            # (a pull already in flight when the group paused may have brought back a few)
+            assert len(consumed_before_restart) <= len(unconsumed_on_b) // 2
+            # ordered sends to B's queues fail rather than land elsewhere
+            with pytest.raises(TransportError, match="never fail over"):
+                producer.send(Message("CT", b"ordered"), MessageQueue("CT", B, 1))
+            with pytest.raises((MQClientError, TransportError)):
+                producer.send(Message("CT", b"ordered"), selector=ToBroker(B), arg=7)
+            cluster.restart(B)
+            phase["now"] = "after"
+            cluster.wait_route("CT", QUEUES)
+            wait(lambda: outcomes[f"after {B}"] >= 30, 60, "sends to the restarted B")
+            wait(lambda: c1.assignment("CT") | c2.assignment("CT") == every, 60,
+                 "the group to own B's queues again")
+        finally:
+            stop.set()
+            if sender.is_alive():
+                sender.join(30)
         keys = {k for k, _ in acked}
         missing = got.wait_for(keys, 90)
         assert not missing, f"{len(missing)} SEND_OK messages never consumed " \

@@ -80,3 +80,40 @@ def test_bad_log_options_are_clear_errors(tmp_path):
     assert r.stderr.strip() == (f"rocketstore broker: --log-file {tmp_path}/no-such-dir/b.log: "
                                 "No such file or directory")
     assert not (tmp_path / "store").exists()       # nothing created for a broker that never ran
+
+
+def test_the_ready_line_is_one_write_so_a_logging_thread_cannot_split_it(monkeypatch):
+    """The ready line is an interface (tests/servers.py and users' scripts parse the address
+    out of it). ``print`` writes the text and its newline separately, and a broker's
+    registration thread logs to the same stderr meanwhile: a log line landing between the two
+    made the address unparseable (CI, a broker restarted beside a logging thread)."""
+    import asyncio
+    import os
+    import signal
+
+    from rocketstore.cli.servers import _serve
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.writes: list[str] = []
+
+        def write(self, s: str) -> int:
+            self.writes.append(s)
+            return len(s)
+
+        def flush(self) -> None:
+            pass
+
+    class Server:
+        addr = "127.0.0.1:4242"
+
+        async def start(self) -> None:
+            asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
+
+        async def stop(self) -> None:
+            pass
+
+    err = Recorder()
+    monkeypatch.setattr(sys, "stderr", err)
+    asyncio.run(_serve(Server(), "rocketstore broker: listening on {addr}"))
+    assert "rocketstore broker: listening on 127.0.0.1:4242\n" in err.writes, err.writes

@@ -81,6 +81,14 @@ def _run(coro) -> None:
         loop.close()
 
 
+def _announce(line: str) -> None:
+    """Write ``line`` to stderr in one write: ``print`` writes the text and the newline
+    separately, so a thread logging to stderr meanwhile (the NameServer registration) could
+    land inside the ready line that scripts parse the address from."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 async def _serve(server, ready_line: str, beside=None) -> None:
     """Run ``server`` until SIGTERM/SIGINT; ``beside`` (a ``LocalProxy``) starts after it
     and stops before it."""
@@ -90,7 +98,7 @@ async def _serve(server, ready_line: str, beside=None) -> None:
         loop.add_signal_handler(sig, stop.set)
     await server.start()
     line = ready_line.format(addr=server.addr)
-    print(line, file=sys.stderr, flush=True)
+    _announce(line)
     if not any(isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) is sys.stderr
                for h in logging.getLogger().handlers):
         logging.getLogger("rocketstore.cli").info("%s", line)     # the log file has it too
@@ -101,7 +109,7 @@ async def _serve(server, ready_line: str, beside=None) -> None:
             except OSError as e:
                 raise CommandError(f"grpcServerPort: cannot listen on {beside.addr}: "
                                    f"{e.strerror or e}") from None
-            print(f"rocketstore proxy: listening on {beside.addr}", file=sys.stderr, flush=True)
+            _announce(f"rocketstore proxy: listening on {beside.addr}")
         await stop.wait()
     finally:
         if beside is not None:
