@@ -59,6 +59,35 @@ def pytest_runtest_protocol(item, nextitem):
     _running_test[0] = item.nodeid
 
 
+# -- a failed test's clients do not outlive it --------------------------------------------------
+# (CI: a test failed before its own shutdown calls; its consumers kept pulling from stopped
+# brokers and logged into later tests' captured stderr, failing those too)
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "call" and outcome.get_result().failed:
+        item.stash[_FAILED] = True
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture(autouse=True)
+def _shut_clients_a_failed_test_left(request):
+    from rocketstore.client.instance import ClientInstance
+    before = set(ClientInstance._registry)
+    yield
+    if not request.node.stash.get(_FAILED, False):
+        return
+    for key, inst in list(ClientInstance._registry.items()):
+        if key not in before:
+            for client in [*inst.consumers.values(), *inst.producers.values()]:
+                try:
+                    client.shutdown()
+                except Exception:       # a best effort after a failure already reported
+                    pass
+
+
 def pytest_addoption(parser):
     parser.addoption("--run-stress", action="store_true", default=False,
                      help="run the long stress variants (marker 'stress')")
