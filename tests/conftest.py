@@ -88,6 +88,23 @@ def _shut_clients_a_failed_test_left(request):
                     pass
 
 
+# -- a CLI command run in-process leaves no root handler behind ---------------------------------
+# (setup_logging gives the root logger a handler on the sys.stderr of the moment, which is the
+# test's capture; left there, a late log record -- py4j's at interpreter exit -- hits the
+# closed capture and prints "--- Logging error ---" into the run's output)
+@pytest.fixture(autouse=True)
+def _root_logging_restored():
+    import logging
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers and type(h).__module__.startswith("logging"):
+            root.removeHandler(h)
+            h.close()
+    root.setLevel(level)
+
+
 def pytest_addoption(parser):
     parser.addoption("--run-stress", action="store_true", default=False,
                      help="run the long stress variants (marker 'stress')")
