@@ -33,6 +33,12 @@ Every row has the process's CPU seconds per 100 k messages (getrusage: user + sy
 all threads, over the row's timed span), comparable across machines where msgs/s is not;
 the load average is printed first.
 
+A warm-up pass runs first, untimed (a store-bodies row of --count messages, thrown away;
+--no-warmup skips it): on a VM the first few hundred MB a run writes after a quiet spell cost
+about twice what later writes do (fresh guest memory the host must back; later rows reuse
+pages the earlier ones freed), so without it the first row -- a baseline -- came out about
+half as fast as the same row run again, and every ratio to it was flattered.
+
 End-to-end latency per message = consume time - born timestamp (the store stamps the born
 time at put, ms resolution); p50/p99 over all messages. Ratios are rocketstore / peer of the
 same run. The machine is shared: figures move with other load.
@@ -478,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma list of: storeone storebodies store one batch32 single "
                          "drain1 drain32 redis modes sync")
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="skip the untimed first pass (see the module's docstring)")
     args = ap.parse_args(argv)
     args.redis_count = args.redis_count or args.count
     rows = set(args.rows.split(","))
@@ -485,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Row | None] = {}
     print("load average %.2f %.2f %.2f" % os.getloadavg(), flush=True)
     try:
+        if not args.no_warmup:
+            warm = bench_store_bodies(args, tmp)
+            print(f"warm-up (not a row): {warm.rate:,.0f} msgs/s", flush=True)
         if "storeone" in rows:
             out["storeone"] = bench_store_put_one(args, tmp)
         if "storebodies" in rows:
