@@ -225,7 +225,7 @@ def bench_e2e(args: argparse.Namespace, tmp: str, name: str, consume_batch: int,
             done.set()
         return OK
 
-    pool = [Message(TOPIC, b) for b in bodies(1024, args.body)]
+    pool = bodies(1024, args.body)      # a new Message per send, as an application sends
     try:
         with Producer("bench_pg", broker=broker, default_topic_queue_nums=args.queues) as p:
             p.send(Message(TOPIC, b"warm"))       # creates the topic with --queues queues
@@ -249,10 +249,10 @@ def bench_e2e(args: argparse.Namespace, tmp: str, name: str, consume_batch: int,
                 while sent < args.count:
                     if send_batch:
                         n = min(args.batch, args.count - sent)
-                        p.send_batch([pool[(i + k) & 1023] for k in range(n)])
+                        p.send_batch([Message(TOPIC, pool[(i + k) & 1023]) for k in range(n)])
                     else:
                         n = 1
-                        p.send(pool[i & 1023])
+                        p.send(Message(TOPIC, pool[i & 1023]))
                     i += n
                     sent += n
             t = threading.Thread(target=produce, name="bench-producer")
@@ -284,13 +284,13 @@ def bench_drain(args: argparse.Namespace, tmp: str, name: str, consume_batch: in
             done.set()
         return OK
 
-    pool = [Message(TOPIC, b) for b in bodies(1024, args.body)]
+    pool = bodies(1024, args.body)
     try:
         with Producer("bench_pg", broker=broker, default_topic_queue_nums=args.queues) as p:
             sent = 0
             while sent < args.count:
                 n = min(args.batch, args.count - sent)
-                p.send_batch([pool[(sent + k) & 1023] for k in range(n)])
+                p.send_batch([Message(TOPIC, pool[(sent + k) & 1023]) for k in range(n)])
                 sent += n
         c = PushConsumer("bench_drain", broker=broker,
                          consume_from_where="CONSUME_FROM_FIRST_OFFSET",
@@ -314,7 +314,7 @@ def bench_drain(args: argparse.Namespace, tmp: str, name: str, consume_batch: in
 def bench_sync_async_send(args: argparse.Namespace, tmp: str) -> Row:
     path = os.path.join(tmp, "sync")
     broker = open_broker(path, args, sync=True)
-    pool = [Message(TOPIC, b) for b in bodies(1024, args.body)]
+    pool = bodies(1024, args.body)
     n = args.sync_count
     window = threading.Semaphore(args.window)
     done = threading.Event()
@@ -337,7 +337,7 @@ def bench_sync_async_send(args: argparse.Namespace, tmp: str) -> Row:
             c0 = cpu_seconds()
             for i in range(n):
                 window.acquire()
-                p.send_async(pool[i & 1023]).add_done_callback(on_done)
+                p.send_async(Message(TOPIC, pool[i & 1023])).add_done_callback(on_done)
             done.wait(args.timeout)
             dt = time.perf_counter() - t0
             cpu = cpu_seconds() - c0
