@@ -2,11 +2,17 @@
 ``rocketstore broker`` processes (routes from the NameServer, remoting commands)."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from messaging_support import Collector, wait_until
 from rocketstore.client import (LocalTransactionState, Message, Producer, PushConsumer,
                                 SendStatus, TransactionProducer)
+from rocketstore.common.codes import RequestCode
+from rocketstore.errors import TransportError
+from rocketstore.remoting.client import RemotingClient
+from rocketstore.remoting.command import RemotingCommand
 from servers import start_broker, start_namesrv
 
 
@@ -52,3 +58,63 @@ def test_produce_and_consume_over_tcp(namesrv):
             c.shutdown()
     assert all(m.tags == "A" for m in col.msgs)
     assert {bytes(m.body) for m in col.msgs} >= {b"async", b"tx", b"b4", b"m19"}
+
+
+def test_pull_answers_are_taken_where_they_arrive_without_a_hop_per_answer(namesrv):
+    """Over TCP a pull's answer is handled on the client's I/O thread, which sends the queue's
+    next pull itself: no task is queued to the pull service per answer (a thread wake-up
+    per round of 32 messages, which on a VM cost about as much as the consumer's own work)."""
+    n = 3200
+    with Producer("hop-pg", namesrv_addr=namesrv) as p:
+        for i in range(0, n, 100):
+            p.send_batch([Message("HopTopic", b"%d" % (i + k)) for k in range(100)])
+    col = Collector()
+    answers = []
+    c = PushConsumer("hop-cg", namesrv_addr=namesrv,
+                     consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    c.subscribe("HopTopic", "*")
+    c.register_message_listener(col)
+    found = c._found
+
+    def counting_found(req, next_begin_offset, messages):
+        answers.append(len(messages))
+        return found(req, next_begin_offset, messages)
+    c._found = counting_found
+    c.start()
+    try:
+        hops = []
+        svc = c.instance.pull_service
+        execute = svc.execute
+        svc.execute = lambda fn, *args: (hops.append(fn), execute(fn, *args))[1]
+        wait_until(lambda: len(col.msgs) >= n, timeout=60, what=f"{n} messages consumed")
+        assert sorted(int(bytes(m.body)) for m in col.msgs) == list(range(n))
+        assert len(answers) >= n // 32        # pulls of 32 at most: 100 answers at least
+        assert len(hops) <= 8, f"{len(hops)} pull-service tasks for {len(answers)} answers"
+    finally:
+        c.shutdown()
+
+
+def test_a_synchronous_call_on_the_io_thread_raises_instead_of_waiting_for_itself(namesrv):
+    """The I/O thread reads every response: a synchronous call made on it (a callback that
+    needs a route, say) could only wait out its timeout. It fails at once, naming why."""
+    client = RemotingClient()
+    out = []
+    done = threading.Event()
+
+    def on_io_thread():
+        try:
+            out.append(client.invoke(namesrv, RemotingCommand.request(
+                RequestCode.GET_BROKER_CLUSTER_INFO), 60))
+        except Exception as e:
+            out.append(e)
+        done.set()
+    try:
+        client._loop.call(on_io_thread)
+        assert done.wait(10), "the I/O thread waited for its own response"
+        assert isinstance(out[0], TransportError)
+        assert "I/O thread" in str(out[0])
+        # from any other thread the same call is answered
+        assert client.invoke(namesrv, RemotingCommand.request(
+            RequestCode.GET_BROKER_CLUSTER_INFO), 10).code == 0
+    finally:
+        client.close()

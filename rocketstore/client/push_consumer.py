@@ -117,6 +117,7 @@ class PushConsumer(ConsumerBase):
         self.post_subscription_when_pull = post_subscription_when_pull
         self._listener: Callable[..., Any] | None = None
         self._orderly = False
+        self._inline_answers = False
         self.consume_service: Any = None
         self._inner_producer: Producer | None = None
         self._inner_lock = threading.Lock()
@@ -160,6 +161,12 @@ class PushConsumer(ConsumerBase):
         if not self._subscriptions:
             raise MQClientError("no subscription: subscribe() before start()")
         self._start_base()
+        t = self.transport
+        # answers taken where they arrive (``_pull``); not an orderly consumer's on an I/O
+        # thread: its first pull of a newly locked queue asks the broker for the offset,
+        # a synchronous call
+        self._inline_answers = t.inline_callbacks and not (self._orderly
+                                                          and t.callbacks_on_io_thread)
         svc = ConsumeMessageOrderlyService if self._orderly else ConsumeMessageConcurrentlyService
         self.consume_service = svc(self, self._listener)
         self._running = True
@@ -257,11 +264,12 @@ class PushConsumer(ConsumerBase):
                 continue
             if not fut.done():
                 on_response = self._on_response
-                if self.transport.inline_callbacks:
-                    # a held pull answered later in process: handle it on the answering
-                    # thread (the broker's hold service) instead of one more thread hop,
-                    # which costs a GIL switch interval while a producer is busy; that
-                    # thread sends one more pull at most (it has other pulls to answer)
+                if self._inline_answers:
+                    # an answer that comes later (a held pull in process, any pull over
+                    # TCP): handle it on the answering thread (the broker's hold service,
+                    # the client's I/O thread) instead of one more thread hop, which costs
+                    # a GIL switch interval while a producer is busy, and a wake-up; that
+                    # thread sends one more pull at most (it has other answers to take)
                     fut.add_done_callback(lambda f: on_response(req, f, 1))
                     return
                 execute = self.instance.pull_service.execute

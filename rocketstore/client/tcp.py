@@ -156,6 +156,12 @@ class _PushProcessor:
 class TcpTransport(Transport):
     """Brokers reached through NameServer routes (``"host:port;host:port"``)."""
 
+    # a pull's answer is handled on the I/O thread it arrives on, which sends the next pull
+    # itself: queueing it to the pull service cost a thread wake-up per answer, on a VM
+    # about as much as the consumer's own work (the push consume row went 1.1-1.7x)
+    inline_callbacks = True
+    callbacks_on_io_thread = True
+
     def __init__(self, namesrv_addr: str, *, credentials: SessionCredentials | None = None
                  ) -> None:
         """``credentials``: sign every request (RocketMQ's ``AclClientRPCHook``)."""

@@ -52,8 +52,11 @@ class Transport(abc.ABC):
     """
 
     # a future this transport returns may run a client's response handling in its done
-    # callback (in process: the broker's own thread, which does not block on the client)
+    # callback (in process: the broker's own thread, which does not block on the client;
+    # over TCP: the client's I/O thread, on which a synchronous call raises)
     inline_callbacks: bool = False
+    # those callbacks run on an I/O thread that must not wait for a broker's answer
+    callbacks_on_io_thread: bool = False
 
     def for_client(self, client_id: str) -> Transport:
         """The transport the client instance ``client_id`` uses: this one, unless its

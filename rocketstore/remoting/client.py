@@ -172,7 +172,12 @@ class RemotingClient:
         return fut
 
     def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
-        """Send a request and wait for its response."""
+        """Send a request and wait for its response. Raises ``TransportError`` at once on
+        the I/O thread: the response could only come through that thread, so waiting there
+        would last the whole timeout (a callback run on it must not make such a call)."""
+        if self._loop.is_current():
+            raise TransportError(addr, "a synchronous call on the client's I/O thread would "
+                                       "wait for that thread itself")
         return self.invoke_async(addr, cmd, timeout).result()
 
     def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:

@@ -139,6 +139,10 @@ class LoopThread:
     def call(self, fn: Any, *args: Any) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
 
+    def is_current(self) -> bool:
+        """Whether the calling thread is this loop's."""
+        return threading.current_thread() is self._thread
+
     def stop(self) -> None:
         """Stop the loop (cancelling what still runs on it) and join the thread."""
         if not self._thread.is_alive():
