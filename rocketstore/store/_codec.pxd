@@ -187,6 +187,7 @@ cdef class UniqIdGenerator:
 
 
 @cython.final
+@cython.freelist(256)
 @cython.no_gc
 cdef class Message:
     cdef readonly str topic
