@@ -847,3 +847,34 @@ def test_tag_filtered_long_poll_waits_past_non_matching_messages_for_a_match(sto
         r = store.get_message("g", "T", 0, 3, tags="A", timeout_ms=500)
         assert (r.status, r.next_begin_offset, r.messages) == (S.OFFSET_OVERFLOW_ONE, 4, [])
         assert time.monotonic() - t0 >= 0.45
+
+
+@pytest.mark.parametrize("cap", [32, 200])
+def test_a_damaged_record_in_a_batch_is_skipped_and_the_batch_still_filled(store_dir, cap):
+    """A record that fails its check is never handed out, and is reported; its room in the
+    batch goes to the next unit, so a full batch stays full and in queue order (200: more
+    records than one check pass takes)."""
+    cfg = _config(mapped_file_size_commit_log=1 << 20,
+                  max_transfer_count_on_message_in_memory=cap)
+    with MessageStore.open(store_dir, cfg) as store:
+        puts = _put_n(store, "T", 0, 300)
+        victim = puts[20]
+        path = os.path.join(store_dir, "commitlog", "%020d" % 0)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            # one byte of its body flipped in the file (the store's mapping sees the page)
+            rec = os.pread(fd, victim.wrote_bytes, victim.commitlog_offset)
+            at = victim.commitlog_offset + rec.index(b"m00020") + 5
+            os.pwrite(fd, bytes([os.pread(fd, 1, at)[0] ^ 0x01]), at)
+        finally:
+            os.close(fd)
+        r = store.get_message("g", "T", 0, 0, max_msgs=cap)
+        want = [i for i in range(cap + 1) if i != 20]
+        assert r.status is S.FOUND
+        assert [m.queue_offset for m in r] == want
+        assert _bodies(r) == [b"m%05d" % i for i in want]
+        assert r.next_begin_offset == cap + 1
+        assert victim.commitlog_offset in {off for off, _ in store.bad_records()}
+        # a read starting at the damaged record goes on past it
+        r = store.get_message("g", "T", 0, 20, max_msgs=4)
+        assert [m.queue_offset for m in r] == [21, 22, 23, 24]
