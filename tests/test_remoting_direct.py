@@ -9,7 +9,7 @@ import pytest
 
 from rocketstore.errors import TransportError
 from rocketstore.remoting.client import RemotingClient
-from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.command import FrameDecoder, RemotingCommand
 from rocketstore.remoting.direct import ClientConnection
 from rocketstore.remoting.server import LoopThread, RemotingServer
 
@@ -91,3 +91,38 @@ def test_a_request_written_by_its_caller_times_out_and_closes_the_connection(set
         time.sleep(0.01)
     assert not conn.is_open                             # as RocketMQ: a timeout closes it
     assert _echo(c, addr, 2) == "2"                     # a new connection serves the next
+
+
+def test_requests_made_while_answers_are_handled_leave_in_one_write(setup, monkeypatch):
+    """Answers read at once whose handling sends new requests (a push consumer sends each
+    queue's next pull from the last pull's answer, on the loop thread): the new requests
+    leave together, in one write after the pass, and are answered as any other."""
+    c, addr, _ = setup
+    _echo(c, addr, 0)
+    conn = c._conns[addr]
+    # four requests the server leaves unanswered; their answers are then fed to the
+    # connection at once, as one read would bring them
+    reqs = [RemotingCommand.request(MUTE) for _ in range(4)]
+    futs = [c.invoke_async(addr, r, 30) for r in reqs]
+    follow: list = []
+    for i, f in enumerate(futs):
+        f.add_done_callback(lambda _f, i=i: follow.append(
+            c.invoke_async(addr, RemotingCommand.request(ECHO, {"n": str(i)}), 5)))
+    import rocketstore.remoting.direct as direct
+    syscalls: list = []
+    writes: list = []
+    real_os_write, real_write = direct.os.write, conn._write
+    monkeypatch.setattr(direct, "os", type("os", (), {
+        "write": staticmethod(lambda fd, b: (syscalls.append(b), real_os_write(fd, b))[1])}))
+    monkeypatch.setattr(conn, "_write", lambda data: (writes.append(bytes(data)),
+                                                      real_write(data))[1])
+    blob = b"".join(r.response(0, "answered").encode() for r in reqs)
+    fed = threading.Event()
+    c._loop.call(lambda: (conn.data_received(blob), fed.set()))
+    assert fed.wait(5)
+    assert [f.result(5).remark for f in futs] == ["answered"] * 4
+    assert [f.result(5).remark for f in follow] == ["0", "1", "2", "3"]
+    assert syscalls == []                   # none written on its own
+    assert len(writes) == 1                 # the four in one write
+    sent = FrameDecoder().feed(writes[0])
+    assert [(cmd.code, cmd.ext_fields["n"]) for cmd in sent] == [(ECHO, str(i)) for i in range(4)]

@@ -14,6 +14,11 @@ it; the write does not release the GIL (``os.write`` with the lock held, a frame
 When the kernel takes part of a frame, the rest goes to the loop and callers queue behind it
 until it is written.
 
+On the loop thread itself (a request made while a response is handled: a push consumer sends
+a queue's next pull from the previous pull's answer), the frame joins the writes of the loop's
+pass over the connection's received frames (``Connection._pump``): several answers read at once
+(two or three, in a push consumer's steady state) send their next pulls in one ``send(2)``.
+
 Timeouts: a request written here has no loop timer (the loop is not woken to make one). Its
 deadline is kept in a list the loop sweeps every ``SWEEP_S`` while requests are outstanding
 (RocketMQ's client scans its response table once a second); an expired request fails with
@@ -46,10 +51,12 @@ class ClientConnection(Connection):
         self._rest_pending = False          # part of a frame waits for the loop to write it
         self._deadlines: list[tuple[float, int, float]] = []   # (deadline, opaque, timeout)
         self._sweeping = False
+        self._loop_ident = -1               # the loop thread's id
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._loop = asyncio.get_running_loop()
+        self._loop_ident = threading.get_ident()
         sock = transport.get_extra_info("socket")
         try:
             self._fd = sock.fileno() if sock is not None else -1
@@ -73,12 +80,27 @@ class ClientConnection(Connection):
 
     # -- the caller's write ----------------------------------------------------------------------
     def write_direct(self, frame: bytes, opaque: int, fut: Any, timeout: float) -> bool:
-        """Write ``frame`` from the calling thread (not the loop's) and expect the response to
-        ``opaque`` in ``fut`` (None: oneway) within ``timeout`` s. False when it cannot be
-        written here now (the caller hands it to the loop instead); True when it was written,
-        or when the write failed (``fut`` then holds a ``TransportError``)."""
+        """Write ``frame`` from the calling thread and expect the response to ``opaque`` in
+        ``fut`` (None: oneway) within ``timeout`` s. False when it cannot be written here now
+        (the caller hands it to the loop instead); True when it was written (or corked: on
+        the loop thread during a pass over received frames, it leaves with the pass's
+        writes), or when the write failed (``fut`` then holds a ``TransportError``)."""
         with self._direct_lock:
             t = self.transport
+            corked = self._corked
+            if corked is not None and threading.get_ident() == self._loop_ident:
+                if self._lost or t is None or t.is_closing():
+                    return False
+                if fut is not None:
+                    self._pending[opaque] = fut
+                    self._deadlines.append((time.monotonic() + timeout, opaque, timeout))
+                    if not self._sweeping:
+                        self._sweeping = True
+                        assert self._loop is not None
+                        self._loop.call_soon(self._sweep)
+                corked.append(frame)
+                self._corked_bytes += len(frame)
+                return True
             vw = self._vw
             if (self._lost or self._fd < 0 or self._rest_pending or self._write_paused
                     or t is None or t.is_closing() or t.get_write_buffer_size()
