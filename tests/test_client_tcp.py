@@ -118,3 +118,31 @@ def test_a_synchronous_call_on_the_io_thread_raises_instead_of_waiting_for_itsel
             RequestCode.GET_BROKER_CLUSTER_INFO), 10).code == 0
     finally:
         client.close()
+
+
+def test_a_send_async_callback_may_send_synchronously(namesrv):
+    """A send's callback runs off the client's I/O thread when the answer comes through it
+    (RocketMQ runs it on its callback executor), so it may make synchronous calls: a callback
+    that sends again gets its SEND_OK (it used to wait on the I/O thread for an answer only
+    that thread could read)."""
+    with Producer("cb-pg", namesrv_addr=namesrv) as p:
+        p.send(Message("CbTopic", b"warm"))
+        statuses: list = []
+        threads: list = []
+        lock = threading.Lock()
+
+        def callback(f):
+            st = p.send(Message("CbTopic", b"from-callback")).status
+            with lock:
+                threads.append(threading.current_thread().name)
+                statuses.append(st)
+        futs = []
+        for i in range(200):
+            futs.append(p.send_async(Message("CbTopic", b"a%d" % i)))
+            futs[-1].add_done_callback(callback)    # mostly before the answer comes
+        wait_until(lambda: len(statuses) == 200, timeout=60,
+                   what=lambda: f"{len(statuses)} of 200 callbacks done")
+        assert statuses == [SendStatus.SEND_OK] * 200
+        assert all(f.result(10).status is SendStatus.SEND_OK for f in futs)
+        # some answers came after their callback was added: those ran on the callback pool
+        assert any(n.startswith("client-callback") for n in threads)

@@ -9,6 +9,8 @@ import asyncio
 import concurrent.futures
 from typing import Any, TypeVar
 
+from rocketstore.client.transport import never_blocks
+
 T = TypeVar("T")
 
 
@@ -34,7 +36,7 @@ async def wait(fut: concurrent.futures.Future[T]) -> T:
             loop.call_soon_threadsafe(_copy, f, out)
         except RuntimeError:        # the loop is closed: nobody awaits any more
             pass
-    fut.add_done_callback(done)
+    fut.add_done_callback(never_blocks(done))   # a hand-off only: may run on an I/O thread
     return await out
 
 

@@ -17,7 +17,7 @@ from rocketstore.common import Message, MessageQueue, ResponseCode
 from rocketstore.common import constants as C
 from rocketstore.common.protocol import SendMessageRequest, SendMessageResponse
 from rocketstore.errors import MQClientError, TransportError
-from rocketstore.store._commitlog import complete_future, pending_future
+from rocketstore.store._commitlog import AckFuture, complete_future, pending_future
 
 
 class FutureSends:
@@ -76,6 +76,25 @@ class FutureSends:
 
     def _settle(self, out: Future, value: Any = None, exc: BaseException | None = None
                 ) -> None:
+        """Complete ``out``. Its callbacks are the user's: on the transport's I/O thread
+        (an answer over TCP) they run on the transport's callback threads instead, where
+        they may block (a callback that sends synchronously waits for an answer only the
+        I/O thread can read); callbacks marked ``never_blocks`` (the asyncio bridge's) run
+        here. Decided under the future's lock, so a callback added meanwhile runs on the
+        thread that adds it, after completion."""
+        t = self.transport
+        if (t.callbacks_on_io_thread and (type(out) is not AckFuture or "_condition" in
+                                          out.__dict__) and t.on_io_thread()):
+            with out._condition:        # reentrant: set_result takes it again
+                if not all(getattr(cb, "never_blocks", False) for cb in out._done_callbacks):
+                    t.run_callback(self._settle_now, out, value, exc)
+                    return
+                self._settle_now(out, value, exc)
+            return
+        self._settle_now(out, value, exc)
+
+    def _settle_now(self, out: Future, value: Any = None,
+                    exc: BaseException | None = None) -> None:
         if exc is None:
             complete_future(out, value)
         elif not out.done():

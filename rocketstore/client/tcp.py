@@ -162,6 +162,16 @@ class TcpTransport(Transport):
     inline_callbacks = True
     callbacks_on_io_thread = True
 
+    def on_io_thread(self) -> bool:
+        return self.client.on_io_thread()
+
+    def run_callback(self, fn: Callable[..., Any], *args: Any) -> None:
+        # RocketMQ's client runs a send's callback on its callback executor too
+        try:
+            self._push.pool.submit(fn, *args)
+        except RuntimeError:        # the pool is shut down (closing): run it here
+            fn(*args)
+
     def __init__(self, namesrv_addr: str, *, credentials: SessionCredentials | None = None
                  ) -> None:
         """``credentials``: sign every request (RocketMQ's ``AclClientRPCHook``)."""

@@ -42,6 +42,14 @@ class ClientChannel(Protocol):
         """A reply to one of this client's requests (answered: SUCCESS once taken)."""
 
 
+def never_blocks(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a future's done-callback as one that never waits (it only hands the result on,
+    to an event loop say): it may run on a transport's I/O thread, with no hop to the
+    callback threads (``Producer.send_async``'s futures)."""
+    fn.never_blocks = True  # type: ignore[attr-defined]
+    return fn
+
+
 class Transport(abc.ABC):
     """One client instance's way to its broker(s). Methods are thread-safe.
 
@@ -57,6 +65,15 @@ class Transport(abc.ABC):
     inline_callbacks: bool = False
     # those callbacks run on an I/O thread that must not wait for a broker's answer
     callbacks_on_io_thread: bool = False
+
+    def on_io_thread(self) -> bool:
+        """Whether the calling thread is this transport's I/O thread (on which nothing may
+        wait for a broker's answer)."""
+        return False
+
+    def run_callback(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` where a user's callback may block: off the I/O thread."""
+        fn(*args)
 
     def for_client(self, client_id: str) -> Transport:
         """The transport the client instance ``client_id`` uses: this one, unless its

@@ -171,6 +171,10 @@ class RemotingClient:
         self._enqueue(addr, cmd, fut, timeout)
         return fut
 
+    def on_io_thread(self) -> bool:
+        """Whether the calling thread is the one that reads every response."""
+        return self._loop.is_current()
+
     def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Send a request and wait for its response. Raises ``TransportError`` at once on
         the I/O thread: the response could only come through that thread, so waiting there
