@@ -179,7 +179,7 @@ class RemotingClient:
         """Send a request and wait for its response. Raises ``TransportError`` at once on
         the I/O thread: the response could only come through that thread, so waiting there
         would last the whole timeout (a callback run on it must not make such a call)."""
-        if self._loop.is_current():
+        if self.on_io_thread():
             raise TransportError(addr, "a synchronous call on the client's I/O thread would "
                                        "wait for that thread itself")
         return self.invoke_async(addr, cmd, timeout).result()

@@ -17,7 +17,8 @@ until it is written.
 On the loop thread itself (a request made while a response is handled: a push consumer sends
 a queue's next pull from the previous pull's answer), the frame joins the writes of the loop's
 pass over the connection's received frames (``Connection._pump``): several answers read at once
-(two or three, in a push consumer's steady state) send their next pulls in one ``send(2)``.
+(a push consumer's four queues' answers, in its steady state) send their next pulls in one
+``send(2)``.
 
 Timeouts: a request written here has no loop timer (the loop is not woken to make one). Its
 deadline is kept in a list the loop sweeps every ``SWEEP_S`` while requests are outstanding
