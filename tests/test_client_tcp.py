@@ -6,9 +6,10 @@ import threading
 
 import pytest
 
-from messaging_support import Collector, wait_until
+from messaging_support import OK, Collector, wait_until
 from rocketstore.client import (LocalTransactionState, Message, Producer, PushConsumer,
                                 SendStatus, TransactionProducer)
+from rocketstore.common import ConsumeOrderlyStatus
 from rocketstore.common.codes import RequestCode
 from rocketstore.errors import TransportError
 from rocketstore.remoting.client import RemotingClient
@@ -60,20 +61,24 @@ def test_produce_and_consume_over_tcp(namesrv):
     assert {bytes(m.body) for m in col.msgs} >= {b"async", b"tx", b"b4", b"m19"}
 
 
-def test_pull_answers_are_taken_where_they_arrive_without_a_hop_per_answer(namesrv):
+@pytest.mark.parametrize("orderly", [False, True], ids=["concurrently", "orderly"])
+def test_pull_answers_are_taken_where_they_arrive_without_a_hop_per_answer(namesrv, orderly):
     """Over TCP a pull's answer is handled on the client's I/O thread, which sends the queue's
     next pull itself: no task is queued to the pull service per answer (a thread wake-up
-    per round of 32 messages, which on a VM cost about as much as the consumer's own work)."""
+    per round of 32 messages, which on a VM cost about as much as the consumer's own work).
+    An orderly consumer's too, once its queue's first pull (which reads the offset from the
+    broker, synchronously) went through the pull service."""
     n = 3200
+    topic = f"HopTopic{int(orderly)}"
     with Producer("hop-pg", namesrv_addr=namesrv) as p:
         for i in range(0, n, 100):
-            p.send_batch([Message("HopTopic", b"%d" % (i + k)) for k in range(100)])
-    col = Collector()
+            p.send_batch([Message(topic, b"%d" % (i + k)) for k in range(100)])
+    col = Collector(ConsumeOrderlyStatus.SUCCESS if orderly else OK)
     answers = []
     c = PushConsumer("hop-cg", namesrv_addr=namesrv,
                      consume_from_where="CONSUME_FROM_FIRST_OFFSET")
-    c.subscribe("HopTopic", "*")
-    c.register_message_listener(col)
+    c.subscribe(topic, "*")
+    c.register_message_listener(col, orderly=orderly)
     found = c._found
 
     def counting_found(req, next_begin_offset, messages):
@@ -88,6 +93,11 @@ def test_pull_answers_are_taken_where_they_arrive_without_a_hop_per_answer(names
         svc.execute = lambda fn, *args: (hops.append(fn), execute(fn, *args))[1]
         wait_until(lambda: len(col.msgs) >= n, timeout=60, what=f"{n} messages consumed")
         assert sorted(int(bytes(m.body)) for m in col.msgs) == list(range(n))
+        if orderly:                             # each queue consumed in its send order
+            per_queue: dict = {}
+            for m in col.msgs:
+                per_queue.setdefault(m.queue_id, []).append(int(bytes(m.body)))
+            assert all(v == sorted(v) for v in per_queue.values())
         assert len(answers) >= n // 32        # pulls of 32 at most: 100 answers at least
         assert len(hops) <= 8, f"{len(hops)} pull-service tasks for {len(answers)} answers"
     finally:
