@@ -118,7 +118,6 @@ class PushConsumer(ConsumerBase):
         self._listener: Callable[..., Any] | None = None
         self._orderly = False
         self._inline_answers = False
-        self._inline_locked = False
         self.consume_service: Any = None
         self._inner_producer: Producer | None = None
         self._inner_lock = threading.Lock()
@@ -164,12 +163,10 @@ class PushConsumer(ConsumerBase):
         self._start_base()
         t = self.transport
         # answers taken where they arrive (``_pull``); an orderly consumer's on an I/O thread
-        # only once the queue's first pull went (it asks the broker for the offset,
-        # synchronously, when the queue is newly locked)
+        # only once the queue's first pull went (``previously_locked``: that pull asks the
+        # broker for the offset, synchronously)
         self._inline_answers = t.inline_callbacks and not (self._orderly
                                                           and t.callbacks_on_io_thread)
-        self._inline_locked = (t.inline_callbacks and self._orderly
-                               and self.message_model is MessageModel.CLUSTERING)
         svc = ConsumeMessageOrderlyService if self._orderly else ConsumeMessageConcurrentlyService
         self.consume_service = svc(self, self._listener)
         self._running = True
@@ -267,7 +264,8 @@ class PushConsumer(ConsumerBase):
                 continue
             if not fut.done():
                 on_response = self._on_response
-                if self._inline_answers or (self._inline_locked and req.previously_locked):
+                if self._inline_answers or (req.previously_locked
+                                            and self.transport.inline_callbacks):
                     # an answer that comes later (a held pull in process, any pull over
                     # TCP): handle it on the answering thread (the broker's hold service,
                     # the client's I/O thread) instead of one more thread hop, which costs

@@ -93,12 +93,9 @@ class ClientConnection(Connection):
                 if self._lost or t is None or t.is_closing():
                     return False
                 if fut is not None:
-                    self._pending[opaque] = fut
-                    self._deadlines.append((time.monotonic() + timeout, opaque, timeout))
-                    if not self._sweeping:
-                        self._sweeping = True
-                        assert self._loop is not None
-                        self._loop.call_soon(self._sweep)
+                    self._expect_swept(opaque, fut, timeout)
+                    assert self._loop is not None
+                    self._arm_sweep(self._loop.call_soon)
                 corked.append(frame)
                 self._corked_bytes += len(frame)
                 return True
@@ -109,8 +106,7 @@ class ClientConnection(Connection):
                 return False
             if fut is not None:
                 # before the write: the response may come before this thread runs again
-                self._pending[opaque] = fut
-                self._deadlines.append((time.monotonic() + timeout, opaque, timeout))
+                self._expect_swept(opaque, fut, timeout)
             try:
                 n = os.write(self._fd, frame)
             except BlockingIOError:
@@ -127,10 +123,22 @@ class ClientConnection(Connection):
             if n < len(frame):
                 self._rest_pending = True
                 loop.call_soon_threadsafe(self._write_rest, frame[n:])
-            if fut is not None and not self._sweeping:
-                self._sweeping = True
-                loop.call_soon_threadsafe(self._sweep)
+            if fut is not None:
+                self._arm_sweep(loop.call_soon_threadsafe)
             return True
+
+    def _expect_swept(self, opaque: int, fut: Any, timeout: float) -> None:
+        """``fut`` awaits the response to ``opaque``; its deadline is the sweep's to check
+        (under ``_direct_lock``)."""
+        self._pending[opaque] = fut
+        self._deadlines.append((time.monotonic() + timeout, opaque, timeout))
+
+    def _arm_sweep(self, schedule: Any) -> None:
+        """Have the loop sweep deadlines (``schedule``: ``call_soon`` on the loop thread,
+        ``call_soon_threadsafe`` from another), unless a sweep is armed already."""
+        if not self._sweeping:
+            self._sweeping = True
+            schedule(self._sweep)
 
     def _write_rest(self, rest: bytes) -> None:
         with self._direct_lock:
