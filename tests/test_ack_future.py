@@ -68,6 +68,75 @@ def test_callbacks_before_and_after_completion_run_once():
     assert seen == [("early", 7), ("late", 7)]
 
 
+def test_callbacks_need_no_condition():
+    # a durable put's future carries the broker's and the producer's callbacks: they are
+    # kept and run without building a threading.Condition per future
+    f = pending_future()
+    seen = []
+    f.add_done_callback(lambda x: seen.append(("a", x.result())))
+    f.add_done_callback(lambda x: seen.append(("b", x.result())))
+    assert "_condition" not in f.__dict__
+    assert complete_future(f, 5) is True
+    assert "_condition" not in f.__dict__
+    f.add_done_callback(lambda x: seen.append(("late", x.result())))
+    assert seen == [("a", 5), ("b", 5), ("late", 5)]
+    assert "_condition" not in f.__dict__
+    assert complete_future(f, 6) is False and seen[-1] == ("late", 5)
+
+
+def test_a_failing_callback_is_logged_and_the_others_run(caplog):
+    f = pending_future()
+    seen = []
+
+    def bad(_):
+        raise RuntimeError("boom")
+    f.add_done_callback(bad)
+    f.add_done_callback(lambda x: seen.append(x.result()))
+    with caplog.at_level("ERROR", logger="concurrent.futures"):
+        assert complete_future(f, 1) is True
+    assert seen == [1]
+    assert any("exception calling callback" in r.getMessage() for r in caplog.records)
+
+
+def test_callbacks_kept_without_a_condition_run_on_the_other_completions():
+    # set_exception, cancel and a waiter's Condition made after the callbacks were added:
+    # every callback still runs exactly once
+    f = pending_future()
+    seen = []
+    f.add_done_callback(lambda x: seen.append(type(x.exception()).__name__))
+    f.set_exception(ValueError("x"))
+    assert seen == ["ValueError"]
+    g = pending_future()
+    g.add_done_callback(lambda x: seen.append(x.cancelled()))
+    assert g.cancel() is True
+    assert seen == ["ValueError", True]
+    h = pending_future()
+    h.add_done_callback(lambda x: seen.append(x.result()))
+    with pytest.raises(cf.TimeoutError):
+        h.result(0.001)                         # makes the Condition
+    assert "_condition" in h.__dict__
+    assert complete_future(h, "w") is True
+    assert seen == ["ValueError", True, "w"]
+
+
+def test_callbacks_added_while_another_thread_completes_run_once():
+    for _ in range(300):
+        f = pending_future()
+        seen = []
+        go = threading.Event()
+
+        def adder(f=f, seen=seen):
+            go.wait(5)
+            for i in range(20):
+                f.add_done_callback(lambda x, i=i: seen.append(i))
+        t = threading.Thread(target=adder)
+        t.start()
+        go.set()
+        complete_future(f, 0)
+        t.join(10)
+        assert sorted(seen) == list(range(20))
+
+
 def test_cancelled_future_is_not_completed():
     f = pending_future()
     assert f.cancel() is True

@@ -17,7 +17,8 @@ from rocketstore.common import Message, MessageQueue, ResponseCode
 from rocketstore.common import constants as C
 from rocketstore.common.protocol import SendMessageRequest, SendMessageResponse
 from rocketstore.errors import MQClientError, TransportError
-from rocketstore.store._commitlog import AckFuture, complete_future, pending_future
+from rocketstore.store._commitlog import (AckFuture, complete_future, has_callbacks,
+                                          pending_future)
 
 
 class FutureSends:
@@ -83,8 +84,8 @@ class FutureSends:
         here. Decided under the future's lock, so a callback added meanwhile runs on the
         thread that adds it, after completion."""
         t = self.transport
-        if (t.callbacks_on_io_thread and (type(out) is not AckFuture or "_condition" in
-                                          out.__dict__) and t.on_io_thread()):
+        if (t.callbacks_on_io_thread and (type(out) is not AckFuture or has_callbacks(out))
+                and t.on_io_thread()):
             with out._condition:        # reentrant: set_result takes it again
                 if not all(getattr(cb, "never_blocks", False) for cb in out._done_callbacks):
                     t.run_callback(self._settle_now, out, value, exc)
@@ -263,8 +264,8 @@ class FutureSends:
         if fut.done():          # an in-process broker answers at once: no callback to keep
             self._async_answered(out, prepared, uniq, mq, info, retries, started, fut)
         else:
-            fut.add_done_callback(functools.partial(
-                self._async_answered, out, prepared, uniq, mq, info, retries, started))
+            fut.add_done_callback(_AsyncAnswer(self, out, prepared, uniq, mq, info, retries,
+                                               started))
 
     def _async_answered(self, out: Future, prepared: Message, uniq: str, mq: MessageQueue,
                         info: TopicPublishInfo | None, retries: int, started: float,
@@ -283,3 +284,27 @@ class FutureSends:
             self._send_async_attempt(out, prepared, uniq, nxt, info, retries - 1)
             return
         self._settle(out, exc=exc)
+
+
+class _AsyncAnswer:
+    """``FutureSends._async_answered`` bound to one attempt: the callback of an answer that
+    comes later (SYNC_FLUSH, over TCP). One object per waiting send, where a partial took
+    three: the GC walks each of them while thousands of sends wait for their flush."""
+
+    __slots__ = ("sends", "out", "prepared", "uniq", "mq", "info", "retries", "started")
+
+    def __init__(self, sends: FutureSends, out: Future, prepared: Message, uniq: str,
+                 mq: MessageQueue, info: TopicPublishInfo | None, retries: int,
+                 started: float) -> None:
+        self.sends = sends
+        self.out = out
+        self.prepared = prepared
+        self.uniq = uniq
+        self.mq = mq
+        self.info = info
+        self.retries = retries
+        self.started = started
+
+    def __call__(self, f: Future) -> None:
+        self.sends._async_answered(self.out, self.prepared, self.uniq, self.mq, self.info,
+                                   self.retries, self.started, f)

@@ -8,11 +8,11 @@ import threading as _threading
 
 try:
     from concurrent.futures._base import (PENDING as _F_PENDING, FINISHED as _F_FINISHED,
-                                          CANCELLED as _F_CANCELLED,
+                                          CANCELLED as _F_CANCELLED, RUNNING as _F_RUNNING,
                                           CANCELLED_AND_NOTIFIED as _F_CANCELLED_AND_NOTIFIED)
 except ImportError:         # not CPython's layout: plain futures below
-    _F_PENDING, _F_FINISHED, _F_CANCELLED, _F_CANCELLED_AND_NOTIFIED = (
-        "PENDING", "FINISHED", "CANCELLED", "CANCELLED_AND_NOTIFIED")
+    _F_PENDING, _F_FINISHED, _F_CANCELLED, _F_CANCELLED_AND_NOTIFIED, _F_RUNNING = (
+        "PENDING", "FINISHED", "CANCELLED", "CANCELLED_AND_NOTIFIED", "RUNNING")
 
 
 def _future_layout_known():
@@ -38,10 +38,11 @@ class AckFuture(_Future):
     ``threading.Condition`` is made on first use.
 
     A standard future builds a Condition (an RLock behind a Python-level ``__init__``: most of
-    what a future costs) that only someone waiting on, listening to, or cancelling the future
-    needs. Every such path of ``Future`` reads ``self._condition`` first, which makes it here;
-    ``complete_future`` completes a future nobody touched that way without any lock. Otherwise
-    it is a plain ``Future`` (``asyncio.wrap_future``, ``concurrent.futures.wait``, callbacks).
+    what a future costs) that only someone waiting on or cancelling the future needs. Every
+    such path of ``Future`` reads ``self._condition`` first, which makes it here;
+    ``complete_future`` completes a future nobody touched that way without any lock, running
+    the callbacks ``add_done_callback`` kept without one. Otherwise it is a plain ``Future``
+    (``asyncio.wrap_future``, ``concurrent.futures.wait``).
     """
 
     def __init__(self):
@@ -65,6 +66,10 @@ class AckFuture(_Future):
         s = self._state
         return s is _F_FINISHED or s is _F_CANCELLED or s is _F_CANCELLED_AND_NOTIFIED
 
+    def cancelled(self):
+        s = self._state
+        return s is _F_CANCELLED or s is _F_CANCELLED_AND_NOTIFIED
+
     def result(self, timeout=None):
         # a finished future never changes again, and its result was stored before its state
         if self._state is _F_FINISHED and self._exception is None:
@@ -75,6 +80,51 @@ class AckFuture(_Future):
         if self._state is _F_FINISHED:
             return self._exception
         return _Future.exception(self, timeout)
+
+    def add_done_callback(self, fn):
+        # a durable put's future gets the broker's and the producer's callbacks: kept without
+        # a Condition (3 us each to build and take) while nobody waits on the future
+        _add_callback(self, fn)
+
+
+cdef object _LOG_FUTURES = None
+
+
+cdef void _run_callback(object fut, object fn):
+    """``fn(fut)``; an exception is logged as ``Future._invoke_callbacks`` logs it."""
+    global _LOG_FUTURES
+    try:
+        fn(fut)
+    except Exception:
+        if _LOG_FUTURES is None:
+            import logging
+            _LOG_FUTURES = logging.getLogger("concurrent.futures")
+        _LOG_FUTURES.exception("exception calling callback for %r", fut)
+
+
+cdef object _add_callback(object fut, object fn):
+    """``add_done_callback`` of an ``AckFuture``. Without a Condition, the state check and
+    the append below are one step under the GIL (no Python code, no allocation that could
+    run the collector in between), as ``complete_future``'s check-and-set is: a callback is
+    either in the list the completion runs or sees the future done and runs here."""
+    cdef dict d = fut.__dict__
+    cdef list cbs = d.get("_done_callbacks")
+    cdef list fresh = None
+    if cbs is None:
+        fresh = []          # made first: an allocation may run the collector (finalizers)
+    if "_condition" in d:   # someone waits or cancels: the standard path, under its lock
+        _Future.add_done_callback(fut, fn)
+        return None
+    state = d["_state"]
+    if state is _F_PENDING or state is _F_RUNNING:
+        cbs = d.get("_done_callbacks")
+        if cbs is None:
+            d["_done_callbacks"] = fresh
+            cbs = fresh
+        cbs.append(fn)
+        return None
+    _run_callback(fut, fn)
+    return None
 
 
 cdef object _new_future(object state, object value):
@@ -117,13 +167,21 @@ def sent_future(value):
     return f
 
 
+def has_callbacks(fut):
+    """Whether an ``AckFuture`` has callbacks or a Condition (through which it may get some
+    under its lock); one without either completes with nothing to run."""
+    cdef dict d = fut.__dict__
+    return "_condition" in d or bool(d.get("_done_callbacks"))
+
+
 def complete_future(fut, value):
     """Complete ``fut`` with ``value``; False when it was cancelled (or already done).
 
-    An ``AckFuture`` without a Condition has no waiter, callback or canceller (each makes the
-    Condition before it looks at the state), and nothing between the state check and the two
-    stores below runs Python code or lets go of the GIL: the check-and-set is atomic without a
-    lock. Any other future goes through ``set_result``."""
+    An ``AckFuture`` without a Condition has no waiter or canceller (each makes the Condition
+    before it looks at the state), and nothing between the state check and the two stores
+    below runs Python code or lets go of the GIL: the check-and-set is atomic without a lock,
+    as ``_add_callback``'s check-and-append is, so its callbacks are the list read after it.
+    Any other future goes through ``set_result``."""
     cdef dict d
     if _FAST_FUTURES and type(fut) is AckFuture:
         d = fut.__dict__
@@ -132,6 +190,11 @@ def complete_future(fut, value):
                 return False
             d["_result"] = value
             d["_state"] = _F_FINISHED
+            # callbacks added from here on see it done and run where they are added
+            cbs = d.get("_done_callbacks")
+            if cbs:
+                for fn in <list>cbs:
+                    _run_callback(fut, fn)
             return True
     try:
         fut.set_result(value)
