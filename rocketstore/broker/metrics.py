@@ -83,10 +83,7 @@ class _SendDone:
         m = self.metrics
         m.flush_wait.add(time.perf_counter() - self.t0)
         if not f.cancelled() and f.exception() is None:
-            if self.request is None:
-                m._count_sized(self.topic, self.n, self.size, f.result())
-            else:
-                m.count_send(self.request, f.result())
+            m._count_answer(self.request, self.topic, self.n, self.size, f.result())
 
 
 class LatencyHistogram:
@@ -185,18 +182,27 @@ class BrokerMetrics:
         """Count a send once its response is known (at once, or at its flush acknowledgement
         under SYNC_FLUSH, which is then also timed). ``request``: any send shape with a
         ``topic`` and ``messages`` or ``sizes`` (a request, a wire send, one message)."""
+        self._count_future(fut, request, "", 0, 0)
+
+    def _count_future(self, fut: Future, request: Any, topic: str, n: int, size: int) -> None:
+        """Count a send answered by ``fut``: now when it is finished, else when it finishes
+        (timed). ``request`` None: ``topic``, ``n`` and ``size`` say what was sent."""
         if getattr(fut, "_state", None) == _FINISHED:
-            self.count_send(request, fut._result)      # type: ignore[attr-defined]
-            return
-        fut.add_done_callback(_SendDone(self, request, "", 0, 0))
+            self._count_answer(request, topic, n, size, fut._result)  # type: ignore[attr-defined]
+        else:
+            fut.add_done_callback(_SendDone(self, request, topic, n, size))
+
+    def _count_answer(self, request: Any, topic: str, n: int, size: int,
+                      response: Any) -> None:
+        if request is None:
+            self._count_sized(topic, n, size, response)
+        else:
+            self.count_send(request, response)
 
     def on_send_one(self, topic: str, msg: Any, answer: Any) -> None:
         """``on_send`` of ``Broker.send_one``: ``answer`` is the response or its Future."""
         if isinstance(answer, Future):
-            if getattr(answer, "_state", None) == _FINISHED:
-                self._count_sized(topic, 1, len(msg.body), answer._result)  # type: ignore[attr-defined]
-            else:
-                answer.add_done_callback(_SendDone(self, None, topic, 1, len(msg.body)))
+            self._count_future(answer, None, topic, 1, len(msg.body))
         elif answer.code in _STORED:        # _count_sized of one message, inlined: per send
             size = len(msg.body)
             with self._lock:
@@ -209,10 +215,7 @@ class BrokerMetrics:
         """``on_send`` of ``n`` messages of ``size`` body bytes (an in-process lane's batch
         answered other than PUT_OK at once): ``answer`` is the response or its Future."""
         if isinstance(answer, Future):
-            if getattr(answer, "_state", None) == _FINISHED:
-                self._count_sized(topic, n, size, answer._result)  # type: ignore[attr-defined]
-            else:
-                answer.add_done_callback(_SendDone(self, None, topic, n, size))
+            self._count_future(answer, None, topic, n, size)
         else:
             self._count_sized(topic, n, size, answer)
 
