@@ -72,6 +72,47 @@ def test_failed_sync_completes_futures_without_put_ok(store_dir):
         assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
 
 
+def test_a_waiting_thread_completes_its_future_once_durable(store_dir):
+    # result() waits for the sync itself and completes the future there (one thread
+    # wake-up fewer than through the acknowledging thread); the acknowledging thread never
+    # completes it a second time: the transform runs once, the callback once, PUT_OK only
+    # once the record is durable
+    calls = []
+
+    def transform(r):
+        calls.append(r.commitlog_offset)
+        return r
+    with MessageStore.open(store_dir, _sync_cfg()) as store:
+        where = []
+        for i in range(300):
+            f = store.put_message_async(Message("T", b"w%d" % i), transform=transform)
+            f.add_done_callback(lambda f: where.append(threading.current_thread().name))
+            r = f.result(5)
+            assert r.status is PutMessageStatus.PUT_OK
+            assert r.commitlog_offset + r.wrote_bytes <= store.commit_log.flushed_where
+        time.sleep(0.2)                 # the acknowledging thread has seen every entry
+        assert len(calls) == len(set(calls)) == 300
+        assert len(where) == 300
+        assert threading.current_thread().name in where
+
+
+def test_a_waiter_racing_a_failing_sync_gets_no_put_ok(store_dir):
+    with MessageStore.open(store_dir, _sync_cfg(sync_flush_timeout=200)) as store:
+        hook, release, entered = _blocking_msync()
+        set_sync_hook(hook)
+        f = store.put_message_async(Message("T", b"late"))
+        got = []
+        t = threading.Thread(target=lambda: got.append(f.result(5)))
+        t.start()
+        assert entered.wait(5)
+        t.join(10)
+        assert got and got[0].status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+        release.set()
+        # the sync that then lands does not turn the answer given into PUT_OK
+        time.sleep(0.1)
+        assert f.result().status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+
+
 def test_slow_sync_answers_flush_disk_timeout(store_dir):
     with MessageStore.open(store_dir, _sync_cfg(sync_flush_timeout=100)) as store:
         hook, release, _ = _blocking_msync()

@@ -45,6 +45,16 @@ class AckFuture(_Future):
     (``asyncio.wrap_future``, ``concurrent.futures.wait``).
     """
 
+    # a sync-flush put's: the FlushAckService, the log offset to be durable, the result and
+    # its transform, so that a thread waiting in result() completes it itself once durable;
+    # _claimed: its completion was taken (by that thread or the acknowledging one)
+    _ack = None
+    _end = 0
+    _put = None
+    _tf = None
+    _claimed = False
+    _waiting = False        # a thread is in wait_own: the acknowledging thread leaves it be
+
     def __init__(self):
         self._state = _F_PENDING
         self._result = None
@@ -74,6 +84,13 @@ class AckFuture(_Future):
         # a finished future never changes again, and its result was stored before its state
         if self._state is _F_FINISHED and self._exception is None:
             return self._result
+        ack = self._ack
+        if ack is not None and self._state is _F_PENDING:
+            # wait for the sync itself (GIL released) and complete the future here: one
+            # thread wake-up fewer than through the acknowledging thread
+            timeout = ack.wait_own(self, timeout)
+            if self._state is _F_FINISHED and self._exception is None:
+                return self._result
         return _Future.result(self, timeout)
 
     def exception(self, timeout=None):
@@ -165,6 +182,18 @@ def sent_future(value):
     if _FAST_FUTURES:
         PyObject_GC_UnTrack(<void *>f)
     return f
+
+
+def claim(fut):
+    """Take the completion of ``fut``: True once, for the one thread that completes it (a
+    sync-flush put's future may be completed by its waiter or by the acknowledging thread;
+    the check-and-set is one step under the GIL). Any other future: always True."""
+    if type(fut) is not AckFuture:
+        return True
+    if fut._claimed:
+        return False
+    fut._claimed = True
+    return True
 
 
 def has_callbacks(fut):

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 
-from rocketstore.store._commitlog import complete_future, done_future, pending_future
+from rocketstore.store._commitlog import claim, complete_future, done_future, pending_future
 
 log = logging.getLogger("rocketstore.store.flush")
 
@@ -366,6 +366,11 @@ class FlushAckService:
         its value is ``result``, or ``transform(result)`` (a broker's response, computed by
         this thread: no second future per put)."""
         fut = pending_future()
+        # what a thread waiting in fut.result() needs to complete it itself (wait_own)
+        fut._ack = self
+        fut._end = end
+        fut._put = result
+        fut._tf = transform
         self._pending.append((end, result, fut, time.monotonic() + self.timeout, transform))
         # the order of these checks against _run's and shutdown()'s is what makes the lock-free
         # append safe: see _run (idle) and shutdown (stopped)
@@ -393,11 +398,37 @@ class FlushAckService:
     def _complete(self, done: list, flushed: int) -> None:
         mark = self.commit_log.mark_not_durable
         for end, result, fut, _, transform in done:
+            if end <= flushed and getattr(fut, "_waiting", False):
+                continue            # durable, and its waiter completes it (wait_own)
+            if not claim(fut):
+                continue            # its waiter completed it (wait_own)
             if end > flushed:
                 mark(result)
             settle(fut, result, transform)
         if done:
             self.groups += 1
+
+    def wait_own(self, fut: Future, timeout: float | None) -> float | None:
+        """``fut.result(timeout)``'s first step, on the waiting thread: wait for the sync that
+        covers the put (GIL released) and complete ``fut`` here when it came, rather than wake
+        this service's thread to do it; never PUT_OK before the bytes are durable. A sync that
+        fails or is late is left to this service (FLUSH_DISK_TIMEOUT at the put's deadline).
+        Returns what is left of ``timeout``."""
+        end = fut._end              # type: ignore[attr-defined]
+        limit = self.timeout if timeout is None else min(timeout, self.timeout)
+        t0 = time.monotonic()
+        fut._waiting = True         # type: ignore[attr-defined]
+        try:
+            self.commit_log.wait_flushed(end, int(limit * 1000))
+        finally:
+            fut._waiting = False    # type: ignore[attr-defined]
+        # read after the flag is down: a durable entry the service skipped because of the
+        # flag is seen durable here (the offset only grows), so one of the two completes it
+        if self.commit_log.flushed_where >= end and claim(fut):
+            settle(fut, fut._put, fut._tf)      # type: ignore[attr-defined]
+        if timeout is None:
+            return None
+        return max(0.0, timeout - (time.monotonic() - t0))
 
     def _run(self) -> None:
         cl = self.commit_log
