@@ -9,10 +9,13 @@ import threading as _threading
 try:
     from concurrent.futures._base import (PENDING as _F_PENDING, FINISHED as _F_FINISHED,
                                           CANCELLED as _F_CANCELLED, RUNNING as _F_RUNNING,
-                                          CANCELLED_AND_NOTIFIED as _F_CANCELLED_AND_NOTIFIED)
+                                          CANCELLED_AND_NOTIFIED as _F_CANCELLED_AND_NOTIFIED,
+                                          LOGGER as _F_LOGGER)
 except ImportError:         # not CPython's layout: plain futures below
+    import logging as _logging
     _F_PENDING, _F_FINISHED, _F_CANCELLED, _F_CANCELLED_AND_NOTIFIED, _F_RUNNING = (
         "PENDING", "FINISHED", "CANCELLED", "CANCELLED_AND_NOTIFIED", "RUNNING")
+    _F_LOGGER = _logging.getLogger("concurrent.futures")
 
 
 def _future_layout_known():
@@ -104,19 +107,13 @@ class AckFuture(_Future):
         _add_callback(self, fn)
 
 
-cdef object _LOG_FUTURES = None
-
-
 cdef void _run_callback(object fut, object fn):
-    """``fn(fut)``; an exception is logged as ``Future._invoke_callbacks`` logs it."""
-    global _LOG_FUTURES
+    """``fn(fut)`` for a callback added to a done future; an exception is logged as
+    ``Future.add_done_callback`` logs it."""
     try:
         fn(fut)
     except Exception:
-        if _LOG_FUTURES is None:
-            import logging
-            _LOG_FUTURES = logging.getLogger("concurrent.futures")
-        _LOG_FUTURES.exception("exception calling callback for %r", fut)
+        _F_LOGGER.exception("exception calling callback for %r", fut)
 
 
 cdef object _add_callback(object fut, object fn):
@@ -220,10 +217,8 @@ def complete_future(fut, value):
             d["_result"] = value
             d["_state"] = _F_FINISHED
             # callbacks added from here on see it done and run where they are added
-            cbs = d.get("_done_callbacks")
-            if cbs:
-                for fn in <list>cbs:
-                    _run_callback(fut, fn)
+            if d.get("_done_callbacks"):
+                _Future._invoke_callbacks(fut)      # the list add_done_callback kept
             return True
     try:
         fut.set_result(value)
